@@ -1,0 +1,14 @@
+// cubec — a GPU compute runtime for C programs. The umbrella header.
+#ifndef CUBE_CUBE_H_
+#define CUBE_CUBE_H_
+
+#include "cube/base.h"
+#include "cube/status.h"
+#include "cube/device.h"
+#include "cube/memory.h"
+#include "cube/kernel.h"
+#include "cube/graph.h"
+#include "cube/profile.h"
+#include "cube/collective.h"
+
+#endif  // CUBE_CUBE_H_

@@ -1,0 +1,112 @@
+// cubec — backends, devices, clients and streams.
+//
+// A client is the thread-safe handle a program holds on one device. Every
+// call on it names a stream: CUBE_STREAM_CURRENT is the calling thread's own
+// default stream (created on first use, as in CubeCL), and explicit streams
+// come from cube_stream_create.
+#ifndef CUBE_DEVICE_H_
+#define CUBE_DEVICE_H_
+
+#include "cube/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum cube_backend_kind_t {
+  // CUDA when a usable GPU is present, else the CPU. The environment
+  // variable CUBE_BACKEND (cpu | cuda) overrides the choice.
+  CUBE_BACKEND_DEFAULT = 0,
+  CUBE_BACKEND_CPU = 1,
+  CUBE_BACKEND_CUDA = 2,
+} cube_backend_kind_t;
+
+#define CUBE_BACKEND_COUNT 2
+
+typedef struct cube_backend_info_t {
+  cube_backend_kind_t kind;
+  const char *name;       // "cpu", "cuda"
+  bool available;         // whether devices can be opened
+  uint32_t device_count;  // 0 when unavailable
+  // Why the backend is unavailable ("libcuda.so.1: cannot open shared
+  // object file"), or "" when it is. Static storage.
+  const char *detail;
+} cube_backend_info_t;
+
+// The properties the seeds use, read from the device.
+typedef struct cube_device_properties_t {
+  char name[128];
+  cube_backend_kind_t backend;
+  uint32_t plane_size_min;
+  uint32_t plane_size_max;
+  uint32_t max_units_per_cube;
+  cube_dim3_t max_cube_count;
+  cube_dim3_t max_cube_dim;
+  uint64_t max_shared_memory_per_cube;  // bytes
+  uint32_t core_count;                  // SMs on CUDA, hardware threads on CPU
+  uint64_t memory_size;                 // bytes of device memory
+  uint64_t memory_alignment;            // alignment of buffer offsets
+  uint64_t max_page_size;               // largest single allocation
+  // CUDA only (0 elsewhere).
+  uint32_t compute_capability_major;
+  uint32_t compute_capability_minor;
+  uint64_t l2_cache_size;
+  uint64_t max_shared_memory_optin;
+  bool supports_tma;
+  bool supports_clusters;
+} cube_device_properties_t;
+
+// Backend enumeration; never fails for a missing vendor library (the backend
+// then reports itself unavailable with the reason).
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_backend_query(cube_backend_kind_t kind,
+                                                               cube_backend_info_t *out_info);
+// Resolves CUBE_BACKEND_DEFAULT to the backend a client would get.
+CUBE_API cube_backend_kind_t cube_backend_default(void);
+
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_device_properties(
+    cube_backend_kind_t kind, uint32_t device_index, cube_device_properties_t *out_properties);
+// Stable hash of the properties (same device, same hash, across processes).
+CUBE_API uint64_t cube_device_properties_hash(const cube_device_properties_t *properties);
+
+typedef struct cube_client_t cube_client_t;
+
+typedef struct cube_client_options_t {
+  cube_backend_kind_t backend;
+  uint32_t device_index;
+  // A fault plan for the fault-injection backend wrapped around the device
+  // (see docs/faults.md); NULL reads the CUBE_FAULT environment variable,
+  // "" disables it.
+  const char *fault_plan;
+} cube_client_options_t;
+
+CUBE_API void cube_client_options_initialize(cube_client_options_t *out_options);
+// |options| may be NULL for the default device of the default backend.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_client_create(const cube_client_options_t *options,
+                                                               cube_client_t **out_client);
+CUBE_API cube_client_t *cube_client_retain(cube_client_t *client);
+// The last release waits for queued work, then frees everything the client
+// holds. Never aborts, never hangs on a poisoned device.
+CUBE_API void cube_client_release(cube_client_t *client);
+CUBE_API const cube_device_properties_t *cube_client_properties(const cube_client_t *client);
+CUBE_API uint64_t cube_client_properties_hash(const cube_client_t *client);
+// "cpu", "cuda", "fault(cpu)".
+CUBE_API const char *cube_client_backend_name(const cube_client_t *client);
+
+// Streams are small integers scoped to their client.
+typedef uint32_t cube_stream_t;
+#define CUBE_STREAM_CURRENT ((cube_stream_t)0)
+
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_stream_create(cube_client_t *client,
+                                                               cube_stream_t *out_stream);
+// Waits for the stream's work, then retires its id.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_stream_destroy(cube_client_t *client,
+                                                                cube_stream_t stream);
+// The id CUBE_STREAM_CURRENT resolves to on the calling thread.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_stream_current(cube_client_t *client,
+                                                                cube_stream_t *out_stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // CUBE_DEVICE_H_

@@ -1,0 +1,421 @@
+// cubec — the kernel dialect.
+//
+// A kernel is written once against these macros and runs on every backend:
+// the CPU backend compiles it with the system C compiler, the CUDA backend
+// with NVRTC. The runtime puts this header in front of every dialect source;
+// a kernel file does not include it.
+//
+//   CUBE_KERNEL(saxpy, IN(float, x), INOUT(float, y)) {
+//     float a = SCALAR(f32, 0);
+//     uint32_t i = ABSOLUTE_POS;
+//     if (i < LEN(y)) y[i] += a * x[i];
+//   }
+//
+// Each buffer's IO is declared in the signature (IN, OUT, INOUT): that is the
+// compiled kernel's own answer to "what does it read and write", which the
+// failure model trusts over the caller's declaration. docs/dialect.md lists
+// every macro.
+//
+// The info block (64-bit words) every launch carries:
+//   word 0            header: per scalar type a count (8 bits each, in the
+//                     order f64 f32 u64 i64 u32 i32), then the buffer count
+//                     (bits 48..55)
+//   scalars           grouped by type in that order, one word each
+//   buffer lengths    bytes, one word per buffer          } static part
+//   metadata offsets  per buffer, into the dynamic part   }
+//   dynamic part      per tensor: rank, shape[rank], strides[rank]
+// A metadata offset of UINT64_MAX means "no tensor metadata" (rank 0).
+#ifndef CUBE_DIALECT_H_
+#define CUBE_DIALECT_H_
+
+#define CUBE_DIALECT_VERSION 1
+#define CUBE_STATIC_INFO_WORDS 64
+#define CUBE_INFO_NO_META 0xffffffffffffffffull
+
+//===--- Portable preprocessor machinery ---===//
+#define CUBE__CAT(a, b) CUBE__CAT_(a, b)
+#define CUBE__CAT_(a, b) a##b
+#define CUBE__COMMA() ,
+#define CUBE__UNUSED __attribute__((unused))
+#define CUBE__NOTHING()
+#define CUBE__MAP(M, S, ...) CUBE__CAT(CUBE__MAP_, CUBE__NARGS(__VA_ARGS__))(M, S, __VA_ARGS__)
+#define CUBE__NARGS(...) CUBE__NARGS_(__VA_ARGS__, 16,15,14,13,12,11,10,9,8,7,6,5,4,3,2,1, 0)
+#define CUBE__NARGS_(_1,_2,_3,_4,_5,_6,_7,_8,_9,_10,_11,_12,_13,_14,_15,_16, N, ...) N
+#define CUBE__MAP_1(M, S, a0) M(0, a0)
+#define CUBE__MAP_2(M, S, a0,a1) M(0, a0) S() M(1, a1)
+#define CUBE__MAP_3(M, S, a0,a1,a2) M(0, a0) S() M(1, a1) S() M(2, a2)
+#define CUBE__MAP_4(M, S, a0,a1,a2,a3) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3)
+#define CUBE__MAP_5(M, S, a0,a1,a2,a3,a4) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4)
+#define CUBE__MAP_6(M, S, a0,a1,a2,a3,a4,a5) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5)
+#define CUBE__MAP_7(M, S, a0,a1,a2,a3,a4,a5,a6) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6)
+#define CUBE__MAP_8(M, S, a0,a1,a2,a3,a4,a5,a6,a7) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7)
+#define CUBE__MAP_9(M, S, a0,a1,a2,a3,a4,a5,a6,a7,a8) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() M(8, a8)
+#define CUBE__MAP_10(M, S, a0,a1,a2,a3,a4,a5,a6,a7,a8,a9) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() M(8, a8) S() M(9, a9)
+#define CUBE__MAP_11(M, S, a0,a1,a2,a3,a4,a5,a6,a7,a8,a9,a10) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() M(8, a8) S() M(9, a9) S() M(10, a10)
+#define CUBE__MAP_12(M, S, a0,a1,a2,a3,a4,a5,a6,a7,a8,a9,a10,a11) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() M(8, a8) S() M(9, a9) S() M(10, a10) S() M(11, a11)
+#define CUBE__MAP_13(M, S, a0,a1,a2,a3,a4,a5,a6,a7,a8,a9,a10,a11,a12) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() M(8, a8) S() M(9, a9) S() M(10, a10) S() M(11, a11) S() M(12, a12)
+#define CUBE__MAP_14(M, S, a0,a1,a2,a3,a4,a5,a6,a7,a8,a9,a10,a11,a12,a13) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() M(8, a8) S() M(9, a9) S() M(10, a10) S() M(11, a11) S() M(12, a12) S() M(13, a13)
+#define CUBE__MAP_15(M, S, a0,a1,a2,a3,a4,a5,a6,a7,a8,a9,a10,a11,a12,a13,a14) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() M(8, a8) S() M(9, a9) S() M(10, a10) S() M(11, a11) S() M(12, a12) S() M(13, a13) S() M(14, a14)
+#define CUBE__MAP_16(M, S, a0,a1,a2,a3,a4,a5,a6,a7,a8,a9,a10,a11,a12,a13,a14,a15) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() M(8, a8) S() M(9, a9) S() M(10, a10) S() M(11, a11) S() M(12, a12) S() M(13, a13) S() M(14, a14) S() M(15, a15)
+
+// Buffer declarations in a kernel signature.
+#define IN(T, name) (R, T, name)
+#define OUT(T, name) (W, T, name)
+#define INOUT(T, name) (X, T, name)
+
+#define CUBE__CONST_R const
+#define CUBE__CONST_W
+#define CUBE__CONST_X
+#define CUBE__IOSTR_R "r"
+#define CUBE__IOSTR_W "w"
+#define CUBE__IOSTR_X "x"
+#define CUBE__APPLY(M, i, t) CUBE__APPLY_(M, i, CUBE__UNPACK t)
+#define CUBE__APPLY_(M, i, ...) CUBE__APPLY__(M, i, __VA_ARGS__)
+#define CUBE__APPLY__(M, i, io, T, name) M(i, io, T, name)
+#define CUBE__UNPACK(...) __VA_ARGS__
+
+#define CUBE__BODY_PARAM(i, t) CUBE__APPLY(CUBE__BODY_PARAM_, i, t)
+#define CUBE__BODY_PARAM_(i, io, T, name) \
+  , CUBE__CONST_##io T *name CUBE__UNUSED, const uint32_t name##__idx CUBE__UNUSED
+#define CUBE__BODY_ARG(i, t) CUBE__APPLY(CUBE__BODY_ARG_, i, t)
+#define CUBE__IOSTR(i, t) CUBE__APPLY(CUBE__IOSTR_, i, t)
+#define CUBE__IOSTR_(i, io, T, name) CUBE__IOSTR_##io
+
+#define CUBE__SCALAR_TYPE_f64 0
+#define CUBE__SCALAR_TYPE_f32 1
+#define CUBE__SCALAR_TYPE_u64 2
+#define CUBE__SCALAR_TYPE_i64 3
+#define CUBE__SCALAR_TYPE_u32 4
+#define CUBE__SCALAR_TYPE_i32 5
+
+//===--- CUDA (NVRTC) ---===//
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+
+#if defined(__CUDACC_RTC__)
+typedef unsigned char uint8_t;
+typedef signed char int8_t;
+typedef unsigned short uint16_t;
+typedef short int16_t;
+typedef unsigned int uint32_t;
+typedef int int32_t;
+typedef unsigned long long uint64_t;
+typedef long long int64_t;
+#else
+#include <stdint.h>
+#endif
+
+typedef struct cube__static_info_t {
+  uint64_t w[CUBE_STATIC_INFO_WORDS];
+} cube__static_info_t;
+
+typedef struct cube__ctx_t {
+  const uint64_t *info;     // static part
+  const uint64_t *dynamic;  // dynamic part (device buffer), may be null
+} cube__ctx_t;
+
+#define CUBE__DEVICE static __device__ __forceinline__
+#define CUBE__BODY_ARG_(i, io, T, name) , name, i
+#define CUBE__ENTRY_PARAM(i, t) CUBE__APPLY(CUBE__ENTRY_PARAM_, i, t)
+#define CUBE__ENTRY_PARAM_(i, io, T, name) CUBE__CONST_##io T *name,
+
+#define CUBE__KERNEL_(name, params, entry_params, args, iostr)                                   \
+  CUBE__DEVICE void name##__body(const cube__ctx_t *cube__ctx CUBE__UNUSED, uint32_t cube__ux CUBE__UNUSED, \
+                                 uint32_t cube__uy CUBE__UNUSED, uint32_t cube__uz CUBE__UNUSED, \
+                                 uint64_t cube__shoff CUBE__UNUSED params);                                                 \
+  extern "C" __device__ const char name##__cube_io[] = iostr;                                 \
+  extern "C" __global__ void name(entry_params const __grid_constant__ cube__static_info_t   \
+                                      cube__info,                                             \
+                                  const uint64_t *cube__dynamic) {                            \
+    cube__ctx_t cube__c = {cube__info.w, cube__dynamic};                                      \
+    name##__body(&cube__c, threadIdx.x, threadIdx.y, threadIdx.z, 0 args);                    \
+  }                                                                                           \
+  CUBE__DEVICE void name##__body(const cube__ctx_t *cube__ctx CUBE__UNUSED, uint32_t cube__ux CUBE__UNUSED, \
+                                 uint32_t cube__uy CUBE__UNUSED, uint32_t cube__uz CUBE__UNUSED, \
+                                 uint64_t cube__shoff CUBE__UNUSED params)
+
+#define CUBE_KERNEL(name, ...)                                                  \
+  CUBE__KERNEL_(name, CUBE__MAP(CUBE__BODY_PARAM, CUBE__NOTHING, __VA_ARGS__),  \
+                CUBE__MAP(CUBE__ENTRY_PARAM, CUBE__NOTHING, __VA_ARGS__),       \
+                CUBE__MAP(CUBE__BODY_ARG, CUBE__NOTHING, __VA_ARGS__),          \
+                CUBE__MAP(CUBE__IOSTR, CUBE__NOTHING, __VA_ARGS__))
+#define CUBE_KERNEL0(name) CUBE__KERNEL_(name, , , , "")
+
+#define CUBE_DIM_X blockDim.x
+#define CUBE_DIM_Y blockDim.y
+#define CUBE_DIM_Z blockDim.z
+#define CUBE_POS_X blockIdx.x
+#define CUBE_POS_Y blockIdx.y
+#define CUBE_POS_Z blockIdx.z
+#define CUBE_COUNT_X gridDim.x
+#define CUBE_COUNT_Y gridDim.y
+#define CUBE_COUNT_Z gridDim.z
+#define PLANE_DIM 32u
+#define UNIT_POS_PLANE (UNIT_POS & 31u)
+#define SYNC_CUBE() __syncthreads()
+#define SHARED(T, name, count) __shared__ T name[count]
+#define SHARED_DYNAMIC(T, name) \
+  extern __shared__ __align__(16) unsigned char cube__dynamic_shared[]; \
+  T *name = (T *)cube__dynamic_shared
+
+template <typename T>
+CUBE__DEVICE T cube__plane_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+template <typename T>
+CUBE__DEVICE T cube__plane_max(T v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    T w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = w > v ? w : v;
+  }
+  return v;
+}
+template <typename T>
+CUBE__DEVICE T cube__plane_min(T v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    T w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = w < v ? w : v;
+  }
+  return v;
+}
+#define PLANE_SUM(v) cube__plane_sum(v)
+#define PLANE_MAX(v) cube__plane_max(v)
+#define PLANE_MIN(v) cube__plane_min(v)
+#define PLANE_BROADCAST(v, lane) __shfl_sync(0xffffffffu, (v), (lane))
+#define PLANE_ALL(p) __all_sync(0xffffffffu, (p))
+#define PLANE_ANY(p) __any_sync(0xffffffffu, (p))
+
+#define ATOMIC_ADD(ptr, v) atomicAdd((ptr), (v))
+#define ATOMIC_MAX(ptr, v) atomicMax((ptr), (v))
+#define ATOMIC_MIN(ptr, v) atomicMin((ptr), (v))
+#define ATOMIC_EXCH(ptr, v) atomicExch((ptr), (v))
+#define ATOMIC_CAS(ptr, expected, desired) atomicCAS((ptr), (expected), (desired))
+
+#define CUBE__FLOAT_OF(bits32) __uint_as_float((uint32_t)(bits32))
+#define CUBE__DOUBLE_OF(bits64) __longlong_as_double((long long)(bits64))
+
+#else  //===--- CPU (system C compiler) ---===//
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+// The per-cube context the CPU backend hands a compiled kernel. This struct
+// is the ABI between the runtime and the kernels it compiles: change it only
+// together with CUBE_DIALECT_VERSION.
+typedef struct cube__ctx_t {
+  void *const *buffers;
+  const uint64_t *info;     // static part
+  const uint64_t *dynamic;  // dynamic part
+  uint32_t cube_count[3];
+  uint32_t cube_dim[3];
+  uint32_t cube_pos[3];
+  unsigned char *shared;  // the cube's shared memory: dynamic part first
+  uint64_t shared_size;   // bytes in the whole arena
+  uint64_t dynamic_shared_size;
+  volatile int fibered;   // set by the first barrier: units now run as fibers
+  void (*barrier)(struct cube__ctx_t *ctx);
+  void (*trap)(struct cube__ctx_t *ctx, const char *what);
+  void *runtime;
+} cube__ctx_t;
+
+#define CUBE__DEVICE static inline __attribute__((always_inline))
+#define CUBE__EXPORT __attribute__((visibility("default")))
+#define CUBE__BODY_ARG_(i, io, T, name) , (CUBE__CONST_##io T *)cube__c->buffers[i], i
+
+#define CUBE__KERNEL_(name, params, args, iostr)                                               \
+  CUBE__DEVICE void name##__body(cube__ctx_t *cube__ctx CUBE__UNUSED, uint32_t cube__ux CUBE__UNUSED,   \
+                                 uint32_t cube__uy CUBE__UNUSED, uint32_t cube__uz CUBE__UNUSED, \
+                                 uint64_t cube__shoff CUBE__UNUSED params);              \
+  CUBE__EXPORT const char name##__cube_io[] = iostr;                                           \
+  CUBE__EXPORT void name##__cube_loop(cube__ctx_t *cube__c) {                                  \
+    const uint32_t dx = cube__c->cube_dim[0], dy = cube__c->cube_dim[1],                       \
+                   dz = cube__c->cube_dim[2];                                                  \
+    for (uint32_t z = 0; z < dz; ++z)                                                          \
+      for (uint32_t y = 0; y < dy; ++y)                                                        \
+        for (uint32_t x = 0; x < dx; ++x) {                                                    \
+          name##__body(cube__c, x, y, z, 0 args);                                              \
+          if (__builtin_expect(cube__c->fibered, 0)) return;                                   \
+        }                                                                                      \
+  }                                                                                            \
+  CUBE__EXPORT void name##__cube_unit(cube__ctx_t *cube__c, uint32_t x, uint32_t y,            \
+                                      uint32_t z) {                                            \
+    name##__body(cube__c, x, y, z, 0 args);                                                    \
+  }                                                                                            \
+  CUBE__DEVICE void name##__body(cube__ctx_t *cube__ctx CUBE__UNUSED, uint32_t cube__ux CUBE__UNUSED,   \
+                                 uint32_t cube__uy CUBE__UNUSED, uint32_t cube__uz CUBE__UNUSED, \
+                                 uint64_t cube__shoff CUBE__UNUSED params)
+
+#define CUBE_KERNEL(name, ...)                                                  \
+  CUBE__KERNEL_(name, CUBE__MAP(CUBE__BODY_PARAM, CUBE__NOTHING, __VA_ARGS__),  \
+                CUBE__MAP(CUBE__BODY_ARG, CUBE__NOTHING, __VA_ARGS__),          \
+                CUBE__MAP(CUBE__IOSTR, CUBE__NOTHING, __VA_ARGS__))
+#define CUBE_KERNEL0(name) CUBE__KERNEL_(name, , , "")
+
+#define CUBE_DIM_X (cube__ctx->cube_dim[0])
+#define CUBE_DIM_Y (cube__ctx->cube_dim[1])
+#define CUBE_DIM_Z (cube__ctx->cube_dim[2])
+#define CUBE_POS_X (cube__ctx->cube_pos[0])
+#define CUBE_POS_Y (cube__ctx->cube_pos[1])
+#define CUBE_POS_Z (cube__ctx->cube_pos[2])
+#define CUBE_COUNT_X (cube__ctx->cube_count[0])
+#define CUBE_COUNT_Y (cube__ctx->cube_count[1])
+#define CUBE_COUNT_Z (cube__ctx->cube_count[2])
+// Units of a cube run one after another on a CPU core: a plane is one unit.
+#define PLANE_DIM 1u
+#define UNIT_POS_PLANE 0u
+#define SYNC_CUBE() cube__ctx->barrier(cube__ctx)
+
+
+static inline void *cube__shared_take(cube__ctx_t *ctx, uint64_t *offset, uint64_t bytes,
+                                      uint64_t align) {
+  uint64_t start = (ctx->dynamic_shared_size + *offset + align - 1) & ~(align - 1);
+  if (start + bytes > ctx->shared_size) ctx->trap(ctx, "static shared memory exceeds the cube's arena");
+  *offset = start + bytes - ctx->dynamic_shared_size;
+  return ctx->shared + start;
+}
+#define SHARED(T, name, count) \
+  T *name = (T *)cube__shared_take(cube__ctx, &cube__shoff, sizeof(T) * (uint64_t)(count), _Alignof(T))
+#define SHARED_DYNAMIC(T, name) T *name = (T *)cube__ctx->shared
+
+#define PLANE_SUM(v) (v)
+#define PLANE_MAX(v) (v)
+#define PLANE_MIN(v) (v)
+#define PLANE_BROADCAST(v, lane) ((void)(lane), (v))
+#define PLANE_ALL(p) (!!(p))
+#define PLANE_ANY(p) (!!(p))
+
+#define CUBE__ATOMIC_ADD_FLOAT(name, F, B)                                 \
+  static inline F name(F *p, F v) {                                       \
+    B *bits = (B *)(void *)p;                                             \
+    B old = __atomic_load_n(bits, __ATOMIC_RELAXED), desired;             \
+    F value;                                                              \
+    do {                                                                  \
+      memcpy(&value, &old, sizeof value);                                 \
+      value += v;                                                         \
+      memcpy(&desired, &value, sizeof value);                             \
+    } while (!__atomic_compare_exchange_n(bits, &old, desired, 1, __ATOMIC_RELAXED, \
+                                          __ATOMIC_RELAXED));             \
+    memcpy(&value, &old, sizeof value);                                   \
+    return value;                                                         \
+  }
+CUBE__ATOMIC_ADD_FLOAT(cube__atomic_add_f32, float, uint32_t)
+CUBE__ATOMIC_ADD_FLOAT(cube__atomic_add_f64, double, uint64_t)
+#define CUBE__ATOMIC_ADD_INT(name, T) \
+  static inline T name(T *p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+CUBE__ATOMIC_ADD_INT(cube__atomic_add_i32, int32_t)
+CUBE__ATOMIC_ADD_INT(cube__atomic_add_u32, uint32_t)
+CUBE__ATOMIC_ADD_INT(cube__atomic_add_i64, int64_t)
+CUBE__ATOMIC_ADD_INT(cube__atomic_add_u64, uint64_t)
+// Returns the old value, as CUDA's atomicAdd does.
+#define ATOMIC_ADD(ptr, v)                                                            \
+  _Generic(*(ptr), float: cube__atomic_add_f32, double: cube__atomic_add_f64,         \
+           int32_t: cube__atomic_add_i32, uint32_t: cube__atomic_add_u32,             \
+           int64_t: cube__atomic_add_i64, uint64_t: cube__atomic_add_u64)((ptr), (v))
+#define ATOMIC_MAX(ptr, v)                                                     \
+  ({                                                                           \
+    __typeof__(*(ptr)) cube__o = __atomic_load_n((ptr), __ATOMIC_RELAXED);     \
+    __typeof__(*(ptr)) cube__v = (v);                                          \
+    while (cube__o < cube__v && !__atomic_compare_exchange_n((ptr), &cube__o, cube__v, 1,       \
+                                                             __ATOMIC_RELAXED, __ATOMIC_RELAXED)) \
+      ;                                                                        \
+    cube__o;                                                                   \
+  })
+#define ATOMIC_MIN(ptr, v)                                                     \
+  ({                                                                           \
+    __typeof__(*(ptr)) cube__o = __atomic_load_n((ptr), __ATOMIC_RELAXED);     \
+    __typeof__(*(ptr)) cube__v = (v);                                          \
+    while (cube__o > cube__v && !__atomic_compare_exchange_n((ptr), &cube__o, cube__v, 1,       \
+                                                             __ATOMIC_RELAXED, __ATOMIC_RELAXED)) \
+      ;                                                                        \
+    cube__o;                                                                   \
+  })
+#define ATOMIC_EXCH(ptr, v) __atomic_exchange_n((ptr), (v), __ATOMIC_RELAXED)
+#define ATOMIC_CAS(ptr, expected, desired)                                                   \
+  ({                                                                                         \
+    __typeof__(*(ptr)) cube__e = (expected);                                                 \
+    __atomic_compare_exchange_n((ptr), &cube__e, (desired), 0, __ATOMIC_RELAXED,             \
+                                __ATOMIC_RELAXED);                                           \
+    cube__e;                                                                                 \
+  })
+
+static inline float cube__float_of(uint32_t bits) {
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+static inline double cube__double_of(uint64_t bits) {
+  double d;
+  memcpy(&d, &bits, 8);
+  return d;
+}
+#define CUBE__FLOAT_OF(bits32) cube__float_of((uint32_t)(bits32))
+#define CUBE__DOUBLE_OF(bits64) cube__double_of((uint64_t)(bits64))
+
+#endif  // backend
+
+//===--- Shared by every backend ---===//
+#define UNIT_POS_X cube__ux
+#define UNIT_POS_Y cube__uy
+#define UNIT_POS_Z cube__uz
+#define UNIT_POS (UNIT_POS_X + UNIT_POS_Y * CUBE_DIM_X + UNIT_POS_Z * CUBE_DIM_X * CUBE_DIM_Y)
+#define CUBE_DIM (CUBE_DIM_X * CUBE_DIM_Y * CUBE_DIM_Z)
+#define CUBE_POS (CUBE_POS_X + CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_Z * CUBE_COUNT_X * CUBE_COUNT_Y)
+#define CUBE_COUNT (CUBE_COUNT_X * CUBE_COUNT_Y * CUBE_COUNT_Z)
+#define ABSOLUTE_POS_X (CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X)
+#define ABSOLUTE_POS_Y (CUBE_POS_Y * CUBE_DIM_Y + UNIT_POS_Y)
+#define ABSOLUTE_POS_Z (CUBE_POS_Z * CUBE_DIM_Z + UNIT_POS_Z)
+// Linear over the whole launch, x fastest (as CubeCL).
+#define ABSOLUTE_POS                                                                 \
+  ((uint64_t)ABSOLUTE_POS_X +                                                        \
+   (uint64_t)ABSOLUTE_POS_Y * ((uint64_t)CUBE_COUNT_X * CUBE_DIM_X) +                \
+   (uint64_t)ABSOLUTE_POS_Z * ((uint64_t)CUBE_COUNT_X * CUBE_DIM_X) *                \
+       ((uint64_t)CUBE_COUNT_Y * CUBE_DIM_Y))
+
+CUBE__DEVICE uint32_t cube__scalar_index(const uint64_t *info, uint32_t type, uint32_t i) {
+  uint64_t header = info[0];
+  uint32_t before = 0;
+  for (uint32_t t = 0; t < type; ++t) before += (uint32_t)((header >> (8 * t)) & 0xff);
+  return 1 + before + i;
+}
+CUBE__DEVICE uint32_t cube__scalar_total(const uint64_t *info) {
+  uint64_t header = info[0];
+  uint32_t total = 0;
+  for (uint32_t t = 0; t < 6; ++t) total += (uint32_t)((header >> (8 * t)) & 0xff);
+  return total;
+}
+CUBE__DEVICE uint32_t cube__buffer_count(const uint64_t *info) {
+  return (uint32_t)((info[0] >> 48) & 0xff);
+}
+CUBE__DEVICE uint64_t cube__len_bytes(const uint64_t *info, uint32_t buffer) {
+  return info[1 + cube__scalar_total(info) + buffer];
+}
+CUBE__DEVICE const uint64_t *cube__meta(const uint64_t *info, const uint64_t *dynamic,
+                                        uint32_t buffer) {
+  uint64_t off = info[1 + cube__scalar_total(info) + cube__buffer_count(info) + buffer];
+  return off == CUBE_INFO_NO_META ? (const uint64_t *)0 : dynamic + off;
+}
+CUBE__DEVICE uint64_t cube__rank(const uint64_t *m) { return m ? m[0] : 0; }
+CUBE__DEVICE uint64_t cube__shape(const uint64_t *m, uint32_t d) { return m ? m[1 + d] : 0; }
+CUBE__DEVICE uint64_t cube__stride(const uint64_t *m, uint32_t d) {
+  return m ? m[1 + m[0] + d] : 0;
+}
+
+#define CUBE__SCALAR_WORD(type, i) \
+  (cube__ctx->info[cube__scalar_index(cube__ctx->info, CUBE__SCALAR_TYPE_##type, (i))])
+#define CUBE__SCALAR_f64(w) CUBE__DOUBLE_OF(w)
+#define CUBE__SCALAR_f32(w) CUBE__FLOAT_OF(w)
+#define CUBE__SCALAR_u64(w) ((uint64_t)(w))
+#define CUBE__SCALAR_i64(w) ((int64_t)(w))
+#define CUBE__SCALAR_u32(w) ((uint32_t)(w))
+#define CUBE__SCALAR_i32(w) ((int32_t)(uint32_t)(w))
+// The i-th scalar of a type: SCALAR(f32, 0), SCALAR(u32, 1), ...
+#define SCALAR(type, i) CUBE__SCALAR_##type(CUBE__SCALAR_WORD(type, i))
+// Elements in a buffer (its binding's bytes over the element size).
+#define LEN(name) (cube__len_bytes(cube__ctx->info, name##__idx) / sizeof(*(name)))
+#define RANK(name) cube__rank(cube__meta(cube__ctx->info, cube__ctx->dynamic, name##__idx))
+#define SHAPE(name, d) cube__shape(cube__meta(cube__ctx->info, cube__ctx->dynamic, name##__idx), (d))
+#define STRIDE(name, d) \
+  cube__stride(cube__meta(cube__ctx->info, cube__ctx->dynamic, name##__idx), (d))
+
+#endif  // CUBE_DIALECT_H_

@@ -1,0 +1,37 @@
+// cubec — graph capture and replay.
+//
+// graph_prepare -> warm-up run -> begin_capture -> launches -> end_capture
+// (graph id) -> replay ... -> graph_destroy. Inside a capture window a sync,
+// read or profile is refused, and no new page may be taken
+// (IO_PAGE_UPDATE_FORBIDDEN).
+#ifndef CUBE_GRAPH_H_
+#define CUBE_GRAPH_H_
+
+#include "cube/kernel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef uint64_t cube_graph_t;
+
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_graph_prepare(cube_client_t *client,
+                                                               cube_stream_t stream);
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_graph_begin_capture(cube_client_t *client,
+                                                                     cube_stream_t stream);
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_graph_end_capture(cube_client_t *client,
+                                                                   cube_stream_t stream,
+                                                                   cube_graph_t *out_graph);
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_graph_replay(cube_client_t *client,
+                                                              cube_stream_t stream,
+                                                              cube_graph_t graph);
+// A no-op for an unknown id; waits for in-flight replays first.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_graph_destroy(cube_client_t *client,
+                                                               cube_stream_t stream,
+                                                               cube_graph_t graph);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // CUBE_GRAPH_H_

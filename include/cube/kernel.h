@@ -1,0 +1,151 @@
+// cubec — kernels and launches.
+//
+// A kernel is written once in cubec's dialect (see cube/dialect.h and
+// docs/dialect.md) and compiled on first launch for the client's device:
+// with the system C compiler on the CPU, with NVRTC on CUDA. Raw CUDA C++ is
+// accepted by the CUDA backend and refused elsewhere.
+#ifndef CUBE_KERNEL_H_
+#define CUBE_KERNEL_H_
+
+#include "cube/memory.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum cube_kernel_language_t {
+  CUBE_KERNEL_DIALECT = 0,  // portable: every backend
+  CUBE_KERNEL_CUDA = 1,     // raw CUDA C++ (extern "C" __global__ entry)
+} cube_kernel_language_t;
+
+typedef struct cube_kernel_desc_t {
+  const char *name;    // the entry point named in CUBE_KERNEL(name, ...)
+  const char *source;  // NUL-terminated
+  cube_kernel_language_t language;
+  cube_dim3_t cube_dim;
+  uint32_t dynamic_shared_memory;  // bytes
+  const char *options;             // extra compiler options, may be NULL
+} cube_kernel_desc_t;
+
+typedef struct cube_kernel_t cube_kernel_t;
+
+// Validates the description (names, dims) and keeps a copy; compiling
+// happens at the first launch on each device.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_kernel_create(const cube_kernel_desc_t *desc,
+                                                               cube_kernel_t **out_kernel);
+CUBE_API cube_kernel_t *cube_kernel_retain(cube_kernel_t *kernel);
+CUBE_API void cube_kernel_release(cube_kernel_t *kernel);
+CUBE_API const char *cube_kernel_name(const cube_kernel_t *kernel);
+
+// What a launch does with a buffer. The compiled kernel's own declaration
+// (the dialect's IN/OUT/INOUT) wins where it exists; this is the caller's.
+typedef enum cube_buffer_io_t {
+  CUBE_IO_UNDECLARED = 0,  // read and written (the loud fallback)
+  CUBE_IO_READ = 1,
+  CUBE_IO_WRITE = 2,
+  CUBE_IO_READ_WRITE = 3,
+  CUBE_IO_DEAD = 4,  // neither
+} cube_buffer_io_t;
+
+typedef struct cube_kernel_buffer_t {
+  cube_binding_t binding;
+  cube_buffer_io_t io;
+  // Optional tensor metadata (dynamic metadata in the info block).
+  uint32_t rank;
+  const uint64_t *shape;
+  const uint64_t *strides;
+} cube_kernel_buffer_t;
+
+typedef enum cube_scalar_type_t {
+  CUBE_SCALAR_F64 = 0,
+  CUBE_SCALAR_F32 = 1,
+  CUBE_SCALAR_U64 = 2,
+  CUBE_SCALAR_I64 = 3,
+  CUBE_SCALAR_U32 = 4,
+  CUBE_SCALAR_I32 = 5,
+  CUBE_SCALAR_TYPE_COUNT = 6,
+} cube_scalar_type_t;
+
+typedef struct cube_scalar_t {
+  cube_scalar_type_t type;
+  union {
+    double f64;
+    float f32;
+    uint64_t u64;
+    int64_t i64;
+    uint32_t u32;
+    int32_t i32;
+  } value;
+} cube_scalar_t;
+
+CUBE_API cube_scalar_t cube_scalar_f32(float value);
+CUBE_API cube_scalar_t cube_scalar_f64(double value);
+CUBE_API cube_scalar_t cube_scalar_u32(uint32_t value);
+CUBE_API cube_scalar_t cube_scalar_i32(int32_t value);
+CUBE_API cube_scalar_t cube_scalar_u64(uint64_t value);
+CUBE_API cube_scalar_t cube_scalar_i64(int64_t value);
+
+typedef struct cube_kernel_args_t {
+  const cube_kernel_buffer_t *buffers;
+  size_t buffer_count;
+  const cube_scalar_t *scalars;
+  size_t scalar_count;
+} cube_kernel_args_t;
+
+typedef struct cube_cube_count_t {
+  bool dynamic;
+  cube_dim3_t count;       // static count
+  cube_binding_t binding;  // dynamic: three u32 (x, y, z) read at launch
+} cube_cube_count_t;
+
+CUBE_API cube_cube_count_t cube_count_static(uint32_t x, uint32_t y, uint32_t z);
+CUBE_API cube_cube_count_t cube_count_dynamic(cube_binding_t binding);
+
+typedef enum cube_launch_mode_t {
+  CUBE_LAUNCH_EXECUTE = 0,
+  CUBE_LAUNCH_COMPILE_ONLY = 1,  // compile, validate, fill caches; run nothing, claim nothing
+  CUBE_LAUNCH_QUEUE = 2,         // run, but defer a first compile to cube_compile_queued
+} cube_launch_mode_t;
+
+// Enqueues |kernel| over |count| cubes. Returns at once. Answers:
+// - VALIDATION for bad arguments (nothing claimed),
+// - a compilation or resource error (declared outputs claim it),
+// - SKIPPED when an input carries a failure (outputs claim it, one hop more),
+// - OK when the work is enqueued.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_launch(cube_client_t *client, cube_stream_t stream,
+                                                        cube_kernel_t *kernel,
+                                                        cube_cube_count_t count,
+                                                        const cube_kernel_args_t *args,
+                                                        cube_launch_mode_t mode);
+// Compiles what CUBE_LAUNCH_QUEUE launches deferred.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_compile_queued(cube_client_t *client);
+
+// Kernel cache counters for this process (compiles done, memory hits, disk hits).
+typedef struct cube_kernel_cache_stats_t {
+  uint64_t compiled;
+  uint64_t memory_hits;
+  uint64_t disk_hits;
+  double compile_seconds;
+} cube_kernel_cache_stats_t;
+CUBE_API void cube_kernel_cache_stats(cube_kernel_cache_stats_t *out_stats);
+
+//===--- Cube dims and counts, as in the seeds ---===//
+
+// A cube dim for |working_units| elementwise units on the client's device.
+CUBE_API cube_dim3_t cube_dim_new(const cube_client_t *client, uint64_t working_units);
+// Spreads |num_cubes| over x, y, z within |max| (halving x, doubling y, ...).
+CUBE_API cube_dim3_t cube_count_spread(cube_dim3_t max, uint32_t num_cubes);
+
+typedef struct cube_count_selection_t {
+  cube_cube_count_t count;
+  bool exact;            // false: some cubes are idle, kernels must bound-check
+  uint64_t cubes_total;  // x * y * z actually dispatched
+} cube_count_selection_t;
+CUBE_API cube_count_selection_t cube_count_selection_new(const cube_client_t *client,
+                                                         uint32_t num_cubes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // CUBE_KERNEL_H_

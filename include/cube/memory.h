@@ -1,0 +1,192 @@
+// cubec — managed memory: handles, bindings, reads, writes, sync and check.
+//
+// A handle names a buffer on one client's device. It is a value (not a
+// pointer): using a released handle, or one from another client, is a clear
+// error (IO_NOT_FOUND / FOREIGN_HANDLE), never undefined behaviour. Memory is
+// pooled by the core; releasing a handle returns its slice to the pool once
+// no queued work can still touch it.
+#ifndef CUBE_MEMORY_H_
+#define CUBE_MEMORY_H_
+
+#include "cube/device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cube_handle_t {
+  uint64_t bits;  // client id, slot and generation; 0 is never a valid handle
+} cube_handle_t;
+
+// A handle with the byte range a kernel or copy sees.
+typedef struct cube_binding_t {
+  cube_handle_t handle;
+  uint64_t offset;
+  uint64_t size;
+} cube_binding_t;
+
+#define CUBE_MAX_RANK 8
+
+// A strided view for reads and writes: |shape| and |strides| are in
+// elements, innermost last. rank 0 means "the whole binding, contiguous".
+typedef struct cube_copy_desc_t {
+  cube_binding_t binding;
+  uint32_t rank;
+  uint64_t shape[CUBE_MAX_RANK];
+  uint64_t strides[CUBE_MAX_RANK];
+  uint32_t elem_size;
+} cube_copy_desc_t;
+
+// Creates a buffer of |size| bytes. Handles are minted without waiting for
+// the device. size 0 is valid (a buffer that holds nothing).
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_handle_create(cube_client_t *client,
+                                                               cube_stream_t stream,
+                                                               uint64_t size,
+                                                               cube_handle_t *out_handle);
+// Drops the caller's handle. A second release is IO_NOT_FOUND naming it.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_handle_release(cube_client_t *client,
+                                                                cube_handle_t handle);
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_handle_size(cube_client_t *client,
+                                                             cube_handle_t handle,
+                                                             uint64_t *out_size);
+// The whole buffer as a binding (size is filled in at use when 0 and the
+// offset is 0: CUBE_WHOLE).
+CUBE_API cube_binding_t cube_handle_binding(cube_handle_t handle);
+// A slice; validated where it is used (out-of-range is a VALIDATION error).
+CUBE_API cube_binding_t cube_handle_slice(cube_handle_t handle, uint64_t offset, uint64_t size);
+#define CUBE_WHOLE UINT64_MAX
+
+// Writes |size| bytes from host memory into |binding|. The source is consumed
+// before the call returns; the copy runs in stream order. A write that lands
+// over a whole buffer releases any failure the buffer carried.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_write(cube_client_t *client, cube_stream_t stream,
+                                                       cube_binding_t binding, const void *source,
+                                                       uint64_t size);
+// Several strided writes; every descriptor is attempted whatever happened to
+// the one before, and the failures come back together (SEVERAL).
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_write_strided(cube_client_t *client,
+                                                               cube_stream_t stream,
+                                                               const cube_copy_desc_t *descs,
+                                                               const void *const *sources,
+                                                               size_t count);
+
+// Blocking read of |size| bytes (== the binding's size) into |destination|.
+// Answers UNWRITTEN (or SEVERAL) when failed work left the bytes stale.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_read(cube_client_t *client, cube_stream_t stream,
+                                                      cube_binding_t binding, void *destination,
+                                                      uint64_t size);
+
+typedef struct cube_future_t cube_future_t;
+// Asynchronous strided read into |destination| (laid out densely, row-major,
+// shape[0..rank) * elem_size bytes). The claim check happens now; the bytes
+// are there when the future completes. |destination| must stay valid until
+// then.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_read_async(cube_client_t *client,
+                                                            cube_stream_t stream,
+                                                            const cube_copy_desc_t *desc,
+                                                            void *destination,
+                                                            cube_future_t **out_future);
+// Waits for the future; returns its result. The future stays owned by the
+// caller (release it after).
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_future_wait(cube_future_t *future);
+CUBE_API bool cube_future_is_ready(cube_future_t *future);
+CUBE_API void cube_future_release(cube_future_t *future);
+
+// Barrier on |stream|, then the claim check over |bindings| (count may be 0:
+// the plain barrier plus the device fault).
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_sync(cube_client_t *client, cube_stream_t stream,
+                                                      const cube_binding_t *bindings,
+                                                      size_t count);
+// The claim check alone, instant, no barrier.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_check(cube_client_t *client, cube_stream_t stream,
+                                                       const cube_binding_t *bindings,
+                                                       size_t count);
+// Submits queued work; reports only a device fault.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_flush(cube_client_t *client, cube_stream_t stream);
+
+// The native resource behind a binding (device address on CUDA, host address
+// on CPU), after the same claim check a read makes.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_get_resource(cube_client_t *client,
+                                                              cube_stream_t stream,
+                                                              cube_binding_t binding,
+                                                              uint64_t *out_address);
+
+//===--- Pools, reports, layouts and staging (memory issue) ---===//
+
+typedef enum cube_allocation_mode_t {
+  CUBE_ALLOCATION_AUTO = 0,
+  CUBE_ALLOCATION_PERSISTENT = 1,
+} cube_allocation_mode_t;
+
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_memory_allocation_mode(
+    cube_client_t *client, cube_stream_t stream, cube_allocation_mode_t mode);
+// Returns free pages to the backend. Refused while a stream records a graph.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_memory_cleanup(cube_client_t *client,
+                                                                cube_stream_t stream);
+
+typedef struct cube_pool_report_t {
+  char name[32];           // "sliced(2 MiB)", "exclusive", "persistent"
+  uint64_t page_size;      // 0 for pools of varying page sizes
+  uint64_t max_alloc;      // largest allocation routed here
+  uint64_t reserved;       // bytes held from the backend
+  uint64_t in_use;         // bytes in live slices
+  uint64_t reserved_peak;  // high-water marks
+  uint64_t in_use_peak;
+  uint32_t pages;
+  uint32_t slices;
+} cube_pool_report_t;
+
+#define CUBE_MAX_POOLS 16
+typedef struct cube_memory_report_t {
+  uint32_t pool_count;
+  cube_pool_report_t pools[CUBE_MAX_POOLS];
+  uint64_t reserved;
+  uint64_t in_use;
+  uint64_t reserved_peak;
+  uint64_t in_use_peak;
+} cube_memory_report_t;
+
+// |stream| CUBE_STREAM_CURRENT reports the calling thread's stream; the
+// pools are the device's, so every stream sees the same pools and the
+// per-stream figures count what that stream allocated.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_memory_report(cube_client_t *client,
+                                                               cube_stream_t stream,
+                                                               cube_memory_report_t *out_report);
+
+typedef enum cube_layout_strategy_t {
+  CUBE_LAYOUT_CONTIGUOUS = 0,
+  CUBE_LAYOUT_OPTIMIZED = 1,  // rows padded to the device's preferred pitch
+} cube_layout_strategy_t;
+
+typedef struct cube_layout_desc_t {
+  cube_layout_strategy_t strategy;
+  uint32_t rank;
+  uint64_t shape[CUBE_MAX_RANK];
+  uint32_t elem_size;
+} cube_layout_desc_t;
+
+typedef struct cube_layout_t {
+  cube_binding_t binding;  // each descriptor's slice of the one allocation
+  uint64_t strides[CUBE_MAX_RANK];
+} cube_layout_t;
+
+// Allocates one buffer holding every descriptor; |out_handle| owns it and
+// each layout's binding is a slice of it.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_memory_layout(cube_client_t *client,
+                                                               cube_stream_t stream,
+                                                               const cube_layout_desc_t *descs,
+                                                               size_t count,
+                                                               cube_handle_t *out_handle,
+                                                               cube_layout_t *out_layouts);
+
+// Pinned host memory for fast transfers (aligned host memory on CPU).
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_staging_acquire(cube_client_t *client,
+                                                                 uint64_t size, void **out_host);
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_staging_release(cube_client_t *client,
+                                                                 void *host);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // CUBE_MEMORY_H_

@@ -1,0 +1,32 @@
+// cubec — device-timed profiling windows.
+#ifndef CUBE_PROFILE_H_
+#define CUBE_PROFILE_H_
+
+#include "cube/kernel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef uint64_t cube_profile_token_t;
+
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_profile_start(cube_client_t *client,
+                                                               cube_stream_t stream,
+                                                               cube_profile_token_t *out_token);
+// The window opens at the next launch on |stream|.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_profile_start_at_launch(
+    cube_client_t *client, cube_stream_t stream, cube_profile_token_t *out_token);
+// Device time of the window in nanoseconds; PROFILE_NOT_MEASURED when nothing
+// was timed (never a zero).
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_profile_end(cube_client_t *client,
+                                                             cube_stream_t stream,
+                                                             cube_profile_token_t token,
+                                                             uint64_t *out_nanoseconds);
+CUBE_API void cube_profile_abandon(cube_client_t *client, cube_stream_t stream,
+                                   cube_profile_token_t token);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // CUBE_PROFILE_H_
