@@ -1,0 +1,67 @@
+// cubec — small shared helpers: a 128-bit content hash (kernel-cache keys),
+// a monotonic clock, overflow-checked arithmetic and environment lookups.
+#ifndef CUBE_BASE_UTIL_H_
+#define CUBE_BASE_UTIL_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/backend.h"
+
+//===--- 128-bit content hash ---===//
+//
+// Non-cryptographic: two 64-bit lanes, each reading every input word (with
+// different multipliers and rotations, XXH64-style rounds), folded into each
+// other and avalanched at the end with the total length. Good for cache keys
+// of non-adversarial content (kernel sources, options, targets); the same
+// bytes give the same hash on every run, split or not across updates.
+
+typedef struct cube_hash128_t {
+  uint64_t low;
+  uint64_t high;
+} cube_hash128_t;
+
+// Incremental state; initialize with cube_hash128_init before use.
+typedef struct cube_hash128_state_t {
+  uint64_t lane_a;
+  uint64_t lane_b;
+  uint64_t length;
+  uint8_t tail[16];
+  size_t tail_length;
+} cube_hash128_state_t;
+
+#define CUBE_HASH128_HEX_SIZE 33  // 32 hex digits and the NUL
+
+CUBE_INTERNAL void cube_hash128_init(cube_hash128_state_t *state);
+CUBE_INTERNAL void cube_hash128_update(cube_hash128_state_t *state, const void *bytes, size_t size);
+// Does not modify |state|: more bytes may still be added afterwards.
+CUBE_INTERNAL cube_hash128_t cube_hash128_final(const cube_hash128_state_t *state);
+// One-shot: the same as init + update + final.
+CUBE_INTERNAL cube_hash128_t cube_hash128(const void *bytes, size_t size);
+// 32 lower-case hex digits, high half first, NUL-terminated.
+CUBE_INTERNAL void cube_hash128_hex(cube_hash128_t hash, char out_hex[CUBE_HASH128_HEX_SIZE]);
+CUBE_INTERNAL bool cube_hash128_equal(cube_hash128_t a, cube_hash128_t b);
+
+//===--- Clock ---===//
+
+// Monotonic nanoseconds since an unspecified point (CLOCK_MONOTONIC).
+CUBE_INTERNAL uint64_t cube_now_ns(void);
+
+//===--- Overflow-checked arithmetic ---===//
+
+// Each returns false, and leaves |*out| untouched, when the result overflows.
+CUBE_INTERNAL bool cube_mul_u64(uint64_t a, uint64_t b, uint64_t *out);
+CUBE_INTERNAL bool cube_add_u64(uint64_t a, uint64_t b, uint64_t *out);
+
+//===--- Environment ---===//
+
+// The value of |name| as an unsigned number (decimal, 0x hex, or with a
+// binary suffix k/m/g/t, case-insensitive: "64m" = 64 MiB), or |default_value|
+// when unset, empty, malformed or out of range.
+CUBE_INTERNAL uint64_t cube_env_u64(const char *name, uint64_t default_value);
+// The value of |name|, or NULL when it is unset or empty. Borrowed from the
+// environment: copy it before anyone may call setenv.
+CUBE_INTERNAL const char *cube_env_str(const char *name);
+
+#endif  // CUBE_BASE_UTIL_H_
