@@ -1,0 +1,132 @@
+// Tests for the shared helpers in src/base/util.h.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "base/util.h"
+
+static void hash_is_deterministic_and_split_independent(void **state) {
+  (void)state;
+  uint8_t bytes[1000];
+  for (size_t i = 0; i < sizeof(bytes); ++i) bytes[i] = (uint8_t)(i * 131u + 7u);
+  cube_hash128_t whole = cube_hash128(bytes, sizeof(bytes));
+  assert_true(cube_hash128_equal(whole, cube_hash128(bytes, sizeof(bytes))));
+  // Every split point, and byte-at-a-time, gives the same hash.
+  for (size_t split = 0; split <= 40; ++split) {
+    cube_hash128_state_t hasher;
+    cube_hash128_init(&hasher);
+    cube_hash128_update(&hasher, bytes, split);
+    cube_hash128_update(&hasher, bytes + split, sizeof(bytes) - split);
+    assert_true(cube_hash128_equal(cube_hash128_final(&hasher), whole));
+  }
+  cube_hash128_state_t hasher;
+  cube_hash128_init(&hasher);
+  for (size_t i = 0; i < sizeof(bytes); ++i) cube_hash128_update(&hasher, bytes + i, 1);
+  assert_true(cube_hash128_equal(cube_hash128_final(&hasher), whole));
+  // final does not consume the state.
+  assert_true(cube_hash128_equal(cube_hash128_final(&hasher), whole));
+}
+
+static void hash_separates_close_inputs(void **state) {
+  (void)state;
+  // Zero-padding must not collide: "", "\0", "\0\0" ... all differ.
+  uint8_t zeros[40] = {0};
+  cube_hash128_t seen[41];
+  for (size_t n = 0; n <= 40; ++n) {
+    seen[n] = cube_hash128(zeros, n);
+    for (size_t m = 0; m < n; ++m) assert_false(cube_hash128_equal(seen[n], seen[m]));
+  }
+  // Every single-bit flip of a 64-byte input changes both halves.
+  uint8_t bytes[64];
+  for (size_t i = 0; i < sizeof(bytes); ++i) bytes[i] = (uint8_t)i;
+  cube_hash128_t base = cube_hash128(bytes, sizeof(bytes));
+  for (size_t bit = 0; bit < sizeof(bytes) * 8; ++bit) {
+    bytes[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+    cube_hash128_t flipped = cube_hash128(bytes, sizeof(bytes));
+    bytes[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+    assert_true(flipped.low != base.low);
+    assert_true(flipped.high != base.high);
+  }
+  const char *a = "kernel void f(){}";
+  const char *b = "kernel void g(){}";
+  assert_false(cube_hash128_equal(cube_hash128(a, strlen(a)), cube_hash128(b, strlen(b))));
+}
+
+static void hash_hex_is_32_lowercase_digits(void **state) {
+  (void)state;
+  cube_hash128_t hash = {.low = 0x0123456789abcdefull, .high = 0xfedcba9876543210ull};
+  char hex[CUBE_HASH128_HEX_SIZE];
+  cube_hash128_hex(hash, hex);
+  assert_string_equal(hex, "fedcba98765432100123456789abcdef");
+  cube_hash128_hex(cube_hash128("abc", 3), hex);
+  assert_int_equal(strlen(hex), 32);
+  for (int i = 0; i < 32; ++i) assert_non_null(strchr("0123456789abcdef", hex[i]));
+}
+
+static void clock_is_monotonic(void **state) {
+  (void)state;
+  uint64_t a = cube_now_ns();
+  uint64_t b = cube_now_ns();
+  assert_true(a > 0);
+  assert_true(b >= a);
+}
+
+static void checked_arithmetic(void **state) {
+  (void)state;
+  uint64_t out = 5;
+  assert_true(cube_mul_u64(1ull << 31, 1ull << 32, &out));
+  assert_int_equal(out, 1ull << 63);
+  out = 5;
+  assert_false(cube_mul_u64(1ull << 32, 1ull << 32, &out));
+  assert_int_equal(out, 5);  // untouched on overflow
+  assert_true(cube_mul_u64(0, UINT64_MAX, &out));
+  assert_int_equal(out, 0);
+  assert_true(cube_add_u64(UINT64_MAX - 1, 1, &out));
+  assert_int_equal(out, UINT64_MAX);
+  out = 7;
+  assert_false(cube_add_u64(UINT64_MAX, 1, &out));
+  assert_int_equal(out, 7);
+}
+
+static void environment_lookups(void **state) {
+  (void)state;
+  const char *name = "CUBE_TEST_UTIL_VALUE";
+  unsetenv(name);
+  assert_null(cube_env_str(name));
+  assert_int_equal(cube_env_u64(name, 17), 17);
+  setenv(name, "", 1);
+  assert_null(cube_env_str(name));
+  assert_int_equal(cube_env_u64(name, 17), 17);
+  setenv(name, "1234", 1);
+  assert_string_equal(cube_env_str(name), "1234");
+  assert_int_equal(cube_env_u64(name, 17), 1234);
+  setenv(name, "0x10", 1);
+  assert_int_equal(cube_env_u64(name, 17), 16);
+  setenv(name, "64m", 1);
+  assert_int_equal(cube_env_u64(name, 17), 64ull << 20);
+  setenv(name, "2G", 1);
+  assert_int_equal(cube_env_u64(name, 17), 2ull << 30);
+  static const char *bad[] = {"-1", "abc", "12q", "99999999999999999999", "16777216t", "4 k k"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
+    setenv(name, bad[i], 1);
+    if (cube_env_u64(name, 17) != 17) fail_msg("'%s' should read as the default", bad[i]);
+  }
+  unsetenv(name);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(hash_is_deterministic_and_split_independent),
+      cmocka_unit_test(hash_separates_close_inputs),
+      cmocka_unit_test(hash_hex_is_32_lowercase_digits),
+      cmocka_unit_test(clock_is_monotonic),
+      cmocka_unit_test(checked_arithmetic),
+      cmocka_unit_test(environment_lookups),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
