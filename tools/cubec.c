@@ -1,0 +1,685 @@
+// cubec — the command-line tool: `cubec info` lists backends and devices,
+// `cubec demo` runs the showcase kernels and checks them against the host.
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cube/cube.h"
+
+//===--- Small helpers ---===//
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static const char *backend_kind_name(cube_backend_kind_t kind) {
+  switch (kind) {
+    case CUBE_BACKEND_CPU:
+      return "cpu";
+    case CUBE_BACKEND_CUDA:
+      return "cuda";
+    default:
+      return "default";
+  }
+}
+
+// Prints |status| under a heading and releases it; returns whether it was OK.
+static bool report_status(const char *what, cube_status_t status) {
+  if (cube_status_is_ok(status)) return true;
+  fprintf(stderr, "error: %s failed:\n", what);
+  cube_status_fprint(status, stderr);
+  cube_status_release(status);
+  return false;
+}
+
+// Evaluates a status expression; on failure prints it and jumps to `done`
+// (every function using it keeps its clean-up there).
+#define TRY(what, expr)                            \
+  do {                                             \
+    if (!report_status((what), (expr))) goto done; \
+  } while (0)
+
+static void format_bytes(uint64_t bytes, char *buffer, size_t capacity) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = (double)bytes;
+  size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < sizeof units / sizeof units[0]) {
+    value /= 1024.0;
+    ++unit;
+  }
+  if (unit == 0) {
+    snprintf(buffer, capacity, "%" PRIu64 " B", bytes);
+  } else {
+    snprintf(buffer, capacity, "%.1f %s (%" PRIu64 ")", value, units[unit], bytes);
+  }
+}
+
+//===--- cubec info ---===//
+
+static void print_row(const char *key, const char *value) {
+  printf("    %-28s %s\n", key, value);
+}
+
+static void print_row_u64(const char *key, uint64_t value) {
+  char text[32];
+  snprintf(text, sizeof text, "%" PRIu64, value);
+  print_row(key, text);
+}
+
+static void print_row_bytes(const char *key, uint64_t value) {
+  char text[64];
+  format_bytes(value, text, sizeof text);
+  print_row(key, text);
+}
+
+static void print_row_dim(const char *key, cube_dim3_t dim) {
+  char text[64];
+  snprintf(text, sizeof text, "%" PRIu32 " x %" PRIu32 " x %" PRIu32, dim.x, dim.y, dim.z);
+  print_row(key, text);
+}
+
+static void print_properties(const cube_device_properties_t *p) {
+  char text[64];
+  print_row("name", p->name);
+  print_row("backend", backend_kind_name(p->backend));
+  snprintf(text, sizeof text, "%" PRIu32 " .. %" PRIu32, p->plane_size_min, p->plane_size_max);
+  print_row("plane size (min .. max)", text);
+  print_row_u64("max units per cube", p->max_units_per_cube);
+  print_row_dim("max cube count", p->max_cube_count);
+  print_row_dim("max cube dim", p->max_cube_dim);
+  print_row_bytes("max shared memory per cube", p->max_shared_memory_per_cube);
+  print_row_u64("core count", p->core_count);
+  print_row_bytes("memory size", p->memory_size);
+  print_row_bytes("memory alignment", p->memory_alignment);
+  print_row_bytes("max page size", p->max_page_size);
+  snprintf(text, sizeof text, "%" PRIu32 ".%" PRIu32, p->compute_capability_major,
+           p->compute_capability_minor);
+  print_row("compute capability", text);
+  print_row_bytes("l2 cache size", p->l2_cache_size);
+  print_row_bytes("max shared memory (opt-in)", p->max_shared_memory_optin);
+  print_row("supports tma", p->supports_tma ? "yes" : "no");
+  print_row("supports clusters", p->supports_clusters ? "yes" : "no");
+  snprintf(text, sizeof text, "%016" PRIx64, cube_device_properties_hash(p));
+  print_row("properties hash", text);
+}
+
+static int command_info(void) {
+  static const cube_backend_kind_t kinds[] = {CUBE_BACKEND_CPU, CUBE_BACKEND_CUDA};
+  int rc = 0;
+  printf("cubec %d.%d.%d\n", CUBE_VERSION_MAJOR, CUBE_VERSION_MINOR, CUBE_VERSION_PATCH);
+  printf("default backend: %s\n\n", backend_kind_name(cube_backend_default()));
+  printf("  %-8s %-11s %-8s %s\n", "backend", "available", "devices", "detail");
+  cube_backend_info_t infos[2];
+  for (size_t k = 0; k < 2; ++k) {
+    memset(&infos[k], 0, sizeof infos[k]);
+    if (!report_status("cube_backend_query", cube_backend_query(kinds[k], &infos[k]))) {
+      rc = 1;
+      continue;
+    }
+    printf("  %-8s %-11s %-8" PRIu32 " %s\n", infos[k].name ? infos[k].name : "?",
+           infos[k].available ? "yes" : "no", infos[k].device_count,
+           infos[k].detail ? infos[k].detail : "");
+  }
+  for (size_t k = 0; k < 2; ++k) {
+    if (!infos[k].available) continue;
+    for (uint32_t d = 0; d < infos[k].device_count; ++d) {
+      cube_device_properties_t properties;
+      memset(&properties, 0, sizeof properties);
+      printf("\n  %s device %" PRIu32 "\n", backend_kind_name(kinds[k]), d);
+      if (!report_status("cube_device_properties",
+                         cube_device_properties(kinds[k], d, &properties))) {
+        rc = 1;
+        continue;
+      }
+      print_properties(&properties);
+    }
+  }
+  return rc;
+}
+
+//===--- cubec demo ---===//
+
+// The showcase kernels, in cubec's dialect (include/cube/dialect.h).
+static const char saxpy_source[] =
+    "CUBE_KERNEL(saxpy, IN(float, x), INOUT(float, y)) {\n"
+    "  float a = SCALAR(f32, 0);\n"
+    "  uint64_t i = ABSOLUTE_POS;\n"
+    "  if (i < LEN(y)) y[i] += a * x[i];\n"
+    "}\n";
+
+// Each unit first sums |per_unit| elements strided by the cube size (so that
+// neighbouring units read neighbouring elements), then the cube folds its
+// units' sums in shared memory, one barrier per halving; unit 0 writes the
+// cube's partial sum. One partial per cube keeps the result deterministic.
+static const char reduce_source[] =
+    "CUBE_KERNEL(reduce_sum, IN(float, x), OUT(float, partial)) {\n"
+    "  SHARED(float, tile, 256);\n"
+    "  uint32_t per_unit = SCALAR(u32, 0);\n"
+    "  uint64_t base = (uint64_t)CUBE_POS * CUBE_DIM * per_unit + UNIT_POS;\n"
+    "  float acc = 0.0f;\n"
+    "  for (uint32_t k = 0; k < per_unit; ++k) {\n"
+    "    uint64_t i = base + (uint64_t)k * CUBE_DIM;\n"
+    "    if (i < LEN(x)) acc += x[i];\n"
+    "  }\n"
+    "  tile[UNIT_POS] = acc;\n"
+    "  SYNC_CUBE();\n"
+    "  for (uint32_t s = CUBE_DIM / 2; s > 0; s >>= 1) {\n"
+    "    if (UNIT_POS < s) tile[UNIT_POS] += tile[UNIT_POS + s];\n"
+    "    SYNC_CUBE();\n"
+    "  }\n"
+    "  if (UNIT_POS == 0) partial[CUBE_POS] = tile[0];\n"
+    "}\n";
+
+// 2D: one unit per element of a rows x cols matrix, shapes and strides from
+// the launch's tensor metadata.
+static const char transpose_source[] =
+    "CUBE_KERNEL(transpose, IN(float, in), OUT(float, out)) {\n"
+    "  uint64_t rows = SHAPE(in, 0), cols = SHAPE(in, 1);\n"
+    "  uint64_t c = ABSOLUTE_POS_X, r = ABSOLUTE_POS_Y;\n"
+    "  if (r < rows && c < cols)\n"
+    "    out[c * STRIDE(out, 0) + r * STRIDE(out, 1)] = in[r * STRIDE(in, 0) + c * STRIDE(in, "
+    "1)];\n"
+    "}\n";
+
+// Deliberately broken: `undefined_gain` is declared nowhere.
+static const char broken_source[] =
+    "CUBE_KERNEL(broken_fill, OUT(float, out)) {\n"
+    "  uint64_t i = ABSOLUTE_POS;\n"
+    "  if (i < LEN(out)) out[i] = undefined_gain * 2.0f;\n"
+    "}\n";
+
+static const char scale_source[] =
+    "CUBE_KERNEL(scale, IN(float, in), OUT(float, out)) {\n"
+    "  uint64_t i = ABSOLUTE_POS;\n"
+    "  if (i < LEN(out)) out[i] = 3.0f * in[i];\n"
+    "}\n";
+
+typedef struct demo_t {
+  cube_client_t *client;
+  int checks_passed;
+  int checks_failed;
+} demo_t;
+
+// Whether the chain of |status| ends in a compilation error.
+static bool is_compile_error(cube_status_t status) {
+  if (status == CUBE_OK) return false;
+  cube_status_code_t root = cube_status_code(cube_status_root(status));
+  return cube_status_code_family(root) == CUBE_STATUS_FAMILY_COMPILATION;
+}
+
+static void check(demo_t *demo, bool ok, const char *what) {
+  printf("    check: %-52s %s\n", what, ok ? "ok" : "FAILED");
+  if (ok) {
+    ++demo->checks_passed;
+  } else {
+    ++demo->checks_failed;
+  }
+}
+
+static cube_status_t make_kernel(const char *name, const char *source, cube_dim3_t dim,
+                                 cube_kernel_t **out_kernel) {
+  cube_kernel_desc_t desc;
+  memset(&desc, 0, sizeof desc);
+  desc.name = name;
+  desc.source = source;
+  desc.language = CUBE_KERNEL_DIALECT;
+  desc.cube_dim = dim;
+  return cube_kernel_create(&desc, out_kernel);
+}
+
+static cube_kernel_buffer_t kernel_buffer(cube_handle_t handle, cube_buffer_io_t io) {
+  cube_kernel_buffer_t buffer;
+  memset(&buffer, 0, sizeof buffer);
+  buffer.binding = cube_handle_binding(handle);
+  buffer.io = io;
+  return buffer;
+}
+
+static void release_handle(cube_client_t *client, cube_handle_t *handle) {
+  if (handle->bits == 0) return;
+  (void)report_status("cube_handle_release", cube_handle_release(client, *handle));
+  handle->bits = 0;
+}
+
+// (1) saxpy over 16 Mi floats.
+static bool demo_saxpy(demo_t *demo) {
+  const uint64_t n = 16u << 20;
+  const float a = 2.5f;
+  const uint64_t bytes = n * sizeof(float);
+  bool ok = false;
+  float *x = malloc(bytes), *y = malloc(bytes), *out = malloc(bytes);
+  cube_kernel_t *kernel = NULL;
+  cube_handle_t hx = {0}, hy = {0};
+  cube_client_t *client = demo->client;
+
+  printf("\n[1] saxpy: y += a * x over %" PRIu64 " Mi floats\n", n >> 20);
+  if (!x || !y || !out) {
+    fprintf(stderr, "error: out of host memory\n");
+    goto done;
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    x[i] = (float)(i % 1000) * 0.5f;
+    y[i] = (float)(i % 7);
+  }
+  TRY("kernel create", make_kernel("saxpy", saxpy_source, (cube_dim3_t){256, 1, 1}, &kernel));
+  TRY("handle create", cube_handle_create(client, CUBE_STREAM_CURRENT, bytes, &hx));
+  TRY("handle create", cube_handle_create(client, CUBE_STREAM_CURRENT, bytes, &hy));
+  TRY("write x", cube_write(client, CUBE_STREAM_CURRENT, cube_handle_binding(hx), x, bytes));
+  TRY("write y", cube_write(client, CUBE_STREAM_CURRENT, cube_handle_binding(hy), y, bytes));
+
+  cube_kernel_buffer_t buffers[2] = {kernel_buffer(hx, CUBE_IO_READ),
+                                     kernel_buffer(hy, CUBE_IO_READ_WRITE)};
+  cube_scalar_t scalars[1] = {cube_scalar_f32(a)};
+  cube_kernel_args_t args = {buffers, 2, scalars, 1};
+  cube_count_selection_t selection = cube_count_selection_new(client, (uint32_t)(n / 256));
+
+  // Compile first (a dry run claims nothing), so the timed run is the kernel.
+  double t0 = now_seconds();
+  TRY("compile saxpy", cube_launch(client, CUBE_STREAM_CURRENT, kernel, selection.count, &args,
+                                   CUBE_LAUNCH_COMPILE_ONLY));
+  double t1 = now_seconds();
+  TRY("launch saxpy", cube_launch(client, CUBE_STREAM_CURRENT, kernel, selection.count, &args,
+                                  CUBE_LAUNCH_EXECUTE));
+  TRY("sync", cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
+  double t2 = now_seconds();
+  TRY("read y", cube_read(client, CUBE_STREAM_CURRENT, cube_handle_binding(hy), out, bytes));
+
+  uint64_t mismatches = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    float expected = y[i] + a * x[i];
+    if (out[i] != expected) ++mismatches;
+  }
+  printf("    cube count %" PRIu32 " x %" PRIu32 " x %" PRIu32 ", cube dim 256\n",
+         selection.count.count.x, selection.count.count.y, selection.count.count.z);
+  printf(
+      "    compile/load %.1f ms, run %.2f ms (launch + sync), %.1f GB/s (x, y read; y "
+      "written)\n",
+      (t1 - t0) * 1e3, (t2 - t1) * 1e3, 3.0 * (double)bytes / (t2 - t1) / 1e9);
+  char what[96];
+  snprintf(what, sizeof what, "y == y0 + a*x on host (%" PRIu64 " mismatches)", mismatches);
+  check(demo, mismatches == 0, what);
+  ok = true;
+
+done:
+  release_handle(client, &hx);
+  release_handle(client, &hy);
+  cube_kernel_release(kernel);
+  free(x);
+  free(y);
+  free(out);
+  return ok;
+}
+
+// (2) A cube-level reduction with shared memory and SYNC_CUBE barriers.
+static bool demo_reduction(demo_t *demo) {
+  const uint64_t n = 16u << 20;
+  const uint32_t dim = 256, per_unit = 64;
+  const uint64_t per_cube = (uint64_t)dim * per_unit;
+  const uint32_t cubes = (uint32_t)((n + per_cube - 1) / per_cube);
+  bool ok = false;
+  float *x = malloc(n * sizeof(float)), *partial = malloc(cubes * sizeof(float));
+  cube_kernel_t *kernel = NULL;
+  cube_handle_t hx = {0}, hp = {0};
+  cube_client_t *client = demo->client;
+
+  printf("\n[2] reduction: sum of %" PRIu64 " Mi floats, shared memory + SYNC_CUBE\n", n >> 20);
+  if (!x || !partial) {
+    fprintf(stderr, "error: out of host memory\n");
+    goto done;
+  }
+  // Multiples of 0.25 below 4: every partial and the total are exact in
+  // float/double, so the device and host sums must agree to the bit.
+  double expected = 0.0;
+  for (uint64_t i = 0; i < n; ++i) {
+    x[i] = (float)(i % 17) * 0.25f;
+    expected += x[i];
+  }
+  TRY("kernel create", make_kernel("reduce_sum", reduce_source, (cube_dim3_t){dim, 1, 1}, &kernel));
+  TRY("handle create", cube_handle_create(client, CUBE_STREAM_CURRENT, n * sizeof(float), &hx));
+  TRY("handle create", cube_handle_create(client, CUBE_STREAM_CURRENT, cubes * sizeof(float), &hp));
+  TRY("write x",
+      cube_write(client, CUBE_STREAM_CURRENT, cube_handle_binding(hx), x, n * sizeof(float)));
+
+  cube_kernel_buffer_t buffers[2] = {kernel_buffer(hx, CUBE_IO_READ),
+                                     kernel_buffer(hp, CUBE_IO_WRITE)};
+  cube_scalar_t scalars[1] = {cube_scalar_u32(per_unit)};
+  cube_kernel_args_t args = {buffers, 2, scalars, 1};
+  cube_cube_count_t count = cube_count_static(cubes, 1, 1);
+
+  double t0 = now_seconds();
+  TRY("compile reduce_sum",
+      cube_launch(client, CUBE_STREAM_CURRENT, kernel, count, &args, CUBE_LAUNCH_COMPILE_ONLY));
+  double t1 = now_seconds();
+  TRY("launch reduce_sum",
+      cube_launch(client, CUBE_STREAM_CURRENT, kernel, count, &args, CUBE_LAUNCH_EXECUTE));
+  TRY("read partials", cube_read(client, CUBE_STREAM_CURRENT, cube_handle_binding(hp), partial,
+                                 cubes * sizeof(float)));
+  double t2 = now_seconds();
+
+  double total = 0.0;
+  for (uint32_t c = 0; c < cubes; ++c) total += partial[c];
+  printf("    %" PRIu32 " cubes x %" PRIu32 " units, %" PRIu32
+         " elements per unit, then log2(256) = 8 barrier rounds\n",
+         cubes, dim, per_unit);
+  printf("    compile/load %.1f ms, run + read %.2f ms, sum = %.2f\n", (t1 - t0) * 1e3,
+         (t2 - t1) * 1e3, total);
+  char what[96];
+  snprintf(what, sizeof what, "sum of partials == host sum (%.2f)", expected);
+  check(demo, total == expected, what);
+  ok = true;
+
+done:
+  release_handle(client, &hx);
+  release_handle(client, &hp);
+  cube_kernel_release(kernel);
+  free(x);
+  free(partial);
+  return ok;
+}
+
+// (3) A 2D launch: transpose a rows x cols matrix over a 2D cube count.
+static bool demo_transpose(demo_t *demo) {
+  const uint64_t rows = 1500, cols = 2100;  // not multiples of the cube dim: edges are tested
+  const uint64_t bytes = rows * cols * sizeof(float);
+  const uint32_t tile = 16;
+  bool ok = false;
+  float *in = malloc(bytes), *out = malloc(bytes);
+  cube_kernel_t *kernel = NULL;
+  cube_handle_t hin = {0}, hout = {0};
+  cube_client_t *client = demo->client;
+
+  printf("\n[3] 2D launch: transpose a %" PRIu64 " x %" PRIu64 " matrix\n", rows, cols);
+  if (!in || !out) {
+    fprintf(stderr, "error: out of host memory\n");
+    goto done;
+  }
+  for (uint64_t i = 0; i < rows * cols; ++i) in[i] = (float)i;
+  TRY("kernel create",
+      make_kernel("transpose", transpose_source, (cube_dim3_t){tile, tile, 1}, &kernel));
+  TRY("handle create", cube_handle_create(client, CUBE_STREAM_CURRENT, bytes, &hin));
+  TRY("handle create", cube_handle_create(client, CUBE_STREAM_CURRENT, bytes, &hout));
+  TRY("write matrix", cube_write(client, CUBE_STREAM_CURRENT, cube_handle_binding(hin), in, bytes));
+
+  const uint64_t in_shape[2] = {rows, cols}, in_strides[2] = {cols, 1};
+  const uint64_t out_shape[2] = {cols, rows}, out_strides[2] = {rows, 1};
+  cube_kernel_buffer_t buffers[2] = {kernel_buffer(hin, CUBE_IO_READ),
+                                     kernel_buffer(hout, CUBE_IO_WRITE)};
+  buffers[0].rank = 2;
+  buffers[0].shape = in_shape;
+  buffers[0].strides = in_strides;
+  buffers[1].rank = 2;
+  buffers[1].shape = out_shape;
+  buffers[1].strides = out_strides;
+  cube_kernel_args_t args = {buffers, 2, NULL, 0};
+  cube_cube_count_t count = cube_count_static((uint32_t)((cols + tile - 1) / tile),
+                                              (uint32_t)((rows + tile - 1) / tile), 1);
+
+  double t0 = now_seconds();
+  TRY("compile transpose",
+      cube_launch(client, CUBE_STREAM_CURRENT, kernel, count, &args, CUBE_LAUNCH_COMPILE_ONLY));
+  double t1 = now_seconds();
+  TRY("launch transpose",
+      cube_launch(client, CUBE_STREAM_CURRENT, kernel, count, &args, CUBE_LAUNCH_EXECUTE));
+  TRY("read transpose",
+      cube_read(client, CUBE_STREAM_CURRENT, cube_handle_binding(hout), out, bytes));
+  double t2 = now_seconds();
+
+  uint64_t mismatches = 0;
+  for (uint64_t r = 0; r < rows; ++r)
+    for (uint64_t c = 0; c < cols; ++c)
+      if (out[c * rows + r] != in[r * cols + c]) ++mismatches;
+  printf("    cube count %" PRIu32 " x %" PRIu32 ", cube dim %" PRIu32 " x %" PRIu32
+         ", shapes and strides from tensor metadata\n",
+         count.count.x, count.count.y, tile, tile);
+  printf("    compile/load %.1f ms, run + read %.2f ms\n", (t1 - t0) * 1e3, (t2 - t1) * 1e3);
+  char what[96];
+  snprintf(what, sizeof what, "out[c][r] == in[r][c] (%" PRIu64 " mismatches)", mismatches);
+  check(demo, mismatches == 0, what);
+  ok = true;
+
+done:
+  release_handle(client, &hin);
+  release_handle(client, &hout);
+  cube_kernel_release(kernel);
+  free(in);
+  free(out);
+  return ok;
+}
+
+// (4) A deliberate failure, as a user meets it: a kernel that does not
+// compile is launched into A, a second kernel reads A into B (Skipped), and
+// reading B tells the whole story. Then a host write into A releases the
+// claim and the second kernel runs.
+static bool demo_failure(demo_t *demo) {
+  const uint64_t n = 4096;
+  const uint64_t bytes = n * sizeof(float);
+  bool ok = false;
+  cube_kernel_t *broken = NULL, *scale = NULL;
+  cube_handle_t ha = {0}, hb = {0};
+  cube_client_t *client = demo->client;
+  cube_status_t status = CUBE_OK;
+  float *host = malloc(bytes);
+
+  printf("\n[4] a deliberate failure: compile error -> skipped launch -> unwritten read\n");
+  if (!host) {
+    fprintf(stderr, "error: out of host memory\n");
+    goto done;
+  }
+  TRY("kernel create",
+      make_kernel("broken_fill", broken_source, (cube_dim3_t){256, 1, 1}, &broken));
+  TRY("kernel create", make_kernel("scale", scale_source, (cube_dim3_t){256, 1, 1}, &scale));
+  TRY("handle create", cube_handle_create(client, CUBE_STREAM_CURRENT, bytes, &ha));
+  TRY("handle create", cube_handle_create(client, CUBE_STREAM_CURRENT, bytes, &hb));
+
+  cube_cube_count_t count = cube_count_static((uint32_t)(n / 256), 1, 1);
+  cube_kernel_buffer_t fill_buffers[1] = {kernel_buffer(ha, CUBE_IO_WRITE)};
+  cube_kernel_args_t fill_args = {fill_buffers, 1, NULL, 0};
+  cube_kernel_buffer_t scale_buffers[2] = {kernel_buffer(ha, CUBE_IO_READ),
+                                           kernel_buffer(hb, CUBE_IO_WRITE)};
+  cube_kernel_args_t scale_args = {scale_buffers, 2, NULL, 0};
+
+  printf("    launch broken_fill(out = A)  -> ");
+  status = cube_launch(client, CUBE_STREAM_CURRENT, broken, count, &fill_args, CUBE_LAUNCH_EXECUTE);
+  printf("%s\n", cube_status_code_name(cube_status_code(status)));
+  check(demo, is_compile_error(status), "the launch reports a compilation error");
+  cube_status_release(status);
+
+  printf("    launch scale(in = A, out = B) -> ");
+  status = cube_launch(client, CUBE_STREAM_CURRENT, scale, count, &scale_args, CUBE_LAUNCH_EXECUTE);
+  printf("%s\n", cube_status_code_name(cube_status_code(status)));
+  check(demo, cube_status_code(status) == CUBE_STATUS_SKIPPED,
+        "the dependent launch is Skipped, not run");
+  cube_status_release(status);
+
+  printf("    read B -> what the user sees:\n\n");
+  status = cube_read(client, CUBE_STREAM_CURRENT, cube_handle_binding(hb), host, bytes);
+  cube_status_fprint(status, stdout);
+  printf("\n");
+  cube_status_t root = cube_status_root(status);
+  printf("    code %s, root %s, is_refusal = %s, is_device_poisoned = %s\n",
+         cube_status_code_name(cube_status_code(status)),
+         cube_status_code_name(cube_status_code(root)),
+         cube_status_is_refusal(status) ? "yes" : "no",
+         cube_status_is_device_poisoned(status) ? "yes" : "no");
+  check(demo, cube_status_code(status) == CUBE_STATUS_UNWRITTEN, "the read answers Unwritten");
+  check(demo, cube_status_find(status, CUBE_STATUS_SKIPPED) != NULL,
+        "the chain names the Skipped launch");
+  check(demo, is_compile_error(root), "the root is the compile error");
+  check(demo, cube_status_is_refusal(status), "cube_status_is_refusal() = yes");
+  check(demo, !cube_status_is_device_poisoned(status), "the device is not poisoned");
+  cube_status_release(status);
+  status = CUBE_OK;
+
+  // Recovery: a host write over the whole of A releases its claim.
+  for (uint64_t i = 0; i < n; ++i) host[i] = (float)i;
+  TRY("write A", cube_write(client, CUBE_STREAM_CURRENT, cube_handle_binding(ha), host, bytes));
+  TRY("launch scale",
+      cube_launch(client, CUBE_STREAM_CURRENT, scale, count, &scale_args, CUBE_LAUNCH_EXECUTE));
+  TRY("read B", cube_read(client, CUBE_STREAM_CURRENT, cube_handle_binding(hb), host, bytes));
+  uint64_t mismatches = 0;
+  for (uint64_t i = 0; i < n; ++i)
+    if (host[i] != 3.0f * (float)i) ++mismatches;
+  check(demo, mismatches == 0, "after a host write into A, scale runs and B is right");
+  ok = true;
+
+done:
+  release_handle(client, &ha);
+  release_handle(client, &hb);
+  cube_kernel_release(broken);
+  cube_kernel_release(scale);
+  free(host);
+  return ok;
+}
+
+static void print_cache_line(const cube_kernel_cache_stats_t *before,
+                             const cube_kernel_cache_stats_t *after) {
+  uint64_t compiled = after->compiled - before->compiled;
+  uint64_t disk = after->disk_hits - before->disk_hits;
+  uint64_t memory = after->memory_hits - before->memory_hits;
+  double seconds = after->compile_seconds - before->compile_seconds;
+  if (compiled > 0) {
+    printf("kernel cache: cold (compiled %" PRIu64 " kernels in %.0f ms, %" PRIu64
+           " loaded from disk cache, %" PRIu64 " memory hits)\n",
+           compiled, seconds * 1e3, disk, memory);
+  } else {
+    printf("kernel cache: warm (0 compiled, %" PRIu64 " loaded from disk cache, %" PRIu64
+           " memory hits)\n",
+           disk, memory);
+  }
+}
+
+static int command_demo(cube_backend_kind_t backend) {
+  demo_t demo = {NULL, 0, 0};
+  int rc = 1;
+  if (backend != CUBE_BACKEND_DEFAULT) {
+    cube_backend_info_t info;
+    memset(&info, 0, sizeof info);
+    if (!report_status("cube_backend_query", cube_backend_query(backend, &info))) return 1;
+    if (!info.available) {
+      fprintf(stderr, "error: the %s backend is not available here: %s\n",
+              backend_kind_name(backend), info.detail ? info.detail : "");
+      return 1;
+    }
+  }
+  cube_client_options_t options;
+  cube_client_options_initialize(&options);
+  options.backend = backend;
+  if (!report_status("cube_client_create", cube_client_create(&options, &demo.client))) return 1;
+
+  const cube_device_properties_t *p = cube_client_properties(demo.client);
+  const char *cache_dir = getenv("CUBE_CACHE_DIR");
+  printf("cubec demo on %s: %s (%" PRIu32 " cores)\n", cube_client_backend_name(demo.client),
+         p->name, p->core_count);
+  printf("kernel disk cache: %s\n", cache_dir && *cache_dir
+                                        ? cache_dir
+                                        : "$HOME/.cache/cubec (set CUBE_CACHE_DIR to move it)");
+
+  cube_kernel_cache_stats_t before, after;
+  cube_kernel_cache_stats(&before);
+  double t0 = now_seconds();
+  bool ran = demo_saxpy(&demo) && demo_reduction(&demo) && demo_transpose(&demo);
+  cube_kernel_cache_stats(&after);
+  printf("\n");
+  print_cache_line(&before, &after);
+  // The failure demo runs after the cache line: a kernel that fails to
+  // compile is never cached, so it would read "cold" on every run.
+  if (ran) ran = demo_failure(&demo);
+  double t1 = now_seconds();
+
+  printf("\n%d checks passed, %d failed, %.2f s in all\n", demo.checks_passed, demo.checks_failed,
+         t1 - t0);
+  if (ran && demo.checks_failed == 0) {
+    rc = 0;
+  } else if (!ran) {
+    fprintf(stderr, "error: the demo stopped early (see above)\n");
+  }
+  cube_client_release(demo.client);
+  return rc;
+}
+
+//===--- main ---===//
+
+static void print_usage(FILE *out) {
+  fprintf(out,
+          "usage: cubec <command> [options]\n"
+          "\n"
+          "commands:\n"
+          "  info                   list backends, their devices and device properties\n"
+          "  demo [--backend B]     run the showcase kernels on a device and check them\n"
+          "                         against the host (B: cpu | cuda; default: cuda when\n"
+          "                         a GPU is present, else cpu)\n"
+          "  help, --help, -h       this text\n"
+          "  version, --version     the library version\n"
+          "\n"
+          "environment:\n"
+          "  CUBE_BACKEND           cpu | cuda: the default backend\n"
+          "  CUBE_CACHE_DIR         the on-disk kernel cache (default ~/.cache/cubec)\n"
+          "  CUBE_CC                the C compiler the CPU backend builds kernels with\n"
+          "  CUBE_NVRTC_PATH        where to load NVRTC from\n"
+          "  CUBE_FAULT             a fault plan for the fault-injection backend\n"
+          "\n"
+          "exit status: 0 when every check passed, 1 on a failure, 2 on a usage error\n");
+}
+
+static bool parse_backend(const char *text, cube_backend_kind_t *out_kind) {
+  if (strcmp(text, "cpu") == 0) {
+    *out_kind = CUBE_BACKEND_CPU;
+  } else if (strcmp(text, "cuda") == 0) {
+    *out_kind = CUBE_BACKEND_CUDA;
+  } else if (strcmp(text, "default") == 0) {
+    *out_kind = CUBE_BACKEND_DEFAULT;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    print_usage(stderr);
+    return 2;
+  }
+  const char *command = argv[1];
+  if (strcmp(command, "help") == 0 || strcmp(command, "--help") == 0 ||
+      strcmp(command, "-h") == 0) {
+    print_usage(stdout);
+    return 0;
+  }
+  if (strcmp(command, "version") == 0 || strcmp(command, "--version") == 0) {
+    printf("cubec %d.%d.%d\n", CUBE_VERSION_MAJOR, CUBE_VERSION_MINOR, CUBE_VERSION_PATCH);
+    return 0;
+  }
+  if (strcmp(command, "info") == 0) {
+    if (argc > 2) {
+      fprintf(stderr, "cubec info: unexpected argument '%s'\n", argv[2]);
+      return 2;
+    }
+    return command_info();
+  }
+  if (strcmp(command, "demo") == 0) {
+    cube_backend_kind_t backend = CUBE_BACKEND_DEFAULT;
+    for (int i = 2; i < argc; ++i) {
+      const char *value = NULL;
+      if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
+        value = argv[++i];
+      } else if (strncmp(argv[i], "--backend=", 10) == 0) {
+        value = argv[i] + 10;
+      } else {
+        fprintf(stderr, "cubec demo: unexpected argument '%s' (try cubec --help)\n", argv[i]);
+        return 2;
+      }
+      if (!parse_backend(value, &backend)) {
+        fprintf(stderr, "cubec demo: unknown backend '%s' (cpu or cuda)\n", value);
+        return 2;
+      }
+    }
+    return command_demo(backend);
+  }
+  fprintf(stderr, "cubec: unknown command '%s' (commands: info, demo, help, version)\n", command);
+  return 2;
+}
