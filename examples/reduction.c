@@ -96,8 +96,8 @@ int main(void) {
 done:
   if (hx.bits) (void)ok(cube_handle_release(client, hx), "free x");
   if (hp.bits) (void)ok(cube_handle_release(client, hp), "free partial");
-  cube_kernel_release(kernel);
-  cube_client_release(client);
+  if (kernel) cube_kernel_release(kernel);
+  if (client) cube_client_release(client);
   free(x);
   free(partial);
   return rc;

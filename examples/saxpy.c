@@ -71,7 +71,7 @@ int main(void) {
 done:
   if (hx.bits) (void)ok(cube_handle_release(client, hx), "free x");
   if (hy.bits) (void)ok(cube_handle_release(client, hy), "free y");
-  cube_kernel_release(kernel);
-  cube_client_release(client);
+  if (kernel) cube_kernel_release(kernel);
+  if (client) cube_client_release(client);
   return rc;
 }

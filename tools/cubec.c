@@ -308,7 +308,7 @@ static bool demo_saxpy(demo_t *demo) {
 done:
   release_handle(client, &hx);
   release_handle(client, &hy);
-  cube_kernel_release(kernel);
+  if (kernel) cube_kernel_release(kernel);
   free(x);
   free(y);
   free(out);
@@ -376,7 +376,7 @@ static bool demo_reduction(demo_t *demo) {
 done:
   release_handle(client, &hx);
   release_handle(client, &hp);
-  cube_kernel_release(kernel);
+  if (kernel) cube_kernel_release(kernel);
   free(x);
   free(partial);
   return ok;
@@ -445,7 +445,7 @@ static bool demo_transpose(demo_t *demo) {
 done:
   release_handle(client, &hin);
   release_handle(client, &hout);
-  cube_kernel_release(kernel);
+  if (kernel) cube_kernel_release(kernel);
   free(in);
   free(out);
   return ok;
@@ -530,8 +530,8 @@ static bool demo_failure(demo_t *demo) {
 done:
   release_handle(client, &ha);
   release_handle(client, &hb);
-  cube_kernel_release(broken);
-  cube_kernel_release(scale);
+  if (broken) cube_kernel_release(broken);
+  if (scale) cube_kernel_release(scale);
   free(host);
   return ok;
 }
@@ -598,7 +598,7 @@ static int command_demo(cube_backend_kind_t backend) {
   } else if (!ran) {
     fprintf(stderr, "error: the demo stopped early (see above)\n");
   }
-  cube_client_release(demo.client);
+  if (demo.client) cube_client_release(demo.client);
   return rc;
 }
 
