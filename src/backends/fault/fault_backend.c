@@ -1,0 +1,647 @@
+// cubec fault backend: forwards every slot to an inner backend, failing the
+// calls its plan names. It holds no runtime rule: it only fails calls, and a
+// failed call never reaches the inner backend, so there is nothing to undo.
+#include <ctype.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/fault/fault.h"
+
+typedef enum cube_fault_kind_t {
+  CUBE_FAULT_PAGE_ALLOC,
+  CUBE_FAULT_HOST_ALLOC,
+  CUBE_FAULT_COMPILE,
+  CUBE_FAULT_DISPATCH,
+  CUBE_FAULT_COPY,
+  CUBE_FAULT_EVENT,
+  CUBE_FAULT_SYNC,
+  CUBE_FAULT_STREAM,
+  CUBE_FAULT_CALLBACK,
+  CUBE_FAULT_GRAPH,
+  CUBE_FAULT_ANY,  // every kind together; also a rule's KIND
+  CUBE_FAULT_KIND_COUNT,
+} cube_fault_kind_t;
+
+static const char *const cube_fault_kind_names[CUBE_FAULT_KIND_COUNT] = {
+    [CUBE_FAULT_PAGE_ALLOC] = "page_alloc",
+    [CUBE_FAULT_HOST_ALLOC] = "host_alloc",
+    [CUBE_FAULT_COMPILE] = "compile",
+    [CUBE_FAULT_DISPATCH] = "dispatch",
+    [CUBE_FAULT_COPY] = "copy",
+    [CUBE_FAULT_EVENT] = "event",
+    [CUBE_FAULT_SYNC] = "sync",
+    [CUBE_FAULT_STREAM] = "stream",
+    [CUBE_FAULT_CALLBACK] = "callback",
+    [CUBE_FAULT_GRAPH] = "graph",
+    [CUBE_FAULT_ANY] = "any",
+};
+
+typedef enum cube_fault_error_t {
+  CUBE_FAULT_ERROR_OOM,
+  CUBE_FAULT_ERROR_COMPILE,
+  CUBE_FAULT_ERROR_LAUNCH,
+  CUBE_FAULT_ERROR_POISON,
+  CUBE_FAULT_ERROR_COUNT,
+} cube_fault_error_t;
+
+static const char *const cube_fault_error_names[CUBE_FAULT_ERROR_COUNT] = {
+    [CUBE_FAULT_ERROR_OOM] = "oom",
+    [CUBE_FAULT_ERROR_COMPILE] = "compile",
+    [CUBE_FAULT_ERROR_LAUNCH] = "launch",
+    [CUBE_FAULT_ERROR_POISON] = "poison",
+};
+
+typedef struct cube_fault_rule_t {
+  cube_fault_kind_t kind;
+  uint64_t call;   // 1-based
+  bool and_later;  // N+: the Nth call and every later one
+  cube_fault_error_t error;
+} cube_fault_rule_t;
+
+typedef struct cube_fault_device_t {
+  cube_backend_device_t header;  // first: the core sees a backend device
+  cube_backend_device_t *inner;
+  // Guards everything below. Never held across an inner call.
+  pthread_mutex_t lock;
+  cube_fault_rule_t *rules;
+  size_t rule_count;
+  uint64_t calls[CUBE_FAULT_KIND_COUNT];
+  uint64_t injected;
+  bool poisoned;  // sticky, as a real CUDA sticky error
+} cube_fault_device_t;
+
+static const cube_backend_vtable_t cube_fault_vtable;
+
+static cube_fault_device_t *cube_fault_cast(cube_backend_device_t *device) {
+  return (cube_fault_device_t *)device;
+}
+
+static const cube_backend_vtable_t *cube_fault_inner_vtable(cube_fault_device_t *fault) {
+  return fault->inner->vtable;
+}
+
+//===--- Plan parsing ---===//
+
+static bool cube_fault_token_equals(const char *begin, const char *end, const char *word) {
+  size_t length = (size_t)(end - begin);
+  return strlen(word) == length && strncmp(begin, word, length) == 0;
+}
+
+static void cube_fault_trim(const char **begin, const char **end) {
+  while (*begin < *end && isspace((unsigned char)**begin)) ++*begin;
+  while (*end > *begin && isspace((unsigned char)(*end)[-1])) --*end;
+}
+
+// Parses one rule in [begin, end); |why| names what was wrong on failure.
+static bool cube_fault_parse_rule(const char *begin, const char *end, cube_fault_rule_t *out_rule,
+                                  const char **out_why) {
+  cube_fault_trim(&begin, &end);
+  const char *colon1 = memchr(begin, ':', (size_t)(end - begin));
+  const char *colon2 = colon1 ? memchr(colon1 + 1, ':', (size_t)(end - colon1 - 1)) : NULL;
+  if (!colon1 || !colon2) {
+    *out_why = "expected KIND:N:ERROR or KIND:N+:ERROR";
+    return false;
+  }
+  if (memchr(colon2 + 1, ':', (size_t)(end - colon2 - 1))) {
+    *out_why = "too many ':'";
+    return false;
+  }
+
+  const char *kind_begin = begin, *kind_end = colon1;
+  cube_fault_trim(&kind_begin, &kind_end);
+  int kind = -1;
+  for (int i = 0; i < CUBE_FAULT_KIND_COUNT; ++i) {
+    if (cube_fault_token_equals(kind_begin, kind_end, cube_fault_kind_names[i])) kind = i;
+  }
+  if (kind < 0) {
+    *out_why =
+        "unknown KIND (page_alloc, host_alloc, compile, dispatch, copy, event, sync, stream, "
+        "callback, graph, any)";
+    return false;
+  }
+
+  const char *n_begin = colon1 + 1, *n_end = colon2;
+  cube_fault_trim(&n_begin, &n_end);
+  bool and_later = n_end > n_begin && n_end[-1] == '+';
+  if (and_later) --n_end;
+  uint64_t call = 0;
+  bool digits = n_begin < n_end;
+  for (const char *p = n_begin; p < n_end && digits; ++p) {
+    digits = isdigit((unsigned char)*p) && call <= (UINT64_MAX - 9) / 10;
+    if (digits) call = call * 10 + (uint64_t)(*p - '0');
+  }
+  if (!digits || call == 0) {
+    *out_why = "N must be a call number of 1 or more, optionally followed by '+'";
+    return false;
+  }
+
+  const char *error_begin = colon2 + 1, *error_end = end;
+  cube_fault_trim(&error_begin, &error_end);
+  int error = -1;
+  for (int i = 0; i < CUBE_FAULT_ERROR_COUNT; ++i) {
+    if (cube_fault_token_equals(error_begin, error_end, cube_fault_error_names[i])) error = i;
+  }
+  if (error < 0) {
+    *out_why = "unknown ERROR (oom, compile, launch, poison)";
+    return false;
+  }
+  *out_rule = (cube_fault_rule_t){
+      .kind = (cube_fault_kind_t)kind,
+      .call = call,
+      .and_later = and_later,
+      .error = (cube_fault_error_t)error,
+  };
+  return true;
+}
+
+static bool cube_fault_plan_is_blank(const char *plan) {
+  for (const char *p = plan; p && *p; ++p) {
+    if (!isspace((unsigned char)*p)) return false;
+  }
+  return true;
+}
+
+// Parses |plan| into a heap array of rules (NULL and 0 for a blank plan).
+static cube_status_t cube_fault_parse_plan(const char *plan, cube_fault_rule_t **out_rules,
+                                           size_t *out_count) {
+  *out_rules = NULL;
+  *out_count = 0;
+  if (cube_fault_plan_is_blank(plan)) return CUBE_OK;
+
+  size_t capacity = 1;
+  for (const char *p = plan; *p; ++p) capacity += *p == ',';
+  cube_fault_rule_t *rules = calloc(capacity, sizeof(*rules));
+  if (!rules) {
+    return cube_status_make(CUBE_STATUS_IO_OUT_OF_MEMORY,
+                            "fault plan: allocating %zu rules for plan '%s'", capacity, plan);
+  }
+  cube_status_t status = CUBE_OK;
+  size_t count = 0;
+  const char *begin = plan;
+  for (;;) {
+    const char *end = strchr(begin, ',');
+    if (!end) end = begin + strlen(begin);
+    const char *why = NULL;
+    if (!cube_fault_parse_rule(begin, end, &rules[count], &why)) {
+      status =
+          cube_status_make(CUBE_STATUS_VALIDATION, "fault plan '%s': rule '%.*s' is malformed: %s",
+                           plan, (int)(end - begin), begin, why);
+      break;
+    }
+    ++count;
+    if (*end == '\0') break;
+    begin = end + 1;
+  }
+  if (status) {
+    free(rules);
+  } else {
+    *out_rules = rules;
+    *out_count = count;
+  }
+  return status;
+}
+
+//===--- Injection ---===//
+
+static cube_status_code_t cube_fault_code(cube_fault_kind_t kind, cube_fault_error_t error) {
+  switch (error) {
+    case CUBE_FAULT_ERROR_OOM:
+      return kind == CUBE_FAULT_DISPATCH || kind == CUBE_FAULT_COMPILE
+                 ? CUBE_STATUS_LAUNCH_OUT_OF_MEMORY
+                 : CUBE_STATUS_IO_OUT_OF_MEMORY;
+    case CUBE_FAULT_ERROR_COMPILE:
+      return CUBE_STATUS_COMPILE_REFUSED;
+    case CUBE_FAULT_ERROR_LAUNCH:
+      switch (kind) {
+        case CUBE_FAULT_DISPATCH:
+        case CUBE_FAULT_COMPILE:
+          return CUBE_STATUS_LAUNCH_UNKNOWN;
+        case CUBE_FAULT_PAGE_ALLOC:
+        case CUBE_FAULT_HOST_ALLOC:
+        case CUBE_FAULT_COPY:
+          return CUBE_STATUS_IO_UNKNOWN;
+        default:
+          return CUBE_STATUS_GENERIC;
+      }
+    case CUBE_FAULT_ERROR_POISON:
+    default:
+      switch (kind) {
+        case CUBE_FAULT_DISPATCH:
+          return CUBE_STATUS_LAUNCH_DEVICE_POISONED;
+        case CUBE_FAULT_COMPILE:
+          return CUBE_STATUS_COMPILE_DEVICE_POISONED;
+        case CUBE_FAULT_PAGE_ALLOC:
+        case CUBE_FAULT_HOST_ALLOC:
+        case CUBE_FAULT_COPY:
+          return CUBE_STATUS_IO_DEVICE_POISONED;
+        default:
+          return CUBE_STATUS_DEVICE_POISONED;
+      }
+  }
+}
+
+static bool cube_fault_rule_matches(const cube_fault_rule_t *rule, uint64_t call) {
+  return rule->and_later ? call >= rule->call : call == rule->call;
+}
+
+// Counts a failable call of |kind| and answers the injected failure for it,
+// or CUBE_OK to let the call through to the inner backend.
+static cube_status_t cube_fault_check(cube_fault_device_t *fault, cube_fault_kind_t kind) {
+  bool inject = false;
+  bool sticky = false;
+  cube_fault_error_t error = CUBE_FAULT_ERROR_POISON;
+  pthread_mutex_lock(&fault->lock);
+  uint64_t call = ++fault->calls[kind];
+  uint64_t any_call = ++fault->calls[CUBE_FAULT_ANY];
+  if (fault->poisoned) {
+    inject = sticky = true;
+  } else {
+    for (size_t i = 0; i < fault->rule_count && !inject; ++i) {
+      const cube_fault_rule_t *rule = &fault->rules[i];
+      if (rule->kind == kind) {
+        inject = cube_fault_rule_matches(rule, call);
+      } else if (rule->kind == CUBE_FAULT_ANY) {
+        inject = cube_fault_rule_matches(rule, any_call);
+      }
+      if (inject) error = rule->error;
+    }
+    if (inject && error == CUBE_FAULT_ERROR_POISON) fault->poisoned = true;
+  }
+  if (inject) ++fault->injected;
+  pthread_mutex_unlock(&fault->lock);
+
+  if (!inject) return CUBE_OK;
+  const char *kind_name = cube_fault_kind_names[kind];
+  cube_status_code_t code = cube_fault_code(kind, error);
+  if (sticky) {
+    return cube_status_make(code,
+                            "injected fault: %s call #%llu (poison: the device was poisoned by "
+                            "an earlier injected fault)",
+                            kind_name, (unsigned long long)call);
+  }
+  if (error == CUBE_FAULT_ERROR_COMPILE) {
+    return cube_status_make(code, "injected fault: %s call #%llu (compile)\ninjected compile error",
+                            kind_name, (unsigned long long)call);
+  }
+  return cube_status_make(code, "injected fault: %s call #%llu (%s)", kind_name,
+                          (unsigned long long)call, cube_fault_error_names[error]);
+}
+
+//===--- Slots ---===//
+
+#define CUBE_FAULT_INNER(device) (cube_fault_cast(device)->inner)
+#define CUBE_FAULT_VT(device) cube_fault_inner_vtable(cube_fault_cast(device))
+
+static void cube_fault_destroy(cube_backend_device_t *device) {
+  cube_fault_device_t *fault = cube_fault_cast(device);
+  if (fault->inner) fault->inner->vtable->destroy(fault->inner);
+  pthread_mutex_destroy(&fault->lock);
+  free(fault->rules);
+  free(fault);
+}
+
+static cube_status_t cube_fault_stream_create(cube_backend_device_t *device,
+                                              cube_bstream_t **out_stream) {
+  *out_stream = NULL;
+  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_STREAM);
+  if (!status) status = CUBE_FAULT_VT(device)->stream_create(CUBE_FAULT_INNER(device), out_stream);
+  return status;
+}
+
+static void cube_fault_stream_destroy(cube_backend_device_t *device, cube_bstream_t *stream) {
+  CUBE_FAULT_VT(device)->stream_destroy(CUBE_FAULT_INNER(device), stream);
+}
+
+static cube_status_t cube_fault_stream_sync(cube_backend_device_t *device, cube_bstream_t *stream) {
+  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_SYNC);
+  if (!status) status = CUBE_FAULT_VT(device)->stream_sync(CUBE_FAULT_INNER(device), stream);
+  return status;
+}
+
+static cube_status_t cube_fault_stream_flush(cube_backend_device_t *device,
+                                             cube_bstream_t *stream) {
+  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_SYNC);
+  if (!status) status = CUBE_FAULT_VT(device)->stream_flush(CUBE_FAULT_INNER(device), stream);
+  return status;
+}
+
+static cube_status_t cube_fault_event_record(cube_backend_device_t *device, cube_bstream_t *stream,
+                                             bool timed, cube_bevent_t **out_event) {
+  *out_event = NULL;
+  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_EVENT);
+  if (!status) {
+    status =
+        CUBE_FAULT_VT(device)->event_record(CUBE_FAULT_INNER(device), stream, timed, out_event);
+  }
+  return status;
+}
+
+static cube_status_t cube_fault_event_wait(cube_backend_device_t *device, cube_bstream_t *stream,
+                                           cube_bevent_t *event) {
+  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_EVENT);
+  if (!status) status = CUBE_FAULT_VT(device)->event_wait(CUBE_FAULT_INNER(device), stream, event);
+  return status;
+}
+
+static cube_status_t cube_fault_event_sync(cube_backend_device_t *device, cube_bevent_t *event) {
+  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_EVENT);
+  if (!status) status = CUBE_FAULT_VT(device)->event_sync(CUBE_FAULT_INNER(device), event);
+  return status;
+}
+
+static cube_status_t cube_fault_event_query(cube_backend_device_t *device, cube_bevent_t *event,
+                                            bool *out_done) {
+  *out_done = false;
+  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_EVENT);
+  if (!status) {
+    status = CUBE_FAULT_VT(device)->event_query(CUBE_FAULT_INNER(device), event, out_done);
+  }
+  return status;
+}
+
+static cube_status_t cube_fault_event_elapsed(cube_backend_device_t *device, cube_bevent_t *start,
+                                              cube_bevent_t *end, uint64_t *out_nanoseconds) {
+  *out_nanoseconds = 0;
+  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_EVENT);
+  if (!status) {
+    status =
+        CUBE_FAULT_VT(device)->event_elapsed(CUBE_FAULT_INNER(device), start, end, out_nanoseconds);
+  }
+  return status;
+}
+
+static void cube_fault_event_release(cube_backend_device_t *device, cube_bevent_t *event) {
+  CUBE_FAULT_VT(device)->event_release(CUBE_FAULT_INNER(device), event);
+}
+
+static cube_status_t cube_fault_page_alloc(cube_backend_device_t *device, uint64_t size,
+                                           uint64_t *out_address) {
+  *out_address = 0;
+  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_PAGE_ALLOC);
+  if (status) {
+    status = cube_status_with_size(status, size);
+  } else {
+    status = CUBE_FAULT_VT(device)->page_alloc(CUBE_FAULT_INNER(device), size, out_address);
+  }
+  return status;
+}
+
+// A free: never failed, even on a (fake-)poisoned device, so nothing leaks.
+static cube_status_t cube_fault_page_free(cube_backend_device_t *device, uint64_t address) {
+  return CUBE_FAULT_VT(device)->page_free(CUBE_FAULT_INNER(device), address);
+}
+
+static cube_status_t cube_fault_host_alloc(cube_backend_device_t *device, uint64_t size,
+                                           void **out_host) {
+  *out_host = NULL;
+  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_HOST_ALLOC);
+  if (status) {
+    status = cube_status_with_size(status, size);
+  } else {
+    status = CUBE_FAULT_VT(device)->host_alloc(CUBE_FAULT_INNER(device), size, out_host);
+  }
+  return status;
+}
+
+static void cube_fault_host_free(cube_backend_device_t *device, void *host) {
+  CUBE_FAULT_VT(device)->host_free(CUBE_FAULT_INNER(device), host);
+}
+
+static cube_status_t cube_fault_copy_to_device(cube_backend_device_t *device,
+                                               cube_bstream_t *stream, uint64_t destination,
+                                               const void *source, uint64_t size) {
+  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_COPY);
+  if (!status) {
+    status = CUBE_FAULT_VT(device)->copy_to_device(CUBE_FAULT_INNER(device), stream, destination,
+                                                   source, size);
+  }
+  return status;
+}
+
+static cube_status_t cube_fault_copy_to_host(cube_backend_device_t *device, cube_bstream_t *stream,
+                                             void *destination, uint64_t source, uint64_t size) {
+  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_COPY);
+  if (!status) {
+    status = CUBE_FAULT_VT(device)->copy_to_host(CUBE_FAULT_INNER(device), stream, destination,
+                                                 source, size);
+  }
+  return status;
+}
+
+static cube_status_t cube_fault_copy_device(cube_backend_device_t *device, cube_bstream_t *stream,
+                                            uint64_t destination, uint64_t source, uint64_t size) {
+  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_COPY);
+  if (!status) {
+    status = CUBE_FAULT_VT(device)->copy_device(CUBE_FAULT_INNER(device), stream, destination,
+                                                source, size);
+  }
+  return status;
+}
+
+static cube_status_t cube_fault_copy_strided_to_device(cube_backend_device_t *device,
+                                                       cube_bstream_t *stream,
+                                                       const cube_bcopy_t *destination,
+                                                       const void *source) {
+  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_COPY);
+  if (!status) {
+    status = CUBE_FAULT_VT(device)->copy_strided_to_device(CUBE_FAULT_INNER(device), stream,
+                                                           destination, source);
+  }
+  return status;
+}
+
+static cube_status_t cube_fault_copy_strided_to_host(cube_backend_device_t *device,
+                                                     cube_bstream_t *stream, void *destination,
+                                                     const cube_bcopy_t *source) {
+  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_COPY);
+  if (!status) {
+    status = CUBE_FAULT_VT(device)->copy_strided_to_host(CUBE_FAULT_INNER(device), stream,
+                                                         destination, source);
+  }
+  return status;
+}
+
+static cube_status_t cube_fault_host_callback(cube_backend_device_t *device, cube_bstream_t *stream,
+                                              void (*fn)(void *arg), void *arg) {
+  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_CALLBACK);
+  if (!status) {
+    status = CUBE_FAULT_VT(device)->host_callback(CUBE_FAULT_INNER(device), stream, fn, arg);
+  }
+  return status;
+}
+
+static cube_status_t cube_fault_compile(cube_backend_device_t *device,
+                                        const cube_compile_request_t *request,
+                                        cube_bkernel_t **out_kernel, cube_kernel_info_t *out_info) {
+  *out_kernel = NULL;
+  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_COMPILE);
+  if (status) {
+    memset(out_info, 0, sizeof(*out_info));
+    out_info->io = "";
+  } else {
+    status =
+        CUBE_FAULT_VT(device)->compile(CUBE_FAULT_INNER(device), request, out_kernel, out_info);
+  }
+  return status;
+}
+
+static void cube_fault_kernel_release(cube_backend_device_t *device, cube_bkernel_t *kernel) {
+  CUBE_FAULT_VT(device)->kernel_release(CUBE_FAULT_INNER(device), kernel);
+}
+
+static cube_status_t cube_fault_dispatch(cube_backend_device_t *device, cube_bstream_t *stream,
+                                         const cube_dispatch_t *dispatch) {
+  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_DISPATCH);
+  if (!status) status = CUBE_FAULT_VT(device)->dispatch(CUBE_FAULT_INNER(device), stream, dispatch);
+  return status;
+}
+
+static cube_status_t cube_fault_capture_begin(cube_backend_device_t *device,
+                                              cube_bstream_t *stream) {
+  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_GRAPH);
+  if (!status) status = CUBE_FAULT_VT(device)->capture_begin(CUBE_FAULT_INNER(device), stream);
+  return status;
+}
+
+static cube_status_t cube_fault_capture_end(cube_backend_device_t *device, cube_bstream_t *stream,
+                                            cube_bgraph_t **out_graph) {
+  *out_graph = NULL;
+  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_GRAPH);
+  if (!status) {
+    status = CUBE_FAULT_VT(device)->capture_end(CUBE_FAULT_INNER(device), stream, out_graph);
+  }
+  return status;
+}
+
+static cube_status_t cube_fault_graph_replay(cube_backend_device_t *device, cube_bstream_t *stream,
+                                             cube_bgraph_t *graph) {
+  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_GRAPH);
+  if (!status) {
+    status = CUBE_FAULT_VT(device)->graph_replay(CUBE_FAULT_INNER(device), stream, graph);
+  }
+  return status;
+}
+
+static void cube_fault_graph_destroy(cube_backend_device_t *device, cube_bgraph_t *graph) {
+  CUBE_FAULT_VT(device)->graph_destroy(CUBE_FAULT_INNER(device), graph);
+}
+
+static const cube_backend_vtable_t cube_fault_vtable = {
+    .name = "fault",
+    .destroy = cube_fault_destroy,
+    .stream_create = cube_fault_stream_create,
+    .stream_destroy = cube_fault_stream_destroy,
+    .stream_sync = cube_fault_stream_sync,
+    .stream_flush = cube_fault_stream_flush,
+    .event_record = cube_fault_event_record,
+    .event_wait = cube_fault_event_wait,
+    .event_sync = cube_fault_event_sync,
+    .event_query = cube_fault_event_query,
+    .event_elapsed = cube_fault_event_elapsed,
+    .event_release = cube_fault_event_release,
+    .page_alloc = cube_fault_page_alloc,
+    .page_free = cube_fault_page_free,
+    .host_alloc = cube_fault_host_alloc,
+    .host_free = cube_fault_host_free,
+    .copy_to_device = cube_fault_copy_to_device,
+    .copy_to_host = cube_fault_copy_to_host,
+    .copy_device = cube_fault_copy_device,
+    .copy_strided_to_device = cube_fault_copy_strided_to_device,
+    .copy_strided_to_host = cube_fault_copy_strided_to_host,
+    .host_callback = cube_fault_host_callback,
+    .compile = cube_fault_compile,
+    .kernel_release = cube_fault_kernel_release,
+    .dispatch = cube_fault_dispatch,
+    .capture_begin = cube_fault_capture_begin,
+    .capture_end = cube_fault_capture_end,
+    .graph_replay = cube_fault_graph_replay,
+    .graph_destroy = cube_fault_graph_destroy,
+};
+
+//===--- Construction and test hooks ---===//
+
+cube_status_t cube_fault_backend_wrap(cube_backend_device_t *inner, const char *plan,
+                                      cube_backend_device_t **out_device) {
+  *out_device = NULL;
+  cube_fault_rule_t *rules = NULL;
+  size_t rule_count = 0;
+  cube_fault_device_t *fault = NULL;
+  cube_status_t status = cube_fault_parse_plan(plan, &rules, &rule_count);
+  if (!status) {
+    fault = calloc(1, sizeof(*fault));
+    if (!fault) {
+      status = cube_status_make(CUBE_STATUS_IO_OUT_OF_MEMORY,
+                                "fault backend: allocating the device wrapper (%zu bytes)",
+                                sizeof(*fault));
+    }
+  }
+  if (!status && pthread_mutex_init(&fault->lock, NULL) != 0) {
+    status = cube_status_make(CUBE_STATUS_GENERIC, "fault backend: pthread_mutex_init failed");
+  }
+  if (!status) {
+    fault->header.vtable = &cube_fault_vtable;
+    fault->header.properties = inner->properties;
+    fault->inner = inner;
+    fault->rules = rules;
+    fault->rule_count = rule_count;
+    *out_device = &fault->header;
+  } else {
+    // |inner| was taken: a failed wrap must not leak it.
+    free(rules);
+    free(fault);
+    inner->vtable->destroy(inner);
+  }
+  return status;
+}
+
+bool cube_fault_is_fault_device(cube_backend_device_t *device) {
+  return device && device->vtable == &cube_fault_vtable;
+}
+
+uint64_t cube_fault_calls(cube_backend_device_t *device, const char *kind) {
+  if (!cube_fault_is_fault_device(device) || !kind) return 0;
+  cube_fault_device_t *fault = cube_fault_cast(device);
+  uint64_t calls = 0;
+  for (int i = 0; i < CUBE_FAULT_KIND_COUNT; ++i) {
+    if (strcmp(kind, cube_fault_kind_names[i]) == 0) {
+      pthread_mutex_lock(&fault->lock);
+      calls = fault->calls[i];
+      pthread_mutex_unlock(&fault->lock);
+    }
+  }
+  return calls;
+}
+
+uint64_t cube_fault_injected(cube_backend_device_t *device) {
+  if (!cube_fault_is_fault_device(device)) return 0;
+  cube_fault_device_t *fault = cube_fault_cast(device);
+  pthread_mutex_lock(&fault->lock);
+  uint64_t injected = fault->injected;
+  pthread_mutex_unlock(&fault->lock);
+  return injected;
+}
+
+cube_status_t cube_fault_set_plan(cube_backend_device_t *device, const char *plan) {
+  if (!cube_fault_is_fault_device(device)) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "cube_fault_set_plan: device %p (%s backend) is not a fault device",
+                            (void *)device, device && device->vtable ? device->vtable->name : "no");
+  }
+  cube_fault_rule_t *rules = NULL;
+  size_t rule_count = 0;
+  cube_status_t status = cube_fault_parse_plan(plan, &rules, &rule_count);
+  if (!status) {
+    cube_fault_device_t *fault = cube_fault_cast(device);
+    pthread_mutex_lock(&fault->lock);
+    cube_fault_rule_t *old = fault->rules;
+    fault->rules = rules;
+    fault->rule_count = rule_count;
+    memset(fault->calls, 0, sizeof(fault->calls));
+    fault->injected = 0;
+    fault->poisoned = false;
+    pthread_mutex_unlock(&fault->lock);
+    free(old);
+  }
+  return status;
+}
