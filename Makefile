@@ -1,0 +1,89 @@
+# The two set-up commands of the README:
+#   make demo   installs what is missing, builds, runs `cubec demo`
+#   make test   the same, plus cmocka, then the whole test suite (ctest)
+# Everything else is a plain CMake project: cmake -S . -B build && ...
+BUILD_DIR ?= build
+ASAN_DIR ?= build-asan
+BUILD_TYPE ?= Release
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE ?= cmake
+CTEST ?= ctest
+CC ?= cc
+
+.PHONY: all build-all configure demo test bench info asan deps deps-test clean help
+
+all: build-all
+
+help:
+	@echo "make demo      build and run the showcase (cubec demo)"
+	@echo "make test      build and run the test suite (installs libcmocka-dev if missing)"
+	@echo "make bench     build and run the CPU benchmark"
+	@echo "make info      list backends and devices"
+	@echo "make asan      the test suite under ASan + UBSan ($(ASAN_DIR))"
+	@echo "make clean     remove $(BUILD_DIR) and $(ASAN_DIR)"
+
+# Installs missing Debian packages when we may (root, or password-less
+# sudo); otherwise says exactly what to install. $(1): packages.
+define apt_install
+	@missing="$(1)"; \
+	if [ "$$(id -u)" = 0 ]; then sudo=""; \
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo="sudo"; \
+	else sudo="none"; fi; \
+	if [ "$$sudo" = none ] || ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "error: missing build dependencies: $$missing" >&2; \
+	  echo "       install them (Debian/Ubuntu: sudo apt-get install -y $$missing) and re-run." >&2; \
+	  exit 1; \
+	fi; \
+	echo "installing missing build dependencies: $$missing"; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	$$sudo apt-get update -qq && $$sudo apt-get install -y -qq --no-install-recommends $$missing
+endef
+
+HAVE_CMAKE = $(shell command -v $(CMAKE) >/dev/null 2>&1 && echo yes)
+HAVE_CC = $(shell command -v $(CC) >/dev/null 2>&1 && echo yes)
+HAVE_CMOCKA = $(shell printf '\#include <cmocka.h>\n' | $(CC) -E -x c - >/dev/null 2>&1 && echo yes)
+MISSING_BUILD = $(if $(HAVE_CMAKE),,cmake) $(if $(HAVE_CC),,gcc) $(if $(shell command -v make),,make)
+
+deps:
+ifneq ($(strip $(MISSING_BUILD)),)
+	$(call apt_install,$(strip $(MISSING_BUILD)))
+endif
+
+deps-test: deps
+ifneq ($(HAVE_CMOCKA),yes)
+	$(call apt_install,libcmocka-dev)
+endif
+
+# Tests are configured in only when cmocka is there, so `make demo` works
+# without it; `make test` installs it first.
+configure: deps
+	@if printf '#include <cmocka.h>\n' | $(CC) -E -x c - >/dev/null 2>&1; then tests=ON; else \
+	  tests=OFF; echo "note: cmocka not found, configuring without the test suite (make test installs it)"; fi; \
+	$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCUBE_BUILD_TESTS=$$tests >/dev/null
+
+build-all: configure
+	$(CMAKE) --build $(BUILD_DIR) -j $(JOBS)
+
+demo: configure
+	$(CMAKE) --build $(BUILD_DIR) -j $(JOBS) --target cubec_cli
+	./$(BUILD_DIR)/cubec demo
+
+info: configure
+	$(CMAKE) --build $(BUILD_DIR) -j $(JOBS) --target cubec_cli
+	./$(BUILD_DIR)/cubec info
+
+test: deps-test
+	$(MAKE) --no-print-directory build-all
+	$(CTEST) --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+
+bench: configure
+	$(CMAKE) --build $(BUILD_DIR) -j $(JOBS) --target bench_cpu
+	./$(BUILD_DIR)/bench/bench_cpu
+
+asan: deps-test
+	$(CMAKE) -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DCUBE_ENABLE_ASAN=ON -DCUBE_BUILD_BENCH=OFF >/dev/null
+	$(CMAKE) --build $(ASAN_DIR) -j $(JOBS)
+	$(CTEST) --test-dir $(ASAN_DIR) --output-on-failure -j $(JOBS)
+
+clean:
+	rm -rf $(BUILD_DIR) $(ASAN_DIR)
