@@ -1,0 +1,156 @@
+// cubec core — the server behind a client: one per device.
+//
+// Owns every runtime rule, written once for all backends: the handle table,
+// the failure store (claims, skips, chains), streams and their tickets,
+// cross-stream ordering, the kernel cache, info packing, staging, poisoning.
+// It reaches the device only through the backend vtable (core/backend.h) and
+// memory only through the memory manager (core/memory_pool.h).
+//
+// Locking: one mutex per server guards all of its state. It is never held
+// while the host waits for the device (syncs, read completion), so no call
+// blocks on another thread's device work.
+#ifndef CUBE_CORE_SERVER_H_
+#define CUBE_CORE_SERVER_H_
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "core/backend.h"
+#include "core/failure.h"
+#include "base/util.h"
+#include "core/memory_pool.h"
+
+#define CUBE_MAX_STREAMS 256
+#define CUBE_MAX_BUFFERS 16  // per launch: the dialect's argument limit
+// The info-block constants of cube/dialect.h (which cannot include our
+// headers: it is embedded in front of kernel sources). Keep them equal.
+#define CUBE_STATIC_INFO_WORDS 64
+#define CUBE_INFO_NO_META 0xffffffffffffffffull
+
+typedef struct cube_stream_state_t {
+  cube_bstream_t *backend;
+  bool live;
+  bool explicit_stream;  // from cube_stream_create (not a thread default)
+  bool capturing;
+  uint64_t ticket;          // operations enqueued so far
+  uint64_t completed;       // operations known to have finished
+  cube_bevent_t *progress;  // an event covering |progress_ticket|, or NULL
+  uint64_t progress_ticket;
+} cube_stream_state_t;
+
+// One slot of the handle table. A handle value names (client, slot,
+// generation); a released slot bumps its generation, so stale handles are
+// recognised instead of aliasing a later buffer.
+typedef struct cube_slot_t {
+  uint32_t generation;
+  bool live;
+  uint64_t size;
+  cube_mm_slice_t slice;
+  uint32_t last_stream;  // stream index that last used the buffer
+  uint64_t last_ticket;  // that stream's ticket after the use
+  cube_claim_t claim;
+  uint32_t next_free;
+} cube_slot_t;
+
+typedef struct cube_compiled_t {
+  cube_kernel_t *kernel;  // retained
+  cube_bkernel_t *backend;
+  cube_kernel_info_t info;
+  cube_status_t error;  // the compile error, kept: a failed compile is not retried
+} cube_compiled_t;
+
+// A launch deferred by CUBE_LAUNCH_QUEUE until its kernel compiles.
+typedef struct cube_pending_launch_t cube_pending_launch_t;
+
+typedef struct cube_thread_stream_t {
+  pthread_t thread;
+  uint32_t stream;
+} cube_thread_stream_t;
+
+struct cube_client_t {
+  atomic_uint refs;
+  uint32_t id;  // process-unique, stamped in every handle
+  pthread_mutex_t lock;
+  cube_backend_device_t *device;
+  char name[48];  // "cpu:0", "cuda:0", "fault(cpu):0"
+  uint64_t properties_hash;
+  cube_mm_t *mm;
+  cube_status_t poison;  // non-NULL once the device is poisoned (sticky)
+
+  cube_stream_state_t streams[CUBE_MAX_STREAMS + 1];  // index 0 unused
+  cube_thread_stream_t *thread_streams;
+  size_t thread_stream_count, thread_stream_capacity;
+
+  cube_slot_t *slots;
+  uint32_t slot_count, slot_capacity, free_slot;  // free list head (UINT32_MAX: none)
+
+  cube_compiled_t *compiled;
+  size_t compiled_count, compiled_capacity;
+  cube_pending_launch_t *pending_head, *pending_tail;
+
+  uint32_t capturing_streams;
+  struct staging_block_t *staging;  // guarded by the staging lock (io.c)
+};
+
+struct cube_kernel_t {
+  atomic_uint refs;
+  char *name;
+  char *source;
+  char *options;
+  cube_kernel_language_t language;
+  cube_dim3_t cube_dim;
+  uint32_t dynamic_shared_memory;
+  cube_hash128_t key;  // content hash, the compiled-kernel cache key
+};
+
+//===--- Internal helpers shared by the core's files ---===//
+
+// Locks, then answers the sticky poison (a fresh DEVICE_POISONED status
+// naming |operation|) if any; on error the lock is released.
+CUBE_INTERNAL cube_status_t cube_server_enter(cube_client_t *client, const char *operation);
+CUBE_INTERNAL void cube_server_leave(cube_client_t *client);
+// Records a backend failure: a poisoning status poisons the device. Returns
+// |status| unchanged (for chaining).
+CUBE_INTERNAL cube_status_t cube_server_note(cube_client_t *client, cube_status_t status);
+// Resolves CUBE_STREAM_CURRENT and validates explicit ids; creates the
+// calling thread's default stream on first use. Lock held.
+CUBE_INTERNAL cube_status_t cube_server_stream(cube_client_t *client, cube_stream_t stream,
+                                               const char *operation, uint32_t *out_index);
+// A validated binding: the slot and the absolute range. Lock held.
+typedef struct cube_resolved_t {
+  cube_slot_t *slot;
+  uint32_t slot_index;
+  uint64_t offset;
+  uint64_t size;
+  uint64_t address;  // device address of |offset|
+} cube_resolved_t;
+CUBE_INTERNAL cube_status_t cube_server_resolve(cube_client_t *client, cube_binding_t binding,
+                                                const char *operation, const char *what,
+                                                cube_resolved_t *out);
+// Orders |stream| after the last use of |slot| on another stream (device-side
+// wait on an event). Lock held.
+CUBE_INTERNAL cube_status_t cube_server_order(cube_client_t *client, uint32_t stream,
+                                              cube_slot_t *slot);
+// Marks an operation enqueued on |stream| that used |slot| (may be NULL).
+CUBE_INTERNAL void cube_server_used(cube_client_t *client, uint32_t stream, cube_slot_t *slot);
+// Dispatches deferred (queued) launches. Lock held.
+CUBE_INTERNAL void cube_server_flush_pending(cube_client_t *client);
+// Frees every pending launch without running it (teardown).
+CUBE_INTERNAL void cube_server_drop_pending(cube_client_t *client);
+// The claim check over |count| resolved slots: NULL, one UNWRITTEN, or SEVERAL.
+CUBE_INTERNAL cube_status_t cube_server_ensure_written(cube_client_t *client,
+                                                       cube_slot_t *const *slots, size_t count);
+
+// Staging memory for host writes (pinned on CUDA), pooled. Thread-safe.
+CUBE_INTERNAL cube_status_t cube_staging_take(cube_client_t *client, uint64_t size,
+                                              void **out_host);
+CUBE_INTERNAL void cube_staging_give(cube_client_t *client, void *host);
+CUBE_INTERNAL void cube_staging_drain(cube_client_t *client);
+
+CUBE_INTERNAL void cube_backend_query_info(cube_backend_kind_t kind, cube_backend_info_t *out_info);
+
+// Kernel-cache statistics (process-wide).
+CUBE_INTERNAL void cube_kernel_stats_count(bool compiled, bool disk_hit, bool memory_hit,
+                                           double seconds);
+
+#endif  // CUBE_CORE_SERVER_H_
