@@ -434,6 +434,7 @@ int main(void) {
     cmocka_unit_test(static_nodes_cost_nothing),
     cmocka_unit_test(accessors_and_names),
     cmocka_unit_test(long_chains_release_without_recursion),
+    cmocka_unit_test(refcounting_is_thread_safe),
 #if defined(__GLIBC__) && !defined(CUBE_ASAN) && !defined(CUBE_TSAN)
     cmocka_unit_test(out_of_memory_degrades_to_static_nodes),
 #endif
