@@ -255,6 +255,7 @@ void cube_client_release(cube_client_t *client) {
     s->live = false;
   }
   for (uint32_t i = 0; i < client->slot_count; ++i) cube_claim_clear(&client->slots[i].claim);
+  cube_info_cache_clear(client);
   cube_mm_destroy(client->mm);
   cube_staging_drain(client);
   for (size_t i = 0; i < client->compiled_count; ++i) {

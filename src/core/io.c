@@ -1,6 +1,7 @@
 // cubec core — writes, reads, futures, sync, check, flush and staging.
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/server.h"
 
@@ -28,15 +29,31 @@ static uint64_t staging_round(uint64_t size) {
   return rounded;
 }
 
-cube_status_t cube_staging_take(cube_client_t *client, uint64_t size, void **out_host) {
+// Takes a free block of |size| (rounded), waiting while |max_busy| blocks of
+// that size are in flight (0: never wait).
+static cube_status_t staging_take_bounded(cube_client_t *client, uint64_t size, uint32_t max_busy,
+                                          void **out_host) {
   uint64_t rounded = staging_round(size);
-  pthread_mutex_lock(&staging_lock);
   staging_block_t *hit = NULL;
-  for (staging_block_t *b = client->staging; b && !hit; b = b->next) {
-    if (b->free && b->size == rounded) hit = b;
+  for (;;) {
+    uint32_t busy = 0;
+    pthread_mutex_lock(&staging_lock);
+    for (staging_block_t *b = client->staging; b && !hit; b = b->next) {
+      if (b->size != rounded) continue;
+      if (b->free) {
+        hit = b;
+      } else {
+        busy++;
+      }
+    }
+    if (hit) hit->free = false;
+    pthread_mutex_unlock(&staging_lock);
+    if (hit || max_busy == 0 || busy < max_busy) break;
+    // The device is still copying out of every block: the stream hands one
+    // back as soon as its copy completes.
+    struct timespec pause = {0, 5000};
+    nanosleep(&pause, NULL);
   }
-  if (hit) hit->free = false;
-  pthread_mutex_unlock(&staging_lock);
   if (hit) {
     *out_host = hit->host;
     return CUBE_OK;
@@ -57,6 +74,10 @@ cube_status_t cube_staging_take(cube_client_t *client, uint64_t size, void **out
   pthread_mutex_unlock(&staging_lock);
   *out_host = block->host;
   return CUBE_OK;
+}
+
+cube_status_t cube_staging_take(cube_client_t *client, uint64_t size, void **out_host) {
+  return staging_take_bounded(client, size, 0, out_host);
 }
 
 void cube_staging_give(cube_client_t *client, void *host) {
@@ -113,6 +134,64 @@ cube_status_t cube_staging_release(cube_client_t *client, void *host) {
 
 //===--- Writes ---===//
 
+// Chunks a contiguous host-to-device copy goes through staging in: while the
+// device copies chunk i out of one block, the host fills chunk i + 1 into
+// another (CUBE_STAGING_CHUNK bytes, CUBE_STAGING_BLOCKS blocks in flight).
+static uint64_t staging_chunk(void) {
+  return cube_env_u64("CUBE_STAGING_CHUNK", 8ull << 20);
+}
+
+// Hands |host| back to the pool once the stream passes this point; waits for
+// the stream when it cannot say so.
+static void staging_return(cube_client_t *client, cube_bstream_t *bstream, void *host) {
+  const cube_backend_vtable_t *vt = client->device->vtable;
+  staging_give_t *give = malloc(sizeof *give);
+  cube_status_t queued = CUBE_OK;
+  if (give) {
+    *give = (staging_give_t){client, host};
+    queued = vt->host_callback(client->device, bstream, staging_give_callback, give);
+  }
+  if (!give || !cube_status_is_ok(queued)) {
+    free(give);
+    cube_status_release(cube_server_note(client, vt->stream_sync(client->device, bstream)));
+    cube_staging_give(client, host);
+    cube_status_release(queued);
+  }
+}
+
+// Copies host bytes to the device through pooled staging, so the caller's
+// buffer is free once this returns. |strided| NULL: contiguous to |address|.
+cube_status_t cube_server_upload(cube_client_t *client, uint32_t stream,
+                                 const cube_bcopy_t *strided, uint64_t address, const void *source,
+                                 uint64_t size) {
+  const cube_backend_vtable_t *vt = client->device->vtable;
+  cube_bstream_t *bstream = client->streams[stream].backend;
+  uint64_t chunk = strided ? size : staging_chunk();
+  if (chunk == 0) chunk = size;
+  uint32_t blocks = (uint32_t)cube_env_u64("CUBE_STAGING_BLOCKS", 4);
+  cube_status_t status = CUBE_OK;
+  for (uint64_t done = 0; done < size && cube_status_is_ok(status);) {
+    uint64_t n = size - done < chunk ? size - done : chunk;
+    void *host = NULL;
+    status = staging_take_bounded(client, n, size > chunk ? blocks : 0, &host);
+    if (!cube_status_is_ok(status)) break;
+    memcpy(host, (const char *)source + done, n);
+    if (strided) {
+      status = vt->copy_strided_to_device(client->device, bstream, strided, host);
+    } else {
+      status = vt->copy_to_device(client->device, bstream, address + done, host, n);
+    }
+    status = cube_server_note(client, status);
+    if (cube_status_is_ok(status)) {
+      staging_return(client, bstream, host);
+    } else {
+      cube_staging_give(client, host);
+    }
+    done += n;
+  }
+  return status;
+}
+
 // One write into one destination, in its own write scope: success releases
 // the destination's claim when the write covers the whole buffer, failure
 // leaves the destination claiming the error. Lock held.
@@ -163,41 +242,16 @@ static cube_status_t write_one(cube_client_t *client, uint32_t stream, const cub
   }
   if (size == 0) return CUBE_OK;
 
-  const cube_backend_vtable_t *vt = client->device->vtable;
-  cube_bstream_t *bstream = client->streams[stream].backend;
   // The scope opens: the destination claims the provisional TornDown until
   // the copy is enqueued. What it claimed before is kept aside: a partial
   // write leaves the bytes outside it exactly as stale as they were.
   cube_claim_t prior = r.slot->claim;
   r.slot->claim = (cube_claim_t){0};
   cube_claim_set(&r.slot->claim, cube_failure_torn_down(), NULL);
-  void *staging = NULL;
   status = cube_server_order(client, stream, r.slot);
-  if (cube_status_is_ok(status)) status = cube_staging_take(client, size, &staging);
   if (cube_status_is_ok(status)) {
-    memcpy(staging, source, size);
-    if (desc->rank > 0) {
-      cube_bcopy_t copy = {r.address, desc->rank, desc->shape, desc->strides, desc->elem_size};
-      status = vt->copy_strided_to_device(client->device, bstream, &copy, staging);
-    } else {
-      status = vt->copy_to_device(client->device, bstream, r.address, staging, size);
-    }
-    status = cube_server_note(client, status);
-  }
-  if (staging) {
-    staging_give_t *give = cube_status_is_ok(status) ? malloc(sizeof *give) : NULL;
-    cube_status_t queued = CUBE_OK;
-    if (give) {
-      *give = (staging_give_t){client, staging};
-      queued = vt->host_callback(client->device, bstream, staging_give_callback, give);
-    }
-    if (!give || !cube_status_is_ok(queued)) {
-      // The stream cannot hand the staging back: wait for the copy here.
-      if (give && !cube_status_is_ok(queued)) free(give);
-      cube_status_release(cube_server_note(client, vt->stream_sync(client->device, bstream)));
-      cube_staging_give(client, staging);
-      cube_status_release(queued);
-    }
+    cube_bcopy_t copy = {r.address, desc->rank, desc->shape, desc->strides, desc->elem_size};
+    status = cube_server_upload(client, stream, desc->rank ? &copy : NULL, r.address, source, size);
   }
   if (cube_status_is_ok(status)) {
     client->streams[stream].ticket++;

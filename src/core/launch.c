@@ -308,6 +308,76 @@ static cube_status_t info_pack(const cube_kernel_t *kernel, const cube_kernel_ar
   return CUBE_OK;
 }
 
+//===--- The info cache ---===//
+
+static uint64_t words_hash(const uint64_t *words, uint32_t count) {
+  uint64_t h = 1469598103934665603ull ^ count;
+  for (uint32_t i = 0; i < count; ++i) {
+    h ^= words[i];
+    h *= 1099511628211ull;
+    h ^= h >> 29;
+  }
+  return h;
+}
+
+void cube_info_cache_clear(cube_client_t *client) {
+  for (uint32_t i = 0; i < client->info_cache_count; ++i) {
+    cube_info_entry_t *e = &client->info_cache[i];
+    cube_mm_free(client->mm, &e->slice, e->last_stream, e->last_ticket);
+    free(e->data);
+  }
+  client->info_cache_count = 0;
+}
+
+// The device address of |words| (the dynamic part), uploading them on a
+// miss. Lock held.
+static cube_status_t info_cache_get(cube_client_t *client, uint32_t stream, const uint64_t *words,
+                                    uint32_t count, uint64_t *out_address) {
+  uint64_t hash = words_hash(words, count);
+  cube_info_entry_t *hit = NULL;
+  for (uint32_t i = 0; i < client->info_cache_count && !hit; ++i) {
+    cube_info_entry_t *e = &client->info_cache[i];
+    if (e->hash == hash && e->words == count && memcmp(e->data, words, count * 8) == 0) hit = e;
+  }
+  cube_status_t status = CUBE_OK;
+  if (!hit) {
+    cube_info_entry_t *slot = NULL;
+    if (client->info_cache_count < CUBE_INFO_CACHE_ENTRIES) {
+      slot = &client->info_cache[client->info_cache_count++];
+    } else {
+      slot = &client->info_cache[0];
+      for (uint32_t i = 1; i < CUBE_INFO_CACHE_ENTRIES; ++i) {
+        if (client->info_cache[i].stamp < slot->stamp) slot = &client->info_cache[i];
+      }
+      cube_mm_free(client->mm, &slot->slice, slot->last_stream, slot->last_ticket);
+      free(slot->data);
+    }
+    *slot = (cube_info_entry_t){.hash = hash, .words = count};
+    slot->data = malloc(count * 8ull);
+    status = slot->data ? cube_server_note(client, cube_mm_reserve(client->mm, count * 8ull, stream,
+                                                                   &slot->slice))
+                        : cube_status_make(CUBE_STATUS_GENERIC, "info cache: out of host memory");
+    if (cube_status_is_ok(status)) {
+      memcpy(slot->data, words, count * 8ull);
+      status = cube_server_upload(client, stream, NULL, slot->slice.address, words, count * 8ull);
+      client->info_uploads++;
+    }
+    if (!cube_status_is_ok(status)) {
+      if (slot->slice.size)
+        cube_mm_free(client->mm, &slot->slice, stream, client->streams[stream].ticket);
+      free(slot->data);
+      *slot = client->info_cache[--client->info_cache_count];
+      return status;
+    }
+    hit = slot;
+  }
+  hit->stamp = ++client->info_stamp;
+  hit->last_stream = stream;
+  hit->last_ticket = client->streams[stream].ticket + 1;  // the launch about to use it
+  *out_address = hit->slice.address;
+  return status;
+}
+
 //===--- Launch ---===//
 
 struct cube_pending_launch_t {
@@ -595,8 +665,15 @@ static cube_status_t launch_locked(cube_client_t *client, uint32_t stream, cube_
     addresses[i] = resolved[i].address;
     status = cube_server_order(client, stream, resolved[i].slot);
   }
+  uint64_t dynamic_address = 0;
+  if (cube_status_is_ok(status) && info_words > static_words &&
+      client->device->properties.backend != CUBE_BACKEND_CPU) {
+    status = info_cache_get(client, stream, words + static_words, info_words - static_words,
+                            &dynamic_address);
+  }
   if (cube_status_is_ok(status)) {
-    cube_dispatch_t dispatch = {.kernel = compiled->backend,
+    cube_dispatch_t dispatch = {.dynamic_info_address = dynamic_address,
+                                .kernel = compiled->backend,
                                 .cube_count = grid,
                                 .cube_dim = kernel->cube_dim,
                                 .dynamic_shared_memory = kernel->dynamic_shared_memory,

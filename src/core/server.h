@@ -62,6 +62,20 @@ typedef struct cube_compiled_t {
 // A launch deferred by CUBE_LAUNCH_QUEUE until its kernel compiles.
 typedef struct cube_pending_launch_t cube_pending_launch_t;
 
+// The info cache: dynamic metadata uploaded once per distinct content, so a
+// stable-shape loop allocates and copies nothing (CUDA; the CPU backend
+// reads the info block from host memory).
+#define CUBE_INFO_CACHE_ENTRIES 64
+typedef struct cube_info_entry_t {
+  uint64_t hash;
+  uint32_t words;
+  uint64_t *data;
+  cube_mm_slice_t slice;
+  uint32_t last_stream;
+  uint64_t last_ticket;
+  uint64_t stamp;
+} cube_info_entry_t;
+
 typedef struct cube_thread_stream_t {
   pthread_t thread;
   uint32_t stream;
@@ -89,6 +103,10 @@ struct cube_client_t {
   cube_pending_launch_t *pending_head, *pending_tail;
 
   uint32_t capturing_streams;
+  cube_info_entry_t info_cache[CUBE_INFO_CACHE_ENTRIES];
+  uint32_t info_cache_count;
+  uint64_t info_stamp;
+  uint64_t info_uploads;            // how many dynamic-metadata uploads were made
   struct staging_block_t *staging;  // guarded by the staging lock (io.c)
 };
 
@@ -140,6 +158,14 @@ CUBE_INTERNAL void cube_server_drop_pending(cube_client_t *client);
 // The claim check over |count| resolved slots: NULL, one UNWRITTEN, or SEVERAL.
 CUBE_INTERNAL cube_status_t cube_server_ensure_written(cube_client_t *client,
                                                        cube_slot_t *const *slots, size_t count);
+
+// Copies host bytes to the device in stream order through pipelined
+// staging; |source| is free once this returns. Lock held.
+CUBE_INTERNAL cube_status_t cube_server_upload(cube_client_t *client, uint32_t stream,
+                                               const cube_bcopy_t *strided, uint64_t address,
+                                               const void *source, uint64_t size);
+// Releases every info-cache entry (teardown).
+CUBE_INTERNAL void cube_info_cache_clear(cube_client_t *client);
 
 // Staging memory for host writes (pinned on CUDA), pooled. Thread-safe.
 CUBE_INTERNAL cube_status_t cube_staging_take(cube_client_t *client, uint64_t size,
