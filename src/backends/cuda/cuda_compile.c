@@ -1,0 +1,486 @@
+// cubec CUDA backend — NVRTC compilation, the on-disk binary cache, module
+// loading and what a compiled kernel says about itself.
+//
+// Dialect sources are compiled as: the embedded text of include/cube/dialect.h,
+// then `#line 1 "<name>.cube"`, then the user source (so compiler messages
+// point into the user's file). Raw CUDA C++ is compiled as given.
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "backends/cuda/cuda_internal.h"
+#include "base/util.h"
+
+// The dialect header's text, generated at build time (cmake/embed.cmake).
+extern const char cube_dialect_source[];
+
+#define CUBE_CUDA_CACHE_FORMAT "cubec-cuda-cache-v1"
+#define CUBE_CUDA_MAX_OPTIONS 64
+#define CUBE_CUDA_MAX_LOG (64u * 1024u)
+
+// Hashes |text| and its terminating NUL (so "ab","c" differs from "a","bc").
+static void cube_cuda_hash_string(cube_hash128_state_t *hash, const char *text) {
+  if (!text) text = "";
+  cube_hash128_update(hash, text, strlen(text) + 1);
+}
+
+//===--- On-disk cache ---===//
+
+// |out_dir| gets $CUBE_CACHE_DIR, else $XDG_CACHE_HOME/cubec, else
+// $HOME/.cache/cubec, else /tmp/cubec; then "/cuda".
+static void cube_cuda_cache_dir(char *out_dir, size_t size) {
+  const char *env = getenv("CUBE_CACHE_DIR");
+  if (env && env[0]) {
+    snprintf(out_dir, size, "%s/cuda", env);
+    return;
+  }
+  env = getenv("XDG_CACHE_HOME");
+  if (env && env[0]) {
+    snprintf(out_dir, size, "%s/cubec/cuda", env);
+    return;
+  }
+  env = getenv("HOME");
+  if (env && env[0]) {
+    snprintf(out_dir, size, "%s/.cache/cubec/cuda", env);
+    return;
+  }
+  snprintf(out_dir, size, "/tmp/cubec/cuda");
+}
+
+// mkdir -p; false when the directory cannot be made.
+static bool cube_cuda_make_dirs(const char *dir) {
+  char path[4096];
+  size_t length = strlen(dir);
+  if (length == 0 || length >= sizeof path) return false;
+  memcpy(path, dir, length + 1);
+  for (size_t i = 1; i <= length; ++i) {
+    if (path[i] != '/' && path[i] != '\0') continue;
+    char saved = path[i];
+    path[i] = '\0';
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) return false;
+    path[i] = saved;
+  }
+  return true;
+}
+
+typedef struct cube_cuda_cache_header_t {
+  char magic[24];  // CUBE_CUDA_CACHE_FORMAT, NUL-padded
+  uint32_t kind;   // 'C' cubin, 'P' ptx (NUL-terminated text)
+  uint32_t reserved;
+  uint64_t size;  // bytes of image that follow
+} cube_cuda_cache_header_t;
+
+// Reads a cached image; NULL when absent or malformed.
+static void *cube_cuda_cache_read(const char *path, size_t *out_size) {
+  *out_size = 0;
+  FILE *file = fopen(path, "rb");
+  if (!file) return NULL;
+  cube_cuda_cache_header_t header;
+  void *image = NULL;
+  if (fread(&header, sizeof header, 1, file) == 1 &&
+      strncmp(header.magic, CUBE_CUDA_CACHE_FORMAT, sizeof header.magic) == 0 &&
+      (header.kind == 'C' || header.kind == 'P') && header.size > 0 &&
+      header.size < ((uint64_t)1 << 32)) {
+    image = malloc((size_t)header.size + 1);
+    if (image && fread(image, (size_t)header.size, 1, file) == 1 && fgetc(file) == EOF) {
+      ((char *)image)[header.size] = '\0';
+      *out_size = (size_t)header.size;
+    } else {
+      free(image);
+      image = NULL;
+    }
+  }
+  fclose(file);
+  return image;
+}
+
+// Writes |image| under |path| through a temporary file and a rename, so that
+// readers never see a partial file. Failures are ignored (it is a cache).
+static void cube_cuda_cache_write(const char *dir, const char *path, const void *image, size_t size,
+                                  bool is_cubin) {
+  static atomic_uint counter;
+  if (!cube_cuda_make_dirs(dir)) return;
+  char temp[4300];
+  int length = snprintf(temp, sizeof temp, "%s.tmp.%ld.%u", path, (long)getpid(),
+                        atomic_fetch_add(&counter, 1));
+  if (length < 0 || (size_t)length >= sizeof temp) return;
+  FILE *file = fopen(temp, "wb");
+  if (!file) return;
+  cube_cuda_cache_header_t header;
+  memset(&header, 0, sizeof header);
+  snprintf(header.magic, sizeof header.magic, "%s", CUBE_CUDA_CACHE_FORMAT);
+  header.kind = is_cubin ? 'C' : 'P';
+  header.size = size;
+  bool ok = fwrite(&header, sizeof header, 1, file) == 1 && fwrite(image, size, 1, file) == 1;
+  ok = (fclose(file) == 0) && ok;
+  if (!ok || rename(temp, path) != 0) unlink(temp);
+}
+
+//===--- NVRTC ---===//
+
+typedef struct cube_cuda_options_t {
+  char *storage;  // owned copy of the request's options, split in place
+  char arch[64];  // --gpu-architecture=sm_XY
+  char include[4200];
+  const char *list[CUBE_CUDA_MAX_OPTIONS + 8];
+  int count;
+} cube_cuda_options_t;
+
+static bool cube_cuda_dir_exists(const char *path) {
+  struct stat info;
+  return stat(path, &info) == 0 && S_ISDIR(info.st_mode);
+}
+
+// Builds the NVRTC option list. The user's options are split on whitespace
+// (no quoting); a user --gpu-architecture / -arch replaces the default.
+static cube_status_t cube_cuda_options_build(const cube_cuda_device_t *device,
+                                             const cube_compile_request_t *request,
+                                             cube_cuda_options_t *out_options) {
+  memset(out_options, 0, sizeof *out_options);
+  bool user_arch = false;
+  const char *user_tokens[CUBE_CUDA_MAX_OPTIONS];
+  int user_count = 0;
+  if (request->options && request->options[0]) {
+    out_options->storage = strdup(request->options);
+    if (!out_options->storage)
+      return cube_status_make(CUBE_STATUS_GENERIC, "cuda: out of host memory for options");
+    char *cursor = out_options->storage;
+    while (*cursor) {
+      while (*cursor == ' ' || *cursor == '\t' || *cursor == '\n') *cursor++ = '\0';
+      if (!*cursor) break;
+      if (user_count == CUBE_CUDA_MAX_OPTIONS)
+        return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                                "cuda: kernel '%s' has more than %d compiler options",
+                                request->name, CUBE_CUDA_MAX_OPTIONS);
+      user_tokens[user_count++] = cursor;
+      if (strncmp(cursor, "--gpu-architecture", 18) == 0 || strncmp(cursor, "-arch", 5) == 0)
+        user_arch = true;
+      while (*cursor && *cursor != ' ' && *cursor != '\t' && *cursor != '\n') ++cursor;
+    }
+  }
+  const cube_device_properties_t *p = &device->base.properties;
+  if (!user_arch) {
+    snprintf(out_options->arch, sizeof out_options->arch, "--gpu-architecture=sm_%u%u",
+             p->compute_capability_major, p->compute_capability_minor);
+    out_options->list[out_options->count++] = out_options->arch;
+  }
+  out_options->list[out_options->count++] = "-std=c++17";
+  out_options->list[out_options->count++] = "--generate-line-info";
+  if (request->language == CUBE_KERNEL_CUDA) {
+    const char *home = getenv("CUDA_HOME");
+    char candidate[4096] = "";
+    if (home && home[0]) snprintf(candidate, sizeof candidate, "%s/include", home);
+    if (!candidate[0] || !cube_cuda_dir_exists(candidate))
+      snprintf(candidate, sizeof candidate, "/usr/local/cuda/include");
+    if (cube_cuda_dir_exists(candidate)) {
+      snprintf(out_options->include, sizeof out_options->include, "-I%s", candidate);
+      out_options->list[out_options->count++] = out_options->include;
+    }
+  }
+  for (int i = 0; i < user_count; ++i) out_options->list[out_options->count++] = user_tokens[i];
+  return CUBE_OK;
+}
+
+// The full program text (prelude + source for the dialect). Heap; caller frees.
+static char *cube_cuda_program_text(const cube_compile_request_t *request) {
+  if (request->language != CUBE_KERNEL_DIALECT) return strdup(request->source);
+  const char *format = "%s\n#line 1 \"%s.cube\"\n%s\n";
+  int length = snprintf(NULL, 0, format, cube_dialect_source, request->name, request->source);
+  if (length < 0) return NULL;
+  char *text = malloc((size_t)length + 1);
+  if (text)
+    snprintf(text, (size_t)length + 1, format, cube_dialect_source, request->name, request->source);
+  return text;
+}
+
+// Compiles |text| with NVRTC into a CUBIN (or PTX when the options ask for a
+// virtual architecture). The image is heap memory the caller frees.
+static cube_status_t cube_cuda_nvrtc_compile(const cube_cuda_nvrtc_t *rtc,
+                                             const cube_compile_request_t *request,
+                                             const char *text, const cube_cuda_options_t *options,
+                                             void **out_image, size_t *out_size,
+                                             bool *out_is_cubin) {
+  *out_image = NULL;
+  *out_size = 0;
+  *out_is_cubin = false;
+  const char *arch = options->arch[0] ? options->arch + 19 : "(user-chosen arch)";
+  char program_name[300];
+  snprintf(program_name, sizeof program_name, "%s.cu", request->name);
+  nvrtcProgram program = NULL;
+  nvrtcResult result = rtc->nvrtcCreateProgram(&program, text, program_name, 0, NULL, NULL);
+  if (result != NVRTC_SUCCESS)
+    return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                            "nvrtcCreateProgram(kernel '%s') failed: %s (%d)", request->name,
+                            rtc->nvrtcGetErrorString(result), result);
+  cube_status_t status = CUBE_OK;
+  result = rtc->nvrtcCompileProgram(program, options->count, options->list);
+  if (result != NVRTC_SUCCESS) {
+    size_t log_size = 0;
+    char *log = NULL;
+    if (rtc->nvrtcGetProgramLogSize(program, &log_size) == NVRTC_SUCCESS && log_size > 1) {
+      log = malloc(log_size + 1);
+      if (log && rtc->nvrtcGetProgramLog(program, log) == NVRTC_SUCCESS) {
+        log[log_size] = '\0';
+        if (log_size > CUBE_CUDA_MAX_LOG) strcpy(log + CUBE_CUDA_MAX_LOG - 16, "\n[log truncated]");
+      } else {
+        free(log);
+        log = NULL;
+      }
+    }
+    status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                              "nvrtcCompileProgram(kernel '%s', %s) failed: %s (%d)\nnvrtc "
+                              "log:\n%s",
+                              request->name, arch, rtc->nvrtcGetErrorString(result), result,
+                              log ? log : "(no log)");
+    free(log);
+  }
+  if (!status) {
+    size_t size = 0;
+    bool cubin = rtc->nvrtcGetCUBINSize && rtc->nvrtcGetCUBIN &&
+                 rtc->nvrtcGetCUBINSize(program, &size) == NVRTC_SUCCESS && size > 0;
+    if (!cubin) {
+      result = rtc->nvrtcGetPTXSize(program, &size);
+      if (result != NVRTC_SUCCESS || size == 0)
+        status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                                  "nvrtcGetPTXSize(kernel '%s') failed: %s (%d)", request->name,
+                                  rtc->nvrtcGetErrorString(result), result);
+    }
+    char *image = NULL;
+    if (!status) {
+      image = malloc(size + 1);
+      if (!image)
+        status = cube_status_make(CUBE_STATUS_GENERIC,
+                                  "cuda: out of host memory for a %zu-byte kernel image", size);
+    }
+    if (!status) {
+      result = cubin ? rtc->nvrtcGetCUBIN(program, image) : rtc->nvrtcGetPTX(program, image);
+      if (result != NVRTC_SUCCESS) {
+        status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED, "%s(kernel '%s') failed: %s (%d)",
+                                  cubin ? "nvrtcGetCUBIN" : "nvrtcGetPTX", request->name,
+                                  rtc->nvrtcGetErrorString(result), result);
+        free(image);
+      } else {
+        image[size] = '\0';
+        *out_image = image;
+        *out_size = size;
+        *out_is_cubin = cubin;
+      }
+    }
+  }
+  (void)rtc->nvrtcDestroyProgram(&program);
+  return status;
+}
+
+//===--- Module loading and kernel info ---===//
+
+// Reads the kernel's IO string (the `<name>__cube_io` global) through the
+// device's utility stream. A missing global reads as "" (no answer).
+static cube_status_t cube_cuda_read_io(cube_cuda_device_t *device, cube_bkernel_t *kernel,
+                                       const char *name) {
+  char global[300];
+  snprintf(global, sizeof global, "%s__cube_io", name);
+  CUdeviceptr address = 0;
+  size_t size = 0;
+  CUresult result = device->cu->cuModuleGetGlobal(&address, &size, kernel->module, global);
+  if (result == CUDA_ERROR_NOT_FOUND) {
+    kernel->io = strdup("");
+    return kernel->io ? CUBE_OK : cube_status_make(CUBE_STATUS_GENERIC, "cuda: out of memory");
+  }
+  if (result != CUDA_SUCCESS)
+    return cube_cuda_error(device, result, CUBE_CUDA_OP_COMPILE, "cuModuleGetGlobal(\"%s\")",
+                           global);
+  char *io = calloc(size + 1, 1);
+  if (!io) return cube_status_make(CUBE_STATUS_GENERIC, "cuda: out of host memory");
+  if (size > 0) {
+    pthread_mutex_lock(&device->utility_lock);
+    result = device->cu->cuMemcpyDtoHAsync(io, address, size, device->utility_stream);
+    const char *call = "cuMemcpyDtoHAsync_v2";
+    if (result == CUDA_SUCCESS) {
+      result = device->cu->cuStreamSynchronize(device->utility_stream);
+      call = "cuStreamSynchronize";
+    }
+    pthread_mutex_unlock(&device->utility_lock);
+    if (result != CUDA_SUCCESS) {
+      free(io);
+      return cube_cuda_error(device, result, CUBE_CUDA_OP_COMPILE, "%s(reading \"%s\", %zu bytes)",
+                             call, global, size);
+    }
+  }
+  io[size] = '\0';
+  for (size_t i = 0; io[i]; ++i) {
+    if (io[i] != 'r' && io[i] != 'w' && io[i] != 'x' && io[i] != 'd') {
+      free(io);
+      return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                              "cuda: kernel '%s' has a malformed IO string in \"%s\"", name,
+                              global);
+    }
+  }
+  kernel->io = io;
+  return CUBE_OK;
+}
+
+static void cube_cuda_kernel_free(cube_cuda_device_t *device, cube_bkernel_t *kernel) {
+  if (kernel->module) (void)device->cu->cuModuleUnload(kernel->module);
+  free(kernel->io);
+  free(kernel);
+}
+
+// Loads |image| and reads what the kernel says about itself.
+static cube_status_t cube_cuda_load(cube_cuda_device_t *device,
+                                    const cube_compile_request_t *request, const void *image,
+                                    cube_bkernel_t **out_kernel) {
+  *out_kernel = NULL;
+  cube_bkernel_t *kernel = calloc(1, sizeof *kernel);
+  if (!kernel) return cube_status_make(CUBE_STATUS_GENERIC, "cuda: out of host memory");
+  kernel->language = request->language;
+  atomic_init(&kernel->dynamic_shared_limit, 48u * 1024u);
+  cube_status_t status = CUBE_OK;
+  CUresult result = device->cu->cuModuleLoadData(&kernel->module, image);
+  if (result != CUDA_SUCCESS) {
+    kernel->module = NULL;
+    status = cube_cuda_error(device, result, CUBE_CUDA_OP_COMPILE, "cuModuleLoadData(kernel '%s')",
+                             request->name);
+  }
+  if (!status) {
+    result = device->cu->cuModuleGetFunction(&kernel->function, kernel->module, request->name);
+    if (result == CUDA_ERROR_NOT_FOUND)
+      status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                                "cuda: the compiled module has no entry point '%s' "
+                                "(cuModuleGetFunction: CUDA_ERROR_NOT_FOUND); is it extern \"C\" "
+                                "__global__?",
+                                request->name);
+    else if (result != CUDA_SUCCESS)
+      status = cube_cuda_error(device, result, CUBE_CUDA_OP_COMPILE, "cuModuleGetFunction(\"%s\")",
+                               request->name);
+  }
+  int value = 0;
+  if (!status) {
+    result = device->cu->cuFuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                                            kernel->function);
+    if (result != CUDA_SUCCESS)
+      status = cube_cuda_error(device, result, CUBE_CUDA_OP_COMPILE,
+                               "cuFuncGetAttribute(SHARED_SIZE_BYTES, '%s')", request->name);
+    kernel->static_shared_memory = value > 0 ? (uint32_t)value : 0;
+  }
+  if (!status) {
+    result = device->cu->cuFuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                                            kernel->function);
+    if (result != CUDA_SUCCESS)
+      status = cube_cuda_error(device, result, CUBE_CUDA_OP_COMPILE,
+                               "cuFuncGetAttribute(MAX_THREADS_PER_BLOCK, '%s')", request->name);
+    kernel->max_units_per_cube = value > 0 ? (uint32_t)value : 0;
+  }
+  if (!status) {
+    if (request->language == CUBE_KERNEL_DIALECT) {
+      status = cube_cuda_read_io(device, kernel, request->name);
+    } else {
+      kernel->io = strdup("");
+      if (!kernel->io) status = cube_status_make(CUBE_STATUS_GENERIC, "cuda: out of host memory");
+    }
+  }
+  if (status) {
+    cube_cuda_kernel_free(device, kernel);
+    return status;
+  }
+  *out_kernel = kernel;
+  return CUBE_OK;
+}
+
+cube_status_t cube_cuda_compile(cube_backend_device_t *base, const cube_compile_request_t *request,
+                                cube_bkernel_t **out_kernel, cube_kernel_info_t *out_info) {
+  cube_cuda_device_t *device = cube_cuda_device(base);
+  *out_kernel = NULL;
+  memset(out_info, 0, sizeof *out_info);
+  cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_COMPILE);
+  if (status) return status;
+  if (request->language != CUBE_KERNEL_DIALECT && request->language != CUBE_KERNEL_CUDA)
+    return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                            "cuda: kernel '%s' is in language %d, which this backend cannot build",
+                            request->name, (int)request->language);
+  const char *detail = NULL;
+  const cube_cuda_nvrtc_t *rtc = cube_cuda_nvrtc(&detail);
+  if (!rtc)
+    return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                            "cuda: cannot compile kernel '%s' without NVRTC: %s", request->name,
+                            detail);
+
+  cube_cuda_options_t options;
+  status = cube_cuda_options_build(device, request, &options);
+  char *text = NULL;
+  if (!status) {
+    text = cube_cuda_program_text(request);
+    if (!text) status = cube_status_make(CUBE_STATUS_GENERIC, "cuda: out of host memory");
+  }
+  if (status) {
+    free(options.storage);
+    return status;
+  }
+
+  // Cache key: format, language, entry point, full program text (prelude
+  // included), every option (arch included), NVRTC version.
+  cube_hash128_state_t hash;
+  cube_hash128_init(&hash);
+  cube_cuda_hash_string(&hash, CUBE_CUDA_CACHE_FORMAT);
+  int language = (int)request->language;
+  cube_hash128_update(&hash, &language, sizeof language);
+  cube_cuda_hash_string(&hash, request->name);
+  cube_cuda_hash_string(&hash, text);
+  for (int i = 0; i < options.count; ++i) cube_cuda_hash_string(&hash, options.list[i]);
+  int version[2] = {rtc->version_major, rtc->version_minor};
+  cube_hash128_update(&hash, version, sizeof version);
+  char hex[CUBE_HASH128_HEX_SIZE];
+  cube_hash128_hex(cube_hash128_final(&hash), hex);
+  char dir[4096], path[4200];
+  cube_cuda_cache_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/%s.bin", dir, hex);
+
+  size_t size = 0;
+  void *image = cube_cuda_cache_read(path, &size);
+  cube_bkernel_t *kernel = NULL;
+  if (image) {
+    status = cube_cuda_load(device, request, image, &kernel);
+    free(image);
+    image = NULL;
+    if (status && !cube_status_is_device_poisoned(status)) {
+      // A stale or damaged entry: forget it and compile afresh.
+      cube_status_release(status);
+      status = CUBE_OK;
+      unlink(path);
+    } else if (!status) {
+      out_info->from_disk_cache = true;
+    }
+  }
+  if (!kernel && !status) {
+    bool is_cubin = false;
+    status = cube_cuda_nvrtc_compile(rtc, request, text, &options, &image, &size, &is_cubin);
+    if (!status) {
+      status = cube_cuda_load(device, request, image, &kernel);
+      if (!status) cube_cuda_cache_write(dir, path, image, is_cubin ? size : size + 1, is_cubin);
+    }
+    free(image);
+  }
+  free(text);
+  free(options.storage);
+  if (status) return status;
+  out_info->io = kernel->io;
+  out_info->static_shared_memory = kernel->static_shared_memory;
+  out_info->max_units_per_cube = kernel->max_units_per_cube;
+  *out_kernel = kernel;
+  return CUBE_OK;
+}
+
+void cube_cuda_kernel_release(cube_backend_device_t *base, cube_bkernel_t *kernel) {
+  cube_cuda_device_t *device = cube_cuda_device(base);
+  if (!kernel) return;
+  cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_COMPILE);
+  if (status) {
+    cube_status_release(status);
+    (void)device->cu->cuCtxSetCurrent(device->context);
+  }
+  cube_cuda_kernel_free(device, kernel);
+}

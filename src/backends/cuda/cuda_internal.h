@@ -1,0 +1,144 @@
+// cubec CUDA backend — state shared by the backend's files (not installed).
+#ifndef CUBE_BACKENDS_CUDA_CUDA_INTERNAL_H_
+#define CUBE_BACKENDS_CUDA_CUDA_INTERNAL_H_
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "backends/cuda/cuda_api.h"
+
+// What a driver call was doing: picks the status family of its failure.
+typedef enum cube_cuda_op_t {
+  CUBE_CUDA_OP_SERVER,   // sync, events, streams: GENERIC / DEVICE_POISONED
+  CUBE_CUDA_OP_LAUNCH,   // dispatch, graph replay: LAUNCH_* / LAUNCH_DEVICE_POISONED
+  CUBE_CUDA_OP_IO,       // alloc, copies: IO_* / IO_DEVICE_POISONED
+  CUBE_CUDA_OP_COMPILE,  // module load: COMPILE_REFUSED / COMPILE_DEVICE_POISONED
+  CUBE_CUDA_OP_PROFILE,  // elapsed time: PROFILE_UNKNOWN / DEVICE_POISONED
+} cube_cuda_op_t;
+
+typedef struct cube_cuda_device_t {
+  cube_backend_device_t base;  // first: the core sees only this
+  const cube_cuda_driver_t *cu;
+  CUdevice device;
+  CUcontext context;  // the device's primary context (retained)
+  uint32_t index;
+  uint64_t max_pitch;  // CU_DEVICE_ATTRIBUTE_MAX_PITCH
+  // The first sticky CUresult seen (0 while healthy). Once set every slot
+  // answers a poisoned status at once without calling the driver.
+  atomic_int poisoned;
+  atomic_bool poison_described;
+  char poison_where[256];  // the call that saw it; written once, before poison_described
+
+  // Event pool: free lists of untimed [0] and timed [1] events.
+  pthread_mutex_t event_lock;
+  cube_bevent_t *free_events[2];
+
+  // A private stream for the backend's own small reads (kernel IO strings),
+  // so they never touch the legacy stream or a capturing stream.
+  pthread_mutex_t utility_lock;
+  CUstream utility_stream;
+} cube_cuda_device_t;
+
+struct cube_bevent_t {
+  CUevent event;
+  bool timed;
+  cube_bevent_t *next;  // free list
+};
+
+struct cube_bkernel_t {
+  CUmodule module;
+  CUfunction function;
+  cube_kernel_language_t language;
+  char *io;  // NUL-terminated; "" for raw CUDA C++
+  uint32_t static_shared_memory;
+  uint32_t max_units_per_cube;
+  // Dynamic shared memory the function is opted in for (48 KiB by default).
+  atomic_uint dynamic_shared_limit;
+};
+
+struct cube_bgraph_t {
+  CUgraph graph;
+  CUgraphExec exec;
+};
+
+// A backend stream is the CUstream itself (never the NULL stream).
+static inline CUstream cube_cuda_stream(cube_bstream_t *stream) {
+  return (CUstream)stream;
+}
+static inline cube_cuda_device_t *cube_cuda_device(cube_backend_device_t *device) {
+  return (cube_cuda_device_t *)device;
+}
+
+// The context current on this thread, as last set by the backend, and the
+// teardown generation it was set in: a device teardown bumps the generation
+// so that every thread sets its context again (a released primary context
+// may come back with the same handle).
+CUBE_INTERNAL extern _Thread_local CUcontext cube_cuda_tls_context;
+CUBE_INTERNAL extern _Thread_local unsigned cube_cuda_tls_generation;
+CUBE_INTERNAL extern atomic_uint cube_cuda_generation;
+
+// A status for |result| from a driver call described by |format| (the call
+// and its key arguments). Sticky results poison |device| (may be NULL) and
+// come back with the DEVICE_POISONED code of |op|'s family; OUT_OF_MEMORY is
+// IO_OUT_OF_MEMORY (LAUNCH_OUT_OF_MEMORY for launches).
+CUBE_INTERNAL cube_status_t cube_cuda_error_at(cube_cuda_device_t *device, CUresult result,
+                                               cube_cuda_op_t op, const char *file, int line,
+                                               const char *format, ...) CUBE_PRINTF(6, 7);
+#define cube_cuda_error(device, result, op, ...) \
+  cube_cuda_error_at((device), (result), (op), __FILE__, __LINE__, __VA_ARGS__)
+
+// The status every call answers once |device| is poisoned.
+CUBE_INTERNAL cube_status_t cube_cuda_poisoned_status(cube_cuda_device_t *device,
+                                                      cube_cuda_op_t op);
+
+// Answers the poisoned status if the device is poisoned, else makes the
+// device's context current on this thread. NULL when the call may proceed.
+static inline cube_status_t cube_cuda_enter(cube_cuda_device_t *device, cube_cuda_op_t op) {
+  if (__builtin_expect(atomic_load_explicit(&device->poisoned, memory_order_relaxed) != 0, 0))
+    return cube_cuda_poisoned_status(device, op);
+  unsigned generation = atomic_load_explicit(&cube_cuda_generation, memory_order_relaxed);
+  if (__builtin_expect(
+          cube_cuda_tls_context != device->context || cube_cuda_tls_generation != generation, 0)) {
+    CUresult result = device->cu->cuCtxSetCurrent(device->context);
+    if (result != CUDA_SUCCESS)
+      return cube_cuda_error(device, result, op, "cuCtxSetCurrent(device %u)", device->index);
+    cube_cuda_tls_context = device->context;
+    cube_cuda_tls_generation = generation;
+  }
+  return CUBE_OK;
+}
+
+//===--- Slots implemented in the backend's files ---===//
+
+// cuda_stream.c
+CUBE_INTERNAL cube_status_t cube_cuda_stream_create(cube_backend_device_t *device,
+                                                    cube_bstream_t **out_stream);
+CUBE_INTERNAL void cube_cuda_stream_destroy(cube_backend_device_t *device, cube_bstream_t *stream);
+CUBE_INTERNAL cube_status_t cube_cuda_stream_sync(cube_backend_device_t *device,
+                                                  cube_bstream_t *stream);
+CUBE_INTERNAL cube_status_t cube_cuda_stream_flush(cube_backend_device_t *device,
+                                                   cube_bstream_t *stream);
+CUBE_INTERNAL cube_status_t cube_cuda_event_record(cube_backend_device_t *device,
+                                                   cube_bstream_t *stream, bool timed,
+                                                   cube_bevent_t **out_event);
+CUBE_INTERNAL cube_status_t cube_cuda_event_wait(cube_backend_device_t *device,
+                                                 cube_bstream_t *stream, cube_bevent_t *event);
+CUBE_INTERNAL cube_status_t cube_cuda_event_sync(cube_backend_device_t *device,
+                                                 cube_bevent_t *event);
+CUBE_INTERNAL cube_status_t cube_cuda_event_query(cube_backend_device_t *device,
+                                                  cube_bevent_t *event, bool *out_done);
+CUBE_INTERNAL cube_status_t cube_cuda_event_elapsed(cube_backend_device_t *device,
+                                                    cube_bevent_t *start, cube_bevent_t *end,
+                                                    uint64_t *out_nanoseconds);
+CUBE_INTERNAL void cube_cuda_event_release(cube_backend_device_t *device, cube_bevent_t *event);
+// Destroys every pooled event (teardown).
+CUBE_INTERNAL void cube_cuda_event_pool_drain(cube_cuda_device_t *device);
+
+// cuda_compile.c
+CUBE_INTERNAL cube_status_t cube_cuda_compile(cube_backend_device_t *device,
+                                              const cube_compile_request_t *request,
+                                              cube_bkernel_t **out_kernel,
+                                              cube_kernel_info_t *out_info);
+CUBE_INTERNAL void cube_cuda_kernel_release(cube_backend_device_t *device, cube_bkernel_t *kernel);
+
+#endif  // CUBE_BACKENDS_CUDA_CUDA_INTERNAL_H_
