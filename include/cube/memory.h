@@ -40,8 +40,7 @@ typedef struct cube_copy_desc_t {
 // Creates a buffer of |size| bytes. Handles are minted without waiting for
 // the device. size 0 is valid (a buffer that holds nothing).
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_handle_create(cube_client_t *client,
-                                                               cube_stream_t stream,
-                                                               uint64_t size,
+                                                               cube_stream_t stream, uint64_t size,
                                                                cube_handle_t *out_handle);
 // Drops the caller's handle. A second release is IO_NOT_FOUND naming it.
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_handle_release(cube_client_t *client,
@@ -62,6 +61,12 @@ CUBE_API cube_binding_t cube_handle_slice(cube_handle_t handle, uint64_t offset,
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_write(cube_client_t *client, cube_stream_t stream,
                                                        cube_binding_t binding, const void *source,
                                                        uint64_t size);
+// Copies |source| to |destination| (same size) on the device, in stream
+// order. The source is checked like a read (UNWRITTEN when failed work left
+// it stale); a failed copy leaves the destination claiming the failure.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_copy(cube_client_t *client, cube_stream_t stream,
+                                                      cube_binding_t source,
+                                                      cube_binding_t destination);
 // Several strided writes; every descriptor is attempted whatever happened to
 // the one before, and the failures come back together (SEVERAL).
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_write_strided(cube_client_t *client,
@@ -95,8 +100,7 @@ CUBE_API void cube_future_release(cube_future_t *future);
 // Barrier on |stream|, then the claim check over |bindings| (count may be 0:
 // the plain barrier plus the device fault).
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_sync(cube_client_t *client, cube_stream_t stream,
-                                                      const cube_binding_t *bindings,
-                                                      size_t count);
+                                                      const cube_binding_t *bindings, size_t count);
 // The claim check alone, instant, no barrier.
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_check(cube_client_t *client, cube_stream_t stream,
                                                        const cube_binding_t *bindings,
@@ -172,18 +176,17 @@ typedef struct cube_layout_t {
 
 // Allocates one buffer holding every descriptor; |out_handle| owns it and
 // each layout's binding is a slice of it.
-CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_memory_layout(cube_client_t *client,
-                                                               cube_stream_t stream,
-                                                               const cube_layout_desc_t *descs,
-                                                               size_t count,
-                                                               cube_handle_t *out_handle,
-                                                               cube_layout_t *out_layouts);
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t
+cube_memory_layout(cube_client_t *client, cube_stream_t stream, const cube_layout_desc_t *descs,
+                   size_t count, cube_handle_t *out_handle, cube_layout_t *out_layouts);
 
-// Pinned host memory for fast transfers (aligned host memory on CPU).
+// Pinned host memory for fast transfers (aligned host memory on CPU). A
+// cube_write whose source lies in an acquired staging buffer copies straight
+// from it (no intermediate copy): leave those bytes untouched until the
+// stream has passed the write (a sync, or a read's future, on that stream).
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_staging_acquire(cube_client_t *client,
                                                                  uint64_t size, void **out_host);
-CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_staging_release(cube_client_t *client,
-                                                                 void *host);
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_staging_release(cube_client_t *client, void *host);
 
 #ifdef __cplusplus
 }

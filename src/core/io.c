@@ -12,6 +12,7 @@ typedef struct staging_block_t {
   void *host;
   uint64_t size;
   bool free;
+  bool user;  // acquired by the caller through cube_staging_acquire
 } staging_block_t;
 
 typedef struct staging_give_t {
@@ -114,7 +115,29 @@ cube_status_t cube_staging_acquire(cube_client_t *client, uint64_t size, void **
         "cube_staging_acquire: needs a client, out_host and a size > 0 (size=%llu)",
         (unsigned long long)size);
   }
-  return cube_staging_take(client, size, out_host);
+  cube_status_t status = cube_staging_take(client, size, out_host);
+  if (cube_status_is_ok(status)) {
+    pthread_mutex_lock(&staging_lock);
+    for (staging_block_t *b = client->staging; b; b = b->next) {
+      if (b->host == *out_host) b->user = true;
+    }
+    pthread_mutex_unlock(&staging_lock);
+  }
+  return status;
+}
+
+// Whether [host, host + size) lies inside a staging buffer the caller holds.
+static bool staging_held(cube_client_t *client, const void *host, uint64_t size) {
+  bool held = false;
+  const char *p = host;
+  pthread_mutex_lock(&staging_lock);
+  for (staging_block_t *b = client->staging; b && !held; b = b->next) {
+    const char *start = b->host;
+    held = b->user && !b->free && p >= start && size <= b->size &&
+           p - start <= (ptrdiff_t)(b->size - size);
+  }
+  pthread_mutex_unlock(&staging_lock);
+  return held;
 }
 
 cube_status_t cube_staging_release(cube_client_t *client, void *host) {
@@ -123,7 +146,11 @@ cube_status_t cube_staging_release(cube_client_t *client, void *host) {
   bool known = false;
   pthread_mutex_lock(&staging_lock);
   for (staging_block_t *b = client->staging; b; b = b->next) {
-    if (b->host == host && !b->free) known = true, b->free = true;
+    if (b->host == host && !b->free && b->user) {
+      known = true;
+      b->free = true;
+      b->user = false;
+    }
   }
   pthread_mutex_unlock(&staging_lock);
   return known ? CUBE_OK
@@ -166,6 +193,11 @@ cube_status_t cube_server_upload(cube_client_t *client, uint32_t stream,
                                  uint64_t size) {
   const cube_backend_vtable_t *vt = client->device->vtable;
   cube_bstream_t *bstream = client->streams[stream].backend;
+  if (!strided && staging_held(client, source, size)) {
+    // The caller's pinned staging: the device copies straight from it.
+    return cube_server_note(client,
+                            vt->copy_to_device(client->device, bstream, address, source, size));
+  }
   uint64_t chunk = strided ? size : staging_chunk();
   if (chunk == 0) chunk = size;
   uint32_t blocks = (uint32_t)cube_env_u64("CUBE_STAGING_BLOCKS", 4);
@@ -519,6 +551,63 @@ void cube_future_release(cube_future_t *future) {
   cube_status_release(future->status);
   cube_client_release(future->client);
   free(future);
+}
+
+//===--- Device-to-device copies ---===//
+
+cube_status_t cube_copy(cube_client_t *client, cube_stream_t stream, cube_binding_t source,
+                        cube_binding_t destination) {
+  cube_status_t status = cube_server_enter(client, "cube_copy");
+  if (!cube_status_is_ok(status)) return status;
+  cube_server_flush_pending(client);
+  uint32_t index = 0;
+  cube_resolved_t src, dst;
+  status = cube_server_stream(client, stream, "cube_copy", &index);
+  if (cube_status_is_ok(status))
+    status = cube_server_resolve(client, source, "cube_copy", "the source", &src);
+  if (cube_status_is_ok(status))
+    status = cube_server_resolve(client, destination, "cube_copy", "the destination", &dst);
+  if (cube_status_is_ok(status) && src.size != dst.size) {
+    status = cube_status_make(CUBE_STATUS_VALIDATION,
+                              "cube_copy: the source holds %llu bytes, the destination %llu",
+                              (unsigned long long)src.size, (unsigned long long)dst.size);
+  }
+  if (!cube_status_is_ok(status)) {
+    cube_server_leave(client);
+    return status;
+  }
+  if (cube_claim_is_set(&src.slot->claim)) {
+    // Stale bytes must not travel: the destination claims the source's
+    // failure, one hop further, exactly as a skipped launch's outputs do.
+    if (dst.slot != src.slot) {
+      cube_claim_t carried = {0};
+      cube_claim_set(&carried, src.slot->claim.failure, src.slot->claim.chain);
+      cube_claim_extend(&dst.slot->claim, &carried, "copy skipped: its source carried a failure");
+      cube_claim_clear(&carried);
+    }
+    cube_server_leave(client);
+    return cube_status_skipped();
+  }
+  if (src.size > 0) {
+    status = cube_server_order(client, index, src.slot);
+    if (cube_status_is_ok(status)) status = cube_server_order(client, index, dst.slot);
+    if (cube_status_is_ok(status)) {
+      status = cube_server_note(client, client->device->vtable->copy_device(
+                                            client->device, client->streams[index].backend,
+                                            dst.address, src.address, src.size));
+    }
+    if (cube_status_is_ok(status)) {
+      client->streams[index].ticket++;
+      cube_server_used(client, index, src.slot);
+      cube_server_used(client, index, dst.slot);
+      if (dst.offset == 0 && dst.size == dst.slot->size) cube_claim_clear(&dst.slot->claim);
+    } else {
+      cube_failure_t *failure = cube_failure_create(cube_status_retain(status));
+      cube_claim_set(&dst.slot->claim, failure ? failure : cube_failure_torn_down(), NULL);
+    }
+  }
+  cube_server_leave(client);
+  return status;
 }
 
 //===--- Sync, check, flush, resources ---===//
