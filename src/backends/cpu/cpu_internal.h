@@ -1,0 +1,196 @@
+// cubec CPU backend — private declarations shared by the backend's files.
+//
+// The CPU backend does what a driver does and nothing more: host pages,
+// per-stream task queues served by their own threads, events, a compiler
+// driver with an on-disk cache, and a worker pool that runs cubes (with
+// fibers for units that meet at barriers). See README.md in this directory.
+#ifndef CUBE_BACKENDS_CPU_CPU_INTERNAL_H_
+#define CUBE_BACKENDS_CPU_CPU_INTERNAL_H_
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "core/backend.h"
+
+#define CUBE_CPU_MAX_RANK 8
+// Dispatch arguments that fit these bounds ride inside the task (no malloc).
+#define CUBE_CPU_INLINE_BUFFERS 16
+#define CUBE_CPU_INLINE_INFO 96
+#define CUBE_CPU_MAX_UNITS 1024
+#define CUBE_CPU_TRAP_MESSAGE 256
+
+struct cube__ctx_t;  // the kernel ABI, defined in cube/dialect.h (CPU branch)
+typedef struct cube_cpu_device_t cube_cpu_device_t;
+typedef struct cube_cpu_exec_t cube_cpu_exec_t;
+typedef struct cube_cpu_cube_t cube_cpu_cube_t;
+
+//===--- Kernels ---===//
+
+struct cube_bkernel_t {
+  struct cube_bkernel_t *next;  // in the device's map (guarded by its lock)
+  atomic_uint refs;
+  char key[33];
+  char *name;
+  char *io;
+  void *library;
+  void (*loop)(struct cube__ctx_t *ctx);
+  void (*unit)(struct cube__ctx_t *ctx, uint32_t x, uint32_t y, uint32_t z);
+  // Set once a unit met a barrier: later cubes start as fibers at once.
+  atomic_int uses_barrier;
+  bool from_disk;
+};
+
+CUBE_INTERNAL cube_status_t cube_cpu_compile(cube_backend_device_t *device,
+                                             const cube_compile_request_t *request,
+                                             cube_bkernel_t **out_kernel,
+                                             cube_kernel_info_t *out_info);
+CUBE_INTERNAL void cube_cpu_kernel_release(cube_backend_device_t *device, cube_bkernel_t *kernel);
+CUBE_INTERNAL void cube_cpu_kernel_retain(cube_bkernel_t *kernel);
+
+//===--- Fibers ---===//
+
+// One execution context: the thread's own stack or a fiber stack.
+typedef struct cube_cpu_context_t {
+  void *sp;   // saved stack pointer while switched out
+  void *map;  // mmap'd region (guard page first), NULL for native
+  size_t map_size;
+  const void *stack_bottom;  // usable stack, for ASan
+  size_t stack_size;
+  void *fake_stack;  // ASan's fake-stack save slot
+  void *tsan_fiber;
+} cube_cpu_context_t;
+
+// Assembly (cpu_fiber_switch.S): saves the callee-saved state on the current
+// stack, stores the stack pointer in |*save_sp| and resumes |to_sp|.
+void cube_cpu_fiber_switch(void **save_sp, void *to_sp);
+CUBE_INTERNAL cube_status_t cube_cpu_context_map(cube_cpu_context_t *context, size_t stack_size);
+CUBE_INTERNAL void cube_cpu_context_unmap(cube_cpu_context_t *context);
+// Prepares |context| to start running |entry(arg)| at its next resume.
+CUBE_INTERNAL void cube_cpu_context_prepare(cube_cpu_context_t *context, void (*entry)(void *),
+                                            void *arg);
+// Fills the native context's stack bounds (call on the owning thread).
+CUBE_INTERNAL void cube_cpu_context_native(cube_cpu_context_t *context);
+// Switches, telling the sanitizers; |from_exits| when |from| never resumes.
+CUBE_INTERNAL void cube_cpu_context_switch(cube_cpu_context_t *from, cube_cpu_context_t *to,
+                                           bool from_exits);
+// First thing a fresh fiber does.
+CUBE_INTERNAL void cube_cpu_context_entered(void);
+
+//===--- Execution (one per thread that runs cubes) ---===//
+
+struct cube_cpu_exec_t {
+  unsigned char *arena;  // shared memory of the cube running here
+  uint64_t arena_size;
+  size_t fiber_stack_size;
+  cube_cpu_context_t native;
+  cube_cpu_context_t *fibers;  // CUBE_CPU_MAX_UNITS, stacks mapped on first use
+  uint8_t *unit_state;         // CUBE_CPU_MAX_UNITS
+  cube_cpu_cube_t *cube;       // the cube running now
+  bool native_ready;
+};
+
+CUBE_INTERNAL cube_status_t cube_cpu_exec_initialize(cube_cpu_device_t *device,
+                                                     cube_cpu_exec_t *out_exec);
+CUBE_INTERNAL void cube_cpu_exec_deinitialize(cube_cpu_exec_t *exec);
+
+//===--- Dispatch ---===//
+
+typedef struct cube_cpu_launch_t {
+  cube_bkernel_t *kernel;  // retained by the task
+  cube_dim3_t cube_count;
+  cube_dim3_t cube_dim;
+  uint32_t dynamic_shared_memory;
+  void **buffers;
+  uint64_t *info;
+  uint32_t info_words;
+  uint32_t static_words;
+  atomic_int trapped;  // first trap wins the message
+  char trap_message[CUBE_CPU_TRAP_MESSAGE];
+} cube_cpu_launch_t;
+
+typedef struct cube_cpu_job_t cube_cpu_job_t;
+
+typedef struct cube_cpu_pool_t {
+  pthread_mutex_t lock;
+  pthread_cond_t work;  // workers wait for jobs
+  pthread_cond_t done;  // owners wait for their job's last chunk
+  cube_cpu_job_t *jobs;
+  bool stop;
+  uint32_t worker_count;
+  uint32_t started;
+  pthread_t *threads;
+  cube_cpu_exec_t *execs;
+} cube_cpu_pool_t;
+
+CUBE_INTERNAL cube_status_t cube_cpu_pool_initialize(cube_cpu_device_t *device, uint32_t workers);
+CUBE_INTERNAL void cube_cpu_pool_deinitialize(cube_cpu_device_t *device);
+// Runs every cube of |launch|, on |exec| (the stream thread) and the pool.
+CUBE_INTERNAL void cube_cpu_launch_run(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
+                                       cube_cpu_launch_t *launch);
+
+//===--- Device ---===//
+
+struct cube_cpu_device_t {
+  cube_backend_device_t base;
+  cube_cpu_pool_t pool;
+  pthread_mutex_t kernels_lock;
+  cube_bkernel_t *kernels;
+  size_t fiber_stack_size;
+};
+
+//===--- Streams, events, copies (cpu_stream.c) ---===//
+
+CUBE_INTERNAL cube_status_t cube_cpu_stream_create(cube_backend_device_t *device,
+                                                   cube_bstream_t **out_stream);
+CUBE_INTERNAL void cube_cpu_stream_destroy(cube_backend_device_t *device, cube_bstream_t *stream);
+CUBE_INTERNAL cube_status_t cube_cpu_stream_sync(cube_backend_device_t *device,
+                                                 cube_bstream_t *stream);
+CUBE_INTERNAL cube_status_t cube_cpu_stream_flush(cube_backend_device_t *device,
+                                                  cube_bstream_t *stream);
+CUBE_INTERNAL cube_status_t cube_cpu_event_record(cube_backend_device_t *device,
+                                                  cube_bstream_t *stream, bool timed,
+                                                  cube_bevent_t **out_event);
+CUBE_INTERNAL cube_status_t cube_cpu_event_wait(cube_backend_device_t *device,
+                                                cube_bstream_t *stream, cube_bevent_t *event);
+CUBE_INTERNAL cube_status_t cube_cpu_event_sync(cube_backend_device_t *device,
+                                                cube_bevent_t *event);
+CUBE_INTERNAL cube_status_t cube_cpu_event_query(cube_backend_device_t *device,
+                                                 cube_bevent_t *event, bool *out_done);
+CUBE_INTERNAL cube_status_t cube_cpu_event_elapsed(cube_backend_device_t *device,
+                                                   cube_bevent_t *start, cube_bevent_t *end,
+                                                   uint64_t *out_nanoseconds);
+CUBE_INTERNAL void cube_cpu_event_release(cube_backend_device_t *device, cube_bevent_t *event);
+CUBE_INTERNAL cube_status_t cube_cpu_copy_to_device(cube_backend_device_t *device,
+                                                    cube_bstream_t *stream, uint64_t destination,
+                                                    const void *source, uint64_t size);
+CUBE_INTERNAL cube_status_t cube_cpu_copy_to_host(cube_backend_device_t *device,
+                                                  cube_bstream_t *stream, void *destination,
+                                                  uint64_t source, uint64_t size);
+CUBE_INTERNAL cube_status_t cube_cpu_copy_device(cube_backend_device_t *device,
+                                                 cube_bstream_t *stream, uint64_t destination,
+                                                 uint64_t source, uint64_t size);
+CUBE_INTERNAL cube_status_t cube_cpu_copy_strided_to_device(cube_backend_device_t *device,
+                                                            cube_bstream_t *stream,
+                                                            const cube_bcopy_t *destination,
+                                                            const void *source);
+CUBE_INTERNAL cube_status_t cube_cpu_copy_strided_to_host(cube_backend_device_t *device,
+                                                          cube_bstream_t *stream, void *destination,
+                                                          const cube_bcopy_t *source);
+CUBE_INTERNAL cube_status_t cube_cpu_host_callback(cube_backend_device_t *device,
+                                                   cube_bstream_t *stream, void (*fn)(void *arg),
+                                                   void *arg);
+CUBE_INTERNAL cube_status_t cube_cpu_dispatch(cube_backend_device_t *device, cube_bstream_t *stream,
+                                              const cube_dispatch_t *dispatch);
+
+//===--- Strided copies (cpu_copy.c) ---===//
+
+// Whether a layout can be written without two elements landing on one address.
+CUBE_INTERNAL bool cube_cpu_layout_injective(uint32_t rank, const uint64_t *shape,
+                                             const uint64_t *strides);
+// Gathers (to_host) or scatters (!to_host) between a dense host array and a
+// strided device view.
+CUBE_INTERNAL void cube_cpu_strided_copy(bool to_host, void *host, unsigned char *device,
+                                         uint32_t rank, const uint64_t *shape,
+                                         const uint64_t *strides, uint32_t elem_size);
+
+#endif  // CUBE_BACKENDS_CPU_CPU_INTERNAL_H_
