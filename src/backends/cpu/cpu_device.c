@@ -1,9 +1,11 @@
 // cubec CPU backend — the factory, device properties, the vtable, and host
 // pages (device memory on the CPU is plain aligned host memory).
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "backends/cpu/cpu_internal.h"
@@ -16,38 +18,78 @@
 
 //===--- Pages and host memory ---===//
 
+// Every page starts with a header one alignment unit before its address, so
+// page_free (which gets only the address) knows how the page was made. Large
+// pages are mmap'd: they go back to the OS on free and an impossible size
+// fails cleanly (ENOMEM) instead of tripping an allocator's own limits.
+#define CPU_MMAP_THRESHOLD ((uint64_t)1 << 20)
+#define CPU_PAGE_MAGIC 0x63756265u  // "cube"
+
+typedef struct cpu_page_header_t {
+  uint32_t magic;
+  uint32_t mapped;
+  uint64_t map_size;
+} cpu_page_header_t;
+
 static cube_status_t cpu_page_alloc(cube_backend_device_t *device, uint64_t size,
                                     uint64_t *out_address) {
   (void)device;
   cube_status_t status = CUBE_OK;
-  void *pointer = NULL;
-  // A zero-byte page still gets a real, unique address (0 is never returned).
-  int rc =
-      size > SIZE_MAX ? ENOMEM : posix_memalign(&pointer, CPU_ALIGNMENT, size ? (size_t)size : 1);
-  if (rc != 0) {
+  unsigned char *base = NULL;
+  uint64_t total = 0;
+  int error = 0;
+  if (__builtin_add_overflow(size, (uint64_t)CPU_ALIGNMENT, &total) || total > SIZE_MAX) {
+    error = ENOMEM;
+  } else if (size >= CPU_MMAP_THRESHOLD) {
+    void *map =
+        mmap(NULL, (size_t)total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) {
+      error = errno;
+    } else {
+      base = map;
+    }
+  } else {
+    void *pointer = NULL;
+    error = posix_memalign(&pointer, CPU_ALIGNMENT, (size_t)total);
+    base = error == 0 ? pointer : NULL;
+  }
+  if (base == NULL) {
     status = cube_status_with_size(
         cube_status_make(CUBE_STATUS_IO_OUT_OF_MEMORY,
                          "cpu page_alloc of %llu bytes: out of host memory (%s)",
-                         (unsigned long long)size, strerror(rc)),
+                         (unsigned long long)size, strerror(error ? error : ENOMEM)),
         size);
   } else {
-    *out_address = (uint64_t)(uintptr_t)pointer;
+    cpu_page_header_t *header = (cpu_page_header_t *)base;
+    header->magic = CPU_PAGE_MAGIC;
+    header->mapped = size >= CPU_MMAP_THRESHOLD;
+    header->map_size = total;
+    *out_address = (uint64_t)(uintptr_t)(base + CPU_ALIGNMENT);
   }
   return status;
 }
 
 static cube_status_t cpu_page_free(cube_backend_device_t *device, uint64_t address) {
   (void)device;
-  free((void *)(uintptr_t)address);
+  unsigned char *base = (unsigned char *)(uintptr_t)address - CPU_ALIGNMENT;
+  cpu_page_header_t *header = (cpu_page_header_t *)base;
+  assert(header->magic == CPU_PAGE_MAGIC);  // the core frees only what it allocated
+  header->magic = 0;
+  if (header->mapped) {
+    munmap(base, (size_t)header->map_size);
+  } else {
+    free(base);
+  }
   return CUBE_OK;
 }
 
 static cube_status_t cpu_host_alloc(cube_backend_device_t *device, uint64_t size, void **out_host) {
-  (void)device;
   cube_status_t status = CUBE_OK;
   void *pointer = NULL;
-  int rc =
-      size > SIZE_MAX ? ENOMEM : posix_memalign(&pointer, CPU_ALIGNMENT, size ? (size_t)size : 1);
+  // More than the machine holds can never be staged: refuse before malloc.
+  int rc = size > SIZE_MAX || size > device->properties.memory_size
+               ? ENOMEM
+               : posix_memalign(&pointer, CPU_ALIGNMENT, size ? (size_t)size : 1);
   if (rc != 0) {
     status = cube_status_with_size(
         cube_status_make(CUBE_STATUS_IO_OUT_OF_MEMORY,

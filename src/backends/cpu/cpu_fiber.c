@@ -8,6 +8,7 @@
 #include "backends/cpu/cpu_internal.h"
 
 #if defined(CUBE_ASAN)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 #if defined(CUBE_TSAN)
@@ -56,6 +57,11 @@ void cube_cpu_context_unmap(cube_cpu_context_t *context) {
 
 void cube_cpu_context_prepare(cube_cpu_context_t *context, void (*entry)(void *), void *arg) {
   uintptr_t top = ((uintptr_t)context->stack_bottom + context->stack_size) & ~(uintptr_t)15;
+#if defined(CUBE_ASAN)
+  // A reused stack still carries the redzones of frames its last fiber left
+  // by switching away rather than returning.
+  __asan_unpoison_memory_region(context->stack_bottom, context->stack_size);
+#endif
 #if defined(__x86_64__)
   // Frame popped by cube_cpu_fiber_switch, lowest first: fcw, mxcsr, r15,
   // r14, r13, r12, rbx, rbp, return address. The return slot sits at 8 mod 16
