@@ -1,0 +1,424 @@
+// cubec vs the raw CUDA driver, side by side in one process, on the first
+// GPU. Prints medians over repeated runs and the ratios against the issue's
+// targets. Without a usable GPU it says so and exits 0 (nothing measured).
+//
+//   ./build/bench/bench_cuda [--quick]
+//
+// Raw baselines use the same driver table the backend loaded (dlopen'ed
+// libcuda), the same CUstream the cubec stream runs on, and, for the launch
+// comparisons, the very CUfunction cubec compiled.
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backends/cuda/cuda_internal.h"
+#include "core/server.h"
+#include "cube/cube.h"
+
+static bool quick;
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int compare_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *values, int count) {
+  qsort(values, (size_t)count, sizeof *values, compare_double);
+  return count % 2 ? values[count / 2] : 0.5 * (values[count / 2 - 1] + values[count / 2]);
+}
+
+#define CHECK(expr)                                                      \
+  do {                                                                   \
+    cube_status_t check_status_ = (expr);                                \
+    if (check_status_) {                                                 \
+      fprintf(stderr, "%s:%d: %s failed:\n", __FILE__, __LINE__, #expr); \
+      cube_status_fprint(check_status_, stderr);                         \
+      exit(1);                                                           \
+    }                                                                    \
+  } while (0)
+
+#define CU(expr)                                                                   \
+  do {                                                                             \
+    CUresult cu_result_ = (expr);                                                  \
+    if (cu_result_ != CUDA_SUCCESS) {                                              \
+      fprintf(stderr, "%s:%d: %s -> %d\n", __FILE__, __LINE__, #expr, cu_result_); \
+      exit(1);                                                                     \
+    }                                                                              \
+  } while (0)
+
+typedef struct row_t {
+  const char *what;
+  double cubec, raw, ratio;
+  const char *unit;
+  const char *target;
+  bool pass;
+} row_t;
+
+static row_t rows[32];
+static int row_count;
+
+static void report(const char *what, double cubec, double raw, const char *unit,
+                   bool lower_is_better, double target, const char *target_text) {
+  double ratio = raw > 0 ? cubec / raw : 0;
+  bool pass = lower_is_better ? ratio <= target : ratio >= target;
+  rows[row_count++] = (row_t){what, cubec, raw, ratio, unit, target_text, pass};
+  printf("  %-44s cubec %10.3f %-5s raw %10.3f %-5s ratio %.3f (%s) %s\n", what, cubec, unit, raw,
+         unit, ratio, target_text, pass ? "PASS" : "MISS");
+  fflush(stdout);
+}
+
+static cube_kernel_t *kernel(const char *name, const char *source, cube_kernel_language_t language,
+                             uint32_t dim) {
+  cube_kernel_desc_t desc = {
+      .name = name, .source = source, .language = language, .cube_dim = {dim, 1, 1}};
+  cube_kernel_t *k = NULL;
+  CHECK(cube_kernel_create(&desc, &k));
+  return k;
+}
+
+// The CUfunction cubec compiled for |k| on |client|.
+static CUfunction function_of(cube_client_t *client, cube_kernel_t *k) {
+  for (size_t i = 0; i < client->compiled_count; ++i) {
+    if (client->compiled[i].kernel == k && client->compiled[i].backend) {
+      return client->compiled[i].backend->function;
+    }
+  }
+  fprintf(stderr, "kernel %s was not compiled\n", cube_kernel_name(k));
+  exit(1);
+}
+
+static CUstream stream_of(cube_client_t *client) {
+  cube_stream_t s = 0;
+  CHECK(cube_stream_current(client, &s));
+  return (CUstream)client->streams[s].backend;
+}
+
+static const char *const kEmpty = "CUBE_KERNEL0(empty) {}\n";
+static const char *const kSaxpy =
+    "CUBE_KERNEL(saxpy, IN(float, x), INOUT(float, y)) {\n"
+    "  uint64_t i = ABSOLUTE_POS;\n"
+    "  if (i < LEN(y)) y[i] += SCALAR(f32, 0) * x[i];\n"
+    "}\n";
+static const char *const kRawAxpy =
+    "extern \"C\" __global__ void axpy_raw(const float *x, float *y, float a, unsigned long long "
+    "n) {\n"
+    "  unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < n) y[i] += a * x[i];\n"
+    "}\n";
+static const char *const kCopy =
+    "CUBE_KERNEL(copy_dialect, IN(float, x), OUT(float, y)) {\n"
+    "  uint64_t i = ABSOLUTE_POS;\n"
+    "  if (i < LEN(y)) y[i] = x[i];\n"
+    "}\n";
+static const char *const kRawCopy =
+    "extern \"C\" __global__ void copy_raw(const float *x, float *y, unsigned long long n) {\n"
+    "  unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < n) y[i] = x[i];\n"
+    "}\n";
+
+// Compiles a raw CUDA kernel through cubec (compile-only: cubec would pass it
+// the dialect's parameters), for the raw baseline to launch by hand.
+static CUfunction raw_function(cube_client_t *client, cube_kernel_t *k) {
+  CHECK(cube_launch(client, CUBE_STREAM_CURRENT, k, cube_count_static(1, 1, 1), NULL,
+                    CUBE_LAUNCH_COMPILE_ONLY));
+  return function_of(client, k);
+}
+
+static void bench_launch(cube_client_t *client, const cube_cuda_driver_t *cu) {
+  const int batch = 1000, repeats = quick ? 5 : 21;
+  CUstream stream = stream_of(client);
+  double c[64], r[64];
+
+  // Empty kernel.
+  cube_kernel_t *empty = kernel("empty", kEmpty, CUBE_KERNEL_DIALECT, 1);
+  CHECK(cube_launch(client, CUBE_STREAM_CURRENT, empty, cube_count_static(1, 1, 1), NULL,
+                    CUBE_LAUNCH_EXECUTE));
+  CHECK(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
+  CUfunction fn = function_of(client, empty);
+  uint64_t info[CUBE_STATIC_INFO_WORDS] = {0};
+  CUdeviceptr dyn = 0;
+  void *params[] = {info, &dyn};
+  for (int rep = 0; rep < repeats; ++rep) {
+    double t0 = now_s();
+    for (int i = 0; i < batch; ++i) {
+      CHECK(cube_launch(client, CUBE_STREAM_CURRENT, empty, cube_count_static(1, 1, 1), NULL,
+                        CUBE_LAUNCH_EXECUTE));
+    }
+    c[rep] = (now_s() - t0) / batch * 1e6;
+    CHECK(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
+    t0 = now_s();
+    for (int i = 0; i < batch; ++i)
+      CU(cu->cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, stream, params, NULL));
+    r[rep] = (now_s() - t0) / batch * 1e6;
+    CU(cu->cuStreamSynchronize(stream));
+  }
+  report("empty-kernel launch enqueue", median(c, repeats), median(r, repeats), "us", true, 1.10,
+         "<= 1.10x");
+
+  // A 4-argument axpy launch (two buffers, a scalar, a length).
+  const uint64_t n = 1 << 20;
+  cube_handle_t x, y;
+  CHECK(cube_handle_create(client, CUBE_STREAM_CURRENT, n * 4, &x));
+  CHECK(cube_handle_create(client, CUBE_STREAM_CURRENT, n * 4, &y));
+  float *host = calloc(n, 4);
+  CHECK(cube_write(client, CUBE_STREAM_CURRENT, cube_handle_binding(x), host, n * 4));
+  CHECK(cube_write(client, CUBE_STREAM_CURRENT, cube_handle_binding(y), host, n * 4));
+  cube_kernel_t *saxpy = kernel("saxpy", kSaxpy, CUBE_KERNEL_DIALECT, 256);
+  cube_kernel_t *axpy_raw = kernel("axpy_raw", kRawAxpy, CUBE_KERNEL_CUDA, 256);
+  CUfunction raw = raw_function(client, axpy_raw);
+  cube_kernel_buffer_t buffers[2] = {{cube_handle_binding(x), CUBE_IO_READ, 0, NULL, NULL},
+                                     {cube_handle_binding(y), CUBE_IO_READ_WRITE, 0, NULL, NULL}};
+  cube_scalar_t a = cube_scalar_f32(0.5f);
+  cube_kernel_args_t args = {buffers, 2, &a, 1};
+  cube_cube_count_t count = cube_count_static((uint32_t)(n / 256), 1, 1);
+  CHECK(cube_launch(client, CUBE_STREAM_CURRENT, saxpy, count, &args, CUBE_LAUNCH_EXECUTE));
+  uint64_t xa, ya;
+  CHECK(cube_get_resource(client, CUBE_STREAM_CURRENT, cube_handle_binding(x), &xa));
+  CHECK(cube_get_resource(client, CUBE_STREAM_CURRENT, cube_handle_binding(y), &ya));
+  CUdeviceptr xp = xa, yp = ya;
+  float av = 0.5f;
+  unsigned long long nv = n;
+  void *raw_params[] = {&xp, &yp, &av, &nv};
+  for (int rep = 0; rep < repeats; ++rep) {
+    double t0 = now_s();
+    for (int i = 0; i < batch; ++i)
+      CHECK(cube_launch(client, CUBE_STREAM_CURRENT, saxpy, count, &args, CUBE_LAUNCH_EXECUTE));
+    c[rep] = (now_s() - t0) / batch * 1e6;
+    CHECK(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
+    t0 = now_s();
+    for (int i = 0; i < batch; ++i) {
+      CU(cu->cuLaunchKernel(raw, (unsigned)(n / 256), 1, 1, 256, 1, 1, 0, stream, raw_params,
+                            NULL));
+    }
+    r[rep] = (now_s() - t0) / batch * 1e6;
+    CU(cu->cuStreamSynchronize(stream));
+  }
+  report("4-argument axpy launch enqueue", median(c, repeats), median(r, repeats), "us", true, 1.10,
+         "<= 1.10x");
+  free(host);
+  CHECK(cube_handle_release(client, x));
+  CHECK(cube_handle_release(client, y));
+  cube_kernel_release(empty);
+  cube_kernel_release(saxpy);
+  cube_kernel_release(axpy_raw);
+}
+
+static void bench_copies(cube_client_t *client, const cube_cuda_driver_t *cu) {
+  const uint64_t size = quick ? (256ull << 20) : (1ull << 30);
+  const int repeats = quick ? 3 : 9;
+  CUstream stream = stream_of(client);
+  double c[32], r[32];
+  cube_handle_t a, b;
+  CHECK(cube_handle_create(client, CUBE_STREAM_CURRENT, size, &a));
+  CHECK(cube_handle_create(client, CUBE_STREAM_CURRENT, size, &b));
+  void *pinned = NULL;
+  CHECK(cube_staging_acquire(client, size, &pinned));
+  memset(pinned, 1, size);
+  CHECK(cube_write(client, CUBE_STREAM_CURRENT, cube_handle_binding(a), pinned, size));
+  CHECK(cube_write(client, CUBE_STREAM_CURRENT, cube_handle_binding(b), pinned, size));
+  CHECK(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
+  uint64_t aa, ba;
+  CHECK(cube_get_resource(client, CUBE_STREAM_CURRENT, cube_handle_binding(a), &aa));
+  CHECK(cube_get_resource(client, CUBE_STREAM_CURRENT, cube_handle_binding(b), &ba));
+  double gb = (double)size / 1e9;
+
+  for (int rep = 0; rep < repeats; ++rep) {
+    double t0 = now_s();
+    CHECK(cube_copy(client, CUBE_STREAM_CURRENT, cube_handle_binding(a), cube_handle_binding(b)));
+    CHECK(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
+    c[rep] = 2 * gb / (now_s() - t0);
+    t0 = now_s();
+    CU(cu->cuMemcpyDtoDAsync(ba, aa, size, stream));
+    CU(cu->cuStreamSynchronize(stream));
+    r[rep] = 2 * gb / (now_s() - t0);
+  }
+  report("D2D copy (read+write bandwidth)", median(c, repeats), median(r, repeats), "GB/s", false,
+         0.97, ">= 0.97x");
+
+  for (int rep = 0; rep < repeats; ++rep) {
+    double t0 = now_s();
+    CHECK(cube_write(client, CUBE_STREAM_CURRENT, cube_handle_binding(a), pinned, size));
+    CHECK(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
+    c[rep] = gb / (now_s() - t0);
+    t0 = now_s();
+    CU(cu->cuMemcpyHtoDAsync(aa, pinned, size, stream));
+    CU(cu->cuStreamSynchronize(stream));
+    r[rep] = gb / (now_s() - t0);
+  }
+  report("H2D from pinned staging", median(c, repeats), median(r, repeats), "GB/s", false, 0.95,
+         ">= 0.95x");
+
+  for (int rep = 0; rep < repeats; ++rep) {
+    double t0 = now_s();
+    CHECK(cube_read(client, CUBE_STREAM_CURRENT, cube_handle_binding(a), pinned, size));
+    c[rep] = gb / (now_s() - t0);
+    t0 = now_s();
+    CU(cu->cuMemcpyDtoHAsync(pinned, aa, size, stream));
+    CU(cu->cuStreamSynchronize(stream));
+    r[rep] = gb / (now_s() - t0);
+  }
+  report("D2H into pinned staging", median(c, repeats), median(r, repeats), "GB/s", false, 0.95,
+         ">= 0.95x");
+
+  char *pageable = malloc(size);
+  memset(pageable, 3, size);
+  for (int rep = 0; rep < repeats; ++rep) {
+    double t0 = now_s();
+    CHECK(cube_write(client, CUBE_STREAM_CURRENT, cube_handle_binding(a), pageable, size));
+    CHECK(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
+    c[rep] = gb / (now_s() - t0);
+    t0 = now_s();
+    CU(cu->cuMemcpyHtoDAsync(aa, pageable, size, stream));  // pageable: the driver stages it
+    CU(cu->cuStreamSynchronize(stream));
+    r[rep] = gb / (now_s() - t0);
+  }
+  report("H2D from a pageable user buffer", median(c, repeats), median(r, repeats), "GB/s", false,
+         2.0, ">= 2x");
+  free(pageable);
+  CHECK(cube_staging_release(client, pinned));
+  CHECK(cube_handle_release(client, a));
+  CHECK(cube_handle_release(client, b));
+}
+
+static void bench_copy_kernel(cube_client_t *client, const cube_cuda_driver_t *cu) {
+  const uint64_t size = quick ? (512ull << 20) : (4ull << 30);
+  const uint64_t n = size / 4;
+  const int repeats = quick ? 3 : 11;
+  CUstream stream = stream_of(client);
+  double c[32], r[32];
+  cube_handle_t x, y;
+  CHECK(cube_handle_create(client, CUBE_STREAM_CURRENT, size, &x));
+  CHECK(cube_handle_create(client, CUBE_STREAM_CURRENT, size, &y));
+  void *pinned = NULL;
+  CHECK(cube_staging_acquire(client, 64 << 20, &pinned));
+  memset(pinned, 7, 64 << 20);
+  for (uint64_t off = 0; off < size; off += 64 << 20) {
+    CHECK(cube_write(client, CUBE_STREAM_CURRENT, cube_handle_slice(x, off, 64 << 20), pinned,
+                     64 << 20));
+  }
+  cube_kernel_t *dialect = kernel("copy_dialect", kCopy, CUBE_KERNEL_DIALECT, 256);
+  cube_kernel_t *rawk = kernel("copy_raw", kRawCopy, CUBE_KERNEL_CUDA, 256);
+  CUfunction raw = raw_function(client, rawk);
+  cube_kernel_buffer_t buffers[2] = {{cube_handle_binding(x), CUBE_IO_READ, 0, NULL, NULL},
+                                     {cube_handle_binding(y), CUBE_IO_WRITE, 0, NULL, NULL}};
+  cube_kernel_args_t args = {buffers, 2, NULL, 0};
+  cube_cube_count_t count = cube_count_static((uint32_t)(n / 256), 1, 1);
+  CHECK(cube_launch(client, CUBE_STREAM_CURRENT, dialect, count, &args, CUBE_LAUNCH_EXECUTE));
+  CHECK(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
+  uint64_t xa, ya;
+  CHECK(cube_get_resource(client, CUBE_STREAM_CURRENT, cube_handle_binding(x), &xa));
+  CHECK(cube_get_resource(client, CUBE_STREAM_CURRENT, cube_handle_binding(y), &ya));
+  CUdeviceptr xp = xa, yp = ya;
+  unsigned long long nv = n;
+  void *raw_params[] = {&xp, &yp, &nv};
+  double gb = 2.0 * (double)size / 1e9;
+  for (int rep = 0; rep < repeats; ++rep) {
+    double t0 = now_s();
+    CHECK(cube_launch(client, CUBE_STREAM_CURRENT, dialect, count, &args, CUBE_LAUNCH_EXECUTE));
+    CHECK(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
+    c[rep] = gb / (now_s() - t0);
+    t0 = now_s();
+    CU(cu->cuLaunchKernel(raw, (unsigned)(n / 256), 1, 1, 256, 1, 1, 0, stream, raw_params, NULL));
+    CU(cu->cuStreamSynchronize(stream));
+    r[rep] = gb / (now_s() - t0);
+  }
+  report("elementwise copy kernel (dialect vs CUDA)", median(c, repeats), median(r, repeats),
+         "GB/s", false, 0.95, ">= 0.95x");
+  // Correctness of what was timed: a sample of y equals x.
+  uint32_t sample[4];
+  CHECK(cube_read(client, CUBE_STREAM_CURRENT, cube_handle_slice(y, size - 16, 16), sample, 16));
+  if (sample[3] != 0x07070707u) {
+    fprintf(stderr, "copy kernel wrote %08x, expected 07070707\n", sample[3]);
+    exit(1);
+  }
+  CHECK(cube_staging_release(client, pinned));
+  CHECK(cube_handle_release(client, x));
+  CHECK(cube_handle_release(client, y));
+  cube_kernel_release(dialect);
+  cube_kernel_release(rawk);
+}
+
+static void bench_compile(void) {
+  char dir[] = "/tmp/cubec-bench-cache-XXXXXX";
+  if (!mkdtemp(dir)) return;
+  setenv("CUBE_CACHE_DIR", dir, 1);
+  char source[256];
+  snprintf(source, sizeof source,
+           "CUBE_KERNEL(fresh, INOUT(float, y)) { uint64_t i = ABSOLUTE_POS; if (i < LEN(y)) y[i] "
+           "*= %d.0f; }\n",
+           (int)(time(NULL) % 100000));
+  cube_kernel_t *k = kernel("fresh", source, CUBE_KERNEL_DIALECT, 256);
+  cube_client_options_t options;
+  cube_client_options_initialize(&options);
+  options.backend = CUBE_BACKEND_CUDA;
+  options.fault_plan = "";
+  double cold = 0, warm = 0, memory = 0;
+  for (int round = 0; round < 2; ++round) {
+    cube_client_t *client = NULL;
+    CHECK(cube_client_create(&options, &client));
+    double t0 = now_s();
+    CHECK(cube_launch(client, CUBE_STREAM_CURRENT, k, cube_count_static(1, 1, 1), NULL,
+                      CUBE_LAUNCH_COMPILE_ONLY));
+    double t = now_s() - t0;
+    if (round == 0) {
+      cold = t;
+      t0 = now_s();
+      CHECK(cube_launch(client, CUBE_STREAM_CURRENT, k, cube_count_static(1, 1, 1), NULL,
+                        CUBE_LAUNCH_COMPILE_ONLY));
+      memory = now_s() - t0;
+    } else {
+      warm = t;
+    }
+    cube_client_release(client);
+  }
+  cube_kernel_release(k);
+  printf("  %-44s cold %.1f ms, disk-cache hit (new client) %.3f ms, memory hit %.4f ms\n",
+         "NVRTC compile", cold * 1e3, warm * 1e3, memory * 1e3);
+  rows[row_count++] = (row_t){"NVRTC cold compile / disk-cache hit",
+                              cold * 1e3,
+                              warm * 1e3,
+                              cold / warm,
+                              "ms",
+                              "report",
+                              true};
+  unsetenv("CUBE_CACHE_DIR");
+}
+
+int main(int argc, char **argv) {
+  quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+  cube_backend_info_t info;
+  CHECK(cube_backend_query(CUBE_BACKEND_CUDA, &info));
+  if (!info.available) {
+    printf("bench_cuda: skipped, the CUDA backend is unavailable: %s\n", info.detail);
+    return 0;
+  }
+  const char *detail = NULL;
+  const cube_cuda_driver_t *cu = cube_cuda_driver(&detail);
+  cube_client_options_t options;
+  cube_client_options_initialize(&options);
+  options.backend = CUBE_BACKEND_CUDA;
+  options.fault_plan = "";
+  cube_client_t *client = NULL;
+  CHECK(cube_client_create(&options, &client));
+  printf("bench_cuda on %s (%s), medians\n", cube_client_properties(client)->name,
+         cube_client_backend_name(client));
+  bench_launch(client, cu);
+  bench_copies(client, cu);
+  bench_copy_kernel(client, cu);
+  cube_client_release(client);
+  bench_compile();
+  printf("\n%-44s %12s %12s %8s  %s\n", "benchmark", "cubec", "raw", "ratio", "target");
+  for (int i = 0; i < row_count; ++i) {
+    printf("%-44s %12.3f %12.3f %8.3f  %s %s\n", rows[i].what, rows[i].cubec, rows[i].raw,
+           rows[i].ratio, rows[i].target, rows[i].pass ? "" : "MISS");
+  }
+  return 0;
+}
