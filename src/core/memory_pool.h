@@ -28,6 +28,12 @@ typedef struct cube_mm_storage_t {
   bool (*reached)(void *context, uint32_t stream, uint64_t ticket);
 } cube_mm_storage_t;
 
+// A zero-size slice names no page and no pool.
+#define CUBE_MM_NO_PAGE 0u
+#define CUBE_MM_NO_POOL UINT32_MAX
+// cube_mm_report's |stream| for device-wide totals.
+#define CUBE_MM_ALL_STREAMS UINT32_MAX
+
 typedef struct cube_mm_slice_t {
   uint64_t address;  // device address of the first byte
   uint64_t size;     // bytes asked for
@@ -39,11 +45,11 @@ typedef struct cube_mm_slice_t {
 // Knobs; cube_mm_config_default fills them from the properties, then the
 // environment (CUBE_MM_* variables, docs/memory.md).
 typedef struct cube_mm_config_t {
-  uint64_t alignment;          // slice alignment
-  uint64_t max_page_size;      // largest page the pools take; larger = BufferTooBig
-  uint64_t memory_size;        // the device's memory
-  uint64_t sliced_max_alloc;   // allocations above go to exclusive pages
-  bool cleanup_on_oom;         // reclaim and retry once (default true)
+  uint64_t alignment;         // slice alignment
+  uint64_t max_page_size;     // largest page the pools take; larger = BufferTooBig
+  uint64_t memory_size;       // the device's memory
+  uint64_t sliced_max_alloc;  // allocations above go to exclusive pages
+  bool cleanup_on_oom;        // reclaim and retry once (default true)
 } cube_mm_config_t;
 
 CUBE_INTERNAL void cube_mm_config_default(const cube_device_properties_t *properties,
@@ -68,6 +74,9 @@ CUBE_INTERNAL cube_status_t cube_mm_cleanup(cube_mm_t *mm);
 CUBE_INTERNAL void cube_mm_set_mode(cube_mm_t *mm, cube_allocation_mode_t mode);
 // While capturing, a reservation that needs a new page is refused.
 CUBE_INTERNAL void cube_mm_set_capturing(cube_mm_t *mm, bool capturing);
+// Pool figures are device-wide (pools are shared by every stream). Totals:
+// reserved figures are device-wide; in_use / in_use_peak are the device's
+// for CUBE_MM_ALL_STREAMS, else what |stream| reserved (and has not freed).
 CUBE_INTERNAL void cube_mm_report(const cube_mm_t *mm, uint32_t stream,
                                   cube_memory_report_t *out_report);
 
