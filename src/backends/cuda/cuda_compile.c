@@ -171,7 +171,11 @@ static cube_status_t cube_cuda_options_build(const cube_cuda_device_t *device,
   }
   out_options->list[out_options->count++] = "-std=c++17";
   out_options->list[out_options->count++] = "--generate-line-info";
-  if (request->language == CUBE_KERNEL_CUDA) {
+  if (request->language == CUBE_KERNEL_DIALECT) {
+    // The prelude's helpers a kernel does not use would each warn
+    // "declared but never referenced" (#177) into every log.
+    out_options->list[out_options->count++] = "--diag-suppress=177";
+  } else {
     const char *home = getenv("CUDA_HOME");
     char candidate[4096] = "";
     if (home && home[0]) snprintf(candidate, sizeof candidate, "%s/include", home);

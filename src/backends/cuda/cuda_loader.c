@@ -83,8 +83,7 @@ static void cube_cuda_driver_load(void) {
   }
   CUresult result = table->cuInit(0);
   if (result != CUDA_SUCCESS) {
-    const char *name = NULL;
-    if (table->cuGetErrorName(result, &name) != CUDA_SUCCESS || !name) name = "?";
+    const char *name = cube_cuda_result_name(table, result);
     const char *hint = "";
     if (result == CUDA_ERROR_STUB_LIBRARY)
       hint = " (a stub libcuda was loaded, not the real driver)";
@@ -238,5 +237,25 @@ bool cube_cuda_result_is_sticky(CUresult result) {
 const char *cube_cuda_result_name(const cube_cuda_driver_t *cu, CUresult result) {
   const char *name = NULL;
   if (cu && cu->cuGetErrorName(result, &name) == CUDA_SUCCESS && name) return name;
-  return "unnamed CUresult";
+  // A driver that cannot name its own results (a stub, an old driver).
+  switch (result) {
+#define CUBE_CUDA_NAME(code) \
+  case code:                 \
+    return #code;
+    CUBE_CUDA_NAME(CUDA_ERROR_INVALID_VALUE)
+    CUBE_CUDA_NAME(CUDA_ERROR_OUT_OF_MEMORY)
+    CUBE_CUDA_NAME(CUDA_ERROR_NOT_INITIALIZED)
+    CUBE_CUDA_NAME(CUDA_ERROR_DEINITIALIZED)
+    CUBE_CUDA_NAME(CUDA_ERROR_STUB_LIBRARY)
+    CUBE_CUDA_NAME(CUDA_ERROR_NO_DEVICE)
+    CUBE_CUDA_NAME(CUDA_ERROR_INVALID_DEVICE)
+    CUBE_CUDA_NAME(CUDA_ERROR_NOT_FOUND)
+    CUBE_CUDA_NAME(CUDA_ERROR_NOT_READY)
+    CUBE_CUDA_NAME(CUDA_ERROR_ILLEGAL_ADDRESS)
+    CUBE_CUDA_NAME(CUDA_ERROR_LAUNCH_FAILED)
+    CUBE_CUDA_NAME(CUDA_ERROR_UNKNOWN)
+#undef CUBE_CUDA_NAME
+    default:
+      return "unnamed CUresult";
+  }
 }
