@@ -207,6 +207,7 @@ typedef struct prop_t {
   uint64_t *page_serial_of_id;  // page id -> storage serial (stable ids)
   uint32_t id_capacity;
   uint32_t max_page_id;
+  uint64_t reserves, ooms, forbidden, cross_stream_reuses, same_stream_reuses;
   char message[512];
 } prop_t;
 
@@ -313,11 +314,13 @@ static bool prop_reserve(prop_t *prop) {
       if (prop->fake.alloc_calls != calls_before) {
         return prop_fail(prop, "a capture-time reservation called page_alloc");
       }
+      prop->forbidden++;
       return true;
     }
     if (code == CUBE_STATUS_IO_OUT_OF_MEMORY && !prop->capturing) {
       uint32_t calls = prop->fake.alloc_calls - calls_before;
       if (calls != 2) return prop_fail(prop, "OOM after %u page_alloc calls, expected 2", calls);
+      prop->ooms++;
       return true;
     }
     return prop_fail(prop, "reserve(%" PRIu64 ") failed with %s", size,
@@ -371,6 +374,11 @@ static bool prop_reserve(prop_t *prop) {
                          stream, slice.address, size, freed->stream, freed->ticket,
                          prop->fake.completed[freed->stream]);
       }
+      if (freed->stream != stream) {
+        prop->cross_stream_reuses++;
+      } else {
+        prop->same_stream_reuses++;
+      }
       *freed = prop->freed[--prop->freed_count];  // the new slice's free will govern
       continue;
     }
@@ -384,6 +392,7 @@ static bool prop_reserve(prop_t *prop) {
   *entry = (prop_slice_t){slice, stream, (uint8_t)rng_next(&prop->rng)};
   prop_write(entry);
   prop->live_bytes += size;
+  prop->reserves++;
   return true;
 }
 
@@ -407,7 +416,10 @@ static bool prop_free(prop_t *prop, uint32_t index) {
   return true;
 }
 
+// Reached records no longer constrain anything; they are kept a while so the
+// test can count cross-stream reuse, and dropped when the list grows long.
 static void prop_prune_freed(prop_t *prop) {
+  if (prop->freed_count < 2048) return;
   for (uint32_t i = 0; i < prop->freed_count;) {
     if (prop->freed[i].ticket <= prop->fake.completed[prop->freed[i].stream]) {
       prop->freed[i] = prop->freed[--prop->freed_count];
@@ -521,7 +533,8 @@ static bool prop_step(prop_t *prop, uint64_t step) {
 
 // Runs |steps| steps and the final teardown checks. Returns 0 when all hold,
 // else the step that failed (steps + 1 for the teardown).
-static uint64_t prop_run(uint64_t seed, uint64_t steps, char *out_message, size_t capacity) {
+static uint64_t prop_run(uint64_t seed, uint64_t steps, bool verbose, char *out_message,
+                         size_t capacity) {
   prop_t *prop = calloc(1, sizeof(*prop));
   prop->rng = seed;
   fake_init(&prop->fake, true, 6 * GIB);
@@ -543,12 +556,21 @@ static uint64_t prop_run(uint64_t seed, uint64_t steps, char *out_message, size_
     while (prop->live_count && prop_free(prop, prop->live_count - 1)) {
     }
     for (uint32_t s = 0; s < STREAMS; s++) prop->fake.completed[s] = prop->next_ticket[s];
-    prop_prune_freed(prop);
     if (!cube_status_consume_ok(cube_mm_cleanup(prop->mm))) prop_fail(prop, "final cleanup failed");
     if (!prop->message[0] && prop_check(prop, true) && prop->fake.page_count) {
       prop_fail(prop, "%u pages still held after the final cleanup", prop->fake.page_count);
     }
     if (prop->message[0]) failed = steps + 1;
+  }
+  if (verbose) {
+    cube_memory_report_t report;
+    cube_mm_report(prop->mm, CUBE_MM_ALL_STREAMS, &report);
+    printf("  %" PRIu64 " reservations (%" PRIu64 " reused a range another stream freed, %" PRIu64
+           " one the same stream freed), %" PRIu64 " OOM, %" PRIu64 " refused while capturing; "
+           "%u page allocs, %u page frees; peak %" PRIu64 " MiB held / %" PRIu64 " MiB live\n",
+           prop->reserves, prop->cross_stream_reuses, prop->same_stream_reuses, prop->ooms,
+           prop->forbidden, prop->fake.alloc_calls, prop->fake.free_calls,
+           report.reserved_peak >> 20, report.in_use_peak >> 20);
   }
   cube_mm_destroy(prop->mm);
   if (!failed && prop->fake.page_count) {
@@ -573,7 +595,7 @@ static void test_property(void **state) {
   printf("memory pool property test: CUBE_TEST_SEED=%" PRIu64 " CUBE_TEST_STEPS=%" PRIu64 "\n",
          seed, steps);
   char message[512];
-  uint64_t failed = prop_run(seed, steps, message, sizeof(message));
+  uint64_t failed = prop_run(seed, steps, true, message, sizeof(message));
   if (failed) {
     // Shrink: the shortest step count that still fails (bisect).
     uint64_t low = 1, high = failed > steps ? steps : failed;
@@ -582,7 +604,7 @@ static void test_property(void **state) {
     while (low < high) {
       uint64_t middle = low + (high - low) / 2;
       char attempt[512];
-      if (prop_run(seed, middle, attempt, sizeof(attempt))) {
+      if (prop_run(seed, middle, false, attempt, sizeof(attempt))) {
         high = middle;
         snprintf(shortest, sizeof(shortest), "%s", attempt);
       } else {
