@@ -79,7 +79,7 @@ int main(void) {
   float a = 2.0f;
   uint32_t a_bits;
   memcpy(&a_bits, &a, 4);
-  uint64_t info[6] = {(1ull << 8) | (2ull << 48), a_bits, bytes, bytes, UINT64_MAX, UINT64_MAX};
+  uint64_t info[6] = {(1ull << 8) | (2ull << 48) | (1ull << 56), a_bits, bytes, bytes, UINT64_MAX, UINT64_MAX};
   uint64_t buffers[2] = {x, y};
   cube_dispatch_t s = {.kernel = saxpy,
                        .cube_count = {(uint32_t)(n / 256), 1, 1},

@@ -19,7 +19,8 @@
 // The info block (64-bit words) every launch carries:
 //   word 0            header: per scalar type a count (8 bits each, in the
 //                     order f64 f32 u64 i64 u32 i32), then the buffer count
-//                     (bits 48..55)
+//                     (bits 48..55), then the scalar total (bits 56..63), so
+//                     a kernel finds the buffer lengths with one shift
 //   scalars           grouped by type in that order, one word each
 //   buffer lengths    bytes, one word per buffer          } static part
 //   metadata offsets  per buffer, into the dynamic part   }
@@ -378,12 +379,7 @@ CUBE__DEVICE uint32_t cube__scalar_index(const uint64_t *info, uint32_t type, ui
   for (uint32_t t = 0; t < type; ++t) before += (uint32_t)((header >> (8 * t)) & 0xff);
   return 1 + before + i;
 }
-CUBE__DEVICE uint32_t cube__scalar_total(const uint64_t *info) {
-  uint64_t header = info[0];
-  uint32_t total = 0;
-  for (uint32_t t = 0; t < 6; ++t) total += (uint32_t)((header >> (8 * t)) & 0xff);
-  return total;
-}
+CUBE__DEVICE uint32_t cube__scalar_total(const uint64_t *info) { return (uint32_t)(info[0] >> 56); }
 CUBE__DEVICE uint32_t cube__buffer_count(const uint64_t *info) {
   return (uint32_t)((info[0] >> 48) & 0xff);
 }

@@ -274,6 +274,11 @@ static cube_status_t info_pack(const cube_kernel_t *kernel, const cube_kernel_ar
     }
     header |= (uint64_t)counts[t] << (8 * t);
   }
+  if (args->scalar_count > 255) {
+    return cube_status_make(CUBE_STATUS_VALIDATION, "launch of '%s': %zu scalars (max 255)",
+                            kernel->name, args->scalar_count);
+  }
+  header |= (uint64_t)args->scalar_count << 56;
   uint32_t static_words = 1 + (uint32_t)args->scalar_count + 2 * (uint32_t)args->buffer_count;
   if (static_words > CUBE_STATIC_INFO_WORDS) {
     return cube_status_make(

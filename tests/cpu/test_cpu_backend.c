@@ -103,7 +103,7 @@ static cube_bkernel_t *compile(cube_backend_device_t *device, const char *name, 
 static uint32_t build_info(uint64_t *words, uint32_t f32_count, const float *f32s,
                            uint32_t buffer_count, const uint64_t *lengths) {
   uint32_t n = 0;
-  words[n++] = ((uint64_t)f32_count << 8) | ((uint64_t)buffer_count << 48);
+  words[n++] = ((uint64_t)f32_count << 8) | ((uint64_t)buffer_count << 48) | ((uint64_t)f32_count << 56);
   for (uint32_t i = 0; i < f32_count; ++i) {
     uint32_t bits;
     memcpy(&bits, &f32s[i], 4);

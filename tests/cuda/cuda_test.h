@@ -57,7 +57,7 @@ static inline uint32_t cuda_test_info(uint64_t *words, const uint32_t counts[6],
     total += counts[t];
   }
   uint32_t n = 0;
-  words[n++] = header;
+  words[n++] = header | ((uint64_t)total << 56);  // the scalar total (dialect.h)
   for (uint32_t i = 0; i < total; ++i) words[n++] = scalars[i];
   for (uint32_t i = 0; i < buffers; ++i) words[n++] = lengths[i];
   for (uint32_t i = 0; i < buffers; ++i) words[n++] = CUDA_TEST_NO_META;
