@@ -1,0 +1,991 @@
+// Conformance: one set of tests, written against the public API only, run
+// for every backend present — the CPU always, CUDA when cube_backend_query
+// says it is available (reported as skipped otherwise) — and again for each
+// backend wrapped in the fault backend with a plan that never fires (the
+// decorator must be transparent).
+//
+// Each cmocka group gets its backend through the group state; every test
+// function is backend-agnostic.
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cube/cube.h"
+#include "harness/harness.h"
+
+typedef struct conf_t {
+  cube_backend_kind_t kind;
+  const char *plan;  // "" or a plan that never fires
+  cube_client_t *client;
+} conf_t;
+
+static conf_t *g_conf;  // the group being set up
+
+static int group_setup(void **state) {
+  cube_client_options_t options;
+  cube_client_options_initialize(&options);
+  options.backend = g_conf->kind;
+  options.fault_plan = g_conf->plan;
+  cube_status_t status = cube_client_create(&options, &g_conf->client);
+  if (!cube_status_is_ok(status)) {
+    cube_status_fprint(status, stderr);
+    cube_status_release(status);
+    return -1;
+  }
+  *state = g_conf;
+  return 0;
+}
+
+static int group_teardown(void **state) {
+  conf_t *conf = *state;
+  cube_client_release(conf->client);
+  conf->client = NULL;
+  return 0;
+}
+
+#define CLIENT(state) (((conf_t *)*(state))->client)
+#define KIND(state) (((conf_t *)*(state))->kind)
+static const cube_stream_t S = CUBE_STREAM_CURRENT;
+
+//===--- Kernels ---===//
+
+static const char *const kSaxpy =
+    "CUBE_KERNEL(conf_saxpy, IN(float, x), INOUT(float, y)) {\n"
+    "  float a = SCALAR(f32, 0);\n"
+    "  uint64_t i = ABSOLUTE_POS;\n"
+    "  if (i < LEN(y)) y[i] += a * x[i];\n"
+    "}\n";
+
+static const char *const kReduce =
+    "CUBE_KERNEL(conf_reduce, IN(float, x), OUT(float, partial)) {\n"
+    "  SHARED(float, tile, 256);\n"
+    "  uint64_t i = (uint64_t)CUBE_POS * CUBE_DIM + UNIT_POS;\n"
+    "  tile[UNIT_POS] = i < LEN(x) ? x[i] : 0.0f;\n"
+    "  SYNC_CUBE();\n"
+    "  for (uint32_t s = CUBE_DIM / 2; s > 0; s >>= 1) {\n"
+    "    if (UNIT_POS < s) tile[UNIT_POS] += tile[UNIT_POS + s];\n"
+    "    SYNC_CUBE();\n"
+    "  }\n"
+    "  if (UNIT_POS == 0) partial[CUBE_POS] = tile[0];\n"
+    "}\n";
+
+// Four words per unit: absolute x, y, z and the unit's linear position.
+static const char *const kPositions =
+    "CUBE_KERNEL(conf_positions, OUT(uint32_t, out)) {\n"
+    "  uint64_t w = (uint64_t)CUBE_COUNT_X * CUBE_DIM_X;\n"
+    "  uint64_t h = (uint64_t)CUBE_COUNT_Y * CUBE_DIM_Y;\n"
+    "  uint64_t i = ABSOLUTE_POS_X + ABSOLUTE_POS_Y * w + ABSOLUTE_POS_Z * w * h;\n"
+    "  if (i != ABSOLUTE_POS) return;\n"
+    "  if (4 * i + 3 < LEN(out)) {\n"
+    "    out[4 * i] = ABSOLUTE_POS_X;\n"
+    "    out[4 * i + 1] = ABSOLUTE_POS_Y;\n"
+    "    out[4 * i + 2] = ABSOLUTE_POS_Z;\n"
+    "    out[4 * i + 3] = UNIT_POS;\n"
+    "  }\n"
+    "}\n";
+
+// Each unit of each cube bumps its own element once.
+static const char *const kCover =
+    "CUBE_KERNEL(conf_cover, INOUT(uint32_t, hits)) {\n"
+    "  uint64_t i = (uint64_t)CUBE_POS * CUBE_DIM + UNIT_POS;\n"
+    "  if (i < LEN(hits)) ATOMIC_ADD(&hits[i], 1u);\n"
+    "}\n";
+
+static const char *const kScalars =
+    "CUBE_KERNEL(conf_scalars, OUT(double, out)) {\n"
+    "  if (ABSOLUTE_POS != 0) return;\n"
+    "  out[0] = SCALAR(f32, 0);\n"
+    "  out[1] = SCALAR(f32, 1);\n"
+    "  out[2] = SCALAR(u32, 0);\n"
+    "  out[3] = SCALAR(u32, 1);\n"
+    "  out[4] = SCALAR(i32, 0);\n"
+    "  out[5] = SCALAR(i32, 1);\n"
+    "  out[6] = SCALAR(f64, 0);\n"
+    "  out[7] = SCALAR(f64, 1);\n"
+    "}\n";
+
+static const char *const kMeta =
+    "CUBE_KERNEL(conf_meta, IN(float, t), OUT(uint64_t, out)) {\n"
+    "  if (ABSOLUTE_POS != 0) return;\n"
+    "  uint32_t r = (uint32_t)RANK(t);\n"
+    "  out[0] = r;\n"
+    "  for (uint32_t d = 0; d < r; ++d) {\n"
+    "    out[1 + d] = SHAPE(t, d);\n"
+    "    out[1 + r + d] = STRIDE(t, d);\n"
+    "  }\n"
+    "  out[14] = LEN(t);\n"
+    "  out[15] = RANK(out);\n"
+    "}\n";
+
+static const char *const kCount =
+    "CUBE_KERNEL(conf_count, INOUT(uint32_t, c)) {\n"
+    "  ATOMIC_ADD(&c[0], 1u);\n"
+    "}\n";
+
+static const char *const kTwice =
+    "CUBE_KERNEL(conf_twice, IN(float, x), OUT(float, y)) {\n"
+    "  uint64_t i = ABSOLUTE_POS;\n"
+    "  if (i < LEN(y)) y[i] = 2.0f * x[i];\n"
+    "}\n";
+
+static cube_cube_count_t count_for(uint64_t n, uint32_t per_cube) {
+  return cube_count_static((uint32_t)((n + per_cube - 1) / per_cube), 1, 1);
+}
+
+//===--- Round trips ---===//
+
+static void round_trip(cube_client_t *client, uint64_t size, uint32_t seed) {
+  unsigned char *src = malloc(size ? size : 1);
+  unsigned char *dst = malloc(size ? size : 1);
+  assert_non_null(src);
+  assert_non_null(dst);
+  cth_fill_pattern(src, size, seed);
+  cube_handle_t h = CTH_BUFFER(client, size);
+  uint64_t got_size = 1234;
+  CTH_OK(cube_handle_size(client, h, &got_size));
+  assert_int_equal(got_size, size);
+  CTH_OK(cube_write(client, S, cube_handle_binding(h), src, size));
+  memset(dst, 0xA5, size);
+  CTH_OK(cube_read(client, S, cube_handle_binding(h), dst, size));
+  assert_memory_equal(src, dst, size);
+  if (size >= 3) {
+    // A slice in the middle reads exactly those bytes.
+    uint64_t off = size / 3, len = size / 3;
+    memset(dst, 0xA5, len);
+    CTH_OK(cube_read(client, S, cube_handle_slice(h, off, len), dst, len));
+    assert_memory_equal(src + off, dst, len);
+    // A write into a slice changes exactly those bytes.
+    unsigned char *patch = malloc(len);
+    assert_non_null(patch);
+    cth_fill_pattern(patch, len, seed + 99);
+    memcpy(src + off, patch, len);
+    CTH_OK(cube_write(client, S, cube_handle_slice(h, off, len), patch, len));
+    free(patch);
+    memset(dst, 0x5A, size);
+    CTH_OK(cube_read(client, S, cube_handle_binding(h), dst, size));
+    assert_memory_equal(src, dst, size);
+    // The last byte alone.
+    unsigned char last = 0;
+    CTH_OK(cube_read(client, S, cube_handle_slice(h, size - 1, 1), &last, 1));
+    assert_int_equal(last, src[size - 1]);
+  }
+  cth_release_handle(client, h);
+  free(src);
+  free(dst);
+}
+
+static void test_round_trips(void **state) {
+  cube_client_t *client = CLIENT(state);
+  const uint64_t sizes[] = {0, 1, 3, 4, 7, 4096, 4097, (1u << 20) + 7, 64ull << 20};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) {
+    round_trip(client, sizes[i], (uint32_t)i + 1);
+  }
+}
+
+// Several buffers alive at once, written and read interleaved, each keeps
+// its own bytes (no aliasing between pooled slices).
+static void test_many_buffers_keep_their_bytes(void **state) {
+  cube_client_t *client = CLIENT(state);
+  enum { N = 40 };
+  cube_handle_t h[N];
+  uint32_t data[N][64];
+  for (int i = 0; i < N; ++i) {
+    uint64_t size = 4 * (uint64_t)(1 + (i * 7) % 64);
+    cth_fill_pattern(data[i], sizeof data[i], 1000 + i);
+    h[i] = CTH_BUFFER(client, size);
+    CTH_OK(cube_write(client, S, cube_handle_binding(h[i]), data[i], size));
+  }
+  for (int i = 0; i < N; ++i) {
+    uint64_t size = 4 * (uint64_t)(1 + (i * 7) % 64);
+    uint32_t got[64];
+    CTH_OK(cube_read(client, S, cube_handle_binding(h[i]), got, size));
+    assert_memory_equal(got, data[i], size);
+  }
+  for (int i = 0; i < N; ++i) cth_release_handle(client, h[i]);
+}
+
+// A multi-descriptor strided write, then strided async reads.
+static void test_strided_write_and_async_read(void **state) {
+  cube_client_t *client = CLIENT(state);
+  // A 6x8 float matrix; write a 3x4 block at (1, 2), and a separate buffer
+  // whole, in one call.
+  float m[48], block[12], other[10];
+  for (int i = 0; i < 48; ++i) m[i] = (float)i;
+  for (int i = 0; i < 12; ++i) block[i] = 100.0f + (float)i;
+  for (int i = 0; i < 10; ++i) other[i] = -1.0f - (float)i;
+  cube_handle_t hm = CTH_BUFFER(client, sizeof m);
+  cube_handle_t ho = CTH_BUFFER(client, sizeof other);
+  CTH_OK(cube_write(client, S, cube_handle_binding(hm), m, sizeof m));
+  cube_copy_desc_t descs[2];
+  memset(descs, 0, sizeof descs);
+  descs[0].binding = cube_handle_slice(hm, (1 * 8 + 2) * sizeof(float), (5 * 8 + 6 - 10) * 4);
+  descs[0].rank = 2;
+  descs[0].shape[0] = 3;
+  descs[0].shape[1] = 4;
+  descs[0].strides[0] = 8;
+  descs[0].strides[1] = 1;
+  descs[0].elem_size = 4;
+  descs[1].binding = cube_handle_binding(ho);
+  const void *sources[2] = {block, other};
+  CTH_OK(cube_write_strided(client, S, descs, sources, 2));
+  for (int r = 0; r < 3; ++r)
+    for (int c = 0; c < 4; ++c) m[(1 + r) * 8 + 2 + c] = block[r * 4 + c];
+
+  float whole[48];
+  CTH_OK(cube_read(client, S, cube_handle_binding(hm), whole, sizeof whole));
+  assert_memory_equal(whole, m, sizeof m);
+  float got_other[10];
+  CTH_OK(cube_read(client, S, cube_handle_binding(ho), got_other, sizeof got_other));
+  assert_memory_equal(got_other, other, sizeof other);
+
+  // Async strided read of columns 1..3 of rows 0..5 (every row), densely.
+  cube_copy_desc_t rd;
+  memset(&rd, 0, sizeof rd);
+  rd.binding = cube_handle_slice(hm, 1 * sizeof(float), (48 - 1) * sizeof(float));
+  rd.rank = 2;
+  rd.shape[0] = 6;
+  rd.shape[1] = 3;
+  rd.strides[0] = 8;
+  rd.strides[1] = 1;
+  rd.elem_size = 4;
+  float cols[18];
+  memset(cols, 0, sizeof cols);
+  cube_future_t *future = NULL;
+  CTH_OK(cube_read_async(client, S, &rd, cols, &future));
+  assert_non_null(future);
+  CTH_OK(cube_future_wait(future));
+  assert_true(cube_future_is_ready(future));
+  // Waiting again answers the same.
+  CTH_OK(cube_future_wait(future));
+  cube_future_release(future);
+  for (int r = 0; r < 6; ++r)
+    for (int c = 0; c < 3; ++c) assert_true(cols[r * 3 + c] == m[r * 8 + 1 + c]);
+
+  // Async whole-buffer read.
+  cube_copy_desc_t all;
+  memset(&all, 0, sizeof all);
+  all.binding = cube_handle_binding(ho);
+  float async_other[10];
+  memset(async_other, 0, sizeof async_other);
+  future = NULL;
+  CTH_OK(cube_read_async(client, S, &all, async_other, &future));
+  CTH_OK(cube_future_wait(future));
+  cube_future_release(future);
+  assert_memory_equal(async_other, other, sizeof other);
+
+  cth_release_handle(client, hm);
+  cth_release_handle(client, ho);
+}
+
+//===--- Kernels ---===//
+
+static void test_saxpy(void **state) {
+  cube_client_t *client = CLIENT(state);
+  const uint64_t n = 100003;
+  float *x = malloc(n * 4), *y = malloc(n * 4), *got = malloc(n * 4);
+  assert_true(x && y && got);
+  for (uint64_t i = 0; i < n; ++i) {
+    x[i] = (float)(i % 97) * 0.5f;
+    y[i] = (float)(i % 31) - 7.0f;
+  }
+  cube_kernel_t *k = CTH_KERNEL("conf_saxpy", kSaxpy, ((cube_dim3_t){128, 1, 1}));
+  cube_handle_t hx = CTH_BUFFER(client, n * 4), hy = CTH_BUFFER(client, n * 4);
+  CTH_OK(cube_write(client, S, cube_handle_binding(hx), x, n * 4));
+  CTH_OK(cube_write(client, S, cube_handle_binding(hy), y, n * 4));
+  cube_kernel_buffer_t bufs[] = {cth_arg(hx, CUBE_IO_READ), cth_arg(hy, CUBE_IO_READ_WRITE)};
+  cube_scalar_t a = cube_scalar_f32(2.0f);
+  cube_kernel_args_t args = {bufs, 2, &a, 1};
+  CTH_OK(cube_launch(client, S, k, count_for(n, 128), &args, CUBE_LAUNCH_EXECUTE));
+  CTH_OK(cube_read(client, S, cube_handle_binding(hy), got, n * 4));
+  for (uint64_t i = 0; i < n; ++i) assert_true(got[i] == y[i] + 2.0f * x[i]);
+  // Twice more: a second launch hits the compiled kernel.
+  CTH_OK(cube_launch(client, S, k, count_for(n, 128), &args, CUBE_LAUNCH_EXECUTE));
+  CTH_OK(cube_launch(client, S, k, count_for(n, 128), &args, CUBE_LAUNCH_EXECUTE));
+  CTH_OK(cube_read(client, S, cube_handle_binding(hy), got, n * 4));
+  for (uint64_t i = 0; i < n; ++i) assert_true(got[i] == y[i] + 6.0f * x[i]);
+  // A slice binding: only the slice is touched, LEN is the slice's.
+  cube_kernel_buffer_t slice_bufs[] = {
+      {.binding = cube_handle_slice(hx, 0, 400), .io = CUBE_IO_READ},
+      {.binding = cube_handle_slice(hy, 400, 400), .io = CUBE_IO_READ_WRITE}};
+  cube_kernel_args_t slice_args = {slice_bufs, 2, &a, 1};
+  CTH_OK(cube_launch(client, S, k, count_for(n, 128), &slice_args, CUBE_LAUNCH_EXECUTE));
+  CTH_OK(cube_read(client, S, cube_handle_binding(hy), got, n * 4));
+  for (uint64_t i = 0; i < n; ++i) {
+    float want = y[i] + 6.0f * x[i];
+    if (i >= 100 && i < 200) want += 2.0f * x[i - 100];
+    assert_true(got[i] == want);
+  }
+  cth_release_handle(client, hx);
+  cth_release_handle(client, hy);
+  cube_kernel_release(k);
+  free(x);
+  free(y);
+  free(got);
+}
+
+static void test_cube_reduction_with_barriers(void **state) {
+  cube_client_t *client = CLIENT(state);
+  const uint64_t n = 256 * 700 + 77;
+  const uint32_t cubes = (uint32_t)((n + 255) / 256);
+  float *x = malloc(n * 4), *partial = malloc(cubes * 4);
+  assert_true(x && partial);
+  for (uint64_t i = 0; i < n; ++i) x[i] = (float)(i % 13) * 0.125f;
+  cube_kernel_t *k = CTH_KERNEL("conf_reduce", kReduce, ((cube_dim3_t){256, 1, 1}));
+  cube_handle_t hx = CTH_BUFFER(client, n * 4), hp = CTH_BUFFER(client, cubes * 4);
+  CTH_OK(cube_write(client, S, cube_handle_binding(hx), x, n * 4));
+  cube_kernel_buffer_t bufs[] = {cth_arg(hx, CUBE_IO_READ), cth_arg(hp, CUBE_IO_WRITE)};
+  cube_kernel_args_t args = {bufs, 2, NULL, 0};
+  CTH_OK(cube_launch(client, S, k, cube_count_static(cubes, 1, 1), &args, CUBE_LAUNCH_EXECUTE));
+  CTH_OK(cube_read(client, S, cube_handle_binding(hp), partial, cubes * 4));
+  double total = 0, want_total = 0;
+  for (uint32_t c = 0; c < cubes; ++c) {
+    double want = 0;
+    for (uint64_t i = (uint64_t)c * 256; i < (uint64_t)(c + 1) * 256 && i < n; ++i) want += x[i];
+    if ((double)partial[c] != want) fail_msg("cube %u: partial %f, host %f", c, partial[c], want);
+    total += partial[c];
+  }
+  for (uint64_t i = 0; i < n; ++i) want_total += x[i];
+  assert_true(total == want_total);
+  cth_release_handle(client, hx);
+  cth_release_handle(client, hp);
+  cube_kernel_release(k);
+  free(x);
+  free(partial);
+}
+
+static void check_positions(cube_client_t *client, cube_dim3_t dim, cube_dim3_t count) {
+  cube_kernel_t *k = CTH_KERNEL("conf_positions", kPositions, dim);
+  uint64_t W = (uint64_t)dim.x * count.x, H = (uint64_t)dim.y * count.y,
+           D = (uint64_t)dim.z * count.z;
+  uint64_t units = W * H * D, bytes = units * 16;
+  uint32_t *got = malloc(bytes);
+  assert_non_null(got);
+  memset(got, 0xff, bytes);
+  cube_handle_t h = CTH_BUFFER(client, bytes);
+  CTH_OK(cube_write(client, S, cube_handle_binding(h), got, bytes));  // sentinel
+  cube_kernel_buffer_t buf = cth_arg(h, CUBE_IO_WRITE);
+  cube_kernel_args_t args = {&buf, 1, NULL, 0};
+  CTH_OK(cube_launch(client, S, k, cube_count_static(count.x, count.y, count.z), &args,
+                     CUBE_LAUNCH_EXECUTE));
+  CTH_OK(cube_read(client, S, cube_handle_binding(h), got, bytes));
+  for (uint64_t z = 0; z < D; ++z)
+    for (uint64_t y = 0; y < H; ++y)
+      for (uint64_t x = 0; x < W; ++x) {
+        uint64_t i = x + y * W + z * W * H;
+        uint32_t unit = (uint32_t)((x % dim.x) + (y % dim.y) * dim.x + (z % dim.z) * dim.x * dim.y);
+        if (got[4 * i] != x || got[4 * i + 1] != y || got[4 * i + 2] != z ||
+            got[4 * i + 3] != unit) {
+          fail_msg("dim (%u,%u,%u) count (%u,%u,%u) at (%llu,%llu,%llu): got (%u,%u,%u,%u)", dim.x,
+                   dim.y, dim.z, count.x, count.y, count.z, (unsigned long long)x,
+                   (unsigned long long)y, (unsigned long long)z, got[4 * i], got[4 * i + 1],
+                   got[4 * i + 2], got[4 * i + 3]);
+        }
+      }
+  cth_release_handle(client, h);
+  cube_kernel_release(k);
+  free(got);
+}
+
+static void test_2d_and_3d_cube_dims(void **state) {
+  cube_client_t *client = CLIENT(state);
+  check_positions(client, (cube_dim3_t){8, 4, 1}, (cube_dim3_t){3, 5, 1});
+  check_positions(client, (cube_dim3_t){4, 4, 4}, (cube_dim3_t){2, 3, 2});
+  check_positions(client, (cube_dim3_t){1, 1, 1}, (cube_dim3_t){5, 1, 1});
+  check_positions(client, (cube_dim3_t){32, 1, 8}, (cube_dim3_t){1, 2, 3});
+}
+
+static void run_cover(cube_client_t *client, cube_kernel_t *k, uint32_t dim,
+                      cube_cube_count_t count, uint64_t elements, uint64_t expected_hits) {
+  uint64_t bytes = elements * 4;
+  uint32_t *hits = calloc(elements, 4);
+  assert_non_null(hits);
+  cube_handle_t h = CTH_BUFFER(client, bytes);
+  CTH_OK(cube_write(client, S, cube_handle_binding(h), hits, bytes));
+  cube_kernel_buffer_t buf = cth_arg(h, CUBE_IO_READ_WRITE);
+  cube_kernel_args_t args = {&buf, 1, NULL, 0};
+  CTH_OK(cube_launch(client, S, k, count, &args, CUBE_LAUNCH_EXECUTE));
+  CTH_OK(cube_read(client, S, cube_handle_binding(h), hits, bytes));
+  for (uint64_t i = 0; i < elements; ++i) {
+    uint32_t want = i < expected_hits ? 1 : 0;
+    if (hits[i] != want)
+      fail_msg("element %llu (dim %u) hit %u times, want %u", (unsigned long long)i, dim, hits[i],
+               want);
+  }
+  cth_release_handle(client, h);
+  free(hits);
+}
+
+static void test_cube_counts_spread_over_y_z(void **state) {
+  cube_client_t *client = CLIENT(state);
+  const uint32_t dim = 32;
+  cube_kernel_t *k = CTH_KERNEL("conf_cover", kCover, ((cube_dim3_t){dim, 1, 1}));
+  // The device's own selection for a large 1D count.
+  const uint32_t cubes = 70001;
+  cube_count_selection_t sel = cube_count_selection_new(client, cubes);
+  assert_true(sel.cubes_total >= cubes);
+  assert_int_equal(sel.cubes_total,
+                   (uint64_t)sel.count.count.x * sel.count.count.y * sel.count.count.z);
+  const cube_device_properties_t *p = cube_client_properties(client);
+  assert_true(sel.count.count.x <= p->max_cube_count.x);
+  assert_true(sel.count.count.y <= p->max_cube_count.y);
+  run_cover(client, k, dim, sel.count, (uint64_t)cubes * dim + 100, (uint64_t)cubes * dim);
+  // Forced over y and z with a small maximum: every element still once.
+  cube_dim3_t spread = cube_count_spread((cube_dim3_t){64, 64, 64}, 10007);
+  assert_true(spread.y > 1);
+  assert_true(spread.z > 1);
+  assert_true(spread.x <= 64 && spread.y <= 64 && spread.z <= 64);
+  uint64_t total = (uint64_t)spread.x * spread.y * spread.z;
+  assert_true(total >= 10007);
+  run_cover(client, k, dim, cube_count_static(spread.x, spread.y, spread.z), total * dim + 64,
+            total * dim);
+  cube_kernel_release(k);
+}
+
+static void test_dynamic_cube_count(void **state) {
+  cube_client_t *client = CLIENT(state);
+  const uint32_t dim = 16;
+  cube_kernel_t *k = CTH_KERNEL("conf_cover", kCover, ((cube_dim3_t){dim, 1, 1}));
+  uint32_t xyz[3] = {5, 3, 2};
+  cube_handle_t hc = CTH_BUFFER(client, sizeof xyz);
+  CTH_OK(cube_write(client, S, cube_handle_binding(hc), xyz, sizeof xyz));
+  run_cover(client, k, dim, cube_count_dynamic(cube_handle_binding(hc)), 30 * dim + 50, 30 * dim);
+  // A count buffer too small is a VALIDATION error naming it.
+  cube_handle_t small = CTH_BUFFER(client, 8);
+  CTH_OK(cube_write(client, S, cube_handle_binding(small), xyz, 8));
+  cube_handle_t h = CTH_BUFFER(client, 64);
+  cube_kernel_buffer_t buf = cth_arg(h, CUBE_IO_READ_WRITE);
+  cube_kernel_args_t args = {&buf, 1, NULL, 0};
+  CTH_EXPECT_RELEASE(cube_launch(client, S, k, cube_count_dynamic(cube_handle_binding(small)),
+                                 &args, CUBE_LAUNCH_EXECUTE),
+                     CUBE_STATUS_VALIDATION, "cube-count buffer");
+  cth_release_handle(client, h);
+  cth_release_handle(client, small);
+  cth_release_handle(client, hc);
+  cube_kernel_release(k);
+}
+
+static void test_scalars_of_several_types(void **state) {
+  cube_client_t *client = CLIENT(state);
+  cube_kernel_t *k = CTH_KERNEL("conf_scalars", kScalars, ((cube_dim3_t){1, 1, 1}));
+  cube_handle_t h = CTH_BUFFER(client, 8 * sizeof(double));
+  cube_kernel_buffer_t buf = cth_arg(h, CUBE_IO_WRITE);
+  // Interleaved types: each must reach its own slot, in order within type.
+  cube_scalar_t scalars[] = {
+      cube_scalar_i32(-3),      cube_scalar_f32(1.5f),   cube_scalar_u32(7u),
+      cube_scalar_f64(-2.25),   cube_scalar_f32(-4.75f), cube_scalar_u32(4000000000u),
+      cube_scalar_i32(-100000), cube_scalar_f64(1e300),
+  };
+  cube_kernel_args_t args = {&buf, 1, scalars, 8};
+  CTH_OK(cube_launch(client, S, k, cube_count_static(1, 1, 1), &args, CUBE_LAUNCH_EXECUTE));
+  double got[8];
+  CTH_OK(cube_read(client, S, cube_handle_binding(h), got, sizeof got));
+  const double want[8] = {1.5, -4.75, 7.0, 4000000000.0, -3.0, -100000.0, -2.25, 1e300};
+  for (int i = 0; i < 8; ++i) {
+    if (got[i] != want[i]) fail_msg("scalar slot %d: got %g, want %g", i, got[i], want[i]);
+  }
+  cth_release_handle(client, h);
+  cube_kernel_release(k);
+}
+
+static void test_tensor_metadata(void **state) {
+  cube_client_t *client = CLIENT(state);
+  cube_kernel_t *k = CTH_KERNEL("conf_meta", kMeta, ((cube_dim3_t){1, 1, 1}));
+  cube_handle_t ht = CTH_BUFFER(client, 2 * 3 * 5 * sizeof(float));
+  cube_handle_t ho = CTH_BUFFER(client, 16 * sizeof(uint64_t));
+  uint64_t zeros[16] = {0};
+  float t[30] = {0};
+  CTH_OK(cube_write(client, S, cube_handle_binding(ht), t, sizeof t));
+  CTH_OK(cube_write(client, S, cube_handle_binding(ho), zeros, sizeof zeros));
+  const uint64_t shape[3] = {2, 3, 4}, strides[3] = {15, 5, 1};  // padded rows
+  cube_kernel_buffer_t bufs[2];
+  memset(bufs, 0, sizeof bufs);
+  bufs[0] = cth_arg(ht, CUBE_IO_READ);
+  bufs[0].rank = 3;
+  bufs[0].shape = shape;
+  bufs[0].strides = strides;
+  bufs[1] = cth_arg(ho, CUBE_IO_WRITE);
+  cube_kernel_args_t args = {bufs, 2, NULL, 0};
+  CTH_OK(cube_launch(client, S, k, cube_count_static(1, 1, 1), &args, CUBE_LAUNCH_EXECUTE));
+  uint64_t got[16];
+  CTH_OK(cube_read(client, S, cube_handle_binding(ho), got, sizeof got));
+  assert_int_equal(got[0], 3);
+  for (int d = 0; d < 3; ++d) {
+    assert_int_equal(got[1 + d], shape[d]);
+    assert_int_equal(got[4 + d], strides[d]);
+  }
+  assert_int_equal(got[14], 30);  // LEN in elements
+  assert_int_equal(got[15], 0);   // no metadata: rank 0
+  cth_release_handle(client, ht);
+  cth_release_handle(client, ho);
+  cube_kernel_release(k);
+}
+
+static void test_atomics_count_every_unit(void **state) {
+  cube_client_t *client = CLIENT(state);
+  cube_kernel_t *k = CTH_KERNEL("conf_count", kCount, ((cube_dim3_t){64, 2, 1}));
+  cube_handle_t h = CTH_BUFFER(client, 4);
+  uint32_t zero = 0, got = 0;
+  CTH_OK(cube_write(client, S, cube_handle_binding(h), &zero, 4));
+  cube_kernel_buffer_t buf = cth_arg(h, CUBE_IO_READ_WRITE);
+  cube_kernel_args_t args = {&buf, 1, NULL, 0};
+  CTH_OK(cube_launch(client, S, k, cube_count_static(7, 3, 2), &args, CUBE_LAUNCH_EXECUTE));
+  CTH_OK(cube_read(client, S, cube_handle_binding(h), &got, 4));
+  assert_int_equal(got, 64 * 2 * 7 * 3 * 2);
+  cth_release_handle(client, h);
+  cube_kernel_release(k);
+}
+
+//===--- Compile errors ---===//
+
+static void test_compile_errors_are_refusals(void **state) {
+  cube_client_t *client = CLIENT(state);
+  static const char *const kBroken =
+      "CUBE_KERNEL(conf_broken, OUT(float, y)) {\n"
+      "  y[0] = conf_undefined_identifier + 1.0f;\n"
+      "}\n";
+  cube_kernel_t *k = CTH_KERNEL("conf_broken", kBroken, ((cube_dim3_t){1, 1, 1}));
+  cube_handle_t h = CTH_BUFFER(client, 16);
+  cube_kernel_buffer_t buf = cth_arg(h, CUBE_IO_WRITE);
+  cube_kernel_args_t args = {&buf, 1, NULL, 0};
+  cube_status_t st =
+      CTH_EXPECT(cube_launch(client, S, k, cube_count_static(1, 1, 1), &args, CUBE_LAUNCH_EXECUTE),
+                 CUBE_STATUS_COMPILE_REFUSED, "conf_undefined_identifier");
+  assert_true(cube_status_is_refusal(st));
+  assert_false(cube_status_is_device_poisoned(st));
+  assert_false(cube_status_may_succeed_after_reclaim(st));
+  cube_status_release(st);
+  // A second launch answers the same kept error, without recompiling.
+  st = CTH_EXPECT(cube_launch(client, S, k, cube_count_static(1, 1, 1), &args, CUBE_LAUNCH_EXECUTE),
+                  CUBE_STATUS_COMPILE_REFUSED, "conf_undefined_identifier");
+  cube_status_release(st);
+  cth_release_handle(client, h);
+  cube_kernel_release(k);
+
+  // An entry point the source does not define.
+  static const char *const kMissing = "CUBE_KERNEL(conf_other_name, OUT(float, y)) { y[0] = 1; }\n";
+  k = CTH_KERNEL("conf_missing_entry", kMissing, ((cube_dim3_t){1, 1, 1}));
+  st = CTH_EXPECT(
+      cube_launch(client, S, k, cube_count_static(1, 1, 1), NULL, CUBE_LAUNCH_COMPILE_ONLY),
+      CUBE_STATUS_COMPILE_REFUSED, "conf_missing_entry");
+  assert_true(cube_status_is_refusal(st));
+  cube_status_release(st);
+  cube_kernel_release(k);
+
+  // Raw CUDA C++: refused on every backend but CUDA.
+  static const char *const kRaw =
+      "struct conf_info { unsigned long long w[64]; };\n"
+      "extern \"C\" __global__ void conf_raw(float *y, const conf_info info,\n"
+      "                                      const unsigned long long *dyn) {\n"
+      "  y[threadIdx.x] = 3.0f;\n"
+      "}\n";
+  cube_kernel_desc_t desc = {
+      .name = "conf_raw", .source = kRaw, .language = CUBE_KERNEL_CUDA, .cube_dim = {1, 1, 1}};
+  CTH_OK(cube_kernel_create(&desc, &k));
+  st = cube_launch(client, S, k, cube_count_static(1, 1, 1), NULL, CUBE_LAUNCH_COMPILE_ONLY);
+  if (KIND(state) == CUBE_BACKEND_CUDA) {
+    CTH_OK(st);
+  } else {
+    st = CTH_EXPECT(st, CUBE_STATUS_COMPILE_REFUSED, "CUDA");
+    assert_true(cube_status_is_refusal(st));
+    cube_status_release(st);
+  }
+  cube_kernel_release(k);
+}
+
+//===--- Bad inputs ---===//
+
+static void test_bad_inputs_name_what_was_wrong(void **state) {
+  cube_client_t *client = CLIENT(state);
+  cube_handle_t h = CTH_BUFFER(client, 16);
+  uint8_t bytes[64] = {0};
+
+  // NULL client and out pointers.
+  CTH_EXPECT_RELEASE(cube_client_create(NULL, NULL), CUBE_STATUS_VALIDATION, "out_client");
+  cube_handle_t tmp;
+  CTH_EXPECT_RELEASE(cube_handle_create(NULL, S, 16, &tmp), CUBE_STATUS_VALIDATION,
+                     "client is NULL");
+  CTH_EXPECT_RELEASE(cube_handle_create(client, S, 16, NULL), CUBE_STATUS_VALIDATION, "out_handle");
+  CTH_EXPECT_RELEASE(cube_write(NULL, S, cube_handle_binding(h), bytes, 16), CUBE_STATUS_VALIDATION,
+                     "client is NULL");
+  CTH_EXPECT_RELEASE(cube_read(NULL, S, cube_handle_binding(h), bytes, 16), CUBE_STATUS_VALIDATION,
+                     "client is NULL");
+  CTH_EXPECT_RELEASE(cube_read(client, S, cube_handle_binding(h), NULL, 16), CUBE_STATUS_VALIDATION,
+                     "destination");
+  CTH_EXPECT_RELEASE(cube_write(client, S, cube_handle_binding(h), NULL, 16),
+                     CUBE_STATUS_VALIDATION, "source");
+  CTH_EXPECT_RELEASE(cube_handle_size(client, h, NULL), CUBE_STATUS_VALIDATION, "out_size");
+  CTH_EXPECT_RELEASE(cube_get_resource(client, S, cube_handle_binding(h), NULL),
+                     CUBE_STATUS_VALIDATION, "out_address");
+  CTH_EXPECT_RELEASE(cube_stream_create(client, NULL), CUBE_STATUS_VALIDATION, "out_stream");
+  CTH_EXPECT_RELEASE(cube_read_async(client, S, NULL, bytes, NULL), CUBE_STATUS_VALIDATION, "NULL");
+  CTH_EXPECT_RELEASE(cube_backend_query(CUBE_BACKEND_CPU, NULL), CUBE_STATUS_VALIDATION,
+                     "out_info");
+  CTH_EXPECT_RELEASE(
+      cube_launch(client, S, NULL, cube_count_static(1, 1, 1), NULL, CUBE_LAUNCH_EXECUTE),
+      CUBE_STATUS_VALIDATION, "kernel is NULL");
+  CTH_EXPECT_RELEASE(cube_kernel_create(NULL, NULL), CUBE_STATUS_VALIDATION, "out_kernel");
+
+  // Size mismatches name the sizes.
+  CTH_EXPECT_RELEASE(cube_write(client, S, cube_handle_binding(h), bytes, 15),
+                     CUBE_STATUS_VALIDATION, "15");
+  CTH_EXPECT_RELEASE(cube_read(client, S, cube_handle_binding(h), bytes, 17),
+                     CUBE_STATUS_VALIDATION, "17");
+
+  // A zero-size buffer is valid: create, write and read 0 bytes.
+  cube_handle_t empty = CTH_BUFFER(client, 0);
+  CTH_OK(cube_write(client, S, cube_handle_binding(empty), NULL, 0));
+  CTH_OK(cube_read(client, S, cube_handle_binding(empty), NULL, 0));
+  uint64_t size = 99;
+  CTH_OK(cube_handle_size(client, empty, &size));
+  assert_int_equal(size, 0);
+  cth_release_handle(client, empty);
+
+  // A huge size is IO_BUFFER_TOO_BIG, which reclaiming cannot help.
+  cube_status_t st = CTH_EXPECT(cube_handle_create(client, S, 1ull << 62, &tmp),
+                                CUBE_STATUS_IO_BUFFER_TOO_BIG, NULL);
+  assert_false(cube_status_may_succeed_after_reclaim(st));
+  assert_false(cube_status_is_refusal(st));
+  cube_status_release(st);
+
+  // Out-of-range slices.
+  CTH_EXPECT_RELEASE(cube_read(client, S, cube_handle_slice(h, 8, 16), bytes, 16),
+                     CUBE_STATUS_VALIDATION, "out of range");
+  CTH_EXPECT_RELEASE(cube_write(client, S, cube_handle_slice(h, 17, 0), bytes, 0),
+                     CUBE_STATUS_VALIDATION, "out of range");
+  CTH_EXPECT_RELEASE(cube_read(client, S, cube_handle_slice(h, UINT64_MAX - 2, 8), bytes, 8),
+                     CUBE_STATUS_VALIDATION, "out of range");
+  CTH_EXPECT_RELEASE(cube_check(client, S, &(cube_binding_t){h, 4, 13}, 1), CUBE_STATUS_VALIDATION,
+                     "out of range");
+
+  // The null handle.
+  CTH_EXPECT_RELEASE(cube_read(client, S, cube_handle_binding((cube_handle_t){0}), bytes, 1),
+                     CUBE_STATUS_VALIDATION, "null handle");
+
+  // Released handles, double release.
+  cube_handle_t gone = CTH_BUFFER(client, 16);
+  CTH_OK(cube_handle_release(client, gone));
+  CTH_EXPECT_RELEASE(cube_read(client, S, cube_handle_binding(gone), bytes, 16),
+                     CUBE_STATUS_IO_NOT_FOUND, "released");
+  CTH_EXPECT_RELEASE(cube_write(client, S, cube_handle_binding(gone), bytes, 16),
+                     CUBE_STATUS_IO_NOT_FOUND, "released");
+  CTH_EXPECT_RELEASE(cube_handle_release(client, gone), CUBE_STATUS_IO_NOT_FOUND, "released");
+  // A new buffer in the released slot does not answer to the old handle.
+  cube_handle_t reborn = CTH_BUFFER(client, 16);
+  assert_true(reborn.bits != gone.bits);
+  CTH_EXPECT_RELEASE(cube_handle_size(client, gone, &size), CUBE_STATUS_IO_NOT_FOUND, NULL);
+  cth_release_handle(client, reborn);
+
+  // A handle from another client.
+  cube_client_t *other = CTH_CLIENT(KIND(state), "");
+  cube_handle_t foreign = CTH_BUFFER(other, 16);
+  CTH_EXPECT_RELEASE(cube_read(client, S, cube_handle_binding(foreign), bytes, 16),
+                     CUBE_STATUS_FOREIGN_HANDLE, "client");
+  CTH_EXPECT_RELEASE(cube_handle_release(client, foreign), CUBE_STATUS_FOREIGN_HANDLE, NULL);
+  cth_release_handle(other, foreign);
+  cube_client_release(other);
+
+  // Bad stream ids.
+  CTH_EXPECT_RELEASE(cube_write(client, 999, cube_handle_binding(h), bytes, 16),
+                     CUBE_STATUS_VALIDATION, "stream 999");
+  CTH_EXPECT_RELEASE(cube_read(client, 77, cube_handle_binding(h), bytes, 16),
+                     CUBE_STATUS_VALIDATION, "stream 77");
+  CTH_EXPECT_RELEASE(cube_stream_destroy(client, CUBE_STREAM_CURRENT), CUBE_STATUS_VALIDATION,
+                     "stream 0");
+  cube_stream_t sx = 0;
+  CTH_OK(cube_stream_create(client, &sx));
+  CTH_OK(cube_stream_destroy(client, sx));
+  CTH_EXPECT_RELEASE(cube_sync(client, sx, NULL, 0), CUBE_STATUS_VALIDATION, "not a live stream");
+  CTH_EXPECT_RELEASE(cube_stream_destroy(client, sx), CUBE_STATUS_VALIDATION, NULL);
+
+  // Kernel descriptions.
+  cube_kernel_t *k = NULL;
+  cube_kernel_desc_t desc = {.name = "9lives", .source = kCount, .cube_dim = {1, 1, 1}};
+  CTH_EXPECT_RELEASE(cube_kernel_create(&desc, &k), CUBE_STATUS_VALIDATION, "9lives");
+  desc.name = "has space";
+  CTH_EXPECT_RELEASE(cube_kernel_create(&desc, &k), CUBE_STATUS_VALIDATION, "not a C identifier");
+  desc.name = "";
+  CTH_EXPECT_RELEASE(cube_kernel_create(&desc, &k), CUBE_STATUS_VALIDATION, "identifier");
+  desc.name = NULL;
+  CTH_EXPECT_RELEASE(cube_kernel_create(&desc, &k), CUBE_STATUS_VALIDATION, "identifier");
+  desc.name = "conf_count";
+  desc.source = NULL;
+  CTH_EXPECT_RELEASE(cube_kernel_create(&desc, &k), CUBE_STATUS_VALIDATION, "no source");
+  desc.source = kCount;
+  desc.cube_dim = (cube_dim3_t){4, 0, 1};
+  CTH_EXPECT_RELEASE(cube_kernel_create(&desc, &k), CUBE_STATUS_VALIDATION, "empty cube dim");
+  assert_null(k);
+
+  // Too many buffers.
+  desc.cube_dim = (cube_dim3_t){1, 1, 1};
+  CTH_OK(cube_kernel_create(&desc, &k));
+  cube_kernel_buffer_t many[17];
+  for (int i = 0; i < 17; ++i) many[i] = cth_arg(h, CUBE_IO_READ);
+  cube_kernel_args_t args = {many, 17, NULL, 0};
+  CTH_EXPECT_RELEASE(
+      cube_launch(client, S, k, cube_count_static(1, 1, 1), &args, CUBE_LAUNCH_EXECUTE),
+      CUBE_STATUS_VALIDATION, "17 buffers");
+  // A bad IO value, a bad launch mode, a released buffer argument.
+  many[0].io = (cube_buffer_io_t)9;
+  args.buffer_count = 1;
+  CTH_EXPECT_RELEASE(
+      cube_launch(client, S, k, cube_count_static(1, 1, 1), &args, CUBE_LAUNCH_EXECUTE),
+      CUBE_STATUS_VALIDATION, "io 9");
+  many[0] = cth_arg(gone, CUBE_IO_READ_WRITE);
+  CTH_EXPECT_RELEASE(
+      cube_launch(client, S, k, cube_count_static(1, 1, 1), &args, CUBE_LAUNCH_EXECUTE),
+      CUBE_STATUS_IO_NOT_FOUND, "buffer 0");
+  many[0] = cth_arg(h, CUBE_IO_READ_WRITE);
+  CTH_EXPECT_RELEASE(
+      cube_launch(client, S, k, cube_count_static(1, 1, 1), &args, (cube_launch_mode_t)7),
+      CUBE_STATUS_VALIDATION, "launch mode");
+  cube_kernel_release(k);
+
+  // A cube dim above the device's maximum, and too many units per cube:
+  // refusals of the RESOURCE family, before anything runs.
+  const cube_device_properties_t *p = cube_client_properties(client);
+  desc.cube_dim = (cube_dim3_t){p->max_cube_dim.x + 1, 1, 1};
+  CTH_OK(cube_kernel_create(&desc, &k));
+  st = cube_launch(client, S, k, cube_count_static(1, 1, 1), &args, CUBE_LAUNCH_EXECUTE);
+  assert_int_equal(cube_status_code_family(cube_status_code(st)), CUBE_STATUS_FAMILY_RESOURCE);
+  assert_true(cube_status_is_refusal(st));
+  st = CTH_EXPECT(st, CUBE_STATUS_RESOURCE_CUBE_DIM, "cube dim");
+  cube_status_release(st);
+  cube_kernel_release(k);
+  desc.cube_dim =
+      (cube_dim3_t){p->max_cube_dim.x, p->max_units_per_cube / p->max_cube_dim.x + 1, 1};
+  CTH_OK(cube_kernel_create(&desc, &k));
+  st = cube_launch(client, S, k, cube_count_static(1, 1, 1), &args, CUBE_LAUNCH_COMPILE_ONLY);
+  assert_true(cube_status_is_refusal(st));
+  st = CTH_EXPECT(st, CUBE_STATUS_RESOURCE_UNITS, "units");
+  cube_status_release(st);
+  cube_kernel_release(k);
+
+  cth_release_handle(client, h);
+}
+
+//===--- Dims and counts (the seeds' numbers) ---===//
+
+static void test_cube_dim_and_count_spread(void **state) {
+  cube_client_t *client = CLIENT(state);
+  cube_dim3_t c = cube_count_spread((cube_dim3_t){32, 32, 32}, 2048);
+  assert_int_equal(c.x, 32);
+  assert_int_equal(c.y, 32);
+  assert_int_equal(c.z, 2);
+  c = cube_count_spread((cube_dim3_t){48, 32, 16}, 3177);
+  assert_int_equal(c.x, 25);
+  assert_int_equal(c.y, 32);
+  assert_int_equal(c.z, 4);
+  c = cube_count_spread((cube_dim3_t){65535, 65535, 65535}, 100);
+  assert_int_equal(c.x, 100);
+  assert_int_equal(c.y, 1);
+  assert_int_equal(c.z, 1);
+
+  const cube_device_properties_t *p = cube_client_properties(client);
+  const uint64_t units[] = {1, 7, 32, 256, 1000, 1u << 20};
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; ++i) {
+    cube_dim3_t d = cube_dim_new(client, units[i]);
+    uint64_t total = (uint64_t)d.x * d.y * d.z;
+    assert_true(total >= 1);
+    assert_true(total <= p->max_units_per_cube);
+    assert_int_equal(d.x, p->plane_size_max ? p->plane_size_max : 1);
+    assert_true(d.x <= p->max_cube_dim.x && d.y <= p->max_cube_dim.y && d.z <= p->max_cube_dim.z);
+  }
+  cube_count_selection_t sel = cube_count_selection_new(client, 1000);
+  assert_true(sel.exact);
+  assert_int_equal(sel.cubes_total, 1000);
+}
+
+//===--- Sync and streams ---===//
+
+static void test_sync_and_check_over_handles(void **state) {
+  cube_client_t *client = CLIENT(state);
+  cube_kernel_t *k = CTH_KERNEL("conf_twice", kTwice, ((cube_dim3_t){64, 1, 1}));
+  const uint64_t n = 5000;
+  float *x = malloc(n * 4), *y = malloc(n * 4);
+  assert_true(x && y);
+  for (uint64_t i = 0; i < n; ++i) x[i] = (float)i;
+  cube_handle_t hx = CTH_BUFFER(client, n * 4), hy = CTH_BUFFER(client, n * 4);
+  CTH_OK(cube_write(client, S, cube_handle_binding(hx), x, n * 4));
+  cube_kernel_buffer_t bufs[] = {cth_arg(hx, CUBE_IO_READ), cth_arg(hy, CUBE_IO_WRITE)};
+  cube_kernel_args_t args = {bufs, 2, NULL, 0};
+  CTH_OK(cube_launch(client, S, k, count_for(n, 64), &args, CUBE_LAUNCH_EXECUTE));
+  cube_binding_t both[2] = {cube_handle_binding(hx), cube_handle_binding(hy)};
+  CTH_OK(cube_check(client, S, both, 2));
+  CTH_OK(cube_flush(client, S));
+  CTH_OK(cube_sync(client, S, both, 2));
+  CTH_OK(cube_sync(client, S, NULL, 0));
+  uint64_t address = 0;
+  CTH_OK(cube_get_resource(client, S, cube_handle_binding(hy), &address));
+  assert_true(address != 0);
+  CTH_OK(cube_read(client, S, cube_handle_binding(hy), y, n * 4));
+  for (uint64_t i = 0; i < n; ++i) assert_true(y[i] == 2.0f * (float)i);
+  cth_release_handle(client, hx);
+  cth_release_handle(client, hy);
+  cube_kernel_release(k);
+  free(x);
+  free(y);
+}
+
+static void test_two_streams_with_a_dependency(void **state) {
+  cube_client_t *client = CLIENT(state);
+  cube_kernel_t *k = CTH_KERNEL("conf_twice", kTwice, ((cube_dim3_t){256, 1, 1}));
+  cube_stream_t a = 0, b = 0;
+  CTH_OK(cube_stream_create(client, &a));
+  CTH_OK(cube_stream_create(client, &b));
+  assert_true(a != b);
+  const uint64_t n = 4u << 20;  // 16 MiB: a copy that takes a while
+  float *x = malloc(n * 4), *y = malloc(n * 4);
+  assert_true(x && y);
+  for (int round = 0; round < 3; ++round) {
+    for (uint64_t i = 0; i < n; ++i) x[i] = (float)((i + (uint64_t)round * 7) % 1000);
+    cube_handle_t hx = {0}, hy = {0};
+    CTH_OK(cube_handle_create(client, a, n * 4, &hx));
+    CTH_OK(cube_handle_create(client, b, n * 4, &hy));
+    // Written on A, read by a launch on B: B must see A's bytes.
+    CTH_OK(cube_write(client, a, cube_handle_binding(hx), x, n * 4));
+    cube_kernel_buffer_t bufs[] = {cth_arg(hx, CUBE_IO_READ), cth_arg(hy, CUBE_IO_WRITE)};
+    cube_kernel_args_t args = {bufs, 2, NULL, 0};
+    CTH_OK(cube_launch(client, b, k, count_for(n, 256), &args, CUBE_LAUNCH_EXECUTE));
+    // Written by B, read on A: A must see B's result.
+    memset(y, 0, n * 4);
+    CTH_OK(cube_read(client, a, cube_handle_binding(hy), y, n * 4));
+    for (uint64_t i = 0; i < n; ++i) {
+      if (y[i] != 2.0f * x[i])
+        fail_msg("round %d element %llu: %f", round, (unsigned long long)i, y[i]);
+    }
+    cth_release_handle(client, hx);
+    cth_release_handle(client, hy);
+  }
+  CTH_OK(cube_stream_destroy(client, a));
+  CTH_OK(cube_stream_destroy(client, b));
+  cube_kernel_release(k);
+  free(x);
+  free(y);
+}
+
+typedef struct worker_t {
+  cube_client_t *client;
+  cube_kernel_t *kernel;
+  int index;
+  int failures;
+  cube_stream_t stream;
+  char error[512];
+} worker_t;
+
+static void *worker_main(void *arg) {
+  worker_t *w = arg;
+  const uint64_t n = 3000 + 17 * (uint64_t)w->index;
+  float *x = malloc(n * 4), *y = malloc(n * 4);
+  cube_status_t st = cube_stream_current(w->client, &w->stream);
+  for (int iter = 0; iter < 25 && cube_status_is_ok(st) && x && y; ++iter) {
+    for (uint64_t i = 0; i < n; ++i) x[i] = (float)(w->index * 1000 + iter + (int)(i % 50));
+    cube_handle_t hx = {0}, hy = {0};
+    st = cube_handle_create(w->client, CUBE_STREAM_CURRENT, n * 4, &hx);
+    if (cube_status_is_ok(st)) st = cube_handle_create(w->client, CUBE_STREAM_CURRENT, n * 4, &hy);
+    if (cube_status_is_ok(st))
+      st = cube_write(w->client, CUBE_STREAM_CURRENT, cube_handle_binding(hx), x, n * 4);
+    cube_kernel_buffer_t bufs[] = {cth_arg(hx, CUBE_IO_READ), cth_arg(hy, CUBE_IO_WRITE)};
+    cube_kernel_args_t args = {bufs, 2, NULL, 0};
+    if (cube_status_is_ok(st))
+      st = cube_launch(w->client, CUBE_STREAM_CURRENT, w->kernel, count_for(n, 64), &args,
+                       CUBE_LAUNCH_EXECUTE);
+    if (cube_status_is_ok(st))
+      st = cube_read(w->client, CUBE_STREAM_CURRENT, cube_handle_binding(hy), y, n * 4);
+    for (uint64_t i = 0; cube_status_is_ok(st) && i < n; ++i) {
+      if (y[i] != 2.0f * x[i]) {
+        w->failures++;
+        break;
+      }
+    }
+    if (hx.bits) cube_status_release(cube_handle_release(w->client, hx));
+    if (hy.bits) cube_status_release(cube_handle_release(w->client, hy));
+  }
+  if (!cube_status_is_ok(st)) {
+    w->failures++;
+    cube_status_format(st, w->error, sizeof w->error);
+    cube_status_release(st);
+  }
+  if (!x || !y) w->failures++;
+  free(x);
+  free(y);
+  return NULL;
+}
+
+static void test_per_thread_default_streams(void **state) {
+  cube_client_t *client = CLIENT(state);
+  cube_kernel_t *k = CTH_KERNEL("conf_twice", kTwice, ((cube_dim3_t){64, 1, 1}));
+  enum { T = 6 };
+  pthread_t threads[T];
+  worker_t workers[T];
+  for (int i = 0; i < T; ++i) {
+    workers[i] = (worker_t){.client = client, .kernel = k, .index = i};
+    assert_int_equal(pthread_create(&threads[i], NULL, worker_main, &workers[i]), 0);
+  }
+  for (int i = 0; i < T; ++i) pthread_join(threads[i], NULL);
+  cube_stream_t mine = 0;
+  CTH_OK(cube_stream_current(client, &mine));
+  for (int i = 0; i < T; ++i) {
+    if (workers[i].failures) fail_msg("thread %d failed: %s", i, workers[i].error);
+    // Each thread had its own default stream.
+    assert_true(workers[i].stream != CUBE_STREAM_CURRENT);
+    assert_true(workers[i].stream != mine);
+    for (int j = 0; j < i; ++j) assert_true(workers[i].stream != workers[j].stream);
+  }
+  cube_kernel_release(k);
+}
+
+//===--- Main ---===//
+
+static const struct CMUnitTest kTests[] = {
+    cmocka_unit_test(test_round_trips),
+    cmocka_unit_test(test_many_buffers_keep_their_bytes),
+    cmocka_unit_test(test_strided_write_and_async_read),
+    cmocka_unit_test(test_saxpy),
+    cmocka_unit_test(test_cube_reduction_with_barriers),
+    cmocka_unit_test(test_2d_and_3d_cube_dims),
+    cmocka_unit_test(test_cube_counts_spread_over_y_z),
+    cmocka_unit_test(test_dynamic_cube_count),
+    cmocka_unit_test(test_scalars_of_several_types),
+    cmocka_unit_test(test_tensor_metadata),
+    cmocka_unit_test(test_atomics_count_every_unit),
+    cmocka_unit_test(test_compile_errors_are_refusals),
+    cmocka_unit_test(test_bad_inputs_name_what_was_wrong),
+    cmocka_unit_test(test_cube_dim_and_count_spread),
+    cmocka_unit_test(test_sync_and_check_over_handles),
+    cmocka_unit_test(test_two_streams_with_a_dependency),
+    cmocka_unit_test(test_per_thread_default_streams),
+};
+
+int main(void) {
+  cube_backend_kind_t kinds[CUBE_BACKEND_COUNT];
+  const char *cuda_detail = "";
+  size_t count = cth_backend_list(kinds, &cuda_detail);
+  int failed = 0;
+  size_t groups = 0;
+  // A plan that never fires: the fault backend must be transparent.
+  static const char *const kPlans[] = {"", "any:4000000000:poison"};
+  for (size_t b = 0; b < count; ++b) {
+    for (size_t p = 0; p < sizeof kPlans / sizeof kPlans[0]; ++p) {
+      conf_t conf = {.kind = kinds[b], .plan = kPlans[p]};
+      g_conf = &conf;
+      char name[64];
+      snprintf(name, sizeof name, "conformance[%s%s]", cth_backend_label(kinds[b]),
+               kPlans[p][0] ? "+fault" : "");
+      failed += cmocka_run_group_tests_name(name, kTests, group_setup, group_teardown);
+      groups++;
+    }
+  }
+  if (count < 2) {
+    printf("conformance[cuda]: SKIPPED (CUDA backend unavailable: %s) — CUDA was not tested\n",
+           cuda_detail);
+  }
+  printf("conformance: %zu backend group(s) ran, %d failure(s)\n", groups, failed);
+  return failed ? 1 : 0;
+}

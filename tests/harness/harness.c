@@ -1,0 +1,128 @@
+// Shared helpers for the conformance and failure tests (see harness.h).
+#include "harness/harness.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+size_t cth_backend_list(cube_backend_kind_t out[CUBE_BACKEND_COUNT], const char **out_cuda_detail) {
+  size_t count = 0;
+  out[count++] = CUBE_BACKEND_CPU;
+  cube_backend_info_t info;
+  memset(&info, 0, sizeof info);
+  cube_status_t status = cube_backend_query(CUBE_BACKEND_CUDA, &info);
+  bool cuda = cube_status_is_ok(status) && info.available && info.device_count > 0;
+  if (out_cuda_detail) {
+    *out_cuda_detail = cuda ? "" : (info.detail && info.detail[0] ? info.detail : "unavailable");
+  }
+  cube_status_release(status);
+  if (cuda) out[count++] = CUBE_BACKEND_CUDA;
+  return count;
+}
+
+const char *cth_backend_label(cube_backend_kind_t kind) {
+  switch (kind) {
+    case CUBE_BACKEND_CPU:
+      return "cpu";
+    case CUBE_BACKEND_CUDA:
+      return "cuda";
+    default:
+      return "default";
+  }
+}
+
+bool cth_status_contains(cube_status_t status, const char *needle) {
+  char *text = cube_status_to_string(status);
+  bool found = text && strstr(text, needle) != NULL;
+  free(text);
+  return found;
+}
+
+void cth_assert_ok_at(cube_status_t status, const char *expr, const char *file, int line) {
+  if (cube_status_is_ok(status)) return;
+  char *text = cube_status_to_string(status);
+  print_error("%s:%d: %s failed:\n%s\n", file, line, expr, text ? text : "(no text)");
+  free(text);
+  cube_status_release(status);
+  _fail(file, line);
+}
+
+cube_status_t cth_expect_at(cube_status_t status, cube_status_code_t code, const char *needle,
+                            const char *expr, const char *file, int line) {
+  bool good = cube_status_code(status) == code && (!needle || cth_status_contains(status, needle));
+  if (good) return status;
+  char *text = cube_status_to_string(status);
+  print_error("%s:%d: %s: expected %s%s%s%s, got %s:\n%s\n", file, line, expr,
+              cube_status_code_name(code), needle ? " containing '" : "", needle ? needle : "",
+              needle ? "'" : "", cube_status_code_name(cube_status_code(status)),
+              text ? text : "(ok)");
+  free(text);
+  cube_status_release(status);
+  _fail(file, line);
+  return NULL;
+}
+
+cube_client_t *cth_client_at(cube_backend_kind_t kind, const char *plan, const char *file,
+                             int line) {
+  cube_client_options_t options;
+  cube_client_options_initialize(&options);
+  options.backend = kind;
+  options.fault_plan = plan ? plan : "";
+  cube_client_t *client = NULL;
+  cth_assert_ok_at(cube_client_create(&options, &client), "cube_client_create", file, line);
+  return client;
+}
+
+cube_kernel_t *cth_kernel_at(const char *name, const char *source, cube_dim3_t dim,
+                             const char *file, int line) {
+  cube_kernel_desc_t desc = {.name = name, .source = source, .cube_dim = dim};
+  cube_kernel_t *kernel = NULL;
+  cth_assert_ok_at(cube_kernel_create(&desc, &kernel), "cube_kernel_create", file, line);
+  return kernel;
+}
+
+cube_handle_t cth_buffer_at(cube_client_t *client, uint64_t size, const char *file, int line) {
+  cube_handle_t handle = {0};
+  cth_assert_ok_at(cube_handle_create(client, CUBE_STREAM_CURRENT, size, &handle),
+                   "cube_handle_create", file, line);
+  return handle;
+}
+
+void cth_release_handle(cube_client_t *client, cube_handle_t handle) {
+  cube_status_release(cube_handle_release(client, handle));
+}
+
+cube_kernel_buffer_t cth_arg(cube_handle_t handle, cube_buffer_io_t io) {
+  cube_kernel_buffer_t arg;
+  memset(&arg, 0, sizeof arg);
+  arg.binding = cube_handle_binding(handle);
+  arg.io = io;
+  return arg;
+}
+
+uint64_t cth_rand_next(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint32_t cth_rand_below(uint64_t *state, uint32_t bound) {
+  return bound ? (uint32_t)(cth_rand_next(state) % bound) : 0;
+}
+
+void cth_fill_pattern(void *bytes, size_t size, uint32_t seed) {
+  unsigned char *p = bytes;
+  uint64_t state = seed * 2654435761u + 1;
+  size_t i = 0;
+  while (i + 8 <= size) {
+    uint64_t w = cth_rand_next(&state) | 1;
+    memcpy(p + i, &w, 8);
+    i += 8;
+  }
+  for (; i < size; ++i) p[i] = (unsigned char)(cth_rand_next(&state) | 1);
+}
