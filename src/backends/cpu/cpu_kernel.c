@@ -9,6 +9,7 @@
 // cache directory never load a half-written file.
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,7 +79,9 @@ static bool split_words(char *storage, char **argv, int *argc) {
 // Returns false (with errno's text in |out_log|) when it cannot start.
 static bool run_capture(char *const argv[], text_t *out_log, int *out_exit) {
   int fds[2];
-  if (pipe(fds) != 0) {
+  // Close-on-exec: a compiler spawned concurrently by another thread must not
+  // inherit this pipe (its EOF would then wait for that other compiler).
+  if (pipe2(fds, O_CLOEXEC) != 0) {
     text_puts(out_log, strerror(errno));
     return false;
   }
