@@ -3,6 +3,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/host_copy.h"
 #include "core/server.h"
 
 //===--- Staging: pooled host buffers the device copies from ---===//
@@ -165,7 +166,7 @@ cube_status_t cube_staging_release(cube_client_t *client, void *host) {
 // device copies chunk i out of one block, the host fills chunk i + 1 into
 // another (CUBE_STAGING_CHUNK bytes, CUBE_STAGING_BLOCKS blocks in flight).
 static uint64_t staging_chunk(void) {
-  return cube_env_u64("CUBE_STAGING_CHUNK", 8ull << 20);
+  return cube_env_u64("CUBE_STAGING_CHUNK", 16ull << 20);
 }
 
 // Hands |host| back to the pool once the stream passes this point; waits for
@@ -207,7 +208,7 @@ cube_status_t cube_server_upload(cube_client_t *client, uint32_t stream,
     void *host = NULL;
     status = staging_take_bounded(client, n, size > chunk ? blocks : 0, &host);
     if (!cube_status_is_ok(status)) break;
-    memcpy(host, (const char *)source + done, n);
+    cube_host_copy(host, (const char *)source + done, n);
     if (strided) {
       status = vt->copy_strided_to_device(client->device, bstream, strided, host);
     } else {
