@@ -24,7 +24,8 @@ static int check(cube_status_t status) {
 
 static cube_bkernel_t *compile(cube_backend_device_t *device, const char *name,
                                const char *source) {
-  cube_compile_request_t request = {name, source, CUBE_KERNEL_DIALECT, {1, 1, 1}, getenv("BENCH_OPTS")};
+  cube_compile_request_t request = {
+      name, source, CUBE_KERNEL_DIALECT, {1, 1, 1}, getenv("BENCH_OPTS")};
   cube_bkernel_t *kernel = NULL;
   cube_kernel_info_t info;
   if (check(device->vtable->compile(device, &request, &kernel, &info))) exit(1);
@@ -79,7 +80,8 @@ int main(void) {
   float a = 2.0f;
   uint32_t a_bits;
   memcpy(&a_bits, &a, 4);
-  uint64_t info[6] = {(1ull << 8) | (2ull << 48) | (1ull << 56), a_bits, bytes, bytes, UINT64_MAX, UINT64_MAX};
+  uint64_t info[6] = {
+      (1ull << 8) | (2ull << 48) | (1ull << 56), a_bits, bytes, bytes, UINT64_MAX, UINT64_MAX};
   uint64_t buffers[2] = {x, y};
   cube_dispatch_t s = {.kernel = saxpy,
                        .cube_count = {(uint32_t)(n / 256), 1, 1},

@@ -2,6 +2,7 @@
 // strided copies, events, compilation (and its cache), dispatch with and
 // without barriers, and traps.
 #include <ftw.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -98,12 +99,13 @@ static cube_bkernel_t *compile(cube_backend_device_t *device, const char *name, 
   return kernel;
 }
 
-// Builds the static info block: header, scalars (f32 only here), buffer
+// Builds the static info block (cube/dialect.h): header, scalars (f32 only here), buffer
 // lengths, no tensor metadata. Returns the word count.
 static uint32_t build_info(uint64_t *words, uint32_t f32_count, const float *f32s,
                            uint32_t buffer_count, const uint64_t *lengths) {
   uint32_t n = 0;
-  words[n++] = ((uint64_t)f32_count << 8) | ((uint64_t)buffer_count << 48) | ((uint64_t)f32_count << 56);
+  words[n++] =
+      ((uint64_t)f32_count << 8) | ((uint64_t)buffer_count << 48) | ((uint64_t)f32_count << 56);
   for (uint32_t i = 0; i < f32_count; ++i) {
     uint32_t bits;
     memcpy(&bits, &f32s[i], 4);
@@ -714,6 +716,86 @@ static void test_concurrent_streams(void **state) {
   free(out);
 }
 
+//===--- Tensor metadata, large info blocks, concurrent compiles ---===//
+
+static const char kMeta[] =
+    "CUBE_KERNEL(meta, IN(float, x), OUT(uint64_t, out)) {\n"
+    "  if (ABSOLUTE_POS != 0) return;\n"
+    "  out[0] = RANK(x); out[1] = SHAPE(x, 0); out[2] = STRIDE(x, 1);\n"
+    "  out[3] = SCALAR(u32, 0); out[4] = LEN(x); out[5] = RANK(out);\n"
+    "}\n";
+
+static void test_dynamic_metadata(void **state) {
+  cube_backend_device_t *device = *state;
+  cube_bstream_t *stream = make_stream(device);
+  cube_bkernel_t *kernel = compile(device, "meta", kMeta, NULL);
+  // More words than ride inline in a task: the heap path.
+  enum { WORDS = 6 + 7 + 120 };
+  uint64_t info[WORDS] = {0};
+  info[0] = (1ull << 32) | (2ull << 48) | (1ull << 56);  // one u32 scalar, two buffers
+  info[1] = 99;
+  info[2] = 210 * 4;
+  info[3] = 6 * 8;
+  info[4] = 0;  // x's metadata at the start of the dynamic part
+  info[5] = CUBE_INFO_NO_META;
+  uint64_t dynamic[7] = {3, 5, 6, 7, 42, 7, 1};
+  memcpy(&info[6], dynamic, sizeof(dynamic));
+  uint64_t x = alloc_page(device, 210 * 4), out = alloc_page(device, 6 * 8);
+  uint64_t buffers[2] = {x, out};
+  cube_dispatch_t d = {.kernel = kernel,
+                       .cube_count = {2, 1, 1},
+                       .cube_dim = {4, 1, 1},
+                       .buffers = buffers,
+                       .buffer_count = 2,
+                       .info = info,
+                       .info_words = WORDS,
+                       .static_words = 6};
+  ASSERT_OK(device->vtable->dispatch(device, stream, &d));
+  memset(info, 0xee, sizeof(info));  // the backend copied what it needs
+  uint64_t result[6];
+  ASSERT_OK(device->vtable->copy_to_host(device, stream, result, out, sizeof(result)));
+  ASSERT_OK(device->vtable->stream_sync(device, stream));
+  uint64_t expected[6] = {3, 5, 7, 99, 210, 0};
+  assert_memory_equal(result, expected, sizeof(expected));
+  device->vtable->kernel_release(device, kernel);
+  device->vtable->stream_destroy(device, stream);
+  ASSERT_OK(device->vtable->page_free(device, x));
+  ASSERT_OK(device->vtable->page_free(device, out));
+}
+
+typedef struct compile_arg_t {
+  cube_backend_device_t *device;
+  cube_bkernel_t *kernel;
+  cube_status_t status;
+} compile_arg_t;
+
+static void *compile_thread(void *arg) {
+  compile_arg_t *c = arg;
+  static const char source[] = "CUBE_KERNEL(racy, OUT(uint32_t, y)) { y[ABSOLUTE_POS] = 7; }\n";
+  cube_compile_request_t request = {
+      .name = "racy", .source = source, .language = CUBE_KERNEL_DIALECT, .cube_dim = {1, 1, 1}};
+  cube_kernel_info_t info;
+  c->status = c->device->vtable->compile(c->device, &request, &c->kernel, &info);
+  return NULL;
+}
+
+static void test_concurrent_compiles(void **state) {
+  cube_backend_device_t *device = *state;
+  enum { THREADS = 4 };
+  pthread_t threads[THREADS];
+  compile_arg_t args[THREADS];
+  for (int i = 0; i < THREADS; ++i) {
+    args[i] = (compile_arg_t){device, NULL, CUBE_OK};
+    assert_int_equal(pthread_create(&threads[i], NULL, compile_thread, &args[i]), 0);
+  }
+  for (int i = 0; i < THREADS; ++i) pthread_join(threads[i], NULL);
+  for (int i = 0; i < THREADS; ++i) {
+    ASSERT_OK(args[i].status);
+    assert_ptr_equal(args[i].kernel, args[0].kernel);  // one shared object
+  }
+  for (int i = 0; i < THREADS; ++i) device->vtable->kernel_release(device, args[i].kernel);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_properties, device_setup, device_teardown),
@@ -730,6 +812,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_timed_events, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_traps, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_concurrent_streams, device_setup, device_teardown),
+      cmocka_unit_test_setup_teardown(test_dynamic_metadata, device_setup, device_teardown),
+      cmocka_unit_test_setup_teardown(test_concurrent_compiles, device_setup, device_teardown),
   };
   return cmocka_run_group_tests_name("cpu_backend", tests, group_setup, group_teardown);
 }
