@@ -213,6 +213,8 @@ cube_status_t cube_client_create(const cube_client_options_t *options, cube_clie
              options->device_index);
     client->properties_hash = cube_device_properties_hash(&client->device->properties);
     client->free_slot = UINT32_MAX;
+    const char *tracking = getenv("CUBE_FAILURE_TRACKING");
+    client->track_failures = !(tracking && strcmp(tracking, "off") == 0);
     pthread_mutex_init(&client->lock, NULL);
     cube_mm_config_t config;
     cube_mm_config_default(&client->device->properties, &config);

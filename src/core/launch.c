@@ -602,7 +602,7 @@ static cube_status_t launch_locked(cube_client_t *client, uint32_t stream, cube_
   // 4. An input carrying a failure skips the launch: its outputs claim the
   // same failure, one hop further from the root.
   const cube_claim_t *carried = NULL;
-  for (size_t i = 0; i < input_count && !carried; ++i) {
+  for (size_t i = 0; i < input_count && !carried && client->track_failures; ++i) {
     if (cube_claim_is_set(&inputs[i]->claim)) carried = &inputs[i]->claim;
   }
   if (carried) {
@@ -653,7 +653,7 @@ static cube_status_t launch_locked(cube_client_t *client, uint32_t stream, cube_
   cube_claim_t prior[CUBE_MAX_BUFFERS];
   for (size_t i = 0; i < n; ++i) {
     prior[i] = (cube_claim_t){0};
-    if ((io[i] & IO_W) && !(io[i] & IO_R)) {
+    if ((io[i] & IO_W) && !(io[i] & IO_R) && client->track_failures) {
       prior[i] = resolved[i].slot->claim;
       resolved[i].slot->claim = (cube_claim_t){0};
       cube_claim_set(&resolved[i].slot->claim, cube_failure_torn_down(), NULL);
@@ -698,7 +698,7 @@ static cube_status_t launch_locked(cube_client_t *client, uint32_t stream, cube_
       cube_server_used(client, stream, resolved[i].slot);
       // A launch that lands into a claimed output releases the claim.
       if (io[i] & IO_W) cube_claim_clear(&resolved[i].slot->claim);
-      cube_claim_clear(&prior[i]);
+      if (prior[i].failure) cube_claim_clear(&prior[i]);
     }
   } else {
     for (size_t i = 0; i < n; ++i) cube_claim_clear(&prior[i]);

@@ -90,6 +90,10 @@ struct cube_client_t {
   uint64_t properties_hash;
   cube_mm_t *mm;
   cube_status_t poison;  // non-NULL once the device is poisoned (sticky)
+  // Claims and skips on launches (default). Off only to measure what the
+  // failure store costs (CUBE_FAILURE_TRACKING=off, bench_failure_store):
+  // without it a read can return bytes failed work left stale.
+  bool track_failures;
 
   cube_stream_state_t streams[CUBE_MAX_STREAMS + 1];  // index 0 unused
   cube_thread_stream_t *thread_streams;

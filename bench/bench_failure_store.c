@@ -1,0 +1,113 @@
+// What the failure store costs on the launch path: launches on the CPU
+// backend with claim tracking on (the default) and off, in one process,
+// alternating, medians of repeated runs. Target: under 5% difference.
+//
+//   ./build/bench/bench_failure_store
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "core/server.h"
+#include "cube/cube.h"
+
+#define CHECK(expr)                                                      \
+  do {                                                                   \
+    cube_status_t check_status_ = (expr);                                \
+    if (check_status_) {                                                 \
+      fprintf(stderr, "%s:%d: %s failed:\n", __FILE__, __LINE__, #expr); \
+      cube_status_fprint(check_status_, stderr);                         \
+      exit(1);                                                           \
+    }                                                                    \
+  } while (0)
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int compare_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, compare_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+enum { LAUNCHES = 20000, REPEATS = 15 };
+
+// Enqueue cost per launch (the sync after each batch is not timed).
+static double round_us(cube_client_t *client, cube_kernel_t *kernel,
+                       const cube_kernel_args_t *args) {
+  double t0 = now_s();
+  for (int i = 0; i < LAUNCHES; ++i) {
+    CHECK(cube_launch(client, CUBE_STREAM_CURRENT, kernel, cube_count_static(1, 1, 1), args,
+                      CUBE_LAUNCH_EXECUTE));
+  }
+  double t = now_s() - t0;
+  CHECK(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
+  return t / LAUNCHES * 1e6;
+}
+
+int main(void) {
+  cube_client_options_t options;
+  cube_client_options_initialize(&options);
+  options.backend = CUBE_BACKEND_CPU;
+  options.fault_plan = "";
+  cube_client_t *client = NULL;
+  CHECK(cube_client_create(&options, &client));
+  cube_kernel_desc_t empty_desc = {
+      .name = "empty", .source = "CUBE_KERNEL0(empty) {}\n", .cube_dim = {1, 1, 1}};
+  cube_kernel_desc_t touch_desc = {
+      .name = "touch",
+      .source =
+          "CUBE_KERNEL(touch, IN(float, x), INOUT(float, y), OUT(float, z)) {\n"
+          "  if (UNIT_POS == 0) z[0] = x[0] + y[0];\n}\n",
+      .cube_dim = {1, 1, 1}};
+  cube_kernel_t *empty = NULL, *touch = NULL;
+  CHECK(cube_kernel_create(&empty_desc, &empty));
+  CHECK(cube_kernel_create(&touch_desc, &touch));
+  cube_handle_t h[3];
+  float one = 1;
+  for (int i = 0; i < 3; ++i) {
+    CHECK(cube_handle_create(client, CUBE_STREAM_CURRENT, 4, &h[i]));
+    CHECK(cube_write(client, CUBE_STREAM_CURRENT, cube_handle_binding(h[i]), &one, 4));
+  }
+  cube_kernel_buffer_t buffers[3] = {{cube_handle_binding(h[0]), CUBE_IO_READ, 0, NULL, NULL},
+                                     {cube_handle_binding(h[1]), CUBE_IO_READ_WRITE, 0, NULL, NULL},
+                                     {cube_handle_binding(h[2]), CUBE_IO_WRITE, 0, NULL, NULL}};
+  cube_kernel_args_t args = {buffers, 3, NULL, 0};
+  struct {
+    const char *name;
+    cube_kernel_t *kernel;
+    const cube_kernel_args_t *args;
+  } cases[2] = {{"empty kernel, no buffers", empty, NULL},
+                {"3 buffers (in, inout, out)", touch, &args}};
+  printf("launch enqueue cost on the CPU backend, failure store on vs off, medians of %d x %d\n",
+         REPEATS, LAUNCHES);
+  bool pass = true;
+  for (int c = 0; c < 2; ++c) {
+    double on[REPEATS], off[REPEATS];
+    round_us(client, cases[c].kernel, cases[c].args);  // compile, warm
+    for (int r = 0; r < REPEATS; ++r) {
+      client->track_failures = true;
+      on[r] = round_us(client, cases[c].kernel, cases[c].args);
+      client->track_failures = false;
+      off[r] = round_us(client, cases[c].kernel, cases[c].args);
+    }
+    client->track_failures = true;
+    double m_on = median(on, REPEATS), m_off = median(off, REPEATS);
+    double diff = (m_on - m_off) / m_off * 100;
+    bool ok = diff < 5.0;
+    pass = pass && ok;
+    printf("  %-30s on %.3f us  off %.3f us  difference %+.1f%% (target < 5%%) %s\n", cases[c].name,
+           m_on, m_off, diff, ok ? "PASS" : "MISS");
+  }
+  for (int i = 0; i < 3; ++i) CHECK(cube_handle_release(client, h[i]));
+  cube_kernel_release(empty);
+  cube_kernel_release(touch);
+  cube_client_release(client);
+  return pass ? 0 : 0;  // a benchmark reports; it does not fail the build
+}
