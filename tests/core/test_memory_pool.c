@@ -70,8 +70,7 @@ static cube_status_t fake_page_alloc(void *context, uint64_t size, uint64_t *out
     void *map = mmap(NULL, size, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (map == MAP_FAILED) {
-      return cube_status_make(CUBE_STATUS_IO_OUT_OF_MEMORY, "fake: mmap(%" PRIu64 ") failed",
-                              size);
+      return cube_status_make(CUBE_STATUS_IO_OUT_OF_MEMORY, "fake: mmap(%" PRIu64 ") failed", size);
     }
     address = (uint64_t)(uintptr_t)map;
   } else {
@@ -218,7 +217,9 @@ static uint64_t rng_next(uint64_t *state) {
   return z ^ (z >> 31);
 }
 
-static uint64_t rng_below(uint64_t *state, uint64_t bound) { return rng_next(state) % bound; }
+static uint64_t rng_below(uint64_t *state, uint64_t bound) {
+  return rng_next(state) % bound;
+}
 
 static bool prop_fail(prop_t *prop, const char *format, ...) CUBE_PRINTF(2, 3);
 static bool prop_fail(prop_t *prop, const char *format, ...) {
@@ -332,10 +333,12 @@ static bool prop_reserve(prop_t *prop) {
   if (slice.size != size) return prop_fail(prop, "slice size %" PRIu64, slice.size);
   if (slice.address % 256) return prop_fail(prop, "slice 0x%" PRIx64 " misaligned", slice.address);
   if (slice.pool >= 4) return prop_fail(prop, "slice pool %u", slice.pool);
-  if (prop->persistent && slice.pool != 3) return prop_fail(prop, "persistent mode, pool %u", slice.pool);
+  if (prop->persistent && slice.pool != 3)
+    return prop_fail(prop, "persistent mode, pool %u", slice.pool);
   fake_page_t *page = fake_find(&prop->fake, slice.address);
   if (!page || slice.address + size > page->address + page->size) {
-    return prop_fail(prop, "slice 0x%" PRIx64 "+%" PRIu64 " outside every page", slice.address, size);
+    return prop_fail(prop, "slice 0x%" PRIx64 "+%" PRIu64 " outside every page", slice.address,
+                     size);
   }
   // Stable page ids: one id, one storage page, forever.
   if (slice.page_id == CUBE_MM_NO_PAGE) return prop_fail(prop, "page id 0");
@@ -354,8 +357,8 @@ static bool prop_reserve(prop_t *prop) {
     prop->max_page_id = slice.page_id;
     *serial = page->serial;
   } else if (*serial != page->serial) {
-    return prop_fail(prop, "page id %u named storage page %" PRIu64 ", now %" PRIu64,
-                     slice.page_id, *serial, page->serial);
+    return prop_fail(prop, "page id %u named storage page %" PRIu64 ", now %" PRIu64, slice.page_id,
+                     *serial, page->serial);
   }
   for (uint32_t i = 0; i < prop->live_count; i++) {
     const cube_mm_slice_t *other = &prop->live[i].slice;
@@ -369,8 +372,8 @@ static bool prop_reserve(prop_t *prop) {
     if (overlaps(slice.address, size, freed->address, freed->size)) {
       if (freed->stream != stream && freed->ticket > prop->fake.completed[freed->stream]) {
         return prop_fail(prop,
-                         "stream %u got 0x%" PRIx64 "+%" PRIu64 ", freed by stream %u at ticket %" PRIu64
-                         " (completed %" PRIu64 ")",
+                         "stream %u got 0x%" PRIx64 "+%" PRIu64
+                         ", freed by stream %u at ticket %" PRIu64 " (completed %" PRIu64 ")",
                          stream, slice.address, size, freed->stream, freed->ticket,
                          prop->fake.completed[freed->stream]);
       }
@@ -437,7 +440,8 @@ static bool prop_check(prop_t *prop, bool full_content) {
   uint32_t pages = 0, slices = 0;
   for (uint32_t p = 0; p < report.pool_count; p++) {
     const cube_pool_report_t *pool = &report.pools[p];
-    if (pool->reserved < pool->in_use) return prop_fail(prop, "pool %s: reserved < in_use", pool->name);
+    if (pool->reserved < pool->in_use)
+      return prop_fail(prop, "pool %s: reserved < in_use", pool->name);
     if (pool->reserved_peak < pool->reserved || pool->in_use_peak < pool->in_use) {
       return prop_fail(prop, "pool %s: a peak below the current figure", pool->name);
     }
@@ -459,8 +463,9 @@ static bool prop_check(prop_t *prop, bool full_content) {
                      report.in_use, slices, prop->live_bytes, prop->live_count);
   }
   if (report.reserved != prop->fake.outstanding || pages != prop->fake.page_count) {
-    return prop_fail(prop, "report holds %" PRIu64 " bytes in %u pages, the storage %" PRIu64
-                     " in %u", report.reserved, pages, prop->fake.outstanding, prop->fake.page_count);
+    return prop_fail(prop,
+                     "report holds %" PRIu64 " bytes in %u pages, the storage %" PRIu64 " in %u",
+                     report.reserved, pages, prop->fake.outstanding, prop->fake.page_count);
   }
   for (uint32_t s = 0; s < STREAMS; s++) {
     uint64_t mine = 0;
@@ -516,7 +521,8 @@ static bool prop_step(prop_t *prop, uint64_t step) {
     }
   } else if (roll < 95) {
     prop->persistent = !prop->persistent;
-    cube_mm_set_mode(prop->mm, prop->persistent ? CUBE_ALLOCATION_PERSISTENT : CUBE_ALLOCATION_AUTO);
+    cube_mm_set_mode(prop->mm,
+                     prop->persistent ? CUBE_ALLOCATION_PERSISTENT : CUBE_ALLOCATION_AUTO);
   } else if (roll < 96) {
     prop->capturing = true;
     cube_mm_set_capturing(prop->mm, true);
@@ -566,7 +572,8 @@ static uint64_t prop_run(uint64_t seed, uint64_t steps, bool verbose, char *out_
     cube_memory_report_t report;
     cube_mm_report(prop->mm, CUBE_MM_ALL_STREAMS, &report);
     printf("  %" PRIu64 " reservations (%" PRIu64 " reused a range another stream freed, %" PRIu64
-           " one the same stream freed), %" PRIu64 " OOM, %" PRIu64 " refused while capturing; "
+           " one the same stream freed), %" PRIu64 " OOM, %" PRIu64
+           " refused while capturing; "
            "%u page allocs, %u page frees; peak %" PRIu64 " MiB held / %" PRIu64 " MiB live\n",
            prop->reserves, prop->cross_stream_reuses, prop->same_stream_reuses, prop->ooms,
            prop->forbidden, prop->fake.alloc_calls, prop->fake.free_calls,
@@ -611,7 +618,8 @@ static void test_property(void **state) {
         low = middle + 1;
       }
     }
-    fail_msg("seed %" PRIu64 ": failed at step %" PRIu64 " (%s); shortest failing run: "
+    fail_msg("seed %" PRIu64 ": failed at step %" PRIu64
+             " (%s); shortest failing run: "
              "CUBE_TEST_SEED=%" PRIu64 " CUBE_TEST_STEPS=%" PRIu64 " (%s)",
              seed, failed, message, seed, high, shortest);
   }
