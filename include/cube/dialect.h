@@ -214,7 +214,10 @@ typedef struct cube__ctx_t {
   unsigned char *shared;  // the cube's shared memory: dynamic part first
   uint64_t shared_size;   // bytes in the whole arena
   uint64_t dynamic_shared_size;
-  volatile int fibered;   // set by the first barrier: units now run as fibers
+  // Set by the first barrier (inside the barrier call, so the loop re-reads
+  // it after each call; not volatile, so a kernel without barriers keeps it
+  // out of its inner loop).
+  int fibered;
   void (*barrier)(struct cube__ctx_t *ctx);
   void (*trap)(struct cube__ctx_t *ctx, const char *what);
   void *runtime;
@@ -288,7 +291,7 @@ static inline void *cube__shared_take(cube__ctx_t *ctx, uint64_t *offset, uint64
 
 #define CUBE__ATOMIC_ADD_FLOAT(name, F, B)                                 \
   static inline F name(F *p, F v) {                                       \
-    B *bits = (B *)(void *)p;                                             \
+    B __attribute__((may_alias)) *bits = (B *)(void *)p;                 \
     B old = __atomic_load_n(bits, __ATOMIC_RELAXED), desired;             \
     F value;                                                              \
     do {                                                                  \

@@ -2,8 +2,9 @@
 //
 //   void cube_cpu_fiber_switch(void **save_sp, void *to_sp);
 //
-// Saves the callee-saved registers and the floating-point control state on
-// the current stack, stores the stack pointer in *save_sp, loads to_sp and
+// Saves the callee-saved registers on the current stack (not the MXCSR and
+// x87 control words: loading them serializes the core, units of one cube
+// share one thread's floating-point mode, and the dialect never changes it), stores the stack pointer in *save_sp, loads to_sp and
 // restores the same frame from there. A fresh fiber's frame (built by
 // cube_cpu_context_prepare) "returns" into cube_cpu_fiber_trampoline, which
 // calls entry(arg) with both taken from callee-saved registers. No syscalls:
@@ -24,13 +25,9 @@ cube_cpu_fiber_switch:
         pushq   %r13
         pushq   %r14
         pushq   %r15
-        subq    $16, %rsp
-        stmxcsr 8(%rsp)
-        fnstcw  (%rsp)
+        subq    $16, %rsp               // two spare slots keep the frame layout
         movq    %rsp, (%rdi)
         movq    %rsi, %rsp
-        ldmxcsr 8(%rsp)
-        fldcw   (%rsp)
         addq    $16, %rsp
         popq    %r15
         popq    %r14

@@ -27,8 +27,7 @@ extern char **environ;
 
 // -O3 without -march=native: a cached object stays valid on any machine of
 // the architecture that shares the cache directory.
-static const char *const kBaseFlags[] = {"-std=gnu11",           "-O3", "-fPIC", "-shared",
-                                         "-fno-strict-aliasing", "-w"};
+static const char *const kBaseFlags[] = {"-std=gnu11", "-O3", "-fPIC", "-shared", "-w"};
 #define LOG_MAX (64 * 1024)
 #define ARGV_MAX 256
 
