@@ -279,6 +279,8 @@ static bool demo_saxpy(demo_t *demo) {
   cube_count_selection_t selection = cube_count_selection_new(client, (uint32_t)(n / 256));
 
   // Compile first (a dry run claims nothing), so the timed run is the kernel.
+  // Uploads run in stream order: finish them so the timings are the kernel's.
+  TRY("sync", cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
   double t0 = now_seconds();
   TRY("compile saxpy", cube_launch(client, CUBE_STREAM_CURRENT, kernel, selection.count, &args,
                                    CUBE_LAUNCH_COMPILE_ONLY));
@@ -351,6 +353,8 @@ static bool demo_reduction(demo_t *demo) {
   cube_kernel_args_t args = {buffers, 2, scalars, 1};
   cube_cube_count_t count = cube_count_static(cubes, 1, 1);
 
+  // Uploads run in stream order: finish them so the timings are the kernel's.
+  TRY("sync", cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
   double t0 = now_seconds();
   TRY("compile reduce_sum",
       cube_launch(client, CUBE_STREAM_CURRENT, kernel, count, &args, CUBE_LAUNCH_COMPILE_ONLY));
@@ -419,6 +423,8 @@ static bool demo_transpose(demo_t *demo) {
   cube_cube_count_t count = cube_count_static((uint32_t)((cols + tile - 1) / tile),
                                               (uint32_t)((rows + tile - 1) / tile), 1);
 
+  // Uploads run in stream order: finish them so the timings are the kernel's.
+  TRY("sync", cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
   double t0 = now_seconds();
   TRY("compile transpose",
       cube_launch(client, CUBE_STREAM_CURRENT, kernel, count, &args, CUBE_LAUNCH_COMPILE_ONLY));
