@@ -69,8 +69,7 @@ cube_status_t cube_cuda_error_at(cube_cuda_device_t *device, CUresult result, cu
   if (sticky && device) {
     int expected = 0;
     if (atomic_compare_exchange_strong(&device->poisoned, &expected, result)) {
-      snprintf(device->poison_where, sizeof device->poison_where, "%.180s: %.48s (%d)", call, name,
-               result);
+      snprintf(device->poison_where, sizeof device->poison_where, "%.200s", call);
       atomic_store(&device->poison_described, true);
     }
   }
