@@ -109,7 +109,14 @@ struct cube_mm_t {
   mm_stream_t *streams;
   uint32_t stream_count, stream_capacity, last_stream;
   uint64_t reserved, in_use, reserved_peak, in_use_peak;
+  struct mm_passthrough_t *passthrough;  // live pass-through pages
 };
+
+// A pass-through reservation: its own page, freed when the slice is.
+typedef struct mm_passthrough_t {
+  struct mm_passthrough_t *next;
+  uint64_t address, size;
+} mm_passthrough_t;
 
 //===--- Small helpers ---===//
 
@@ -728,6 +735,7 @@ void cube_mm_config_default(const cube_device_properties_t *properties,
   config.sliced_max_alloc = mm_min(MM_SLICED_MAX, config.max_page_size / MM_MEDIUM_SHARE);
   if (mm_env_size("CUBE_MM_SLICED_MAX_ALLOC", &value)) config.sliced_max_alloc = value;
   mm_env_bool("CUBE_MM_CLEANUP_ON_OOM", &config.cleanup_on_oom);
+  mm_env_bool("CUBE_MM_PASSTHROUGH", &config.passthrough);
   *out_config = config;
 }
 
@@ -800,6 +808,12 @@ cube_status_t cube_mm_create(const cube_mm_config_t *config, const cube_mm_stora
 
 void cube_mm_destroy(cube_mm_t *mm) {
   if (!mm) return;
+  while (mm->passthrough) {
+    mm_passthrough_t *entry = mm->passthrough;
+    mm->passthrough = entry->next;
+    cube_status_release(mm->storage.page_free(mm->storage.context, entry->address));
+    free(entry);
+  }
   for (uint32_t p = 0; p < MM_POOL_COUNT; p++) {
     mm_pool_t *pool = &mm->pools[p];
     for (uint32_t i = 0; i < pool->page_count; i++) {
@@ -830,6 +844,48 @@ static uint32_t mm_page_total(const cube_mm_t *mm) {
   return pages;
 }
 
+static cube_status_t mm_passthrough_reserve(cube_mm_t *mm, uint64_t size,
+                                            cube_mm_slice_t *out_slice) {
+  mm_passthrough_t *entry = malloc(sizeof *entry);
+  if (!entry) {
+    return cube_status_make(CUBE_STATUS_IO_OUT_OF_MEMORY,
+                            "cube_mm_reserve(size=%" PRIu64 "): no host memory (pass-through)",
+                            size);
+  }
+  cube_status_t status = mm->storage.page_alloc(mm->storage.context, size, &entry->address);
+  if (!cube_status_is_ok(status)) {
+    free(entry);
+    return status;
+  }
+  entry->size = size;
+  entry->next = mm->passthrough;
+  mm->passthrough = entry;
+  mm->reserved += size;
+  mm->in_use += size;
+  mm->reserved_peak = mm_max(mm->reserved_peak, mm->reserved);
+  mm->in_use_peak = mm_max(mm->in_use_peak, mm->in_use);
+  *out_slice = (cube_mm_slice_t){.address = entry->address,
+                                 .size = size,
+                                 .page_id = ++mm->next_page_id,
+                                 .pool = CUBE_MM_NO_POOL,
+                                 .id = 0};
+  return CUBE_OK;
+}
+
+static void mm_passthrough_free(cube_mm_t *mm, const cube_mm_slice_t *slice) {
+  for (mm_passthrough_t **link = &mm->passthrough; *link; link = &(*link)->next) {
+    mm_passthrough_t *entry = *link;
+    if (entry->address != slice->address) continue;
+    *link = entry->next;
+    // The driver's free waits for work that still uses the page.
+    cube_status_release(mm->storage.page_free(mm->storage.context, entry->address));
+    mm->reserved -= entry->size;
+    mm->in_use -= entry->size;
+    free(entry);
+    return;
+  }
+}
+
 cube_status_t cube_mm_reserve(cube_mm_t *mm, uint64_t size, uint32_t stream,
                               cube_mm_slice_t *out_slice) {
   memset(out_slice, 0, sizeof(*out_slice));
@@ -844,6 +900,7 @@ cube_status_t cube_mm_reserve(cube_mm_t *mm, uint64_t size, uint32_t stream,
                          size, stream, mm->config.max_page_size, mm->config.memory_size),
         size);
   }
+  if (mm->config.passthrough) return mm_passthrough_reserve(mm, size, out_slice);
   uint64_t padded = mm_round_up(size, mm->config.alignment);
   uint32_t pool_index = mm_route(mm, padded);
   mm_pool_t *pool = &mm->pools[pool_index];
@@ -919,6 +976,10 @@ cube_status_t cube_mm_reserve(cube_mm_t *mm, uint64_t size, uint32_t stream,
 
 void cube_mm_free(cube_mm_t *mm, const cube_mm_slice_t *slice, uint32_t stream, uint64_t ticket) {
   if (slice->size == 0 && slice->id == 0) return;  // the zero-size slice holds nothing
+  if (mm->config.passthrough) {
+    mm_passthrough_free(mm, slice);
+    return;
+  }
   mm_block_t *block = mm_lookup(mm, slice->id);
   assert(block && "cube_mm_free: a slice freed twice or never reserved (core bug)");
   if (!block) return;
