@@ -40,24 +40,58 @@
 #define CUBE__UNUSED __attribute__((unused))
 #define CUBE__NOTHING()
 #define CUBE__MAP(M, S, ...) CUBE__CAT(CUBE__MAP_, CUBE__NARGS(__VA_ARGS__))(M, S, __VA_ARGS__)
-#define CUBE__NARGS(...) CUBE__NARGS_(__VA_ARGS__, 16,15,14,13,12,11,10,9,8,7,6,5,4,3,2,1, 0)
-#define CUBE__NARGS_(_1,_2,_3,_4,_5,_6,_7,_8,_9,_10,_11,_12,_13,_14,_15,_16, N, ...) N
+#define CUBE__NARGS(...) \
+  CUBE__NARGS_(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define CUBE__NARGS_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, N, \
+                     ...)                                                                      \
+  N
 #define CUBE__MAP_1(M, S, a0) M(0, a0)
-#define CUBE__MAP_2(M, S, a0,a1) M(0, a0) S() M(1, a1)
-#define CUBE__MAP_3(M, S, a0,a1,a2) M(0, a0) S() M(1, a1) S() M(2, a2)
-#define CUBE__MAP_4(M, S, a0,a1,a2,a3) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3)
-#define CUBE__MAP_5(M, S, a0,a1,a2,a3,a4) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4)
-#define CUBE__MAP_6(M, S, a0,a1,a2,a3,a4,a5) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5)
-#define CUBE__MAP_7(M, S, a0,a1,a2,a3,a4,a5,a6) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6)
-#define CUBE__MAP_8(M, S, a0,a1,a2,a3,a4,a5,a6,a7) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7)
-#define CUBE__MAP_9(M, S, a0,a1,a2,a3,a4,a5,a6,a7,a8) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() M(8, a8)
-#define CUBE__MAP_10(M, S, a0,a1,a2,a3,a4,a5,a6,a7,a8,a9) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() M(8, a8) S() M(9, a9)
-#define CUBE__MAP_11(M, S, a0,a1,a2,a3,a4,a5,a6,a7,a8,a9,a10) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() M(8, a8) S() M(9, a9) S() M(10, a10)
-#define CUBE__MAP_12(M, S, a0,a1,a2,a3,a4,a5,a6,a7,a8,a9,a10,a11) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() M(8, a8) S() M(9, a9) S() M(10, a10) S() M(11, a11)
-#define CUBE__MAP_13(M, S, a0,a1,a2,a3,a4,a5,a6,a7,a8,a9,a10,a11,a12) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() M(8, a8) S() M(9, a9) S() M(10, a10) S() M(11, a11) S() M(12, a12)
-#define CUBE__MAP_14(M, S, a0,a1,a2,a3,a4,a5,a6,a7,a8,a9,a10,a11,a12,a13) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() M(8, a8) S() M(9, a9) S() M(10, a10) S() M(11, a11) S() M(12, a12) S() M(13, a13)
-#define CUBE__MAP_15(M, S, a0,a1,a2,a3,a4,a5,a6,a7,a8,a9,a10,a11,a12,a13,a14) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() M(8, a8) S() M(9, a9) S() M(10, a10) S() M(11, a11) S() M(12, a12) S() M(13, a13) S() M(14, a14)
-#define CUBE__MAP_16(M, S, a0,a1,a2,a3,a4,a5,a6,a7,a8,a9,a10,a11,a12,a13,a14,a15) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() M(8, a8) S() M(9, a9) S() M(10, a10) S() M(11, a11) S() M(12, a12) S() M(13, a13) S() M(14, a14) S() M(15, a15)
+#define CUBE__MAP_2(M, S, a0, a1) M(0, a0) S() M(1, a1)
+#define CUBE__MAP_3(M, S, a0, a1, a2) M(0, a0) S() M(1, a1) S() M(2, a2)
+#define CUBE__MAP_4(M, S, a0, a1, a2, a3) M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3)
+#define CUBE__MAP_5(M, S, a0, a1, a2, a3, a4) \
+  M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4)
+#define CUBE__MAP_6(M, S, a0, a1, a2, a3, a4, a5) \
+  M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5)
+#define CUBE__MAP_7(M, S, a0, a1, a2, a3, a4, a5, a6) \
+  M(0, a0) S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6)
+#define CUBE__MAP_8(M, S, a0, a1, a2, a3, a4, a5, a6, a7) \
+  M(0, a0)                                                \
+  S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7)
+#define CUBE__MAP_9(M, S, a0, a1, a2, a3, a4, a5, a6, a7, a8)                                    \
+  M(0, a0)                                                                                       \
+  S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() \
+      M(8, a8)
+#define CUBE__MAP_10(M, S, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9)                               \
+  M(0, a0)                                                                                       \
+  S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() \
+      M(8, a8) S() M(9, a9)
+#define CUBE__MAP_11(M, S, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)                          \
+  M(0, a0)                                                                                       \
+  S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() \
+      M(8, a8) S() M(9, a9) S() M(10, a10)
+#define CUBE__MAP_12(M, S, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)                     \
+  M(0, a0)                                                                                       \
+  S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() \
+      M(8, a8) S() M(9, a9) S() M(10, a10) S() M(11, a11)
+#define CUBE__MAP_13(M, S, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12)                \
+  M(0, a0)                                                                                       \
+  S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() \
+      M(8, a8) S() M(9, a9) S() M(10, a10) S() M(11, a11) S() M(12, a12)
+#define CUBE__MAP_14(M, S, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13)           \
+  M(0, a0)                                                                                       \
+  S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() \
+      M(8, a8) S() M(9, a9) S() M(10, a10) S() M(11, a11) S() M(12, a12) S() M(13, a13)
+#define CUBE__MAP_15(M, S, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14)      \
+  M(0, a0)                                                                                       \
+  S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() \
+      M(8, a8) S() M(9, a9) S() M(10, a10) S() M(11, a11) S() M(12, a12) S() M(13, a13) S()      \
+          M(14, a14)
+#define CUBE__MAP_16(M, S, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15) \
+  M(0, a0)                                                                                       \
+  S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() \
+      M(8, a8) S() M(9, a9) S() M(10, a10) S() M(11, a11) S() M(12, a12) S() M(13, a13) S()      \
+          M(14, a14) S() M(15, a15)
 
 // Buffer declarations in a kernel signature.
 #define IN(T, name) (R, T, name)
@@ -108,6 +142,15 @@ typedef long long int64_t;
 typedef struct cube__static_info_t {
   uint64_t w[CUBE_STATIC_INFO_WORDS];
 } cube__static_info_t;
+// Smaller static blocks for the entries name__w8 and name__w16: a launch
+// whose static info fits one is dispatched through it, so the driver copies
+// 64 or 128 bytes of parameters instead of 512.
+typedef struct cube__static_info8_t {
+  uint64_t w[8];
+} cube__static_info8_t;
+typedef struct cube__static_info16_t {
+  uint64_t w[16];
+} cube__static_info16_t;
 
 typedef struct cube__ctx_t {
   const uint64_t *info;     // static part
@@ -119,25 +162,34 @@ typedef struct cube__ctx_t {
 #define CUBE__ENTRY_PARAM(i, t) CUBE__APPLY(CUBE__ENTRY_PARAM_, i, t)
 #define CUBE__ENTRY_PARAM_(i, io, T, name) CUBE__CONST_##io T *name,
 
+// |entry_params| and |args| come parenthesized: their commas must not split
+// this macro's arguments.
+#define CUBE__ENTRY(name, suffix, info_t, entry_params, args)                           \
+  extern "C" __global__ void name##suffix(                                              \
+      CUBE__UNPACK entry_params const __grid_constant__ info_t cube__info,              \
+      const uint64_t *cube__dynamic) {                                                  \
+    cube__ctx_t cube__c = {cube__info.w, cube__dynamic};                                \
+    name##__body(&cube__c, threadIdx.x, threadIdx.y, threadIdx.z, 0 CUBE__UNPACK args); \
+  }
+
 #define CUBE__KERNEL_(name, params, entry_params, args, iostr)                                   \
-  CUBE__DEVICE void name##__body(const cube__ctx_t *cube__ctx CUBE__UNUSED, uint32_t cube__ux CUBE__UNUSED, \
-                                 uint32_t cube__uy CUBE__UNUSED, uint32_t cube__uz CUBE__UNUSED, \
-                                 uint64_t cube__shoff CUBE__UNUSED params);                                                 \
-  extern "C" __device__ const char name##__cube_io[] = iostr;                                 \
-  extern "C" __global__ void name(entry_params const __grid_constant__ cube__static_info_t   \
-                                      cube__info,                                             \
-                                  const uint64_t *cube__dynamic) {                            \
-    cube__ctx_t cube__c = {cube__info.w, cube__dynamic};                                      \
-    name##__body(&cube__c, threadIdx.x, threadIdx.y, threadIdx.z, 0 args);                    \
-  }                                                                                           \
-  CUBE__DEVICE void name##__body(const cube__ctx_t *cube__ctx CUBE__UNUSED, uint32_t cube__ux CUBE__UNUSED, \
-                                 uint32_t cube__uy CUBE__UNUSED, uint32_t cube__uz CUBE__UNUSED, \
+  CUBE__DEVICE void name##__body(const cube__ctx_t *cube__ctx CUBE__UNUSED,                      \
+                                 uint32_t cube__ux CUBE__UNUSED, uint32_t cube__uy CUBE__UNUSED, \
+                                 uint32_t cube__uz CUBE__UNUSED,                                 \
+                                 uint64_t cube__shoff CUBE__UNUSED params);                      \
+  extern "C" __device__ const char name##__cube_io[] = iostr;                                    \
+  CUBE__ENTRY(name, , cube__static_info_t, (entry_params), (args))                               \
+  CUBE__ENTRY(name, __w8, cube__static_info8_t, (entry_params), (args))                          \
+  CUBE__ENTRY(name, __w16, cube__static_info16_t, (entry_params), (args))                        \
+  CUBE__DEVICE void name##__body(const cube__ctx_t *cube__ctx CUBE__UNUSED,                      \
+                                 uint32_t cube__ux CUBE__UNUSED, uint32_t cube__uy CUBE__UNUSED, \
+                                 uint32_t cube__uz CUBE__UNUSED,                                 \
                                  uint64_t cube__shoff CUBE__UNUSED params)
 
-#define CUBE_KERNEL(name, ...)                                                  \
-  CUBE__KERNEL_(name, CUBE__MAP(CUBE__BODY_PARAM, CUBE__NOTHING, __VA_ARGS__),  \
-                CUBE__MAP(CUBE__ENTRY_PARAM, CUBE__NOTHING, __VA_ARGS__),       \
-                CUBE__MAP(CUBE__BODY_ARG, CUBE__NOTHING, __VA_ARGS__),          \
+#define CUBE_KERNEL(name, ...)                                                 \
+  CUBE__KERNEL_(name, CUBE__MAP(CUBE__BODY_PARAM, CUBE__NOTHING, __VA_ARGS__), \
+                CUBE__MAP(CUBE__ENTRY_PARAM, CUBE__NOTHING, __VA_ARGS__),      \
+                CUBE__MAP(CUBE__BODY_ARG, CUBE__NOTHING, __VA_ARGS__),         \
                 CUBE__MAP(CUBE__IOSTR, CUBE__NOTHING, __VA_ARGS__))
 #define CUBE_KERNEL0(name) CUBE__KERNEL_(name, , , , "")
 
@@ -154,7 +206,7 @@ typedef struct cube__ctx_t {
 #define UNIT_POS_PLANE (UNIT_POS & 31u)
 #define SYNC_CUBE() __syncthreads()
 #define SHARED(T, name, count) __shared__ T name[count]
-#define SHARED_DYNAMIC(T, name) \
+#define SHARED_DYNAMIC(T, name)                                         \
   extern __shared__ __align__(16) unsigned char cube__dynamic_shared[]; \
   T *name = (T *)cube__dynamic_shared
 
@@ -227,32 +279,33 @@ typedef struct cube__ctx_t {
 #define CUBE__EXPORT __attribute__((visibility("default")))
 #define CUBE__BODY_ARG_(i, io, T, name) , (CUBE__CONST_##io T *)cube__c->buffers[i], i
 
-#define CUBE__KERNEL_(name, params, args, iostr)                                               \
-  CUBE__DEVICE void name##__body(cube__ctx_t *cube__ctx CUBE__UNUSED, uint32_t cube__ux CUBE__UNUSED,   \
-                                 uint32_t cube__uy CUBE__UNUSED, uint32_t cube__uz CUBE__UNUSED, \
-                                 uint64_t cube__shoff CUBE__UNUSED params);              \
-  CUBE__EXPORT const char name##__cube_io[] = iostr;                                           \
-  CUBE__EXPORT void name##__cube_loop(cube__ctx_t *cube__c) {                                  \
-    const uint32_t dx = cube__c->cube_dim[0], dy = cube__c->cube_dim[1],                       \
-                   dz = cube__c->cube_dim[2];                                                  \
-    for (uint32_t z = 0; z < dz; ++z)                                                          \
-      for (uint32_t y = 0; y < dy; ++y)                                                        \
-        for (uint32_t x = 0; x < dx; ++x) {                                                    \
-          name##__body(cube__c, x, y, z, 0 args);                                              \
-          if (__builtin_expect(cube__c->fibered, 0)) return;                                   \
-        }                                                                                      \
-  }                                                                                            \
-  CUBE__EXPORT void name##__cube_unit(cube__ctx_t *cube__c, uint32_t x, uint32_t y,            \
-                                      uint32_t z) {                                            \
-    name##__body(cube__c, x, y, z, 0 args);                                                    \
-  }                                                                                            \
-  CUBE__DEVICE void name##__body(cube__ctx_t *cube__ctx CUBE__UNUSED, uint32_t cube__ux CUBE__UNUSED,   \
-                                 uint32_t cube__uy CUBE__UNUSED, uint32_t cube__uz CUBE__UNUSED, \
+#define CUBE__KERNEL_(name, params, args, iostr)                                                  \
+  CUBE__DEVICE void name##__body(cube__ctx_t *cube__ctx CUBE__UNUSED,                             \
+                                 uint32_t cube__ux CUBE__UNUSED, uint32_t cube__uy CUBE__UNUSED,  \
+                                 uint32_t cube__uz CUBE__UNUSED,                                  \
+                                 uint64_t cube__shoff CUBE__UNUSED params);                       \
+  CUBE__EXPORT const char name##__cube_io[] = iostr;                                              \
+  CUBE__EXPORT void name##__cube_loop(cube__ctx_t *cube__c) {                                     \
+    const uint32_t dx = cube__c->cube_dim[0], dy = cube__c->cube_dim[1],                          \
+                   dz = cube__c->cube_dim[2];                                                     \
+    for (uint32_t z = 0; z < dz; ++z)                                                             \
+      for (uint32_t y = 0; y < dy; ++y)                                                           \
+        for (uint32_t x = 0; x < dx; ++x) {                                                       \
+          name##__body(cube__c, x, y, z, 0 args);                                                 \
+          if (__builtin_expect(cube__c->fibered, 0)) return;                                      \
+        }                                                                                         \
+  }                                                                                               \
+  CUBE__EXPORT void name##__cube_unit(cube__ctx_t *cube__c, uint32_t x, uint32_t y, uint32_t z) { \
+    name##__body(cube__c, x, y, z, 0 args);                                                       \
+  }                                                                                               \
+  CUBE__DEVICE void name##__body(cube__ctx_t *cube__ctx CUBE__UNUSED,                             \
+                                 uint32_t cube__ux CUBE__UNUSED, uint32_t cube__uy CUBE__UNUSED,  \
+                                 uint32_t cube__uz CUBE__UNUSED,                                  \
                                  uint64_t cube__shoff CUBE__UNUSED params)
 
-#define CUBE_KERNEL(name, ...)                                                  \
-  CUBE__KERNEL_(name, CUBE__MAP(CUBE__BODY_PARAM, CUBE__NOTHING, __VA_ARGS__),  \
-                CUBE__MAP(CUBE__BODY_ARG, CUBE__NOTHING, __VA_ARGS__),          \
+#define CUBE_KERNEL(name, ...)                                                 \
+  CUBE__KERNEL_(name, CUBE__MAP(CUBE__BODY_PARAM, CUBE__NOTHING, __VA_ARGS__), \
+                CUBE__MAP(CUBE__BODY_ARG, CUBE__NOTHING, __VA_ARGS__),         \
                 CUBE__MAP(CUBE__IOSTR, CUBE__NOTHING, __VA_ARGS__))
 #define CUBE_KERNEL0(name) CUBE__KERNEL_(name, , , "")
 
@@ -270,16 +323,17 @@ typedef struct cube__ctx_t {
 #define UNIT_POS_PLANE 0u
 #define SYNC_CUBE() cube__ctx->barrier(cube__ctx)
 
-
 static inline void *cube__shared_take(cube__ctx_t *ctx, uint64_t *offset, uint64_t bytes,
                                       uint64_t align) {
   uint64_t start = (ctx->dynamic_shared_size + *offset + align - 1) & ~(align - 1);
-  if (start + bytes > ctx->shared_size) ctx->trap(ctx, "static shared memory exceeds the cube's arena");
+  if (start + bytes > ctx->shared_size)
+    ctx->trap(ctx, "static shared memory exceeds the cube's arena");
   *offset = start + bytes - ctx->dynamic_shared_size;
   return ctx->shared + start;
 }
 #define SHARED(T, name, count) \
-  T *name = (T *)cube__shared_take(cube__ctx, &cube__shoff, sizeof(T) * (uint64_t)(count), _Alignof(T))
+  T *name =                    \
+      (T *)cube__shared_take(cube__ctx, &cube__shoff, sizeof(T) * (uint64_t)(count), _Alignof(T))
 #define SHARED_DYNAMIC(T, name) T *name = (T *)cube__ctx->shared
 
 #define PLANE_SUM(v) (v)
@@ -289,58 +343,64 @@ static inline void *cube__shared_take(cube__ctx_t *ctx, uint64_t *offset, uint64
 #define PLANE_ALL(p) (!!(p))
 #define PLANE_ANY(p) (!!(p))
 
-#define CUBE__ATOMIC_ADD_FLOAT(name, F, B)                                 \
-  static inline F name(F *p, F v) {                                       \
-    B __attribute__((may_alias)) *bits = (B *)(void *)p;                 \
-    B old = __atomic_load_n(bits, __ATOMIC_RELAXED), desired;             \
-    F value;                                                              \
-    do {                                                                  \
-      memcpy(&value, &old, sizeof value);                                 \
-      value += v;                                                         \
-      memcpy(&desired, &value, sizeof value);                             \
-    } while (!__atomic_compare_exchange_n(bits, &old, desired, 1, __ATOMIC_RELAXED, \
-                                          __ATOMIC_RELAXED));             \
-    memcpy(&value, &old, sizeof value);                                   \
-    return value;                                                         \
+#define CUBE__ATOMIC_ADD_FLOAT(name, F, B)                                                         \
+  static inline F name(F *p, F v) {                                                                \
+    B __attribute__((may_alias)) *bits = (B *)(void *)p;                                           \
+    B old = __atomic_load_n(bits, __ATOMIC_RELAXED), desired;                                      \
+    F value;                                                                                       \
+    do {                                                                                           \
+      memcpy(&value, &old, sizeof value);                                                          \
+      value += v;                                                                                  \
+      memcpy(&desired, &value, sizeof value);                                                      \
+    } while (                                                                                      \
+        !__atomic_compare_exchange_n(bits, &old, desired, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)); \
+    memcpy(&value, &old, sizeof value);                                                            \
+    return value;                                                                                  \
   }
 CUBE__ATOMIC_ADD_FLOAT(cube__atomic_add_f32, float, uint32_t)
 CUBE__ATOMIC_ADD_FLOAT(cube__atomic_add_f64, double, uint64_t)
-#define CUBE__ATOMIC_ADD_INT(name, T) \
-  static inline T name(T *p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+#define CUBE__ATOMIC_ADD_INT(name, T)                  \
+  static inline T name(T *p, T v) {                    \
+    return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); \
+  }
 CUBE__ATOMIC_ADD_INT(cube__atomic_add_i32, int32_t)
 CUBE__ATOMIC_ADD_INT(cube__atomic_add_u32, uint32_t)
 CUBE__ATOMIC_ADD_INT(cube__atomic_add_i64, int64_t)
 CUBE__ATOMIC_ADD_INT(cube__atomic_add_u64, uint64_t)
 // Returns the old value, as CUDA's atomicAdd does.
-#define ATOMIC_ADD(ptr, v)                                                            \
-  _Generic(*(ptr), float: cube__atomic_add_f32, double: cube__atomic_add_f64,         \
-           int32_t: cube__atomic_add_i32, uint32_t: cube__atomic_add_u32,             \
-           int64_t: cube__atomic_add_i64, uint64_t: cube__atomic_add_u64)((ptr), (v))
-#define ATOMIC_MAX(ptr, v)                                                     \
-  ({                                                                           \
-    __typeof__(*(ptr)) cube__o = __atomic_load_n((ptr), __ATOMIC_RELAXED);     \
-    __typeof__(*(ptr)) cube__v = (v);                                          \
-    while (cube__o < cube__v && !__atomic_compare_exchange_n((ptr), &cube__o, cube__v, 1,       \
+#define ATOMIC_ADD(ptr, v)                  \
+  _Generic(*(ptr), float                    \
+           : cube__atomic_add_f32, double   \
+           : cube__atomic_add_f64, int32_t  \
+           : cube__atomic_add_i32, uint32_t \
+           : cube__atomic_add_u32, int64_t  \
+           : cube__atomic_add_i64, uint64_t \
+           : cube__atomic_add_u64)((ptr), (v))
+#define ATOMIC_MAX(ptr, v)                                                                        \
+  ({                                                                                              \
+    __typeof__(*(ptr)) cube__o = __atomic_load_n((ptr), __ATOMIC_RELAXED);                        \
+    __typeof__(*(ptr)) cube__v = (v);                                                             \
+    while (cube__o < cube__v && !__atomic_compare_exchange_n((ptr), &cube__o, cube__v, 1,         \
                                                              __ATOMIC_RELAXED, __ATOMIC_RELAXED)) \
-      ;                                                                        \
-    cube__o;                                                                   \
+      ;                                                                                           \
+    cube__o;                                                                                      \
   })
-#define ATOMIC_MIN(ptr, v)                                                     \
-  ({                                                                           \
-    __typeof__(*(ptr)) cube__o = __atomic_load_n((ptr), __ATOMIC_RELAXED);     \
-    __typeof__(*(ptr)) cube__v = (v);                                          \
-    while (cube__o > cube__v && !__atomic_compare_exchange_n((ptr), &cube__o, cube__v, 1,       \
+#define ATOMIC_MIN(ptr, v)                                                                        \
+  ({                                                                                              \
+    __typeof__(*(ptr)) cube__o = __atomic_load_n((ptr), __ATOMIC_RELAXED);                        \
+    __typeof__(*(ptr)) cube__v = (v);                                                             \
+    while (cube__o > cube__v && !__atomic_compare_exchange_n((ptr), &cube__o, cube__v, 1,         \
                                                              __ATOMIC_RELAXED, __ATOMIC_RELAXED)) \
-      ;                                                                        \
-    cube__o;                                                                   \
+      ;                                                                                           \
+    cube__o;                                                                                      \
   })
 #define ATOMIC_EXCH(ptr, v) __atomic_exchange_n((ptr), (v), __ATOMIC_RELAXED)
-#define ATOMIC_CAS(ptr, expected, desired)                                                   \
-  ({                                                                                         \
-    __typeof__(*(ptr)) cube__e = (expected);                                                 \
-    __atomic_compare_exchange_n((ptr), &cube__e, (desired), 0, __ATOMIC_RELAXED,             \
-                                __ATOMIC_RELAXED);                                           \
-    cube__e;                                                                                 \
+#define ATOMIC_CAS(ptr, expected, desired)                                       \
+  ({                                                                             \
+    __typeof__(*(ptr)) cube__e = (expected);                                     \
+    __atomic_compare_exchange_n((ptr), &cube__e, (desired), 0, __ATOMIC_RELAXED, \
+                                __ATOMIC_RELAXED);                               \
+    cube__e;                                                                     \
   })
 
 static inline float cube__float_of(uint32_t bits) {
@@ -370,10 +430,9 @@ static inline double cube__double_of(uint64_t bits) {
 #define ABSOLUTE_POS_Y (CUBE_POS_Y * CUBE_DIM_Y + UNIT_POS_Y)
 #define ABSOLUTE_POS_Z (CUBE_POS_Z * CUBE_DIM_Z + UNIT_POS_Z)
 // Linear over the whole launch, x fastest (as CubeCL).
-#define ABSOLUTE_POS                                                                 \
-  ((uint64_t)ABSOLUTE_POS_X +                                                        \
-   (uint64_t)ABSOLUTE_POS_Y * ((uint64_t)CUBE_COUNT_X * CUBE_DIM_X) +                \
-   (uint64_t)ABSOLUTE_POS_Z * ((uint64_t)CUBE_COUNT_X * CUBE_DIM_X) *                \
+#define ABSOLUTE_POS                                                                             \
+  ((uint64_t)ABSOLUTE_POS_X + (uint64_t)ABSOLUTE_POS_Y * ((uint64_t)CUBE_COUNT_X * CUBE_DIM_X) + \
+   (uint64_t)ABSOLUTE_POS_Z * ((uint64_t)CUBE_COUNT_X * CUBE_DIM_X) *                            \
        ((uint64_t)CUBE_COUNT_Y * CUBE_DIM_Y))
 
 CUBE__DEVICE uint32_t cube__scalar_index(const uint64_t *info, uint32_t type, uint32_t i) {
@@ -382,7 +441,9 @@ CUBE__DEVICE uint32_t cube__scalar_index(const uint64_t *info, uint32_t type, ui
   for (uint32_t t = 0; t < type; ++t) before += (uint32_t)((header >> (8 * t)) & 0xff);
   return 1 + before + i;
 }
-CUBE__DEVICE uint32_t cube__scalar_total(const uint64_t *info) { return (uint32_t)(info[0] >> 56); }
+CUBE__DEVICE uint32_t cube__scalar_total(const uint64_t *info) {
+  return (uint32_t)(info[0] >> 56);
+}
 CUBE__DEVICE uint32_t cube__buffer_count(const uint64_t *info) {
   return (uint32_t)((info[0] >> 48) & 0xff);
 }
@@ -394,8 +455,12 @@ CUBE__DEVICE const uint64_t *cube__meta(const uint64_t *info, const uint64_t *dy
   uint64_t off = info[1 + cube__scalar_total(info) + cube__buffer_count(info) + buffer];
   return off == CUBE_INFO_NO_META ? (const uint64_t *)0 : dynamic + off;
 }
-CUBE__DEVICE uint64_t cube__rank(const uint64_t *m) { return m ? m[0] : 0; }
-CUBE__DEVICE uint64_t cube__shape(const uint64_t *m, uint32_t d) { return m ? m[1 + d] : 0; }
+CUBE__DEVICE uint64_t cube__rank(const uint64_t *m) {
+  return m ? m[0] : 0;
+}
+CUBE__DEVICE uint64_t cube__shape(const uint64_t *m, uint32_t d) {
+  return m ? m[1 + d] : 0;
+}
 CUBE__DEVICE uint64_t cube__stride(const uint64_t *m, uint32_t d) {
   return m ? m[1 + m[0] + d] : 0;
 }
@@ -413,7 +478,8 @@ CUBE__DEVICE uint64_t cube__stride(const uint64_t *m, uint32_t d) {
 // Elements in a buffer (its binding's bytes over the element size).
 #define LEN(name) (cube__len_bytes(cube__ctx->info, name##__idx) / sizeof(*(name)))
 #define RANK(name) cube__rank(cube__meta(cube__ctx->info, cube__ctx->dynamic, name##__idx))
-#define SHAPE(name, d) cube__shape(cube__meta(cube__ctx->info, cube__ctx->dynamic, name##__idx), (d))
+#define SHAPE(name, d) \
+  cube__shape(cube__meta(cube__ctx->info, cube__ctx->dynamic, name##__idx), (d))
 #define STRIDE(name, d) \
   cube__stride(cube__meta(cube__ctx->info, cube__ctx->dynamic, name##__idx), (d))
 

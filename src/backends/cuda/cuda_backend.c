@@ -640,8 +640,16 @@ static cube_status_t cube_cuda_dispatch(cube_backend_device_t *base, cube_bstrea
     uint64_t optin = device->base.properties.max_shared_memory_optin;
     uint64_t room = optin > kernel->static_shared_memory ? optin - kernel->static_shared_memory : 0;
     if (room < dispatch->dynamic_shared_memory) room = dispatch->dynamic_shared_memory;
+    // Every entry of the kernel: dispatch picks one by info size.
     CUresult result = device->cu->cuFuncSetAttribute(
         kernel->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)room);
+    CUfunction variants[2] = {kernel->function8, kernel->function16};
+    for (int v = 0; v < 2 && result == CUDA_SUCCESS; ++v) {
+      if (variants[v]) {
+        result = device->cu->cuFuncSetAttribute(
+            variants[v], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)room);
+      }
+    }
     if (result != CUDA_SUCCESS) {
       status = cube_cuda_error(device, result, CUBE_CUDA_OP_LAUNCH,
                                "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES=%llu)",
@@ -664,18 +672,28 @@ static cube_status_t cube_cuda_dispatch(cube_backend_device_t *base, cube_bstrea
   // static info block by value, then (dialect) the dynamic info pointer.
   void *params[CUBE_CUDA_MAX_BUFFERS + 2];
   for (uint32_t i = 0; i < count; ++i) params[i] = (void *)(uintptr_t)&dispatch->buffers[i];
+  // The smallest entry whose info block holds the static words: the driver
+  // copies the whole block into every launch.
+  CUfunction function = kernel->function;
+  uint32_t words = CUBE_CUDA_STATIC_INFO_WORDS;
+  if (dispatch->static_words <= 8 && kernel->function8) {
+    function = kernel->function8;
+    words = 8;
+  } else if (dispatch->static_words <= 16 && kernel->function16) {
+    function = kernel->function16;
+    words = 16;
+  }
   uint64_t info[CUBE_CUDA_STATIC_INFO_WORDS];
   if (dispatch->static_words)
     memcpy(info, dispatch->info, dispatch->static_words * sizeof(uint64_t));
-  memset(info + dispatch->static_words, 0,
-         (CUBE_CUDA_STATIC_INFO_WORDS - dispatch->static_words) * sizeof(uint64_t));
+  memset(info + dispatch->static_words, 0, (words - dispatch->static_words) * sizeof(uint64_t));
   CUdeviceptr dynamic = dispatch->dynamic_info_address;
   params[count] = info;
   params[count + 1] = &dynamic;
 
   const cube_dim3_t grid = dispatch->cube_count, block = dispatch->cube_dim;
-  CUresult result = device->cu->cuLaunchKernel(kernel->function, grid.x, grid.y, grid.z, block.x,
-                                               block.y, block.z, dispatch->dynamic_shared_memory,
+  CUresult result = device->cu->cuLaunchKernel(function, grid.x, grid.y, grid.z, block.x, block.y,
+                                               block.z, dispatch->dynamic_shared_memory,
                                                cube_cuda_stream(stream), params, NULL);
   if (result != CUDA_SUCCESS)
     return cube_cuda_error(device, result, CUBE_CUDA_OP_LAUNCH,

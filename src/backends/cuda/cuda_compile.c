@@ -362,6 +362,19 @@ static cube_status_t cube_cuda_load(cube_cuda_device_t *device,
       status = cube_cuda_error(device, result, CUBE_CUDA_OP_COMPILE, "cuModuleGetFunction(\"%s\")",
                                request->name);
   }
+  if (!status && request->language == CUBE_KERNEL_DIALECT) {
+    // The small-info entries the dialect emits beside the full one; a module
+    // without them (an older cache entry) just launches the full entry.
+    char variant[256];
+    snprintf(variant, sizeof variant, "%s__w8", request->name);
+    if (device->cu->cuModuleGetFunction(&kernel->function8, kernel->module, variant) !=
+        CUDA_SUCCESS)
+      kernel->function8 = NULL;
+    snprintf(variant, sizeof variant, "%s__w16", request->name);
+    if (device->cu->cuModuleGetFunction(&kernel->function16, kernel->module, variant) !=
+        CUDA_SUCCESS)
+      kernel->function16 = NULL;
+  }
   int value = 0;
   if (!status) {
     result = device->cu->cuFuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,

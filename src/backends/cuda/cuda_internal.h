@@ -47,7 +47,10 @@ struct cube_bevent_t {
 
 struct cube_bkernel_t {
   CUmodule module;
-  CUfunction function;
+  CUfunction function;  // the entry taking the full 64-word info block
+  // Dialect kernels also export entries taking 8 and 16 info words
+  // (name__w8, name__w16); NULL when absent (raw CUDA C++).
+  CUfunction function8, function16;
   cube_kernel_language_t language;
   char *io;  // NUL-terminated; "" for raw CUDA C++
   uint32_t static_shared_memory;
