@@ -699,6 +699,44 @@ static void test_classification_through_reads(void **state) {
   }
 }
 
+// A write whose staging hand-back callback cannot be queued, and whose
+// fallback wait fails too, must not hand its staging buffer to the next
+// write while its copy is still queued: the copy would then carry the next
+// write's bytes and a later read return them as OK.
+static void test_write_staging_not_reused_while_copy_queued(void **state) {
+  (void)state;
+  cube_client_t *client = CTH_CLIENT(CUBE_BACKEND_CPU, "callback:2:launch,sync:1:launch");
+  cube_kernel_t *slow = CTH_KERNEL("fr_slow", kSlow, ((cube_dim3_t){1, 1, 1}));
+  cube_handle_t busy = filled(client, 3), a = CTH_BUFFER(client, BYTES),
+                b = CTH_BUFFER(client, BYTES);
+  // (Callback #1 is the write of busy.) Keep the stream busy so the copies
+  // below stay queued.
+  cube_kernel_buffer_t buf = cth_arg(busy, CUBE_IO_READ_WRITE);
+  cube_scalar_t spins = cube_scalar_u32(1u << 27);
+  cube_kernel_args_t args = {&buf, 1, &spins, 1};
+  CTH_OK(cube_launch(client, S, slow, cube_count_static(1, 1, 1), &args, CUBE_LAUNCH_EXECUTE));
+  float va[N], vb[N];
+  for (int i = 0; i < N; ++i) va[i] = 100.0f + (float)i, vb[i] = -1.0f;
+  cube_status_t st = cube_write(client, S, cube_handle_binding(a), va, BYTES);
+  bool a_ok = cube_status_is_ok(st);
+  cube_status_release(st);
+  CTH_OK(cube_write(client, S, cube_handle_binding(b), vb, BYTES));
+  float got[N];
+  st = cube_read(client, S, cube_handle_binding(a), got, BYTES);
+  if (cube_status_is_ok(st)) {
+    if (memcmp(got, va, BYTES) != 0)
+      fail_msg("write %s, read of it OK but with another write's bytes (element 0 = %g, want %g)",
+               a_ok ? "answered OK" : "failed", got[0], va[0]);
+  } else {
+    assert_int_equal(cube_status_code(st), CUBE_STATUS_UNWRITTEN);
+    cube_status_release(st);
+  }
+  cube_handle_t all[] = {busy, a, b};
+  for (int i = 0; i < 3; ++i) cth_release_handle(client, all[i]);
+  cube_kernel_release(slow);
+  cube_client_release(client);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_compile_failure_claims_only_declared_outputs, setup,
@@ -718,6 +756,7 @@ int main(void) {
       cmocka_unit_test(test_injected_oom_on_create),
       cmocka_unit_test(test_failed_write_claims_destination),
       cmocka_unit_test(test_classification_through_reads),
+      cmocka_unit_test(test_write_staging_not_reused_while_copy_queued),
   };
   return cmocka_run_group_tests_name("failure_rules", tests, NULL, NULL);
 }
