@@ -9,7 +9,8 @@
 //       the enqueue loop timed (the sync after it is not), target <= 5 us.
 // Every figure is the median of several runs.
 //
-//   ./build/bench/bench_cpu [--mib N] [--launches N] [--reps N]
+//   ./build/bench/bench_cpu [--mib N] [--launches N] [--reps N] [--saxpy-units N]
+//                           [--reduce-units N]
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,7 +100,7 @@ typedef struct results_t {
 
 int main(int argc, char **argv) {
   uint64_t mib = 256;
-  uint32_t launches = 100000, reps = 7, saxpy_units = 256;
+  uint32_t launches = 100000, reps = 7, saxpy_units = 256, units = 256;
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc) {
       mib = strtoull(argv[++i], NULL, 10);
@@ -107,24 +108,30 @@ int main(int argc, char **argv) {
       launches = (uint32_t)strtoul(argv[++i], NULL, 10);
     } else if (strcmp(argv[i], "--saxpy-units") == 0 && i + 1 < argc) {
       saxpy_units = (uint32_t)strtoul(argv[++i], NULL, 10);
+    } else if (strcmp(argv[i], "--reduce-units") == 0 && i + 1 < argc) {
+      units = (uint32_t)strtoul(argv[++i], NULL, 10);
     } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
       reps = (uint32_t)strtoul(argv[++i], NULL, 10);
     } else {
-      fprintf(stderr, "usage: bench_cpu [--mib N] [--launches N] [--reps N] [--saxpy-units N]\n");
+      fprintf(stderr,
+              "usage: bench_cpu [--mib N] [--launches N] [--reps N] [--saxpy-units N]\n"
+              "                 [--reduce-units N (a power of two <= 256)]\n");
       return 2;
     }
   }
   if (mib == 0 || launches == 0 || reps == 0 || reps > 101 || saxpy_units == 0 ||
-      saxpy_units > 1024) {
+      saxpy_units > 1024 || units < 2 || units > 256 || (units & (units - 1)) != 0) {
     fprintf(stderr,
             "bench_cpu: --mib, --launches, --reps and --saxpy-units must be positive "
-            "(reps <= 101, saxpy units <= 1024)\n");
+            "(reps <= 101, saxpy units <= 1024, reduce units a power of two in 2..256)\n");
     return 2;
   }
 
   const uint64_t bytes = mib << 20;
   const uint64_t n = bytes / sizeof(float);
-  const uint32_t units = 256, per_unit = 64;
+  // 16384 elements per cube whatever the cube dim, so that only the number of
+  // units meeting at each barrier changes.
+  const uint32_t per_unit = 16384 / units;
   const uint64_t per_cube = (uint64_t)units * per_unit;
   const uint32_t reduce_cubes = (uint32_t)((n + per_cube - 1) / per_cube);
   results_t r;
@@ -212,10 +219,11 @@ int main(int argc, char **argv) {
   hy.bits = 0;
 
   //===--- (b) cube reduction vs a plain loop ---===//
-  printf("\n(b) sum of %" PRIu64
-         " Mi floats: cube reduction (shared memory, 9 barriers per "
-         "cube) vs a plain C loop\n",
-         n >> 20);
+  uint32_t barriers = 1;
+  for (uint32_t u = units; u > 1; u >>= 1) ++barriers;
+  printf("\n(b) sum of %" PRIu64 " Mi floats: cube reduction (%" PRIu32
+         " units, shared memory, %" PRIu32 " barriers per cube) vs a plain C loop\n",
+         n >> 20, units, barriers);
   // Exact in float and double (small multiples of 1/4): both sums must agree.
   for (uint64_t i = 0; i < n; ++i) host[i] = (float)(i % 17) * 0.25f;
   TRY("write x", cube_write(client, CUBE_STREAM_CURRENT, cube_handle_binding(hx), host, bytes));
