@@ -578,12 +578,19 @@ static int command_demo(cube_backend_kind_t backend) {
   if (!report_status("cube_client_create", cube_client_create(&options, &demo.client))) return 1;
 
   const cube_device_properties_t *p = cube_client_properties(demo.client);
-  const char *cache_dir = getenv("CUBE_CACHE_DIR");
   printf("cubec demo on %s: %s (%" PRIu32 " cores)\n", cube_client_backend_name(demo.client),
          p->name, p->core_count);
-  printf("kernel disk cache: %s\n", cache_dir && *cache_dir
-                                        ? cache_dir
-                                        : "$HOME/.cache/cubec (set CUBE_CACHE_DIR to move it)");
+  // Where the CPU backend keeps compiled kernels, resolved as it does.
+  const char *cache_dir = getenv("CUBE_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME");
+  const char *home = getenv("HOME");
+  if (cache_dir && *cache_dir) {
+    printf("kernel disk cache: %s (CUBE_CACHE_DIR)\n", cache_dir);
+  } else if (xdg && *xdg) {
+    printf("kernel disk cache: %s/cubec (set CUBE_CACHE_DIR to move it)\n", xdg);
+  } else {
+    printf("kernel disk cache: %s/.cache/cubec (set CUBE_CACHE_DIR to move it)\n",
+           home ? home : "~");
+  }
 
   cube_kernel_cache_stats_t before, after;
   cube_kernel_cache_stats(&before);
