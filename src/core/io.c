@@ -284,7 +284,9 @@ static cube_status_t write_one(cube_client_t *client, uint32_t stream, const cub
   status = cube_server_order(client, stream, r.slot);
   if (cube_status_is_ok(status)) {
     cube_bcopy_t copy = {r.address, desc->rank, desc->shape, desc->strides, desc->elem_size};
+    void *mark = client->profiler ? cube_profile_before_work(client, stream, false) : NULL;
     status = cube_server_upload(client, stream, desc->rank ? &copy : NULL, r.address, source, size);
+    if (mark) cube_profile_after_work(client, stream, mark, "write (host to device)", size, status);
   }
   if (cube_status_is_ok(status)) {
     client->streams[stream].ticket++;
@@ -300,6 +302,7 @@ static cube_status_t write_one(cube_client_t *client, uint32_t stream, const cub
     cube_claim_clear(&prior);
     cube_failure_t *failure = cube_failure_create(cube_status_retain(status));
     cube_claim_set(&r.slot->claim, failure ? failure : cube_failure_torn_down(), NULL);
+    cube_server_work_failed(client, stream, status);
   }
   return status;
 }
@@ -314,6 +317,7 @@ cube_status_t cube_write(cube_client_t *client, cube_stream_t stream, cube_bindi
   cube_server_flush_pending(client);
   uint32_t index = 0;
   status = cube_server_stream(client, stream, "cube_write", &index);
+  if (cube_status_is_ok(status)) status = cube_capture_refuse(client, index, "cube_write");
   if (cube_status_is_ok(status)) status = write_one(client, index, &desc, source, size);
   cube_server_leave(client);
   return status;
@@ -330,6 +334,7 @@ cube_status_t cube_write_strided(cube_client_t *client, cube_stream_t stream,
   cube_server_flush_pending(client);
   uint32_t index = 0;
   status = cube_server_stream(client, stream, "cube_write_strided", &index);
+  if (cube_status_is_ok(status)) status = cube_capture_refuse(client, index, "cube_write_strided");
   if (cube_status_is_ok(status) && count > 0) {
     // Every descriptor is attempted, whatever happened to the one before:
     // one that stopped early would leave later destinations stale and
@@ -564,6 +569,7 @@ cube_status_t cube_copy(cube_client_t *client, cube_stream_t stream, cube_bindin
   uint32_t index = 0;
   cube_resolved_t src, dst;
   status = cube_server_stream(client, stream, "cube_copy", &index);
+  if (cube_status_is_ok(status)) status = cube_capture_refuse(client, index, "cube_copy");
   if (cube_status_is_ok(status))
     status = cube_server_resolve(client, source, "cube_copy", "the source", &src);
   if (cube_status_is_ok(status))
@@ -593,9 +599,12 @@ cube_status_t cube_copy(cube_client_t *client, cube_stream_t stream, cube_bindin
     status = cube_server_order(client, index, src.slot);
     if (cube_status_is_ok(status)) status = cube_server_order(client, index, dst.slot);
     if (cube_status_is_ok(status)) {
+      void *mark = client->profiler ? cube_profile_before_work(client, index, false) : NULL;
       status = cube_server_note(client, client->device->vtable->copy_device(
                                             client->device, client->streams[index].backend,
                                             dst.address, src.address, src.size));
+      if (mark)
+        cube_profile_after_work(client, index, mark, "copy (device to device)", src.size, status);
     }
     if (cube_status_is_ok(status)) {
       client->streams[index].ticket++;
@@ -605,6 +614,7 @@ cube_status_t cube_copy(cube_client_t *client, cube_stream_t stream, cube_bindin
     } else {
       cube_failure_t *failure = cube_failure_create(cube_status_retain(status));
       cube_claim_set(&dst.slot->claim, failure ? failure : cube_failure_torn_down(), NULL);
+      cube_server_work_failed(client, index, status);
     }
   }
   cube_server_leave(client);

@@ -32,6 +32,10 @@ typedef struct cube_stream_state_t {
   bool live;
   bool explicit_stream;  // from cube_stream_create (not a thread default)
   bool capturing;
+  // Graphs (graph.c): graph_prepare was called and no capture began since;
+  // what the open capture window has recorded so far.
+  bool graph_prepared;
+  struct cube_capture_t *capture;
   uint64_t ticket;          // operations enqueued so far
   uint64_t completed;       // operations known to have finished
   cube_bevent_t *progress;  // an event covering |progress_ticket|, or NULL
@@ -50,6 +54,7 @@ typedef struct cube_slot_t {
   uint64_t last_ticket;  // that stream's ticket after the use
   cube_claim_t claim;
   uint32_t next_free;
+  uint32_t graph_pins;  // captures and graphs using the memory (graph.c)
 } cube_slot_t;
 
 typedef struct cube_compiled_t {
@@ -74,6 +79,7 @@ typedef struct cube_info_entry_t {
   uint32_t last_stream;
   uint64_t last_ticket;
   uint64_t stamp;
+  uint32_t pins;  // captures and graphs whose launches read it: never evicted
 } cube_info_entry_t;
 
 typedef struct cube_thread_stream_t {
@@ -110,7 +116,12 @@ struct cube_client_t {
   cube_info_entry_t info_cache[CUBE_INFO_CACHE_ENTRIES];
   uint32_t info_cache_count;
   uint64_t info_stamp;
-  uint64_t info_uploads;            // how many dynamic-metadata uploads were made
+  uint64_t info_uploads;  // how many dynamic-metadata uploads were made
+  // Graph registry and profiling windows/trace (graph.c, profile.c); NULL
+  // until first used.
+  struct cube_graph_t *graphs;
+  uint64_t next_graph_id;
+  struct cube_profiler_t *profiler;
   struct staging_block_t *staging;  // guarded by the staging lock (io.c)
 };
 
@@ -178,6 +189,41 @@ CUBE_INTERNAL void cube_staging_give(cube_client_t *client, void *host);
 CUBE_INTERNAL void cube_staging_drain(cube_client_t *client);
 
 CUBE_INTERNAL void cube_backend_query_info(cube_backend_kind_t kind, cube_backend_info_t *out_info);
+
+//===--- Graph and profiling hooks (graph.c, profile.c) ---===//
+
+// A launch recorded in |stream|'s capture window used slot |slot_index|
+// (reads/writes as the launch's IO answer says). Lock held.
+CUBE_INTERNAL void cube_capture_note_buffer(cube_client_t *client, uint32_t stream,
+                                            uint32_t slot_index, bool reads, bool writes);
+// A capture window read the info-cache entry |entry| (pinned until the graph goes).
+CUBE_INTERNAL void cube_capture_note_info(cube_client_t *client, uint32_t stream,
+                                          cube_info_entry_t *entry);
+// Work on |stream| failed (launch error, skip, refusal): a capture window
+// on it records the failure (end_capture then fails), and every open
+// profiling window is invalidated. Lock held.
+CUBE_INTERNAL void cube_server_work_failed(cube_client_t *client, uint32_t stream,
+                                           cube_status_t status);
+// The refusal of |operation| on a stream recording a graph, or NULL.
+CUBE_INTERNAL cube_status_t cube_capture_refuse(cube_client_t *client, uint32_t stream,
+                                                const char *operation);
+// A released handle's memory that a capture or graph still uses: the graph
+// takes the slice and frees it when destroyed. Returns whether it did.
+CUBE_INTERNAL bool cube_graph_adopt_slot(cube_client_t *client, uint32_t slot_index);
+// Destroys every graph (client teardown, after the streams drained).
+CUBE_INTERNAL void cube_graph_teardown(cube_client_t *client);
+// Around one dispatch or copy on |stream| while profiling or tracing:
+// opens pending start-at-launch windows (launches only) and records trace
+// events. Returns a mark for cube_profile_after_work (NULL: nothing to do).
+CUBE_INTERNAL void *cube_profile_before_work(cube_client_t *client, uint32_t stream,
+                                             bool is_launch);
+CUBE_INTERNAL void cube_profile_after_work(cube_client_t *client, uint32_t stream, void *mark,
+                                           const char *name, uint64_t bytes, cube_status_t status);
+// Every open profiling window is invalidated by |status| (kept as its cause).
+CUBE_INTERNAL void cube_profile_note_failure(cube_client_t *client, cube_status_t status);
+// Open windows on |stream| lose their measurement (a capture began there).
+CUBE_INTERNAL void cube_profile_stream_captures(cube_client_t *client, uint32_t stream);
+CUBE_INTERNAL void cube_profile_teardown(cube_client_t *client);
 
 // Kernel-cache statistics (process-wide).
 CUBE_INTERNAL void cube_kernel_stats_count(bool compiled, bool disk_hit, bool memory_hit,
