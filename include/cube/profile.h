@@ -2,6 +2,8 @@
 #ifndef CUBE_PROFILE_H_
 #define CUBE_PROFILE_H_
 
+#include <stdio.h>
+
 #include "cube/kernel.h"
 
 #ifdef __cplusplus
@@ -24,6 +26,19 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_profile_end(cube_client_t *clie
                                                              uint64_t *out_nanoseconds);
 CUBE_API void cube_profile_abandon(cube_client_t *client, cube_stream_t stream,
                                    cube_profile_token_t token);
+
+// Chrome trace. While tracing is on, every dispatch, graph replay and copy
+// on a stream that is not recording gets a timed event pair. cube_trace_start
+// drains every stream first, so that slices share one origin.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_trace_start(cube_client_t *client);
+// Stops tracing; writes Chrome trace JSON (opens in Perfetto / chrome://tracing:
+// one slice per kernel and copy, one track per stream) to |json_path| unless
+// NULL, and a per-kernel timing table (calls, total, mean, min, max, share)
+// to |summary| unless NULL. Waits for the traced work.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_trace_stop(cube_client_t *client,
+                                                            const char *json_path, FILE *summary);
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_trace_stop_json(cube_client_t *client,
+                                                                 const char *json_path);
 
 #ifdef __cplusplus
 }

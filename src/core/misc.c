@@ -1,6 +1,6 @@
 // cubec core — cube dims and counts (as the seeds), memory-manager entry
-// points, and the entry points later issues fill in (graphs, profiling,
-// collectives), which answer a clear status until then.
+// points, and the entry points later issues fill in (collectives), which
+// answer a clear status until then.
 #include <string.h>
 
 #include "core/server.h"
@@ -164,71 +164,7 @@ cube_status_t cube_memory_layout(cube_client_t *client, cube_stream_t stream,
   return status;
 }
 
-//===--- Graphs, profiling, collectives: not yet supported ---===//
-
-static cube_status_t not_yet(cube_client_t *client, const char *operation) {
-  cube_status_t status = cube_server_enter(client, operation);
-  if (!cube_status_is_ok(status)) return status;
-  status = cube_status_make(CUBE_STATUS_UNSUPPORTED, "%s is not supported by the %s backend yet",
-                            operation, client->name);
-  cube_server_leave(client);
-  return status;
-}
-
-cube_status_t cube_graph_prepare(cube_client_t *client, cube_stream_t stream) {
-  (void)stream;
-  return not_yet(client, "cube_graph_prepare");
-}
-cube_status_t cube_graph_begin_capture(cube_client_t *client, cube_stream_t stream) {
-  (void)stream;
-  return not_yet(client, "cube_graph_begin_capture");
-}
-cube_status_t cube_graph_end_capture(cube_client_t *client, cube_stream_t stream,
-                                     cube_graph_t *out_graph) {
-  (void)stream;
-  if (out_graph) *out_graph = 0;
-  return not_yet(client, "cube_graph_end_capture");
-}
-cube_status_t cube_graph_replay(cube_client_t *client, cube_stream_t stream, cube_graph_t graph) {
-  (void)stream;
-  (void)graph;
-  return not_yet(client, "cube_graph_replay");
-}
-cube_status_t cube_graph_destroy(cube_client_t *client, cube_stream_t stream, cube_graph_t graph) {
-  (void)client;
-  (void)stream;
-  (void)graph;
-  return CUBE_OK;  // an unknown id is a no-op, and no id exists yet
-}
-
-cube_status_t cube_profile_start(cube_client_t *client, cube_stream_t stream,
-                                 cube_profile_token_t *out_token) {
-  (void)stream;
-  if (out_token) *out_token = 0;
-  return not_yet(client, "cube_profile_start");
-}
-cube_status_t cube_profile_start_at_launch(cube_client_t *client, cube_stream_t stream,
-                                           cube_profile_token_t *out_token) {
-  (void)stream;
-  if (out_token) *out_token = 0;
-  return not_yet(client, "cube_profile_start_at_launch");
-}
-cube_status_t cube_profile_end(cube_client_t *client, cube_stream_t stream,
-                               cube_profile_token_t token, uint64_t *out_nanoseconds) {
-  (void)stream;
-  (void)token;
-  if (out_nanoseconds) *out_nanoseconds = 0;
-  cube_status_t status = not_yet(client, "cube_profile_end");
-  return cube_status_is_ok(status)
-             ? status
-             : cube_status_wrap(status, CUBE_STATUS_PROFILE_NOT_REGISTERED,
-                                "cube_profile_end: no profiling window is open");
-}
-void cube_profile_abandon(cube_client_t *client, cube_stream_t stream, cube_profile_token_t token) {
-  (void)client;
-  (void)stream;
-  (void)token;
-}
+//===--- Collectives: not yet supported ---===//
 
 // No runtime here has a transport between its devices yet: every collective
 // answers NO_DEVICE_TRANSPORT before touching any buffer.

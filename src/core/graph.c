@@ -1,0 +1,539 @@
+// cubec core — graph capture and replay: the capture state machine, the
+// graph registry, write sets and pinned memory.
+//
+// graph_prepare -> warm-up run -> begin_capture -> launches (recorded by the
+// backend: stream capture on CUDA, resolved dispatches on the CPU) ->
+// end_capture (graph id) -> replay ... -> graph_destroy.
+//
+// Every launch recorded in a window notes the slots it used (a "pin"): the
+// graph's write set (claimed when end_capture or a replay fails, released
+// when a replay lands), its read set (a replay whose outside input carries a
+// failure is skipped, as a launch would be), and the memory it must keep: a
+// handle released while a graph uses it hands its slice to the graph, which
+// frees it after the last replay is known to be done (graph_destroy).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/server.h"
+
+typedef struct pin_t {
+  uint32_t slot;
+  uint32_t generation;
+  bool reads, writes;
+  bool orphaned;  // the handle was released: the graph owns |slice|
+  cube_mm_slice_t slice;
+  uint32_t last_stream;  // the slice's last use, for the deferred free
+  uint64_t last_ticket;
+} pin_t;
+
+typedef struct pinset_t {
+  pin_t *pins;
+  size_t count, capacity;
+  uint64_t *info;  // slice ids of the info-cache entries read
+  size_t info_count, info_capacity;
+  bool incomplete;  // a note was lost (out of host memory)
+} pinset_t;
+
+struct cube_capture_t {
+  pinset_t set;
+  cube_status_t failure;  // the first failure of work in the window
+};
+
+#define GRAPH_STREAMS 8
+
+struct cube_graph_t {
+  struct cube_graph_t *next;
+  uint64_t id;
+  cube_bgraph_t *backend;
+  pinset_t set;
+  // Streams replays were enqueued on: destroy waits for each of them.
+  uint32_t streams[GRAPH_STREAMS];
+  uint32_t stream_count;
+  bool many_streams;
+};
+
+//===--- Pin sets ---===//
+
+static bool pin_live(const cube_client_t *client, const pin_t *pin) {
+  return !pin->orphaned && pin->slot < client->slot_count && client->slots[pin->slot].live &&
+         client->slots[pin->slot].generation == pin->generation;
+}
+
+static void pinset_add(cube_client_t *client, pinset_t *set, uint32_t slot_index, bool reads,
+                       bool writes) {
+  cube_slot_t *slot = &client->slots[slot_index];
+  for (size_t i = 0; i < set->count; ++i) {
+    pin_t *pin = &set->pins[i];
+    if (pin->slot == slot_index && pin->generation == slot->generation && !pin->orphaned) {
+      pin->reads |= reads;
+      pin->writes |= writes;
+      return;
+    }
+  }
+  if (set->count == set->capacity) {
+    size_t capacity = set->capacity ? set->capacity * 2 : 16;
+    pin_t *grown = realloc(set->pins, capacity * sizeof *grown);
+    if (!grown) {
+      set->incomplete = true;
+      return;
+    }
+    set->pins = grown;
+    set->capacity = capacity;
+  }
+  set->pins[set->count++] = (pin_t){.slot = slot_index,
+                                    .generation = slot->generation,
+                                    .reads = reads,
+                                    .writes = writes,
+                                    .slice = slot->slice};
+  slot->graph_pins++;
+}
+
+static cube_info_entry_t *info_entry_by_id(cube_client_t *client, uint64_t slice_id) {
+  for (uint32_t i = 0; i < client->info_cache_count; ++i) {
+    if (client->info_cache[i].slice.id == slice_id) return &client->info_cache[i];
+  }
+  return NULL;
+}
+
+// Iterates every pin set: the open captures, then the graphs. Start with
+// *stream = 0 and *graph = NULL; NULL at the end.
+static pinset_t *pinset_next(cube_client_t *client, uint32_t *stream, struct cube_graph_t **graph) {
+  while (*stream < CUBE_MAX_STREAMS) {
+    struct cube_capture_t *capture = client->streams[++*stream].capture;
+    if (capture) return &capture->set;
+  }
+  *graph = *graph ? (*graph)->next : client->graphs;
+  *stream = CUBE_MAX_STREAMS;
+  return *graph ? &(*graph)->set : NULL;
+}
+
+// Whether a pin set other than |self| still holds the orphaned slice |id|.
+static bool orphan_held_elsewhere(cube_client_t *client, const pinset_t *self, uint64_t id) {
+  uint32_t stream = 0;
+  struct cube_graph_t *graph = NULL;
+  for (pinset_t *set; (set = pinset_next(client, &stream, &graph));) {
+    if (set == self) continue;
+    for (size_t i = 0; i < set->count; ++i) {
+      if (set->pins[i].orphaned && set->pins[i].slice.id == id) return true;
+    }
+  }
+  return false;
+}
+
+// Unpins everything |set| holds and frees the slices it alone still owns.
+// |set| must already be unlinked from the registry. Lock held.
+static void pinset_release(cube_client_t *client, pinset_t *set) {
+  for (size_t i = 0; i < set->count; ++i) {
+    pin_t *pin = &set->pins[i];
+    if (pin->orphaned) {
+      if (!orphan_held_elsewhere(client, set, pin->slice.id))
+        cube_mm_free(client->mm, &pin->slice, pin->last_stream, pin->last_ticket);
+    } else if (pin_live(client, pin) && client->slots[pin->slot].graph_pins) {
+      client->slots[pin->slot].graph_pins--;
+    }
+  }
+  for (size_t i = 0; i < set->info_count; ++i) {
+    cube_info_entry_t *entry = info_entry_by_id(client, set->info[i]);
+    if (entry && entry->pins) entry->pins--;
+  }
+  free(set->pins);
+  free(set->info);
+  *set = (pinset_t){0};
+}
+
+// Every buffer |set| writes claims a new failure whose root is |error|.
+static void claim_write_set(cube_client_t *client, pinset_t *set, cube_status_t error) {
+  cube_failure_t *failure = cube_failure_create(cube_status_retain(error));
+  if (!failure) failure = cube_failure_torn_down();
+  for (size_t i = 0; i < set->count; ++i) {
+    if (set->pins[i].writes && pin_live(client, &set->pins[i]))
+      cube_claim_set(&client->slots[set->pins[i].slot].claim, failure, NULL);
+  }
+  cube_failure_drop_if_unclaimed(failure);
+}
+
+//===--- Hooks the launch path and handles call ---===//
+
+void cube_capture_note_buffer(cube_client_t *client, uint32_t stream, uint32_t slot_index,
+                              bool reads, bool writes) {
+  struct cube_capture_t *capture = client->streams[stream].capture;
+  if (capture && slot_index < client->slot_count)
+    pinset_add(client, &capture->set, slot_index, reads, writes);
+}
+
+void cube_capture_note_info(cube_client_t *client, uint32_t stream, cube_info_entry_t *entry) {
+  struct cube_capture_t *capture = client->streams[stream].capture;
+  if (!capture) return;
+  pinset_t *set = &capture->set;
+  for (size_t i = 0; i < set->info_count; ++i) {
+    if (set->info[i] == entry->slice.id) return;
+  }
+  if (set->info_count == set->info_capacity) {
+    size_t capacity = set->info_capacity ? set->info_capacity * 2 : 8;
+    uint64_t *grown = realloc(set->info, capacity * sizeof *grown);
+    if (!grown) {
+      set->incomplete = true;
+      return;
+    }
+    set->info = grown;
+    set->info_capacity = capacity;
+  }
+  set->info[set->info_count++] = entry->slice.id;
+  entry->pins++;
+}
+
+void cube_server_work_failed(cube_client_t *client, uint32_t stream, cube_status_t status) {
+  if (cube_status_is_ok(status)) return;
+  struct cube_capture_t *capture =
+      stream && stream <= CUBE_MAX_STREAMS ? client->streams[stream].capture : NULL;
+  if (capture && !capture->failure) capture->failure = cube_status_retain(status);
+  if (client->profiler) cube_profile_note_failure(client, status);
+}
+
+cube_status_t cube_capture_refuse(cube_client_t *client, uint32_t stream, const char *operation) {
+  if (!client->streams[stream].capturing) return CUBE_OK;
+  return cube_status_make(CUBE_STATUS_GENERIC,
+                          "%s: stream %u is recording a graph; a capture window records kernel "
+                          "launches only (host writes, copies, reads, syncs, replays and profiling "
+                          "wait until cube_graph_end_capture)",
+                          operation, stream);
+}
+
+bool cube_graph_adopt_slot(cube_client_t *client, uint32_t slot_index) {
+  cube_slot_t *slot = &client->slots[slot_index];
+  if (!slot->graph_pins) return false;
+  uint32_t stream = 0;
+  struct cube_graph_t *graph = NULL;
+  for (pinset_t *set; (set = pinset_next(client, &stream, &graph));) {
+    for (size_t i = 0; i < set->count; ++i) {
+      pin_t *pin = &set->pins[i];
+      if (pin->slot == slot_index && pin->generation == slot->generation && !pin->orphaned) {
+        pin->orphaned = true;
+        pin->last_stream = slot->last_stream;
+        pin->last_ticket = slot->last_ticket;
+      }
+    }
+  }
+  slot->graph_pins = 0;
+  return true;
+}
+
+void cube_graph_teardown(cube_client_t *client) {
+  const cube_backend_vtable_t *vt = client->device->vtable;
+  for (uint32_t s = 1; s <= CUBE_MAX_STREAMS; ++s) {
+    struct cube_capture_t *capture = client->streams[s].capture;
+    if (!capture) continue;
+    client->streams[s].capture = NULL;
+    pinset_release(client, &capture->set);
+    cube_status_release(capture->failure);
+    free(capture);
+  }
+  while (client->graphs) {
+    struct cube_graph_t *g = client->graphs;
+    client->graphs = g->next;
+    vt->graph_destroy(client->device, g->backend);
+    pinset_release(client, &g->set);
+    free(g);
+  }
+}
+
+//===--- The public API ---===//
+
+static struct cube_graph_t *graph_find(cube_client_t *client, cube_graph_t id,
+                                       struct cube_graph_t ***out_link) {
+  for (struct cube_graph_t **link = &client->graphs; *link; link = &(*link)->next) {
+    if ((*link)->id == id) {
+      if (out_link) *out_link = link;
+      return *link;
+    }
+  }
+  return NULL;
+}
+
+cube_status_t cube_graph_prepare(cube_client_t *client, cube_stream_t stream) {
+  cube_status_t status = cube_server_enter(client, "cube_graph_prepare");
+  if (!cube_status_is_ok(status)) return status;
+  cube_server_flush_pending(client);
+  uint32_t index = 0;
+  status = cube_server_stream(client, stream, "cube_graph_prepare", &index);
+  if (cube_status_is_ok(status) && client->streams[index].capturing) {
+    status = cube_status_make(CUBE_STATUS_GENERIC,
+                              "cube_graph_prepare: stream %u is already recording a graph", index);
+  }
+  // The warm-up run that follows fills the pools and the info cache, so the
+  // window itself takes no page and uploads nothing.
+  if (cube_status_is_ok(status)) client->streams[index].graph_prepared = true;
+  cube_server_leave(client);
+  return status;
+}
+
+cube_status_t cube_graph_begin_capture(cube_client_t *client, cube_stream_t stream) {
+  cube_status_t status = cube_server_enter(client, "cube_graph_begin_capture");
+  if (!cube_status_is_ok(status)) return status;
+  cube_server_flush_pending(client);
+  uint32_t index = 0;
+  status = cube_server_stream(client, stream, "cube_graph_begin_capture", &index);
+  cube_stream_state_t *s = cube_status_is_ok(status) ? &client->streams[index] : NULL;
+  if (s && s->capturing) {
+    status = cube_status_make(
+        CUBE_STATUS_GENERIC,
+        "cube_graph_begin_capture: stream %u is already recording a graph (captures do not nest)",
+        index);
+  } else if (s && !s->graph_prepared) {
+    status = cube_status_make(CUBE_STATUS_GENERIC,
+                              "cube_graph_begin_capture: stream %u was not prepared: call "
+                              "cube_graph_prepare, run the work once (warm-up), then begin",
+                              index);
+  }
+  struct cube_capture_t *capture = NULL;
+  if (cube_status_is_ok(status)) {
+    capture = calloc(1, sizeof *capture);
+    if (!capture)
+      status = cube_status_make(CUBE_STATUS_GENERIC,
+                                "cube_graph_begin_capture: out of host memory (stream %u)", index);
+  }
+  if (cube_status_is_ok(status)) {
+    status =
+        cube_server_note(client, client->device->vtable->capture_begin(client->device, s->backend));
+  }
+  if (cube_status_is_ok(status)) {
+    s->capturing = true;
+    s->capture = capture;
+    s->graph_prepared = false;
+    client->capturing_streams++;
+    cube_mm_set_capturing(client->mm, true);
+    if (client->profiler) cube_profile_stream_captures(client, index);
+  } else {
+    free(capture);
+  }
+  cube_server_leave(client);
+  return status;
+}
+
+cube_status_t cube_graph_end_capture(cube_client_t *client, cube_stream_t stream,
+                                     cube_graph_t *out_graph) {
+  if (!out_graph)
+    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_graph_end_capture: out_graph is NULL");
+  *out_graph = 0;
+  cube_status_t status = cube_server_enter(client, "cube_graph_end_capture");
+  if (!cube_status_is_ok(status)) return status;
+  // Deferred launches of this stream belong to the window.
+  cube_server_flush_pending(client);
+  uint32_t index = 0;
+  status = cube_server_stream(client, stream, "cube_graph_end_capture", &index);
+  cube_stream_state_t *s = cube_status_is_ok(status) ? &client->streams[index] : NULL;
+  if (s && !s->capturing) {
+    status = cube_status_make(CUBE_STATUS_GENERIC,
+                              "cube_graph_end_capture: stream %u is not recording a graph", index);
+    s = NULL;
+  }
+  if (s) {
+    struct cube_capture_t *capture = s->capture;
+    s->capture = NULL;
+    s->capturing = false;
+    client->capturing_streams--;
+    cube_mm_set_capturing(client->mm, client->capturing_streams > 0);
+    cube_bgraph_t *backend = NULL;
+    status = cube_server_note(
+        client, client->device->vtable->capture_end(client->device, s->backend, &backend));
+    if (cube_status_is_ok(status) && capture->failure) {
+      status = cube_status_wrap(cube_status_retain(capture->failure), CUBE_STATUS_GENERIC,
+                                "cube_graph_end_capture: work recorded on stream %u failed, so the "
+                                "graph would not hold what it was given",
+                                index);
+    }
+    if (cube_status_is_ok(status) && capture->set.incomplete) {
+      status = cube_status_make(CUBE_STATUS_GENERIC,
+                                "cube_graph_end_capture: out of host memory recording the buffers "
+                                "of stream %u's graph",
+                                index);
+    }
+    struct cube_graph_t *graph = NULL;
+    if (cube_status_is_ok(status)) {
+      graph = calloc(1, sizeof *graph);
+      if (!graph)
+        status = cube_status_make(CUBE_STATUS_GENERIC,
+                                  "cube_graph_end_capture: out of host memory (stream %u)", index);
+    }
+    if (cube_status_is_ok(status)) {
+      graph->id = ++client->next_graph_id;
+      graph->backend = backend;
+      graph->set = capture->set;
+      graph->next = client->graphs;
+      client->graphs = graph;
+      *out_graph = graph->id;
+    } else {
+      // No graph: the recorded launches never run, so what they were to
+      // write is left as it was, and says so.
+      claim_write_set(client, &capture->set, status);
+      if (backend) client->device->vtable->graph_destroy(client->device, backend);
+      pinset_release(client, &capture->set);
+      if (client->profiler) cube_profile_note_failure(client, status);
+    }
+    cube_status_release(capture->failure);
+    free(capture);
+  }
+  cube_server_leave(client);
+  return status;
+}
+
+// A replay's outside input (read, not written by the graph) that carries a
+// failure, or NULL.
+static const cube_claim_t *replay_carried(cube_client_t *client, const struct cube_graph_t *g) {
+  for (size_t i = 0; i < g->set.count && client->track_failures; ++i) {
+    const pin_t *pin = &g->set.pins[i];
+    if (pin->reads && !pin->writes && pin_live(client, pin) &&
+        cube_claim_is_set(&client->slots[pin->slot].claim))
+      return &client->slots[pin->slot].claim;
+  }
+  return NULL;
+}
+
+cube_status_t cube_graph_replay(cube_client_t *client, cube_stream_t stream, cube_graph_t id) {
+  cube_status_t status = cube_server_enter(client, "cube_graph_replay");
+  if (!cube_status_is_ok(status)) return status;
+  cube_server_flush_pending(client);
+  uint32_t index = 0;
+  status = cube_server_stream(client, stream, "cube_graph_replay", &index);
+  struct cube_graph_t *g = NULL;
+  if (cube_status_is_ok(status)) {
+    g = graph_find(client, id, NULL);
+    if (!g)
+      status = cube_status_make(
+          CUBE_STATUS_GENERIC,
+          "cube_graph_replay: graph %llu is unknown on %s (never captured, or destroyed)",
+          (unsigned long long)id, client->name);
+  }
+  if (cube_status_is_ok(status)) status = cube_capture_refuse(client, index, "cube_graph_replay");
+  if (!cube_status_is_ok(status)) {
+    cube_server_leave(client);
+    return status;
+  }
+  const cube_claim_t *carried = replay_carried(client, g);
+  if (carried) {
+    char what[96];
+    snprintf(what, sizeof what, "replay of graph %llu skipped: an input carried failure #%llu",
+             (unsigned long long)id, (unsigned long long)carried->failure->id);
+    cube_claim_t source = {0};
+    cube_claim_set(&source, carried->failure, carried->chain);
+    for (size_t i = 0; i < g->set.count; ++i) {
+      if (g->set.pins[i].writes && pin_live(client, &g->set.pins[i]))
+        cube_claim_extend(&client->slots[g->set.pins[i].slot].claim, &source, what);
+    }
+    cube_claim_clear(&source);
+    status = cube_status_skipped();
+    cube_server_work_failed(client, index, status);
+    cube_server_leave(client);
+    return status;
+  }
+  for (size_t i = 0; i < g->set.count && cube_status_is_ok(status); ++i) {
+    if (pin_live(client, &g->set.pins[i]))
+      status = cube_server_order(client, index, &client->slots[g->set.pins[i].slot]);
+  }
+  if (cube_status_is_ok(status)) {
+    void *mark = client->profiler ? cube_profile_before_work(client, index, true) : NULL;
+    status =
+        cube_server_note(client, client->device->vtable->graph_replay(
+                                     client->device, client->streams[index].backend, g->backend));
+    if (mark) {
+      char name[48];
+      snprintf(name, sizeof name, "graph %llu", (unsigned long long)id);
+      cube_profile_after_work(client, index, mark, name, 0, status);
+    }
+  }
+  if (cube_status_is_ok(status)) {
+    client->streams[index].ticket++;
+    for (size_t i = 0; i < g->set.count; ++i) {
+      pin_t *pin = &g->set.pins[i];
+      if (pin_live(client, pin)) {
+        cube_server_used(client, index, &client->slots[pin->slot]);
+        if (pin->writes) cube_claim_clear(&client->slots[pin->slot].claim);
+      } else if (pin->orphaned) {
+        pin->last_stream = index;
+        pin->last_ticket = client->streams[index].ticket;
+      }
+    }
+    bool known = false;
+    for (uint32_t i = 0; i < g->stream_count; ++i) known |= g->streams[i] == index;
+    if (!known && g->stream_count < GRAPH_STREAMS) {
+      g->streams[g->stream_count++] = index;
+    } else if (!known) {
+      g->many_streams = true;
+    }
+  } else {
+    claim_write_set(client, &g->set, status);
+    cube_server_work_failed(client, index, status);
+  }
+  cube_server_leave(client);
+  return status;
+}
+
+// Waits (lock not held) until |stream| has run what it holds; notes the
+// result. Lock not held on entry or exit.
+static cube_status_t graph_wait_stream(cube_client_t *client, uint32_t stream) {
+  pthread_mutex_lock(&client->lock);
+  cube_bstream_t *bstream = client->streams[stream].live ? client->streams[stream].backend : NULL;
+  uint64_t ticket = client->streams[stream].ticket;
+  pthread_mutex_unlock(&client->lock);
+  if (!bstream) return CUBE_OK;
+  cube_status_t status = client->device->vtable->stream_sync(client->device, bstream);
+  pthread_mutex_lock(&client->lock);
+  status = cube_server_note(client, status);
+  if (cube_status_is_ok(status) && client->streams[stream].completed < ticket)
+    client->streams[stream].completed = ticket;
+  pthread_mutex_unlock(&client->lock);
+  return status;
+}
+
+cube_status_t cube_graph_destroy(cube_client_t *client, cube_stream_t stream, cube_graph_t id) {
+  cube_status_t status = cube_server_enter(client, "cube_graph_destroy");
+  if (!cube_status_is_ok(status)) {
+    // A poisoned device still lets go of the graph (its waits fail fast).
+    if (!client) return status;
+    cube_status_release(status);
+    pthread_mutex_lock(&client->lock);
+    status = CUBE_OK;
+  }
+  struct cube_graph_t **link = NULL;
+  struct cube_graph_t *g = graph_find(client, id, &link);
+  if (!g) {
+    pthread_mutex_unlock(&client->lock);
+    return CUBE_OK;  // unknown (or already destroyed): nothing to do
+  }
+  uint32_t index = 0;
+  status = cube_server_stream(client, stream, "cube_graph_destroy", &index);
+  if (cube_status_is_ok(status)) status = cube_capture_refuse(client, index, "cube_graph_destroy");
+  if (!cube_status_is_ok(status)) {
+    pthread_mutex_unlock(&client->lock);
+    return status;
+  }
+  *link = g->next;  // no replay can be enqueued from here on
+  uint32_t waits[CUBE_MAX_STREAMS];
+  uint32_t wait_count = 0;
+  waits[wait_count++] = index;
+  for (uint32_t s = 1; s <= CUBE_MAX_STREAMS; ++s) {
+    bool replayed = g->many_streams;
+    for (uint32_t i = 0; i < g->stream_count; ++i) replayed |= g->streams[i] == s;
+    if (replayed && s != index && client->streams[s].live) waits[wait_count++] = s;
+  }
+  pthread_mutex_unlock(&client->lock);
+  // Replays return at enqueue: wait for every stream one may still run on.
+  for (uint32_t i = 0; i < wait_count; ++i) {
+    cube_status_t waited = graph_wait_stream(client, waits[i]);
+    if (cube_status_is_ok(status)) {
+      status = waited;
+    } else {
+      cube_status_release(waited);
+    }
+  }
+  pthread_mutex_lock(&client->lock);
+  // A failed wait: a replay may not have finished writing; its buffers
+  // claim the failure (and only they: other work reports on its own).
+  if (!cube_status_is_ok(status)) claim_write_set(client, &g->set, status);
+  client->device->vtable->graph_destroy(client->device, g->backend);
+  pinset_release(client, &g->set);
+  free(g);
+  pthread_mutex_unlock(&client->lock);
+  return status;
+}

@@ -1,0 +1,525 @@
+// cubec core — device-timed profiling windows and the Chrome trace.
+//
+// A window is a token, a stream and a timed start event (recorded where the
+// stream is, or right before the stream's next launch for
+// start_profile_at_launch). end_profile records the end event, waits for
+// it (lock not held) and answers the device time between the two. A window
+// in which the stream enqueued nothing answers PROFILE_NOT_MEASURED, never
+// a zero; any failure of work while it is open invalidates it (and every
+// other open window, as the seeds do: a failed candidate must not win a
+// tune by timing close to zero).
+//
+// Tracing records a timed event pair around every dispatch, replay and copy
+// (not on a recording stream) and writes them as Chrome trace JSON: one
+// slice per kernel and copy, one track per stream, opening in Perfetto.
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/server.h"
+
+typedef struct window_t {
+  struct window_t *next;
+  uint64_t token;
+  uint32_t stream;
+  bool at_launch;  // still waiting for the launch that opens it
+  cube_bevent_t *start;
+  uint64_t start_ticket;
+  cube_status_t failure;  // what invalidated the window, or NULL
+} window_t;
+
+typedef struct trace_record_t {
+  uint32_t stream;
+  bool done;  // the work was enqueued and |end| recorded
+  char name[64];
+  uint64_t bytes;
+  cube_bevent_t *start, *end;
+} trace_record_t;
+
+struct cube_profiler_t {
+  window_t *windows;
+  uint64_t next_token;
+  uint32_t pending_at_launch;
+  bool tracing;
+  cube_bevent_t *anchor;  // reached before every traced event was enqueued
+  trace_record_t *records;
+  size_t record_count, record_capacity;
+};
+
+static cube_status_t profiler_get(cube_client_t *client, const char *operation,
+                                  struct cube_profiler_t **out) {
+  if (!client->profiler) client->profiler = calloc(1, sizeof *client->profiler);
+  if (!client->profiler)
+    return cube_status_make(CUBE_STATUS_PROFILE_UNKNOWN, "%s: out of host memory", operation);
+  *out = client->profiler;
+  return CUBE_OK;
+}
+
+static void window_free(cube_client_t *client, window_t *w) {
+  if (w->start) client->device->vtable->event_release(client->device, w->start);
+  cube_status_release(w->failure);
+  free(w);
+}
+
+// Unlinks the window |token|, or NULL.
+static window_t *window_take(struct cube_profiler_t *p, uint64_t token) {
+  for (window_t **link = &p->windows; *link; link = &(*link)->next) {
+    if ((*link)->token == token) {
+      window_t *w = *link;
+      *link = w->next;
+      if (w->at_launch) p->pending_at_launch--;
+      return w;
+    }
+  }
+  return NULL;
+}
+
+//===--- Hooks ---===//
+
+void cube_profile_note_failure(cube_client_t *client, cube_status_t status) {
+  struct cube_profiler_t *p = client->profiler;
+  if (!p || cube_status_is_ok(status)) return;
+  for (window_t *w = p->windows; w; w = w->next) {
+    if (!w->failure) w->failure = cube_status_retain(status);
+  }
+}
+
+void cube_profile_stream_captures(cube_client_t *client, uint32_t stream) {
+  struct cube_profiler_t *p = client->profiler;
+  for (window_t *w = p ? p->windows : NULL; w; w = w->next) {
+    if (w->stream == stream && !w->failure) {
+      w->failure = cube_status_make(CUBE_STATUS_GENERIC,
+                                    "a graph capture began on stream %u inside the window: "
+                                    "recorded launches do not run, so nothing can be timed",
+                                    stream);
+    }
+  }
+}
+
+void *cube_profile_before_work(cube_client_t *client, uint32_t stream, bool is_launch) {
+  struct cube_profiler_t *p = client->profiler;
+  if (!p || client->streams[stream].capturing) return NULL;
+  const cube_backend_vtable_t *vt = client->device->vtable;
+  cube_bstream_t *bstream = client->streams[stream].backend;
+  if (is_launch && p->pending_at_launch) {
+    // The window opens here, right before the launch, so the host's
+    // preparation of it is not counted.
+    for (window_t *w = p->windows; w; w = w->next) {
+      if (!w->at_launch || w->stream != stream) continue;
+      w->at_launch = false;
+      p->pending_at_launch--;
+      w->start_ticket = client->streams[stream].ticket;
+      cube_status_t status =
+          cube_server_note(client, vt->event_record(client->device, bstream, true, &w->start));
+      if (!cube_status_is_ok(status)) {
+        w->start = NULL;
+        if (!w->failure) {
+          w->failure = status;
+        } else {
+          cube_status_release(status);
+        }
+      }
+    }
+  }
+  if (!p->tracing) return NULL;
+  if (p->record_count == p->record_capacity) {
+    size_t capacity = p->record_capacity ? p->record_capacity * 2 : 256;
+    trace_record_t *grown = realloc(p->records, capacity * sizeof *grown);
+    if (!grown) return NULL;  // this slice goes untraced
+    p->records = grown;
+    p->record_capacity = capacity;
+  }
+  trace_record_t *r = &p->records[p->record_count];
+  *r = (trace_record_t){.stream = stream};
+  cube_status_t status =
+      cube_server_note(client, vt->event_record(client->device, bstream, true, &r->start));
+  if (!cube_status_is_ok(status)) {
+    cube_status_release(status);
+    return NULL;
+  }
+  p->record_count++;
+  return (void *)(uintptr_t)p->record_count;  // index + 1: the array may move
+}
+
+void cube_profile_after_work(cube_client_t *client, uint32_t stream, void *mark, const char *name,
+                             uint64_t bytes, cube_status_t status) {
+  struct cube_profiler_t *p = client->profiler;
+  size_t index = (size_t)(uintptr_t)mark;
+  if (!p || index == 0 || index > p->record_count) return;
+  trace_record_t *r = &p->records[index - 1];
+  snprintf(r->name, sizeof r->name, "%s", name);
+  r->bytes = bytes;
+  if (!cube_status_is_ok(status)) return;  // nothing was enqueued: no slice
+  cube_status_t recorded =
+      cube_server_note(client, client->device->vtable->event_record(
+                                   client->device, client->streams[stream].backend, true, &r->end));
+  r->done = cube_status_is_ok(recorded);
+  cube_status_release(recorded);
+}
+
+void cube_profile_teardown(cube_client_t *client) {
+  struct cube_profiler_t *p = client->profiler;
+  if (!p) return;
+  const cube_backend_vtable_t *vt = client->device->vtable;
+  while (p->windows) {
+    window_t *w = p->windows;
+    p->windows = w->next;
+    window_free(client, w);
+  }
+  for (size_t i = 0; i < p->record_count; ++i) {
+    if (p->records[i].start) vt->event_release(client->device, p->records[i].start);
+    if (p->records[i].end) vt->event_release(client->device, p->records[i].end);
+  }
+  if (p->anchor) vt->event_release(client->device, p->anchor);
+  free(p->records);
+  free(p);
+  client->profiler = NULL;
+}
+
+//===--- Windows ---===//
+
+static cube_status_t profile_open(cube_client_t *client, cube_stream_t stream, bool at_launch,
+                                  const char *operation, cube_profile_token_t *out_token) {
+  if (!out_token)
+    return cube_status_make(CUBE_STATUS_VALIDATION, "%s: out_token is NULL", operation);
+  *out_token = 0;
+  cube_status_t status = cube_server_enter(client, operation);
+  if (!cube_status_is_ok(status)) return status;
+  // Deferred launches were asked for before the window: enqueue them first.
+  cube_server_flush_pending(client);
+  uint32_t index = 0;
+  struct cube_profiler_t *p = NULL;
+  window_t *w = NULL;
+  status = cube_server_stream(client, stream, operation, &index);
+  if (cube_status_is_ok(status)) status = cube_capture_refuse(client, index, operation);
+  if (cube_status_is_ok(status)) status = profiler_get(client, operation, &p);
+  if (cube_status_is_ok(status)) {
+    w = calloc(1, sizeof *w);
+    if (!w)
+      status = cube_status_make(CUBE_STATUS_PROFILE_UNKNOWN, "%s: out of host memory", operation);
+  }
+  if (cube_status_is_ok(status) && !at_launch) {
+    status = cube_server_note(
+        client, client->device->vtable->event_record(client->device, client->streams[index].backend,
+                                                     true, &w->start));
+  }
+  if (cube_status_is_ok(status)) {
+    w->token = ++p->next_token;
+    w->stream = index;
+    w->at_launch = at_launch;
+    w->start_ticket = client->streams[index].ticket;
+    w->next = p->windows;
+    p->windows = w;
+    if (at_launch) p->pending_at_launch++;
+    *out_token = w->token;
+  } else {
+    free(w);
+  }
+  cube_server_leave(client);
+  return status;
+}
+
+cube_status_t cube_profile_start(cube_client_t *client, cube_stream_t stream,
+                                 cube_profile_token_t *out_token) {
+  return profile_open(client, stream, false, "cube_profile_start", out_token);
+}
+
+cube_status_t cube_profile_start_at_launch(cube_client_t *client, cube_stream_t stream,
+                                           cube_profile_token_t *out_token) {
+  return profile_open(client, stream, true, "cube_profile_start_at_launch", out_token);
+}
+
+cube_status_t cube_profile_end(cube_client_t *client, cube_stream_t stream,
+                               cube_profile_token_t token, uint64_t *out_nanoseconds) {
+  if (!out_nanoseconds)
+    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_profile_end: out_nanoseconds is NULL");
+  *out_nanoseconds = 0;
+  cube_status_t status = cube_server_enter(client, "cube_profile_end");
+  if (!cube_status_is_ok(status)) {
+    // The device cannot close the window: drop it, report.
+    if (client) cube_profile_abandon(client, stream, token);
+    return cube_status_wrap(status, CUBE_STATUS_PROFILE_SERVER, "cube_profile_end: window %llu",
+                            (unsigned long long)token);
+  }
+  cube_server_flush_pending(client);
+  uint32_t index = 0;
+  status = cube_server_stream(client, stream, "cube_profile_end", &index);
+  window_t *w = NULL;
+  if (cube_status_is_ok(status)) {
+    w = client->profiler ? window_take(client->profiler, token) : NULL;
+    if (!w) {
+      status = cube_status_make(CUBE_STATUS_PROFILE_NOT_REGISTERED,
+                                "cube_profile_end: token %llu is not an open window on %s",
+                                (unsigned long long)token, client->name);
+    } else if (w->stream != index) {
+      status = cube_status_make(CUBE_STATUS_PROFILE_NOT_REGISTERED,
+                                "cube_profile_end: window %llu was opened on stream %u, not %u",
+                                (unsigned long long)token, w->stream, index);
+    }
+  }
+  cube_status_t refusal =
+      cube_status_is_ok(status) ? cube_capture_refuse(client, index, "cube_profile_end") : CUBE_OK;
+  cube_bevent_t *end = NULL;
+  const cube_backend_vtable_t *vt = client->device->vtable;
+  if (!cube_status_is_ok(status)) {
+    // Not this stream's window (or none): leave it open for its owner.
+    if (w) {
+      w->next = client->profiler->windows;
+      client->profiler->windows = w;
+      if (w->at_launch) client->profiler->pending_at_launch++;
+      w = NULL;
+    }
+  } else if (refusal) {
+    status = cube_status_wrap(refusal, CUBE_STATUS_PROFILE_SERVER,
+                              "cube_profile_end: window %llu cannot close on a recording stream",
+                              (unsigned long long)token);
+  } else if (w->failure) {
+    status = cube_status_wrap(cube_status_retain(w->failure), CUBE_STATUS_PROFILE_SERVER,
+                              "cube_profile_end: a failure inside window %llu invalidated it",
+                              (unsigned long long)token);
+  } else if (w->at_launch || !w->start || client->streams[index].ticket == w->start_ticket) {
+    status = cube_status_make(CUBE_STATUS_PROFILE_NOT_MEASURED,
+                              "cube_profile_end: window %llu on stream %u timed nothing (no "
+                              "launch, replay or copy was enqueued in it)",
+                              (unsigned long long)token, index);
+  } else {
+    status = cube_server_note(
+        client, vt->event_record(client->device, client->streams[index].backend, true, &end));
+    if (!cube_status_is_ok(status)) {
+      end = NULL;
+      status = cube_status_wrap(status, CUBE_STATUS_PROFILE_SERVER, "cube_profile_end: window %llu",
+                                (unsigned long long)token);
+    }
+  }
+  cube_server_leave(client);
+  if (end) {
+    // The wait, without the lock: other threads keep enqueuing.
+    status = vt->event_sync(client->device, end);
+    if (cube_status_is_ok(status))
+      status = vt->event_elapsed(client->device, w->start, end, out_nanoseconds);
+    pthread_mutex_lock(&client->lock);
+    status = cube_server_note(client, status);
+    pthread_mutex_unlock(&client->lock);
+    if (!cube_status_is_ok(status)) {
+      *out_nanoseconds = 0;
+      status =
+          cube_status_wrap(status, CUBE_STATUS_PROFILE_SERVER,
+                           "cube_profile_end: reading window %llu back", (unsigned long long)token);
+    }
+    vt->event_release(client->device, end);
+  }
+  if (w) window_free(client, w);
+  return status;
+}
+
+void cube_profile_abandon(cube_client_t *client, cube_stream_t stream, cube_profile_token_t token) {
+  (void)stream;
+  if (!client) return;
+  pthread_mutex_lock(&client->lock);
+  window_t *w = client->profiler ? window_take(client->profiler, token) : NULL;
+  // Nothing to record or wait for: the start event goes back to the pool.
+  if (w) window_free(client, w);
+  pthread_mutex_unlock(&client->lock);
+}
+
+//===--- Tracing ---===//
+
+cube_status_t cube_trace_start(cube_client_t *client) {
+  cube_status_t status = cube_server_enter(client, "cube_trace_start");
+  if (!cube_status_is_ok(status)) return status;
+  cube_server_flush_pending(client);
+  struct cube_profiler_t *p = NULL;
+  status = profiler_get(client, "cube_trace_start", &p);
+  if (cube_status_is_ok(status) && (p->tracing || p->anchor)) {
+    status = cube_status_make(CUBE_STATUS_GENERIC, "cube_trace_start: %s is already tracing",
+                              client->name);
+  }
+  uint32_t index = 0;
+  if (cube_status_is_ok(status))
+    status = cube_server_stream(client, CUBE_STREAM_CURRENT, "cube_trace_start", &index);
+  cube_bstream_t *streams[CUBE_MAX_STREAMS];
+  uint32_t count = 0;
+  for (uint32_t s = 1; s <= CUBE_MAX_STREAMS && cube_status_is_ok(status); ++s) {
+    if (client->streams[s].live && !client->streams[s].capturing)
+      streams[count++] = client->streams[s].backend;
+  }
+  const cube_backend_vtable_t *vt = client->device->vtable;
+  cube_bevent_t *anchor = NULL;
+  if (cube_status_is_ok(status)) {
+    p->tracing = false;
+    p->anchor = (cube_bevent_t *)(uintptr_t)1;  // busy: a second start is refused
+  }
+  cube_server_leave(client);
+  // A common origin: every stream drains, then one timed event is reached;
+  // every traced event is enqueued after it, so offsets from it are >= 0.
+  cube_status_t waited = CUBE_OK;
+  for (uint32_t i = 0; i < count && cube_status_is_ok(status) && cube_status_is_ok(waited); ++i)
+    waited = vt->stream_sync(client->device, streams[i]);
+  pthread_mutex_lock(&client->lock);
+  if (cube_status_is_ok(status)) {
+    status = cube_server_note(client, waited);
+    if (cube_status_is_ok(status) && client->streams[index].live) {
+      status = cube_server_note(
+          client, vt->event_record(client->device, client->streams[index].backend, true, &anchor));
+    }
+  } else {
+    cube_status_release(waited);
+  }
+  pthread_mutex_unlock(&client->lock);
+  if (anchor) {
+    cube_status_t synced = vt->event_sync(client->device, anchor);
+    if (cube_status_is_ok(status)) {
+      status = synced;
+    } else {
+      cube_status_release(synced);
+    }
+  }
+  pthread_mutex_lock(&client->lock);
+  if (p && p->anchor == (cube_bevent_t *)(uintptr_t)1) {
+    p->anchor = cube_status_is_ok(status) ? anchor : NULL;
+    p->tracing = cube_status_is_ok(status);
+    if (!cube_status_is_ok(status) && anchor) vt->event_release(client->device, anchor);
+  }
+  pthread_mutex_unlock(&client->lock);
+  return status;
+}
+
+typedef struct trace_row_t {
+  const char *name;
+  uint64_t count, total_ns, min_ns, max_ns;
+} trace_row_t;
+
+static int row_compare(const void *a, const void *b) {
+  const trace_row_t *x = a, *y = b;
+  return (x->total_ns < y->total_ns) - (x->total_ns > y->total_ns);
+}
+
+static void print_summary(FILE *out, const trace_record_t *records, const uint64_t *durations,
+                          size_t count) {
+  trace_row_t *rows = calloc(count ? count : 1, sizeof *rows);
+  if (!rows) return;
+  size_t row_count = 0;
+  uint64_t grand = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (!records[i].done) continue;
+    trace_row_t *row = NULL;
+    for (size_t j = 0; j < row_count && !row; ++j) {
+      if (strcmp(rows[j].name, records[i].name) == 0) row = &rows[j];
+    }
+    if (!row) {
+      row = &rows[row_count++];
+      *row = (trace_row_t){.name = records[i].name, .min_ns = UINT64_MAX};
+    }
+    uint64_t d = durations[i];
+    row->count++;
+    row->total_ns += d;
+    grand += d;
+    if (d < row->min_ns) row->min_ns = d;
+    if (d > row->max_ns) row->max_ns = d;
+  }
+  qsort(rows, row_count, sizeof *rows, row_compare);
+  fprintf(out, "  %-28s %7s %12s %10s %10s %10s %6s\n", "kernel / copy", "calls", "total us",
+          "mean us", "min us", "max us", "share");
+  for (size_t j = 0; j < row_count; ++j) {
+    const trace_row_t *r = &rows[j];
+    fprintf(out, "  %-28.28s %7" PRIu64 " %12.1f %10.2f %10.2f %10.2f %5.1f%%\n", r->name, r->count,
+            (double)r->total_ns * 1e-3, (double)r->total_ns * 1e-3 / (double)r->count,
+            (double)r->min_ns * 1e-3, (double)r->max_ns * 1e-3,
+            grand ? 100.0 * (double)r->total_ns / (double)grand : 0.0);
+  }
+  free(rows);
+}
+
+cube_status_t cube_trace_stop(cube_client_t *client, const char *json_path, FILE *summary) {
+  if (!client) return cube_status_make(CUBE_STATUS_VALIDATION, "cube_trace_stop: client is NULL");
+  pthread_mutex_lock(&client->lock);
+  struct cube_profiler_t *p = client->profiler;
+  cube_status_t status = CUBE_OK;
+  trace_record_t *records = NULL;
+  size_t count = 0;
+  cube_bevent_t *anchor = NULL;
+  if (!p || !p->tracing) {
+    status =
+        cube_status_make(CUBE_STATUS_GENERIC, "cube_trace_stop: %s is not tracing", client->name);
+  } else {
+    records = p->records;
+    count = p->record_count;
+    anchor = p->anchor;
+    p->records = NULL;
+    p->record_count = p->record_capacity = 0;
+    p->anchor = NULL;
+    p->tracing = false;
+  }
+  pthread_mutex_unlock(&client->lock);
+  if (!cube_status_is_ok(status)) return status;
+
+  const cube_backend_vtable_t *vt = client->device->vtable;
+  uint64_t *starts = calloc(count ? count : 1, sizeof *starts);
+  uint64_t *durations = calloc(count ? count : 1, sizeof *durations);
+  if (!starts || !durations)
+    status = cube_status_make(CUBE_STATUS_PROFILE_UNKNOWN,
+                              "cube_trace_stop: out of host memory for %zu slices", count);
+  for (size_t i = 0; i < count && cube_status_is_ok(status); ++i) {
+    trace_record_t *r = &records[i];
+    if (!r->done) continue;
+    status = vt->event_sync(client->device, r->end);
+    if (cube_status_is_ok(status))
+      status = vt->event_elapsed(client->device, anchor, r->start, &starts[i]);
+    if (cube_status_is_ok(status))
+      status = vt->event_elapsed(client->device, r->start, r->end, &durations[i]);
+  }
+  if (cube_status_is_ok(status) && json_path) {
+    FILE *f = fopen(json_path, "w");
+    if (!f) {
+      status = cube_status_make(CUBE_STATUS_GENERIC,
+                                "cube_trace_stop: cannot open '%s' for writing", json_path);
+    } else {
+      fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
+      fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"%s\"}}",
+              client->name);
+      bool named[CUBE_MAX_STREAMS + 1] = {false};
+      for (size_t i = 0; i < count; ++i) {
+        const trace_record_t *r = &records[i];
+        if (!r->done) continue;
+        if (!named[r->stream]) {
+          named[r->stream] = true;
+          fprintf(f,
+                  ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%u,"
+                  "\"args\":{\"name\":\"stream %u\"}}",
+                  r->stream, r->stream);
+        }
+        bool copy = r->bytes > 0 || strncmp(r->name, "copy", 4) == 0 ||
+                    strncmp(r->name, "write", 5) == 0 || strncmp(r->name, "read", 4) == 0;
+        fprintf(f,
+                ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":1,\"tid\":%u,"
+                "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"bytes\":%" PRIu64 "}}",
+                r->name, copy ? "copy" : "kernel", r->stream, (double)starts[i] * 1e-3,
+                (double)durations[i] * 1e-3, r->bytes);
+      }
+      fprintf(f, "\n]}\n");
+      if (fclose(f) != 0)
+        status = cube_status_make(CUBE_STATUS_GENERIC, "cube_trace_stop: writing '%s' failed",
+                                  json_path);
+    }
+  }
+  if (cube_status_is_ok(status) && summary) print_summary(summary, records, durations, count);
+  for (size_t i = 0; i < count; ++i) {
+    if (records[i].start) vt->event_release(client->device, records[i].start);
+    if (records[i].end) vt->event_release(client->device, records[i].end);
+  }
+  if (anchor) vt->event_release(client->device, anchor);
+  free(records);
+  free(starts);
+  free(durations);
+  if (!cube_status_is_ok(status)) {
+    pthread_mutex_lock(&client->lock);
+    status = cube_server_note(client, status);
+    pthread_mutex_unlock(&client->lock);
+  }
+  return status;
+}
+
+cube_status_t cube_trace_stop_json(cube_client_t *client, const char *path) {
+  return cube_trace_stop(client, path, NULL);
+}
