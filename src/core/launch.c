@@ -345,14 +345,30 @@ static cube_status_t info_cache_get(cube_client_t *client, uint32_t stream, cons
     if (e->hash == hash && e->words == count && memcmp(e->data, words, count * 8) == 0) hit = e;
   }
   cube_status_t status = CUBE_OK;
+  // Graphs: a capture window uploads nothing (its upload would be recorded
+  // from staging that is handed back); the warm-up run fills the cache.
+  if (!hit && client->streams[stream].capturing) {
+    return cube_status_make(CUBE_STATUS_GENERIC,
+                            "launch on stream %u: its shape metadata (%u words) was not seen "
+                            "before the capture window; run the same work once between "
+                            "cube_graph_prepare and cube_graph_begin_capture",
+                            stream, count);
+  }
   if (!hit) {
     cube_info_entry_t *slot = NULL;
     if (client->info_cache_count < CUBE_INFO_CACHE_ENTRIES) {
       slot = &client->info_cache[client->info_cache_count++];
     } else {
-      slot = &client->info_cache[0];
-      for (uint32_t i = 1; i < CUBE_INFO_CACHE_ENTRIES; ++i) {
-        if (client->info_cache[i].stamp < slot->stamp) slot = &client->info_cache[i];
+      // Least recently used among entries no graph reads.
+      for (uint32_t i = 0; i < CUBE_INFO_CACHE_ENTRIES; ++i) {
+        cube_info_entry_t *e = &client->info_cache[i];
+        if (!e->pins && (!slot || e->stamp < slot->stamp)) slot = e;
+      }
+      if (!slot) {
+        return cube_status_make(CUBE_STATUS_GENERIC,
+                                "launch on stream %u: all %d info-cache entries are read by "
+                                "live graphs; destroy a graph first",
+                                stream, CUBE_INFO_CACHE_ENTRIES);
       }
       cube_mm_free(client->mm, &slot->slice, slot->last_stream, slot->last_ticket);
       free(slot->data);
@@ -376,6 +392,7 @@ static cube_status_t info_cache_get(cube_client_t *client, uint32_t stream, cons
     }
     hit = slot;
   }
+  if (client->streams[stream].capturing) cube_capture_note_info(client, stream, hit);
   hit->stamp = ++client->info_stamp;
   hit->last_stream = stream;
   hit->last_ticket = client->streams[stream].ticket + 1;  // the launch about to use it
@@ -544,9 +561,9 @@ void cube_server_drop_pending(cube_client_t *client) {
   }
 }
 
-static cube_status_t launch_locked(cube_client_t *client, uint32_t stream, cube_kernel_t *kernel,
-                                   cube_cube_count_t count, const cube_kernel_args_t *args,
-                                   cube_launch_mode_t mode) {
+static cube_status_t launch_body(cube_client_t *client, uint32_t stream, cube_kernel_t *kernel,
+                                 cube_cube_count_t count, const cube_kernel_args_t *args,
+                                 cube_launch_mode_t mode) {
   const size_t n = args->buffer_count;
   cube_resolved_t resolved[CUBE_MAX_BUFFERS] = {0};
   io_answer_t io[CUBE_MAX_BUFFERS];
@@ -618,6 +635,15 @@ static cube_status_t launch_locked(cube_client_t *client, uint32_t stream, cube_
     cube_claim_clear(&source);
     return cube_status_skipped();
   }
+  if (count.dynamic && client->streams[stream].capturing) {
+    // Graphs: the count is read back on the host, which a window cannot record.
+    status = cube_status_make(CUBE_STATUS_GENERIC,
+                              "launch of '%s': a dynamic cube count cannot be recorded in a "
+                              "capture window (stream %u)",
+                              kernel->name, stream);
+    claim_outputs(resolved, io, n, status);
+    return status;
+  }
   if (count.dynamic) {
     uint32_t xyz[3] = {0, 0, 0};
     const cube_backend_vtable_t *vt = client->device->vtable;
@@ -666,9 +692,11 @@ static cube_status_t launch_locked(cube_client_t *client, uint32_t stream, cube_
     status = info_pack(kernel, args, lengths, words, &info_words, &static_words);
   }
   uint64_t addresses[CUBE_MAX_BUFFERS];
+  // A capture window orders nothing now: each replay orders itself.
+  bool capturing = client->streams[stream].capturing;
   for (size_t i = 0; i < n && cube_status_is_ok(status); ++i) {
     addresses[i] = resolved[i].address;
-    status = cube_server_order(client, stream, resolved[i].slot);
+    if (!capturing) status = cube_server_order(client, stream, resolved[i].slot);
   }
   uint64_t dynamic_address = 0;
   if (cube_status_is_ok(status) && info_words > static_words &&
@@ -687,15 +715,20 @@ static cube_status_t launch_locked(cube_client_t *client, uint32_t stream, cube_
                                 .info = words,
                                 .info_words = info_words,
                                 .static_words = static_words};
+    void *mark = client->profiler ? cube_profile_before_work(client, stream, true) : NULL;
     status =
         cube_server_note(client, client->device->vtable->dispatch(
                                      client->device, client->streams[stream].backend, &dispatch));
+    if (mark) cube_profile_after_work(client, stream, mark, kernel->name, 0, status);
   }
   // 7. Settle the scope.
   if (cube_status_is_ok(status)) {
     client->streams[stream].ticket++;
     for (size_t i = 0; i < n; ++i) {
       cube_server_used(client, stream, resolved[i].slot);
+      if (capturing)
+        cube_capture_note_buffer(client, stream, resolved[i].slot_index, io[i] & IO_R,
+                                 io[i] & IO_W);
       // A launch that lands into a claimed output releases the claim.
       if (io[i] & IO_W) cube_claim_clear(&resolved[i].slot->claim);
       if (prior[i].failure) cube_claim_clear(&prior[i]);
@@ -704,6 +737,17 @@ static cube_status_t launch_locked(cube_client_t *client, uint32_t stream, cube_
     for (size_t i = 0; i < n; ++i) cube_claim_clear(&prior[i]);
     claim_outputs(resolved, io, n, status);
   }
+  return status;
+}
+
+// Graphs and profiling: a failed launch fails the capture window it was
+// recorded in and invalidates open profiling windows.
+static cube_status_t launch_locked(cube_client_t *client, uint32_t stream, cube_kernel_t *kernel,
+                                   cube_cube_count_t count, const cube_kernel_args_t *args,
+                                   cube_launch_mode_t mode) {
+  cube_status_t status = launch_body(client, stream, kernel, count, args, mode);
+  if (!cube_status_is_ok(status) && mode != CUBE_LAUNCH_COMPILE_ONLY)
+    cube_server_work_failed(client, stream, status);
   return status;
 }
 
