@@ -128,7 +128,8 @@ static bool stream_reached(void *context, uint32_t stream, uint64_t ticket) {
   if (!s->live || s->completed >= ticket) return true;
   cube_status_release(stream_refresh(client, s));
   if (s->completed >= ticket) return true;
-  if (!s->progress && !client->poison) {
+  // A recording stream takes no event (it would be recorded into the graph).
+  if (!s->progress && !client->poison && !s->capturing) {
     // Nothing in flight covers |ticket| yet: mark the stream's current end,
     // so a later question can be answered without a host wait.
     cube_bevent_t *event = NULL;
@@ -256,6 +257,8 @@ void cube_client_release(cube_client_t *client) {
     vt->stream_destroy(client->device, s->backend);  // drains; never hangs on poison
     s->live = false;
   }
+  cube_graph_teardown(client);  // the streams drained: no replay is running
+  cube_profile_teardown(client);
   for (uint32_t i = 0; i < client->slot_count; ++i) cube_claim_clear(&client->slots[i].claim);
   cube_info_cache_clear(client);
   cube_mm_destroy(client->mm);

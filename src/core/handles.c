@@ -138,7 +138,9 @@ cube_status_t cube_handle_release(cube_client_t *client, cube_handle_t handle) {
     cube_slot_t *slot = &client->slots[index];
     // Stream order protects the memory: the manager reuses it at once on the
     // stream that used it last, and elsewhere only after that use completes.
-    cube_mm_free(client->mm, &slot->slice, slot->last_stream, slot->last_ticket);
+    // A capture or graph still using the memory takes it (graph.c).
+    if (!cube_graph_adopt_slot(client, index))
+      cube_mm_free(client->mm, &slot->slice, slot->last_stream, slot->last_ticket);
     cube_claim_clear(&slot->claim);
     slot->live = false;
     slot->generation++;
