@@ -148,10 +148,10 @@ static const cube_backend_vtable_t cube_cpu_vtable = {
     .compile = cube_cpu_compile,
     .kernel_release = cube_cpu_kernel_release,
     .dispatch = cube_cpu_dispatch,
-    .capture_begin = cube_backend_unsupported_capture_begin,
-    .capture_end = cube_backend_unsupported_capture_end,
-    .graph_replay = cube_backend_unsupported_graph_replay,
-    .graph_destroy = cube_backend_unsupported_graph_destroy,
+    .capture_begin = cube_cpu_capture_begin,
+    .capture_end = cube_cpu_capture_end,
+    .graph_replay = cube_cpu_graph_replay,
+    .graph_destroy = cube_cpu_graph_destroy,
 };
 
 // "AMD EPYC 7B13", from /proc/cpuinfo (x86 "model name", arm "Hardware" /

@@ -182,6 +182,34 @@ CUBE_INTERNAL cube_status_t cube_cpu_host_callback(cube_backend_device_t *device
 CUBE_INTERNAL cube_status_t cube_cpu_dispatch(cube_backend_device_t *device, cube_bstream_t *stream,
                                               const cube_dispatch_t *dispatch);
 
+//===--- Graphs (cpu_graph.c) ---===//
+//
+// A software graph: capture_begin makes the stream record each dispatch
+// (kernel retained, grid, dims, buffer addresses and info words copied)
+// instead of queueing it; replay queues one task that runs them in order.
+
+// Appends a resolved dispatch to |graph|.
+CUBE_INTERNAL cube_status_t cube_cpu_graph_record(cube_bgraph_t *graph,
+                                                  const cube_dispatch_t *dispatch);
+// Runs every recorded launch on the stream thread; the first trap stops it.
+CUBE_INTERNAL cube_status_t cube_cpu_graph_run(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
+                                               cube_bgraph_t *graph);
+CUBE_INTERNAL void cube_cpu_graph_retain(cube_bgraph_t *graph);
+CUBE_INTERNAL void cube_cpu_graph_release(cube_backend_device_t *device, cube_bgraph_t *graph);
+// The graph |stream| records into (NULL: none); sets it to |graph| when |replace|.
+CUBE_INTERNAL cube_bgraph_t *cube_cpu_stream_recording(cube_bstream_t *stream, cube_bgraph_t *graph,
+                                                       bool replace);
+CUBE_INTERNAL cube_status_t cube_cpu_stream_enqueue_graph(cube_bstream_t *stream,
+                                                          cube_bgraph_t *graph);
+// The vtable's graph slots.
+CUBE_INTERNAL cube_status_t cube_cpu_capture_begin(cube_backend_device_t *device,
+                                                   cube_bstream_t *stream);
+CUBE_INTERNAL cube_status_t cube_cpu_capture_end(cube_backend_device_t *device,
+                                                 cube_bstream_t *stream, cube_bgraph_t **out_graph);
+CUBE_INTERNAL cube_status_t cube_cpu_graph_replay(cube_backend_device_t *device,
+                                                  cube_bstream_t *stream, cube_bgraph_t *graph);
+CUBE_INTERNAL void cube_cpu_graph_destroy(cube_backend_device_t *device, cube_bgraph_t *graph);
+
 //===--- Strided copies (cpu_copy.c) ---===//
 
 // Whether a layout can be written without two elements landing on one address.

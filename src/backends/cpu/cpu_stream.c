@@ -22,6 +22,7 @@ typedef enum task_kind_t {
   TASK_RECORD,
   TASK_WAIT,
   TASK_DISPATCH,
+  TASK_GRAPH,
 } task_kind_t;
 
 typedef struct cube_cpu_task_t {
@@ -53,6 +54,7 @@ typedef struct cube_cpu_task_t {
       void *buffers[CUBE_CPU_INLINE_BUFFERS];
       uint64_t info[CUBE_CPU_INLINE_INFO];
     } dispatch;
+    cube_bgraph_t *graph;  // retained by the task
   } u;
 } cube_cpu_task_t;
 
@@ -82,6 +84,8 @@ struct cube_bstream_t {
   cube_status_t pending_error;  // reported by the next stream_sync
   pthread_t thread;
   cube_cpu_exec_t exec;
+  // Graphs: while set, dispatches are recorded into it instead of queued.
+  cube_bgraph_t *recording;
 };
 
 //===--- Events ---===//
@@ -118,6 +122,8 @@ static void task_release_resources(cube_backend_device_t *device, cube_cpu_task_
     cube_cpu_kernel_release(device, task->u.dispatch.launch.kernel);
   } else if (task->kind == TASK_RECORD || task->kind == TASK_WAIT) {
     event_release(task->u.event);
+  } else if (task->kind == TASK_GRAPH) {
+    cube_cpu_graph_release(device, task->u.graph);
   }
 }
 
@@ -155,6 +161,9 @@ static cube_status_t task_run(cube_bstream_t *stream, cube_cpu_task_t *task) {
       }
       break;
     }
+    case TASK_GRAPH:
+      status = cube_cpu_graph_run(stream->device, &stream->exec, task->u.graph);
+      break;
   }
   return status;
 }
@@ -273,6 +282,8 @@ void cube_cpu_stream_destroy(cube_backend_device_t *device, cube_bstream_t *stre
   pthread_cond_signal(&stream->work);
   pthread_mutex_unlock(&stream->lock);
   pthread_join(stream->thread, NULL);
+  // A capture never ended: its recording goes with the stream.
+  if (stream->recording != NULL) cube_cpu_graph_release(device, stream->recording);
   while (stream->free_list != NULL) {
     cube_cpu_task_t *task = stream->free_list;
     stream->free_list = task->next;
@@ -487,6 +498,7 @@ cube_status_t cube_cpu_host_callback(cube_backend_device_t *device, cube_bstream
 cube_status_t cube_cpu_dispatch(cube_backend_device_t *device, cube_bstream_t *stream,
                                 const cube_dispatch_t *dispatch) {
   (void)device;
+  if (stream->recording != NULL) return cube_cpu_graph_record(stream->recording, dispatch);
   cube_status_t status = CUBE_OK;
   void *heap = NULL;
   bool inline_args = dispatch->buffer_count <= CUBE_CPU_INLINE_BUFFERS &&
@@ -536,6 +548,29 @@ cube_status_t cube_cpu_dispatch(cube_backend_device_t *device, cube_bstream_t *s
     launch->static_words = dispatch->static_words;
     atomic_init(&launch->trapped, 0);
     launch->trap_message[0] = '\0';
+    task_submit(stream, task);
+  }
+  return status;
+}
+
+//===--- Graphs (the software graph itself lives in cpu_graph.c) ---===//
+
+cube_bgraph_t *cube_cpu_stream_recording(cube_bstream_t *stream, cube_bgraph_t *graph,
+                                         bool replace) {
+  cube_bgraph_t *previous = stream->recording;
+  if (replace) stream->recording = graph;
+  return previous;
+}
+
+cube_status_t cube_cpu_stream_enqueue_graph(cube_bstream_t *stream, cube_bgraph_t *graph) {
+  cube_status_t status = CUBE_OK;
+  cube_cpu_task_t *task = task_begin(stream, TASK_GRAPH);
+  if (task == NULL) {
+    status =
+        cube_status_make(CUBE_STATUS_LAUNCH_OUT_OF_MEMORY, "cpu graph_replay: out of host memory");
+  } else {
+    cube_cpu_graph_retain(graph);
+    task->u.graph = graph;
     task_submit(stream, task);
   }
   return status;

@@ -1,0 +1,161 @@
+// cubec CPU backend — software graphs.
+//
+// The CPU has no driver graph, so a graph is the list of resolved dispatches
+// a capture window handed the stream: each record keeps the kernel
+// (retained), the grid, the cube dims, the buffer addresses and a copy of the
+// info words. A replay queues one task that runs them in order on the stream
+// thread, so it costs one enqueue however many launches it holds. The
+// records are read-only once captured: replays on several streams may run
+// at once. Graphs are refcounted: a queued replay keeps its graph alive past
+// graph_destroy.
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_internal.h"
+
+typedef struct graph_launch_t {
+  cube_bkernel_t *kernel;  // retained
+  cube_dim3_t cube_count;
+  cube_dim3_t cube_dim;
+  uint32_t dynamic_shared_memory;
+  uint32_t buffer_count;
+  uint32_t info_words;
+  uint32_t static_words;
+  void **buffers;  // one allocation: buffer pointers, then the info words
+  uint64_t *info;
+} graph_launch_t;
+
+struct cube_bgraph_t {
+  atomic_uint refs;
+  cube_backend_device_t *device;
+  graph_launch_t *launches;
+  uint32_t count, capacity;
+};
+
+cube_status_t cube_cpu_graph_record(cube_bgraph_t *graph, const cube_dispatch_t *dispatch) {
+  cube_status_t status = CUBE_OK;
+  if (graph->count == graph->capacity) {
+    uint32_t capacity = graph->capacity ? graph->capacity * 2 : 32;
+    graph_launch_t *grown = realloc(graph->launches, capacity * sizeof *grown);
+    if (grown == NULL) {
+      return cube_status_make(CUBE_STATUS_LAUNCH_OUT_OF_MEMORY,
+                              "cpu capture of kernel '%s': out of host memory (launch %u)",
+                              dispatch->kernel->name, graph->count);
+    }
+    graph->launches = grown;
+    graph->capacity = capacity;
+  }
+  // Info words stay 8-byte aligned after the pointers; at least one word
+  // (an empty header) so the kernel always reads a valid header.
+  uint32_t words = dispatch->info_words ? dispatch->info_words : 1;
+  void *block = malloc(sizeof(void *) * dispatch->buffer_count + sizeof(uint64_t) * words);
+  if (block == NULL) {
+    status =
+        cube_status_make(CUBE_STATUS_LAUNCH_OUT_OF_MEMORY,
+                         "cpu capture of kernel '%s': cannot copy %u buffers and %u info words",
+                         dispatch->kernel->name, dispatch->buffer_count, dispatch->info_words);
+  } else {
+    graph_launch_t *launch = &graph->launches[graph->count++];
+    launch->buffers = block;
+    launch->info = (uint64_t *)(launch->buffers + dispatch->buffer_count);
+    for (uint32_t i = 0; i < dispatch->buffer_count; ++i)
+      launch->buffers[i] = (void *)(uintptr_t)dispatch->buffers[i];
+    if (dispatch->info_words) {
+      memcpy(launch->info, dispatch->info, sizeof(uint64_t) * dispatch->info_words);
+    } else {
+      launch->info[0] = 0;
+    }
+    cube_cpu_kernel_retain(dispatch->kernel);
+    launch->kernel = dispatch->kernel;
+    launch->cube_count = dispatch->cube_count;
+    launch->cube_dim = dispatch->cube_dim;
+    launch->dynamic_shared_memory = dispatch->dynamic_shared_memory;
+    launch->buffer_count = dispatch->buffer_count;
+    launch->info_words = dispatch->info_words;
+    launch->static_words = dispatch->static_words;
+  }
+  return status;
+}
+
+cube_status_t cube_cpu_graph_run(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
+                                 cube_bgraph_t *graph) {
+  cube_status_t status = CUBE_OK;
+  for (uint32_t i = 0; i < graph->count && status == CUBE_OK; ++i) {
+    const graph_launch_t *g = &graph->launches[i];
+    // A launch of its own per run: the trap state is per replay.
+    cube_cpu_launch_t launch = {.kernel = g->kernel,
+                                .cube_count = g->cube_count,
+                                .cube_dim = g->cube_dim,
+                                .dynamic_shared_memory = g->dynamic_shared_memory,
+                                .buffers = g->buffers,
+                                .info = g->info,
+                                .info_words = g->info_words,
+                                .static_words = g->static_words};
+    atomic_init(&launch.trapped, 0);
+    launch.trap_message[0] = '\0';
+    cube_cpu_launch_run(device, exec, &launch);
+    if (atomic_load(&launch.trapped)) {
+      // Later launches would read what this one left unwritten: stop.
+      status = cube_status_make(CUBE_STATUS_LAUNCH_UNKNOWN,
+                                "cpu graph replay, launch %u of %u: kernel '%s' (cube count "
+                                "%ux%ux%u, cube dim %ux%ux%u) trapped: %s",
+                                i + 1, graph->count, g->kernel->name, g->cube_count.x,
+                                g->cube_count.y, g->cube_count.z, g->cube_dim.x, g->cube_dim.y,
+                                g->cube_dim.z, launch.trap_message);
+    }
+  }
+  return status;
+}
+
+void cube_cpu_graph_retain(cube_bgraph_t *graph) {
+  atomic_fetch_add(&graph->refs, 1);
+}
+
+void cube_cpu_graph_release(cube_backend_device_t *device, cube_bgraph_t *graph) {
+  if (graph == NULL || atomic_fetch_sub(&graph->refs, 1) != 1) return;
+  for (uint32_t i = 0; i < graph->count; ++i) {
+    cube_cpu_kernel_release(device, graph->launches[i].kernel);
+    free(graph->launches[i].buffers);
+  }
+  free(graph->launches);
+  free(graph);
+}
+
+//===--- The vtable's graph slots ---===//
+
+cube_status_t cube_cpu_capture_begin(cube_backend_device_t *device, cube_bstream_t *stream) {
+  cube_status_t status = CUBE_OK;
+  cube_bgraph_t *graph = NULL;
+  if (cube_cpu_stream_recording(stream, NULL, false) != NULL) {
+    status = cube_status_make(CUBE_STATUS_GENERIC,
+                              "cpu capture_begin: the stream is already recording a graph");
+  } else {
+    graph = calloc(1, sizeof *graph);
+    if (graph == NULL)
+      status = cube_status_make(CUBE_STATUS_GENERIC, "cpu capture_begin: out of host memory");
+  }
+  if (status == CUBE_OK) {
+    atomic_init(&graph->refs, 1);
+    graph->device = device;
+    cube_cpu_stream_recording(stream, graph, true);
+  }
+  return status;
+}
+
+cube_status_t cube_cpu_capture_end(cube_backend_device_t *device, cube_bstream_t *stream,
+                                   cube_bgraph_t **out_graph) {
+  (void)device;
+  *out_graph = cube_cpu_stream_recording(stream, NULL, true);
+  if (*out_graph != NULL) return CUBE_OK;
+  return cube_status_make(CUBE_STATUS_GENERIC, "cpu capture_end: the stream is not recording");
+}
+
+cube_status_t cube_cpu_graph_replay(cube_backend_device_t *device, cube_bstream_t *stream,
+                                    cube_bgraph_t *graph) {
+  (void)device;
+  return cube_cpu_stream_enqueue_graph(stream, graph);
+}
+
+void cube_cpu_graph_destroy(cube_backend_device_t *device, cube_bgraph_t *graph) {
+  cube_cpu_graph_release(device, graph);
+}
