@@ -508,8 +508,18 @@ static cube_status_t cube_fault_capture_end(cube_backend_device_t *device, cube_
                                             cube_bgraph_t **out_graph) {
   *out_graph = NULL;
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_GRAPH);
-  if (!status) {
-    status = CUBE_FAULT_VT(device)->capture_end(CUBE_FAULT_INNER(device), stream, out_graph);
+  // A failed end still ends the capture (as cuStreamEndCapture does): end it
+  // inside and drop what was recorded, or the stream would record forever.
+  cube_status_t ended =
+      CUBE_FAULT_VT(device)->capture_end(CUBE_FAULT_INNER(device), stream, out_graph);
+  if (status && *out_graph) {
+    CUBE_FAULT_VT(device)->graph_destroy(CUBE_FAULT_INNER(device), *out_graph);
+    *out_graph = NULL;
+  }
+  if (status) {
+    cube_status_release(ended);
+  } else {
+    status = ended;
   }
   return status;
 }
