@@ -143,25 +143,35 @@ cube_cube_count_t cube_count_dynamic(cube_binding_t binding) {
 
 //===--- Kernel cache statistics ---===//
 
-static pthread_mutex_t stats_lock = PTHREAD_MUTEX_INITIALIZER;
-static cube_kernel_cache_stats_t stats;
+// Counted on every launch (memory hits): atomics, not a lock.
+static struct {
+  atomic_uint_fast64_t compiled, memory_hits, disk_hits;
+  _Atomic double compile_seconds;
+} stats;
 
 void cube_kernel_stats_count(bool compiled, bool disk_hit, bool memory_hit,
                              double seconds) {
-  pthread_mutex_lock(&stats_lock);
-  stats.compiled += compiled;
-  stats.disk_hits += disk_hit;
-  stats.memory_hits += memory_hit;
-  stats.compile_seconds += seconds;
-  pthread_mutex_unlock(&stats_lock);
+  if (compiled)
+    atomic_fetch_add_explicit(&stats.compiled, 1, memory_order_relaxed);
+  if (disk_hit)
+    atomic_fetch_add_explicit(&stats.disk_hits, 1, memory_order_relaxed);
+  if (memory_hit)
+    atomic_fetch_add_explicit(&stats.memory_hits, 1, memory_order_relaxed);
+  if (seconds > 0) {
+    double old = atomic_load(&stats.compile_seconds);
+    while (!atomic_compare_exchange_weak(&stats.compile_seconds, &old,
+                                         old + seconds)) {
+    }
+  }
 }
 
 void cube_kernel_cache_stats(cube_kernel_cache_stats_t *out_stats) {
   if (!out_stats)
     return;
-  pthread_mutex_lock(&stats_lock);
-  *out_stats = stats;
-  pthread_mutex_unlock(&stats_lock);
+  out_stats->compiled = atomic_load(&stats.compiled);
+  out_stats->memory_hits = atomic_load(&stats.memory_hits);
+  out_stats->disk_hits = atomic_load(&stats.disk_hits);
+  out_stats->compile_seconds = atomic_load(&stats.compile_seconds);
 }
 
 //===--- The compiled-kernel cache (per device) ---===//
@@ -636,17 +646,24 @@ static cube_status_t launch_locked(cube_client_t *client, uint32_t stream,
                                    const cube_kernel_args_t *args,
                                    cube_launch_mode_t mode) {
   const size_t n = args->buffer_count;
-  cube_resolved_t resolved[CUBE_MAX_BUFFERS] = {0};
+  cube_resolved_t resolved[CUBE_MAX_BUFFERS];
+  for (size_t i = 0; i < n; ++i)
+    resolved[i].slot = NULL;
   io_answer_t io[CUBE_MAX_BUFFERS];
   uint64_t lengths[CUBE_MAX_BUFFERS];
   cube_status_t status = CUBE_OK;
 
   // 1. Arguments: a bad one is the caller's error, and nothing is claimed.
+  // Static names: formatting one per buffer would cost more than the rest of
+  // the launch path.
+  static const char *const kBufferNames[CUBE_MAX_BUFFERS] = {
+      "buffer 0",  "buffer 1",  "buffer 2",  "buffer 3",
+      "buffer 4",  "buffer 5",  "buffer 6",  "buffer 7",
+      "buffer 8",  "buffer 9",  "buffer 10", "buffer 11",
+      "buffer 12", "buffer 13", "buffer 14", "buffer 15"};
   for (size_t i = 0; i < n && cube_status_is_ok(status); ++i) {
-    char what[32];
-    snprintf(what, sizeof what, "buffer %zu", i);
     status = cube_server_resolve(client, args->buffers[i].binding, kernel->name,
-                                 what, &resolved[i]);
+                                 kBufferNames[i], &resolved[i]);
     lengths[i] = resolved[i].size;
   }
   cube_resolved_t count_buffer = {0};
