@@ -559,6 +559,43 @@ static void print_cache_line(const cube_kernel_cache_stats_t *before,
   }
 }
 
+static void format_short(uint64_t bytes, char *buffer, size_t capacity) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = (double)bytes;
+  int unit = 0;
+  while (value >= 1024 && unit < 4) value /= 1024, unit++;
+  snprintf(buffer, capacity, unit ? "%.1f %s" : "%.0f %s", value, units[unit]);
+}
+
+// The device's pools as the memory manager reports them: what the run held
+// from the backend, what was live, and the high-water marks.
+static void print_memory_report(cube_client_t *client) {
+  cube_memory_report_t report;
+  if (!report_status("cube_memory_report",
+                     cube_memory_report(client, CUBE_STREAM_CURRENT, &report))) {
+    return;
+  }
+  char a[32], b[32], c[32], d[32], e[32];
+  printf("\nmemory report (pools are shared by every stream of the device)\n");
+  printf("  %-22s %10s %10s %10s %10s %10s %6s %7s\n", "pool", "page", "reserved", "in use",
+         "peak res.", "peak use", "pages", "slices");
+  for (uint32_t i = 0; i < report.pool_count; ++i) {
+    const cube_pool_report_t *r = &report.pools[i];
+    format_short(r->page_size, a, sizeof a);
+    format_short(r->reserved, b, sizeof b);
+    format_short(r->in_use, c, sizeof c);
+    format_short(r->reserved_peak, d, sizeof d);
+    format_short(r->in_use_peak, e, sizeof e);
+    printf("  %-22s %10s %10s %10s %10s %10s %6" PRIu32 " %7" PRIu32 "\n", r->name,
+           r->page_size ? a : "varies", b, c, d, e, r->pages, r->slices);
+  }
+  format_short(report.reserved, b, sizeof b);
+  format_short(report.in_use, c, sizeof c);
+  format_short(report.reserved_peak, d, sizeof d);
+  format_short(report.in_use_peak, e, sizeof e);
+  printf("  %-22s %10s %10s %10s %10s %10s\n", "total", "", b, c, d, e);
+}
+
 static int command_demo(cube_backend_kind_t backend) {
   demo_t demo = {NULL, 0, 0};
   int rc = 1;
@@ -603,6 +640,7 @@ static int command_demo(cube_backend_kind_t backend) {
   // compile is never cached, so it would read "cold" on every run.
   if (ran) ran = demo_failure(&demo);
   double t1 = now_seconds();
+  if (ran) print_memory_report(demo.client);
 
   printf("\n%d checks passed, %d failed, %.2f s in all\n", demo.checks_passed, demo.checks_failed,
          t1 - t0);
