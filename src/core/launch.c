@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/io_sets.h"
 #include "core/server.h"
 
 //===--- Kernel objects ---===//
@@ -250,34 +251,10 @@ typedef enum io_answer_t {
   IO_RW = 3
 } io_answer_t;
 
-// The compiled kernel's answer, then the caller's declaration, then read
-// and written: the last-resort fallback over-names, never under-names.
+// Which of the launch's buffers it reads and writes (core/io_sets.h).
 static io_answer_t io_of(const char *compiled, size_t index,
                          cube_buffer_io_t declared) {
-  if (compiled && index < strlen(compiled)) {
-    switch (compiled[index]) {
-    case 'r':
-      return IO_R;
-    case 'w':
-      return IO_W;
-    case 'd':
-      return IO_NONE;
-    default:
-      return IO_RW;
-    }
-  }
-  switch (declared) {
-  case CUBE_IO_READ:
-    return IO_R;
-  case CUBE_IO_WRITE:
-    return IO_W;
-  case CUBE_IO_READ_WRITE:
-    return IO_RW;
-  case CUBE_IO_DEAD:
-    return IO_NONE;
-  default:
-    return IO_RW;
-  }
+  return (io_answer_t)cube_io_sets_of(compiled, index, declared);
 }
 
 //===--- Info packing ---===//

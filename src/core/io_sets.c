@@ -1,0 +1,29 @@
+// cubec core — which buffers a launch reads and writes (io_sets.h).
+#include "core/io_sets.h"
+
+#include <string.h>
+
+unsigned cube_io_sets_of(const char *compiled, size_t index, cube_buffer_io_t declared) {
+  if (compiled && index < strlen(compiled)) {
+    switch (compiled[index]) {
+      case 'r':
+        return CUBE_IO_SET_READ;
+      case 'w':
+        return CUBE_IO_SET_WRITE;
+      case 'd':
+        return 0;
+      default:
+        return CUBE_IO_SET_READ | CUBE_IO_SET_WRITE;
+    }
+  }
+  switch (declared) {
+    case CUBE_IO_READ:
+      return CUBE_IO_SET_READ;
+    case CUBE_IO_WRITE:
+      return CUBE_IO_SET_WRITE;
+    case CUBE_IO_DEAD:
+      return 0;
+    default:  // CUBE_IO_READ_WRITE, and the undeclared fallback
+      return CUBE_IO_SET_READ | CUBE_IO_SET_WRITE;
+  }
+}

@@ -1,0 +1,21 @@
+// cubec core — which buffers a launch reads and writes.
+//
+// The compiled kernel's own answer (the dialect's IN/OUT/INOUT, one character
+// per buffer: 'r', 'w', 'x' read-write, 'd' dead) wins where it has one; past
+// its end, or when the kernel kept none, the caller's declaration answers;
+// an undeclared buffer reads as read and written. Every fallback over-names:
+// naming a buffer the kernel only read fails a read that would have been
+// fine, loudly; missing one it writes hands back stale bytes, silently.
+#ifndef CUBE_CORE_IO_SETS_H_
+#define CUBE_CORE_IO_SETS_H_
+
+#include "core/backend.h"
+
+enum { CUBE_IO_SET_READ = 1, CUBE_IO_SET_WRITE = 2 };
+
+// CUBE_IO_SET_* flags for buffer |index|. |compiled| may be NULL (no
+// compiled answer) or shorter than the buffer list.
+CUBE_INTERNAL unsigned cube_io_sets_of(const char *compiled, size_t index,
+                                       cube_buffer_io_t declared);
+
+#endif  // CUBE_CORE_IO_SETS_H_
