@@ -1,0 +1,353 @@
+// Graph replay and a decode-step workload, eager vs graph, side by side.
+//
+//   ./build/bench/bench_graph [--quick] [--cpu]
+//
+// 1. Replay cost per kernel of a captured graph of 100 small kernels (y = x + 1
+//    over 1024 floats, alternating buffers): cubec (dialect kernel, captured
+//    through cube_graph_*) against the same 100 launches of a raw CUDA kernel
+//    captured with raw driver calls (cuStreamBeginCapture / cuLaunchKernel /
+//    cuGraphInstantiate / cuGraphLaunch) on the same CUstream. CUDA only;
+//    target <= 1.05x.
+// 2. The decode step (docs/graphs.md, bench/graph_torch.py does the same work
+//    in PyTorch): 16 layers x 4 kernels = 64 small kernels of mixed shapes
+//    per step, hidden 4096, with per layer
+//        h = x * 0.5                         (4096)
+//        o = W_l @ h[0:256]                  (1024 x 256 gemv, W_l per layer)
+//        a = silu(o)                         (1024)
+//        x = x + a (broadcast over 4 x 1024) (4096)
+//    run eagerly (64 cube_launch per step) and as one graph replay per step;
+//    prints steps/s.
+// On a machine without a GPU (or with --cpu) both parts run on the CPU
+// backend (software graph vs eager; part 1 has no raw baseline there).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backends/cuda/cuda_internal.h"
+#include "core/server.h"
+#include "cube/cube.h"
+
+static bool quick;
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int compare_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *values, int count) {
+  qsort(values, (size_t)count, sizeof *values, compare_double);
+  return count % 2 ? values[count / 2] : 0.5 * (values[count / 2 - 1] + values[count / 2]);
+}
+
+#define CHECK(expr)                                                      \
+  do {                                                                   \
+    cube_status_t check_status_ = (expr);                                \
+    if (check_status_) {                                                 \
+      fprintf(stderr, "%s:%d: %s failed:\n", __FILE__, __LINE__, #expr); \
+      cube_status_fprint(check_status_, stderr);                         \
+      exit(1);                                                           \
+    }                                                                    \
+  } while (0)
+
+#define CU(expr)                                                                   \
+  do {                                                                             \
+    CUresult cu_result_ = (expr);                                                  \
+    if (cu_result_ != CUDA_SUCCESS) {                                              \
+      fprintf(stderr, "%s:%d: %s -> %d\n", __FILE__, __LINE__, #expr, cu_result_); \
+      exit(1);                                                                     \
+    }                                                                              \
+  } while (0)
+
+static const cube_stream_t S = CUBE_STREAM_CURRENT;
+
+static cube_kernel_t *make_kernel(const char *name, const char *source,
+                                  cube_kernel_language_t language, uint32_t dim) {
+  cube_kernel_desc_t desc = {.name = name,
+                             .source = source,
+                             .language = language,
+                             .cube_dim = {dim, 1, 1},
+                             .dynamic_shared_memory = 0};
+  cube_kernel_t *k = NULL;
+  CHECK(cube_kernel_create(&desc, &k));
+  return k;
+}
+
+static cube_handle_t buffer(cube_client_t *client, uint64_t floats, float value) {
+  cube_handle_t h;
+  CHECK(cube_handle_create(client, S, floats * 4, &h));
+  float *host = malloc(floats * 4);
+  for (uint64_t i = 0; i < floats; ++i) host[i] = value + (float)(i % 7) * 0.01f;
+  CHECK(cube_write(client, S, cube_handle_binding(h), host, floats * 4));
+  free(host);
+  return h;
+}
+
+//===--- 1. 100-kernel graph: cubec vs raw driver graph ---===//
+
+static const char *const kInc =
+    "CUBE_KERNEL(bg_inc, IN(float, x), OUT(float, y)) {\n"
+    "  uint64_t i = ABSOLUTE_POS;\n"
+    "  if (i < LEN(y)) y[i] = x[i] + 1.0f;\n"
+    "}\n";
+static const char *const kRawInc =
+    "extern \"C\" __global__ void bg_inc_raw(const float *x, float *y, unsigned long long n) {\n"
+    "  unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < n) y[i] = x[i] + 1.0f;\n"
+    "}\n";
+
+enum { GRAPH_KERNELS = 100, INC_N = 1024 };
+
+static CUfunction function_of(cube_client_t *client, cube_kernel_t *k) {
+  for (size_t i = 0; i < client->compiled_count; ++i) {
+    if (client->compiled[i].kernel == k && client->compiled[i].backend)
+      return client->compiled[i].backend->function;
+  }
+  fprintf(stderr, "kernel %s was not compiled\n", cube_kernel_name(k));
+  exit(1);
+}
+
+static void inc_work(cube_client_t *client, cube_kernel_t *k, cube_handle_t a, cube_handle_t b) {
+  for (int i = 0; i < GRAPH_KERNELS; ++i) {
+    cube_kernel_buffer_t bufs[2] = {
+        {cube_handle_binding(i % 2 ? b : a), CUBE_IO_READ, 0, NULL, NULL},
+        {cube_handle_binding(i % 2 ? a : b), CUBE_IO_WRITE, 0, NULL, NULL}};
+    cube_kernel_args_t args = {bufs, 2, NULL, 0};
+    CHECK(cube_launch(client, S, k, cube_count_static(INC_N / 256, 1, 1), &args,
+                      CUBE_LAUNCH_EXECUTE));
+  }
+}
+
+static void bench_replay(cube_client_t *client, bool cuda) {
+  const int replays = quick ? 50 : 500, repeats = quick ? 5 : 15;
+  cube_kernel_t *k = make_kernel("bg_inc", kInc, CUBE_KERNEL_DIALECT, 256);
+  cube_handle_t a = buffer(client, INC_N, 0.0f), b = buffer(client, INC_N, 0.0f);
+  CHECK(cube_graph_prepare(client, S));
+  inc_work(client, k, a, b);
+  CHECK(cube_sync(client, S, NULL, 0));
+  CHECK(cube_graph_begin_capture(client, S));
+  inc_work(client, k, a, b);
+  cube_graph_t graph = 0;
+  CHECK(cube_graph_end_capture(client, S, &graph));
+  CHECK(cube_graph_replay(client, S, graph));
+  CHECK(cube_sync(client, S, NULL, 0));
+
+  double c[64], r[64], e[64];
+  for (int rep = 0; rep < repeats; ++rep) {
+    double t0 = now_s();
+    for (int i = 0; i < replays; ++i) CHECK(cube_graph_replay(client, S, graph));
+    CHECK(cube_sync(client, S, NULL, 0));
+    c[rep] = (now_s() - t0) / (replays * (double)GRAPH_KERNELS) * 1e6;
+    t0 = now_s();
+    for (int i = 0; i < replays / 10 + 1; ++i) inc_work(client, k, a, b);
+    CHECK(cube_sync(client, S, NULL, 0));
+    e[rep] = (now_s() - t0) / ((replays / 10 + 1) * (double)GRAPH_KERNELS) * 1e6;
+  }
+  double cubec_us = median(c, repeats), eager_us = median(e, repeats);
+  double raw_us = 0;
+  if (cuda) {
+    const char *detail = NULL;
+    const cube_cuda_driver_t *cu = cube_cuda_driver(&detail);
+    cube_kernel_t *rk = make_kernel("bg_inc_raw", kRawInc, CUBE_KERNEL_CUDA, 256);
+    CHECK(cube_launch(client, S, rk, cube_count_static(1, 1, 1), NULL, CUBE_LAUNCH_COMPILE_ONLY));
+    CUfunction fn = function_of(client, rk);
+    cube_stream_t s = 0;
+    CHECK(cube_stream_current(client, &s));
+    CUstream stream = cube_cuda_stream(client->streams[s].backend);
+    uint64_t aa, ba;
+    CHECK(cube_get_resource(client, S, cube_handle_binding(a), &aa));
+    CHECK(cube_get_resource(client, S, cube_handle_binding(b), &ba));
+    CUdeviceptr ap = aa, bp = ba;
+    unsigned long long n = INC_N;
+    void *ab[] = {&ap, &bp, &n}, *ba_[] = {&bp, &ap, &n};
+    CUgraph g = NULL;
+    CUgraphExec exec = NULL;
+    CU(cu->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    for (int i = 0; i < GRAPH_KERNELS; ++i)
+      CU(cu->cuLaunchKernel(fn, INC_N / 256, 1, 1, 256, 1, 1, 0, stream, i % 2 ? ba_ : ab, NULL));
+    CU(cu->cuStreamEndCapture(stream, &g));
+    CU(cu->cuGraphInstantiate(&exec, g, 0));
+    CU(cu->cuGraphLaunch(exec, stream));
+    CU(cu->cuStreamSynchronize(stream));
+    for (int rep = 0; rep < repeats; ++rep) {
+      double t0 = now_s();
+      for (int i = 0; i < replays; ++i) CU(cu->cuGraphLaunch(exec, stream));
+      CU(cu->cuStreamSynchronize(stream));
+      r[rep] = (now_s() - t0) / (replays * (double)GRAPH_KERNELS) * 1e6;
+    }
+    raw_us = median(r, repeats);
+    CU(cu->cuGraphExecDestroy(exec));
+    CU(cu->cuGraphDestroy(g));
+    cube_kernel_release(rk);
+  }
+  printf("\n1. graph of %d small kernels (y = x + 1 over %d floats), per kernel, medians\n",
+         GRAPH_KERNELS, INC_N);
+  printf("  %-36s %10s\n", "", "us/kernel");
+  printf("  %-36s %10.3f\n", "cubec eager (cube_launch)", eager_us);
+  printf("  %-36s %10.3f\n", "cubec graph replay", cubec_us);
+  if (cuda) {
+    printf("  %-36s %10.3f\n", "raw driver graph (cuGraphLaunch)", raw_us);
+    printf("  %-36s %10.3f   target <= 1.05x  %s\n", "ratio cubec graph / raw graph",
+           cubec_us / raw_us, cubec_us / raw_us <= 1.05 ? "PASS" : "MISS");
+  } else {
+    printf("  (no raw driver baseline on the %s backend)\n", cube_client_backend_name(client));
+  }
+  CHECK(cube_graph_destroy(client, S, graph));
+  CHECK(cube_handle_release(client, a));
+  CHECK(cube_handle_release(client, b));
+  cube_kernel_release(k);
+}
+
+//===--- 2. Decode step: 64 small kernels of mixed shapes ---===//
+
+enum { LAYERS = 16, HIDDEN = 4096, ROWS = 1024, COLS = 256 };
+
+static const char *const kScale =
+    "CUBE_KERNEL(dk_scale, IN(float, x), OUT(float, h)) {\n"
+    "  uint64_t i = ABSOLUTE_POS;\n"
+    "  if (i < LEN(h)) h[i] = x[i] * 0.5f;\n"
+    "}\n";
+static const char *const kGemv =
+    "CUBE_KERNEL(dk_gemv, IN(float, w), IN(float, h), OUT(float, o)) {\n"
+    "  uint64_t i = ABSOLUTE_POS;\n"
+    "  uint32_t cols = SCALAR(u32, 0);\n"
+    "  if (i < LEN(o)) {\n"
+    "    float acc = 0.0f;\n"
+    "    for (uint32_t j = 0; j < cols; ++j) acc += w[i * cols + j] * h[j];\n"
+    "    o[i] = acc;\n"
+    "  }\n"
+    "}\n";
+static const char *const kSilu =
+    "CUBE_KERNEL(dk_silu, IN(float, o), OUT(float, a)) {\n"
+    "  uint64_t i = ABSOLUTE_POS;\n"
+    "  if (i < LEN(a)) { float v = o[i]; a[i] = v / (1.0f + expf(-v)); }\n"
+    "}\n";
+static const char *const kResid =
+    "CUBE_KERNEL(dk_resid, INOUT(float, x), IN(float, a)) {\n"
+    "  uint64_t i = ABSOLUTE_POS;\n"
+    "  if (i < LEN(x)) x[i] = x[i] + a[i % LEN(a)];\n"
+    "}\n";
+
+typedef struct decode_t {
+  cube_kernel_t *scale, *gemv, *silu, *resid;
+  cube_handle_t x, h, o, a, w[LAYERS];
+} decode_t;
+
+static void launch2(cube_client_t *client, cube_kernel_t *k, cube_handle_t p, cube_buffer_io_t pio,
+                    cube_handle_t q, cube_buffer_io_t qio, uint32_t cubes) {
+  cube_kernel_buffer_t bufs[2] = {{cube_handle_binding(p), pio, 0, NULL, NULL},
+                                  {cube_handle_binding(q), qio, 0, NULL, NULL}};
+  cube_kernel_args_t args = {bufs, 2, NULL, 0};
+  CHECK(cube_launch(client, S, k, cube_count_static(cubes, 1, 1), &args, CUBE_LAUNCH_EXECUTE));
+}
+
+static void decode_step(cube_client_t *client, decode_t *d) {
+  for (int l = 0; l < LAYERS; ++l) {
+    launch2(client, d->scale, d->x, CUBE_IO_READ, d->h, CUBE_IO_WRITE, HIDDEN / 256);
+    cube_kernel_buffer_t bufs[3] = {
+        {cube_handle_binding(d->w[l]), CUBE_IO_READ, 0, NULL, NULL},
+        {cube_handle_slice(d->h, 0, COLS * 4), CUBE_IO_READ, 0, NULL, NULL},
+        {cube_handle_binding(d->o), CUBE_IO_WRITE, 0, NULL, NULL}};
+    cube_scalar_t cols = cube_scalar_u32(COLS);
+    cube_kernel_args_t args = {bufs, 3, &cols, 1};
+    CHECK(cube_launch(client, S, d->gemv, cube_count_static(ROWS / 256, 1, 1), &args,
+                      CUBE_LAUNCH_EXECUTE));
+    launch2(client, d->silu, d->o, CUBE_IO_READ, d->a, CUBE_IO_WRITE, ROWS / 256);
+    launch2(client, d->resid, d->x, CUBE_IO_READ_WRITE, d->a, CUBE_IO_READ, HIDDEN / 256);
+  }
+}
+
+static void bench_decode(cube_client_t *client) {
+  const int steps = quick ? 20 : 200, repeats = quick ? 3 : 9;
+  decode_t d;
+  d.scale = make_kernel("dk_scale", kScale, CUBE_KERNEL_DIALECT, 256);
+  d.gemv = make_kernel("dk_gemv", kGemv, CUBE_KERNEL_DIALECT, 256);
+  d.silu = make_kernel("dk_silu", kSilu, CUBE_KERNEL_DIALECT, 256);
+  d.resid = make_kernel("dk_resid", kResid, CUBE_KERNEL_DIALECT, 256);
+  d.x = buffer(client, HIDDEN, 0.01f);
+  d.h = buffer(client, HIDDEN, 0.0f);
+  d.o = buffer(client, ROWS, 0.0f);
+  d.a = buffer(client, ROWS, 0.0f);
+  for (int l = 0; l < LAYERS; ++l) d.w[l] = buffer(client, (uint64_t)ROWS * COLS, 0.001f);
+
+  CHECK(cube_graph_prepare(client, S));
+  decode_step(client, &d);  // warm-up: compiles, fills pools and the info cache
+  CHECK(cube_sync(client, S, NULL, 0));
+  CHECK(cube_graph_begin_capture(client, S));
+  decode_step(client, &d);
+  cube_graph_t graph = 0;
+  CHECK(cube_graph_end_capture(client, S, &graph));
+  CHECK(cube_graph_replay(client, S, graph));
+  CHECK(cube_sync(client, S, NULL, 0));
+
+  double eager[32], graphed[32];
+  for (int rep = 0; rep < repeats; ++rep) {
+    double t0 = now_s();
+    for (int i = 0; i < steps; ++i) decode_step(client, &d);
+    CHECK(cube_sync(client, S, NULL, 0));
+    eager[rep] = steps / (now_s() - t0);
+    t0 = now_s();
+    for (int i = 0; i < steps; ++i) CHECK(cube_graph_replay(client, S, graph));
+    CHECK(cube_sync(client, S, NULL, 0));
+    graphed[rep] = steps / (now_s() - t0);
+  }
+  double e = median(eager, repeats), g = median(graphed, repeats);
+  printf(
+      "\n2. decode step: %d layers x 4 kernels = %d kernels/step (hidden %d, gemv %dx%d), "
+      "medians\n",
+      LAYERS, LAYERS * 4, HIDDEN, ROWS, COLS);
+  printf("  %-36s %12s %12s\n", "", "steps/s", "us/step");
+  printf("  %-36s %12.0f %12.2f\n", "cubec eager (64 cube_launch)", e, 1e6 / e);
+  printf("  %-36s %12.0f %12.2f\n", "cubec graph (1 replay)", g, 1e6 / g);
+  printf("  %-36s %12.2fx\n", "graph / eager", g / e);
+  printf(
+      "  compare: python3 bench/graph_torch.py (PyTorch eager and CUDA graph, same work);\n"
+      "  targets: cubec eager >= 2x PyTorch eager, cubec graph >= PyTorch graph\n");
+
+  // One traced step: the per-kernel table.
+  CHECK(cube_trace_start(client));
+  decode_step(client, &d);
+  printf("\n  one eager step, traced (device time per kernel):\n");
+  CHECK(cube_trace_stop(client, NULL, stdout));
+
+  CHECK(cube_graph_destroy(client, S, graph));
+  CHECK(cube_handle_release(client, d.x));
+  CHECK(cube_handle_release(client, d.h));
+  CHECK(cube_handle_release(client, d.o));
+  CHECK(cube_handle_release(client, d.a));
+  for (int l = 0; l < LAYERS; ++l) CHECK(cube_handle_release(client, d.w[l]));
+  cube_kernel_release(d.scale);
+  cube_kernel_release(d.gemv);
+  cube_kernel_release(d.silu);
+  cube_kernel_release(d.resid);
+}
+
+int main(int argc, char **argv) {
+  bool force_cpu = false;
+  for (int i = 1; i < argc; ++i) {
+    quick |= strcmp(argv[i], "--quick") == 0;
+    force_cpu |= strcmp(argv[i], "--cpu") == 0;
+  }
+  cube_backend_info_t info;
+  CHECK(cube_backend_query(CUBE_BACKEND_CUDA, &info));
+  bool cuda = info.available && info.device_count > 0 && !force_cpu;
+  cube_client_options_t options;
+  cube_client_options_initialize(&options);
+  options.backend = cuda ? CUBE_BACKEND_CUDA : CUBE_BACKEND_CPU;
+  options.fault_plan = "";
+  cube_client_t *client = NULL;
+  CHECK(cube_client_create(&options, &client));
+  printf("bench_graph on %s (%s)%s\n", cube_client_properties(client)->name,
+         cube_client_backend_name(client),
+         cuda ? "" : " -- CUDA unavailable or --cpu: software graph vs eager only");
+  bench_replay(client, cuda);
+  bench_decode(client);
+  cube_client_release(client);
+  return 0;
+}
