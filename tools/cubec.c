@@ -632,10 +632,19 @@ static int command_demo(cube_backend_kind_t backend) {
   cube_kernel_cache_stats_t before, after;
   cube_kernel_cache_stats(&before);
   double t0 = now_seconds();
+  // Device timing of every kernel and copy (cube_trace_*); CUBE_TRACE=<path>
+  // also writes the Chrome trace (open it in Perfetto).
+  bool traced = report_status("cube_trace_start", cube_trace_start(demo.client));
   bool ran = demo_saxpy(&demo) && demo_reduction(&demo) && demo_transpose(&demo);
   cube_kernel_cache_stats(&after);
   printf("\n");
   print_cache_line(&before, &after);
+  if (traced) {
+    const char *trace_path = getenv("CUBE_TRACE");
+    printf("\nper-kernel device time (cube_trace_stop%s%s)\n", trace_path ? " -> " : "",
+           trace_path ? trace_path : "");
+    report_status("cube_trace_stop", cube_trace_stop(demo.client, trace_path, stdout));
+  }
   // The failure demo runs after the cache line: a kernel that fails to
   // compile is never cached, so it would read "cold" on every run.
   if (ran) ran = demo_failure(&demo);
@@ -673,6 +682,7 @@ static void print_usage(FILE *out) {
           "  CUBE_CC                the C compiler the CPU backend builds kernels with\n"
           "  CUBE_NVRTC_PATH        where to load NVRTC from\n"
           "  CUBE_FAULT             a fault plan for the fault-injection backend\n"
+          "  CUBE_TRACE             demo: write a Chrome trace (JSON, Perfetto) there\n"
           "\n"
           "exit status: 0 when every check passed, 1 on a failure, 2 on a usage error\n");
 }
