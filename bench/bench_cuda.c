@@ -163,6 +163,41 @@ static void bench_launch(cube_client_t *client, const cube_cuda_driver_t *cu) {
   report("empty-kernel launch enqueue", median(c, repeats), median(r, repeats), "us", true, 1.10,
          "<= 1.10x");
 
+  // Where the difference goes: the backend's dispatch slot alone (the core
+  // bypassed), and the core's path up to dispatch (a compile-only launch).
+  {
+    cube_bkernel_t *bk = NULL;
+    for (size_t i = 0; i < client->compiled_count; ++i) {
+      if (client->compiled[i].kernel == empty) bk = client->compiled[i].backend;
+    }
+    uint64_t header = 0;
+    cube_dispatch_t d = {.kernel = bk,
+                         .cube_count = {1, 1, 1},
+                         .cube_dim = {1, 1, 1},
+                         .info = &header,
+                         .info_words = 1,
+                         .static_words = 1};
+    cube_stream_t s = 0;
+    CHECK(cube_stream_current(client, &s));
+    cube_bstream_t *bs = client->streams[s].backend;
+    double b[64], p[64];
+    for (int rep = 0; rep < repeats; ++rep) {
+      double t0 = now_s();
+      for (int i = 0; i < batch; ++i)
+        CHECK(client->device->vtable->dispatch(client->device, bs, &d));
+      b[rep] = (now_s() - t0) / batch * 1e6;
+      CU(cu->cuStreamSynchronize(stream));
+      t0 = now_s();
+      for (int i = 0; i < batch; ++i) {
+        CHECK(cube_launch(client, CUBE_STREAM_CURRENT, empty, cube_count_static(1, 1, 1), NULL,
+                          CUBE_LAUNCH_COMPILE_ONLY));
+      }
+      p[rep] = (now_s() - t0) / batch * 1e6;
+    }
+    printf("    (breakdown: backend dispatch slot alone %.3f us, core path to dispatch %.3f us)\n",
+           median(b, repeats), median(p, repeats));
+  }
+
   // A 4-argument axpy launch (two buffers, a scalar, a length).
   const uint64_t n = 1 << 20;
   cube_handle_t x, y;
