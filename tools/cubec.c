@@ -549,9 +549,9 @@ static void print_cache_line(const cube_kernel_cache_stats_t *before,
   uint64_t memory = after->memory_hits - before->memory_hits;
   double seconds = after->compile_seconds - before->compile_seconds;
   if (compiled > 0) {
-    printf("kernel cache: cold (compiled %" PRIu64 " kernels in %.0f ms, %" PRIu64
+    printf("kernel cache: cold (compiled %" PRIu64 " kernel%s in %.0f ms, %" PRIu64
            " loaded from disk cache, %" PRIu64 " memory hits)\n",
-           compiled, seconds * 1e3, disk, memory);
+           compiled, compiled == 1 ? "" : "s", seconds * 1e3, disk, memory);
   } else {
     printf("kernel cache: warm (0 compiled, %" PRIu64 " loaded from disk cache, %" PRIu64
            " memory hits)\n",
