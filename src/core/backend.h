@@ -97,8 +97,7 @@ typedef struct cube_backend_vtable_t {
   // Blocks the host until |event| is reached.
   cube_status_t (*event_sync)(cube_backend_device_t *device, cube_bevent_t *event);
   // Whether |event| is reached, without blocking.
-  cube_status_t (*event_query)(cube_backend_device_t *device, cube_bevent_t *event,
-                               bool *out_done);
+  cube_status_t (*event_query)(cube_backend_device_t *device, cube_bevent_t *event, bool *out_done);
   // Device nanoseconds between two timed events (both reached).
   cube_status_t (*event_elapsed)(cube_backend_device_t *device, cube_bevent_t *start,
                                  cube_bevent_t *end, uint64_t *out_nanoseconds);
