@@ -22,10 +22,10 @@ typedef enum cube_compute_wait_t {
 // not depend on their order.
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_init(cube_client_t *const *clients,
                                                            size_t count);
-CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_all_reduce(
-    cube_client_t *client, cube_stream_t stream, cube_binding_t source, cube_binding_t destination,
-    cube_scalar_type_t dtype, cube_reduce_op_t op, cube_client_t *const *group, size_t group_count,
-    cube_compute_wait_t wait);
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t
+cube_all_reduce(cube_client_t *client, cube_stream_t stream, cube_binding_t source,
+                cube_binding_t destination, cube_scalar_type_t dtype, cube_reduce_op_t op,
+                cube_client_t *const *group, size_t group_count, cube_compute_wait_t wait);
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_sync_collective(cube_client_t *client,
                                                                  cube_stream_t stream);
 

@@ -40,6 +40,8 @@
 #define CUBE__UNUSED __attribute__((unused))
 #define CUBE__NOTHING()
 #define CUBE__MAP(M, S, ...) CUBE__CAT(CUBE__MAP_, CUBE__NARGS(__VA_ARGS__))(M, S, __VA_ARGS__)
+// Generated: one macro per arity.
+// clang-format off
 #define CUBE__NARGS(...) \
   CUBE__NARGS_(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
 #define CUBE__NARGS_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, N, \
@@ -58,40 +60,49 @@
 #define CUBE__MAP_8(M, S, a0, a1, a2, a3, a4, a5, a6, a7) \
   M(0, a0)                                                \
   S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7)
-#define CUBE__MAP_9(M, S, a0, a1, a2, a3, a4, a5, a6, a7, a8)                                    \
-  M(0, a0)                                                                                       \
-  S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() \
+#define CUBE__MAP_9(M, S, a0, a1, a2, a3, a4, a5, a6, a7, a8)                                \
+  M(0, a0)                                                                                   \
+  S()                                                                                        \
+  M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() \
       M(8, a8)
-#define CUBE__MAP_10(M, S, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9)                               \
-  M(0, a0)                                                                                       \
-  S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() \
+#define CUBE__MAP_10(M, S, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9)                           \
+  M(0, a0)                                                                                   \
+  S()                                                                                        \
+  M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() \
       M(8, a8) S() M(9, a9)
-#define CUBE__MAP_11(M, S, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)                          \
-  M(0, a0)                                                                                       \
-  S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() \
+#define CUBE__MAP_11(M, S, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)                      \
+  M(0, a0)                                                                                   \
+  S()                                                                                        \
+  M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() \
       M(8, a8) S() M(9, a9) S() M(10, a10)
-#define CUBE__MAP_12(M, S, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)                     \
-  M(0, a0)                                                                                       \
-  S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() \
+#define CUBE__MAP_12(M, S, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)                 \
+  M(0, a0)                                                                                   \
+  S()                                                                                        \
+  M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() \
       M(8, a8) S() M(9, a9) S() M(10, a10) S() M(11, a11)
-#define CUBE__MAP_13(M, S, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12)                \
-  M(0, a0)                                                                                       \
-  S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() \
+#define CUBE__MAP_13(M, S, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12)            \
+  M(0, a0)                                                                                   \
+  S()                                                                                        \
+  M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() \
       M(8, a8) S() M(9, a9) S() M(10, a10) S() M(11, a11) S() M(12, a12)
-#define CUBE__MAP_14(M, S, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13)           \
-  M(0, a0)                                                                                       \
-  S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() \
+#define CUBE__MAP_14(M, S, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13)       \
+  M(0, a0)                                                                                   \
+  S()                                                                                        \
+  M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() \
       M(8, a8) S() M(9, a9) S() M(10, a10) S() M(11, a11) S() M(12, a12) S() M(13, a13)
-#define CUBE__MAP_15(M, S, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14)      \
-  M(0, a0)                                                                                       \
-  S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() \
-      M(8, a8) S() M(9, a9) S() M(10, a10) S() M(11, a11) S() M(12, a12) S() M(13, a13) S()      \
+#define CUBE__MAP_15(M, S, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14)  \
+  M(0, a0)                                                                                   \
+  S()                                                                                        \
+  M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() \
+      M(8, a8) S() M(9, a9) S() M(10, a10) S() M(11, a11) S() M(12, a12) S() M(13, a13) S()  \
           M(14, a14)
 #define CUBE__MAP_16(M, S, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15) \
   M(0, a0)                                                                                       \
-  S() M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S() \
+  S()                                                                                            \
+  M(1, a1) S() M(2, a2) S() M(3, a3) S() M(4, a4) S() M(5, a5) S() M(6, a6) S() M(7, a7) S()     \
       M(8, a8) S() M(9, a9) S() M(10, a10) S() M(11, a11) S() M(12, a12) S() M(13, a13) S()      \
           M(14, a14) S() M(15, a15)
+// clang-format on
 
 // Buffer declarations in a kernel signature.
 #define IN(T, name) (R, T, name)

@@ -28,50 +28,50 @@ extern "C" {
 typedef struct cube_status_s *cube_status_t;
 
 // X(name, family, description)
-#define CUBE_STATUS_CODES(X)                                                                      \
-  X(OK, SERVER, "ok")                                                                             \
-  /* ServerError */                                                                               \
-  X(VALIDATION, SERVER, "validation error")                                                       \
-  X(GENERIC, SERVER, "error")                                                                     \
-  X(UNSUPPORTED, SERVER, "not supported by this backend")                                         \
-  X(NO_DEVICE_TRANSPORT, SERVER, "no transport between devices")                                 \
-  X(FOREIGN_HANDLE, SERVER, "foreign handle")                                                     \
-  X(SERVICE_MISMATCH, SERVER, "service mismatch")                                                 \
-  X(DEVICE_POISONED, SERVER, "device poisoned")                                                   \
-  X(TORN_DOWN, SERVER, "torn down")                                                               \
-  X(UNWRITTEN, SERVER, "unwritten")                                                               \
-  X(SKIPPED, SERVER, "skipped")                                                                   \
-  X(SEVERAL, SERVER, "several failures")                                                          \
-  X(UNAVAILABLE, SERVER, "backend unavailable")                                                   \
-  /* LaunchError */                                                                               \
-  X(LAUNCH_OUT_OF_MEMORY, LAUNCH, "out of memory during launch")                                  \
-  X(LAUNCH_DEVICE_POISONED, LAUNCH, "device poisoned during launch")                              \
-  X(LAUNCH_UNKNOWN, LAUNCH, "launch failed")                                                      \
-  /* ResourceLimitError (LaunchError::TooManyResources) */                                        \
-  X(RESOURCE_SHARED_MEMORY, RESOURCE, "too much shared memory")                                   \
-  X(RESOURCE_UNITS, RESOURCE, "too many units per cube")                                          \
-  X(RESOURCE_CUBE_DIM, RESOURCE, "cube dim out of bounds")                                        \
-  /* CompilationError (LaunchError::CompilationError) */                                          \
-  X(COMPILE_REFUSED, COMPILATION, "kernel cannot be compiled here")                               \
-  X(COMPILE_DEFECT, COMPILATION, "kernel expansion failed")                                       \
-  X(COMPILE_DEVICE_POISONED, COMPILATION, "device poisoned while compiling")                      \
-  /* IoError */                                                                                   \
-  X(IO_BUFFER_TOO_BIG, IO, "buffer too big")                                                      \
-  X(IO_OUT_OF_MEMORY, IO, "out of device memory")                                                 \
-  X(IO_PAGE_UPDATE_FORBIDDEN, IO, "page update forbidden")                                        \
-  X(IO_PAGE_SIZES_EXHAUSTED, IO, "page sizes exhausted")                                          \
-  X(IO_UNSUPPORTED_STRIDES, IO, "unsupported strides")                                            \
-  X(IO_NOT_FOUND, IO, "handle not found")                                                         \
-  X(IO_STORAGE_HANDLE_NOT_FOUND, IO, "storage handle not found")                                  \
-  X(IO_STORAGE_MAPPING_FAILED, IO, "storage mapping failed")                                      \
-  X(IO_DEVICE_POISONED, IO, "device poisoned during io")                                          \
-  X(IO_UNKNOWN, IO, "io error")                                                                   \
-  X(IO_UNSUPPORTED_OPERATION, IO, "io operation unsupported")                                     \
-  /* ProfileError */                                                                              \
-  X(PROFILE_UNKNOWN, PROFILE, "profiling failed")                                                 \
-  X(PROFILE_NOT_REGISTERED, PROFILE, "no profiling registered")                                   \
-  X(PROFILE_NOT_MEASURED, PROFILE, "profiled window measured nothing")                            \
-  X(PROFILE_LAUNCH, PROFILE, "launch error during profiling")                                     \
+#define CUBE_STATUS_CODES(X)                                                 \
+  X(OK, SERVER, "ok")                                                        \
+  /* ServerError */                                                          \
+  X(VALIDATION, SERVER, "validation error")                                  \
+  X(GENERIC, SERVER, "error")                                                \
+  X(UNSUPPORTED, SERVER, "not supported by this backend")                    \
+  X(NO_DEVICE_TRANSPORT, SERVER, "no transport between devices")             \
+  X(FOREIGN_HANDLE, SERVER, "foreign handle")                                \
+  X(SERVICE_MISMATCH, SERVER, "service mismatch")                            \
+  X(DEVICE_POISONED, SERVER, "device poisoned")                              \
+  X(TORN_DOWN, SERVER, "torn down")                                          \
+  X(UNWRITTEN, SERVER, "unwritten")                                          \
+  X(SKIPPED, SERVER, "skipped")                                              \
+  X(SEVERAL, SERVER, "several failures")                                     \
+  X(UNAVAILABLE, SERVER, "backend unavailable")                              \
+  /* LaunchError */                                                          \
+  X(LAUNCH_OUT_OF_MEMORY, LAUNCH, "out of memory during launch")             \
+  X(LAUNCH_DEVICE_POISONED, LAUNCH, "device poisoned during launch")         \
+  X(LAUNCH_UNKNOWN, LAUNCH, "launch failed")                                 \
+  /* ResourceLimitError (LaunchError::TooManyResources) */                   \
+  X(RESOURCE_SHARED_MEMORY, RESOURCE, "too much shared memory")              \
+  X(RESOURCE_UNITS, RESOURCE, "too many units per cube")                     \
+  X(RESOURCE_CUBE_DIM, RESOURCE, "cube dim out of bounds")                   \
+  /* CompilationError (LaunchError::CompilationError) */                     \
+  X(COMPILE_REFUSED, COMPILATION, "kernel cannot be compiled here")          \
+  X(COMPILE_DEFECT, COMPILATION, "kernel expansion failed")                  \
+  X(COMPILE_DEVICE_POISONED, COMPILATION, "device poisoned while compiling") \
+  /* IoError */                                                              \
+  X(IO_BUFFER_TOO_BIG, IO, "buffer too big")                                 \
+  X(IO_OUT_OF_MEMORY, IO, "out of device memory")                            \
+  X(IO_PAGE_UPDATE_FORBIDDEN, IO, "page update forbidden")                   \
+  X(IO_PAGE_SIZES_EXHAUSTED, IO, "page sizes exhausted")                     \
+  X(IO_UNSUPPORTED_STRIDES, IO, "unsupported strides")                       \
+  X(IO_NOT_FOUND, IO, "handle not found")                                    \
+  X(IO_STORAGE_HANDLE_NOT_FOUND, IO, "storage handle not found")             \
+  X(IO_STORAGE_MAPPING_FAILED, IO, "storage mapping failed")                 \
+  X(IO_DEVICE_POISONED, IO, "device poisoned during io")                     \
+  X(IO_UNKNOWN, IO, "io error")                                              \
+  X(IO_UNSUPPORTED_OPERATION, IO, "io operation unsupported")                \
+  /* ProfileError */                                                         \
+  X(PROFILE_UNKNOWN, PROFILE, "profiling failed")                            \
+  X(PROFILE_NOT_REGISTERED, PROFILE, "no profiling registered")              \
+  X(PROFILE_NOT_MEASURED, PROFILE, "profiled window measured nothing")       \
+  X(PROFILE_LAUNCH, PROFILE, "launch error during profiling")                \
   X(PROFILE_SERVER, PROFILE, "execution error during profiling")
 
 typedef enum cube_status_code_t {
