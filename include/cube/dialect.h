@@ -296,6 +296,7 @@ typedef struct cube__ctx_t {
                                  uint32_t cube__uz CUBE__UNUSED,                                  \
                                  uint64_t cube__shoff CUBE__UNUSED params);                       \
   CUBE__EXPORT const char name##__cube_io[] = iostr;                                              \
+  CUBE__NO_BARRIER_MARK(name)                                                                     \
   CUBE__EXPORT void name##__cube_loop(cube__ctx_t *cube__c) {                                     \
     const uint32_t dx = cube__c->cube_dim[0], dy = cube__c->cube_dim[1],                          \
                    dz = cube__c->cube_dim[2];                                                     \
@@ -303,7 +304,7 @@ typedef struct cube__ctx_t {
       for (uint32_t y = 0; y < dy; ++y)                                                           \
         for (uint32_t x = 0; x < dx; ++x) {                                                       \
           name##__body(cube__c, x, y, z, 0 args);                                                 \
-          if (__builtin_expect(cube__c->fibered, 0)) return;                                      \
+          CUBE__FIBER_EXIT                                                                        \
         }                                                                                         \
   }                                                                                               \
   CUBE__EXPORT void name##__cube_unit(cube__ctx_t *cube__c, uint32_t x, uint32_t y, uint32_t z) { \
@@ -332,7 +333,19 @@ typedef struct cube__ctx_t {
 // Units of a cube run one after another on a CPU core: a plane is one unit.
 #define PLANE_DIM 1u
 #define UNIT_POS_PLANE 0u
+// A kernel whose source never names SYNC_CUBE is built with
+// CUBE__NO_BARRIER: its unit loop has no fiber check, so it vectorizes.
+#ifdef CUBE__NO_BARRIER
+// Tells the runtime the kernel can run cube after cube with no fiber setup.
+#define CUBE__NO_BARRIER_MARK(name) CUBE__EXPORT const int name##__cube_no_barrier = 1;
+#define CUBE__FIBER_EXIT
+#define SYNC_CUBE() cube__ctx->trap(cube__ctx, "SYNC_CUBE in a kernel built without barriers")
+#else
+#define CUBE__NO_BARRIER_MARK(name)
+#define CUBE__FIBER_EXIT \
+  if (__builtin_expect(cube__c->fibered, 0)) return;
 #define SYNC_CUBE() cube__ctx->barrier(cube__ctx)
+#endif
 
 static inline void *cube__shared_take(cube__ctx_t *ctx, uint64_t *offset, uint64_t bytes,
                                       uint64_t align) {

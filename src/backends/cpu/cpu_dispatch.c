@@ -258,8 +258,57 @@ static void run_cube(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, uint64_t 
   exec->cube = NULL;
 }
 
+// Cubes of a kernel built without barriers, back to back on one context:
+// no fibers can start, so one setjmp (for traps) serves the whole range and
+// only the cube position changes between cubes.
+static void run_plain_range(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, uint64_t first,
+                            uint64_t count) {
+  cube_cpu_cube_t cube_storage;
+  cube_cpu_cube_t *volatile cube = &cube_storage;
+  cube->exec = exec;
+  cube->launch = launch;
+  cube->units = launch->cube_dim.x * launch->cube_dim.y * launch->cube_dim.z;
+  cube->current = 0;
+  cube->fibered = false;
+  cube->native_is_unit0 = false;
+  cube->aborted = false;
+  cube__ctx_t *ctx = &cube->ctx;
+  ctx->buffers = launch->buffers;
+  ctx->info = launch->info;
+  ctx->dynamic = launch->info + launch->static_words;
+  ctx->cube_count[0] = launch->cube_count.x;
+  ctx->cube_count[1] = launch->cube_count.y;
+  ctx->cube_count[2] = launch->cube_count.z;
+  ctx->cube_dim[0] = launch->cube_dim.x;
+  ctx->cube_dim[1] = launch->cube_dim.y;
+  ctx->cube_dim[2] = launch->cube_dim.z;
+  ctx->shared = exec->arena;
+  ctx->shared_size = exec->arena_size;
+  ctx->dynamic_shared_size = launch->dynamic_shared_memory;
+  ctx->fibered = 0;
+  ctx->barrier = cube_barrier;
+  ctx->trap = cube_trap;
+  ctx->runtime = exec;
+  exec->cube = cube;
+  uint64_t cx = launch->cube_count.x, cy = launch->cube_count.y;
+  if (setjmp(cube->abort) == 0) {
+    for (uint64_t i = first; i < first + count; ++i) {
+      if (atomic_load_explicit(&launch->trapped, memory_order_relaxed)) break;
+      ctx->cube_pos[0] = (uint32_t)(i % cx);
+      ctx->cube_pos[1] = (uint32_t)((i / cx) % cy);
+      ctx->cube_pos[2] = (uint32_t)(i / (cx * cy));
+      launch->kernel->loop(ctx);
+    }
+  }
+  exec->cube = NULL;
+}
+
 static void run_range(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, uint64_t first,
                       uint64_t count) {
+  if (launch->kernel->no_barrier) {
+    run_plain_range(exec, launch, first, count);
+    return;
+  }
   for (uint64_t i = first; i < first + count; ++i) {
     // After a trap the launch is failed: its other cubes need not run.
     if (atomic_load_explicit(&launch->trapped, memory_order_relaxed)) break;

@@ -37,6 +37,9 @@ struct cube_bkernel_t {
   void (*unit)(struct cube__ctx_t *ctx, uint32_t x, uint32_t y, uint32_t z);
   // Set once a unit met a barrier: later cubes start as fibers at once.
   atomic_int uses_barrier;
+  // Built without barrier support (its source never names SYNC_CUBE): cubes
+  // run back to back on one context, with no fiber or per-cube setjmp.
+  bool no_barrier;
   bool from_disk;
 };
 

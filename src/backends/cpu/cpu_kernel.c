@@ -27,7 +27,12 @@ extern char **environ;
 
 // -O3 without -march=native: a cached object stays valid on any machine of
 // the architecture that shares the cache directory.
-static const char *const kBaseFlags[] = {"-std=gnu11", "-O3", "-fPIC", "-shared", "-w"};
+// -march=native: unit loops vectorize with the host's vector width (masked
+// stores for bounds-checked bodies). The key carries the host CPU's identity
+// (host_identity below), so a cache directory shared between machines never
+// serves one CPU's code to another.
+static const char *const kBaseFlags[] = {"-std=gnu11", "-O3",     "-march=native",
+                                         "-fPIC",      "-shared", "-w"};
 #define LOG_MAX (64 * 1024)
 #define ARGV_MAX 256
 
@@ -239,6 +244,9 @@ static cube_status_t load_kernel(const char *path, const char *name, const char 
     atomic_init(&kernel->uses_barrier, 0);
     snprintf(kernel->key, sizeof(kernel->key), "%s", key);
     kernel->library = library;
+    char mark[300];
+    snprintf(mark, sizeof(mark), "%s__cube_no_barrier", name);
+    kernel->no_barrier = dlsym(library, mark) != NULL;
     *(void **)&kernel->loop = loop;
     *(void **)&kernel->unit = unit;
     *out_kernel = kernel;
@@ -265,13 +273,43 @@ typedef struct compile_job_t {
   char object[4200];
 } compile_job_t;
 
+// The host CPU as /proc/cpuinfo describes it (model and feature flags): what
+// -march=native compiles for. Read once.
+static char host_cpu[4096];
+static pthread_once_t host_cpu_once = PTHREAD_ONCE_INIT;
+static void read_host_cpu(void) {
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  char line[4096];
+  size_t used = 0;
+  while (f && fgets(line, sizeof line, f) && used < sizeof host_cpu - 1) {
+    if (strncmp(line, "model name", 10) == 0 || strncmp(line, "flags", 5) == 0 ||
+        strncmp(line, "Features", 8) == 0 || strncmp(line, "CPU part", 8) == 0) {
+      size_t n = strlen(line);
+      if (n > sizeof host_cpu - 1 - used) n = sizeof host_cpu - 1 - used;
+      memcpy(host_cpu + used, line, n);
+      used += n;
+      if (strncmp(line, "flags", 5) == 0 || strncmp(line, "Features", 8) == 0) break;
+    }
+  }
+  host_cpu[used] = '\0';
+  if (f) fclose(f);
+}
+
 static void compute_key(compile_job_t *job) {
+  pthread_once(&host_cpu_once, read_host_cpu);
   cube_hash128_state_t state;
   cube_hash128_init(&state);
   char version[32];
   snprintf(version, sizeof(version), "%d", CUBE_DIALECT_VERSION);
-  const char *fields[] = {"cubec-cpu-kernel", version,    cube_dialect_source, job->request->source,
-                          job->request->name, job->flags, job->identity,       job->cc};
+  const char *fields[] = {"cubec-cpu-kernel",
+                          version,
+                          cube_dialect_source,
+                          job->request->source,
+                          job->request->name,
+                          job->flags,
+                          job->identity,
+                          job->cc,
+                          host_cpu};
   for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); ++i) {
     uint64_t length = strlen(fields[i]);  // lengths keep field boundaries unambiguous
     cube_hash128_update(&state, &length, sizeof(length));
@@ -394,6 +432,10 @@ cube_status_t cube_cpu_compile(cube_backend_device_t *device, const cube_compile
     for (size_t i = 0; i < sizeof(kBaseFlags) / sizeof(kBaseFlags[0]); ++i) {
       strncat(job->flags, kBaseFlags[i], sizeof(job->flags) - strlen(job->flags) - 1);
       strncat(job->flags, " ", sizeof(job->flags) - strlen(job->flags) - 1);
+    }
+    // No barrier in the source: the unit loop needs no fiber check.
+    if (strstr(request->source, "SYNC_CUBE") == NULL) {
+      strncat(job->flags, "-DCUBE__NO_BARRIER ", sizeof(job->flags) - strlen(job->flags) - 1);
     }
     if (request->options != NULL) {
       if (strlen(job->flags) + strlen(request->options) + 1 >= sizeof(job->flags)) {
