@@ -213,15 +213,25 @@ static const char *const kScale =
     "  uint64_t i = ABSOLUTE_POS;\n"
     "  if (i < LEN(h)) h[i] = x[i] * 0.5f;\n"
     "}\n";
+// A row per plane-sized group of units: each of the 32 units of a row reads
+// every 32nd column (consecutive units, consecutive addresses: coalesced on a
+// GPU), then the row's partial sums meet in shared memory. 8 rows per cube.
 static const char *const kGemv =
     "CUBE_KERNEL(dk_gemv, IN(float, w), IN(float, h), OUT(float, o)) {\n"
-    "  uint64_t i = ABSOLUTE_POS;\n"
+    "  SHARED(float, part, 256);\n"
     "  uint32_t cols = SCALAR(u32, 0);\n"
-    "  if (i < LEN(o)) {\n"
-    "    float acc = 0.0f;\n"
-    "    for (uint32_t j = 0; j < cols; ++j) acc += w[i * cols + j] * h[j];\n"
-    "    o[i] = acc;\n"
+    "  uint64_t row = (uint64_t)CUBE_POS_X * CUBE_DIM_Y + UNIT_POS_Y;\n"
+    "  float acc = 0.0f;\n"
+    "  if (row < LEN(o))\n"
+    "    for (uint32_t j = UNIT_POS_X; j < cols; j += CUBE_DIM_X) acc += w[row * cols + j] * "
+    "h[j];\n"
+    "  part[UNIT_POS] = acc;\n"
+    "  SYNC_CUBE();\n"
+    "  for (uint32_t s = CUBE_DIM_X / 2; s > 0; s >>= 1) {\n"
+    "    if (UNIT_POS_X < s) part[UNIT_POS] += part[UNIT_POS + s];\n"
+    "    SYNC_CUBE();\n"
     "  }\n"
+    "  if (UNIT_POS_X == 0 && row < LEN(o)) o[row] = part[UNIT_POS];\n"
     "}\n";
 static const char *const kSilu =
     "CUBE_KERNEL(dk_silu, IN(float, o), OUT(float, a)) {\n"
@@ -247,6 +257,16 @@ static void launch2(cube_client_t *client, cube_kernel_t *k, cube_handle_t p, cu
   CHECK(cube_launch(client, S, k, cube_count_static(cubes, 1, 1), &args, CUBE_LAUNCH_EXECUTE));
 }
 
+// The same kernel with another cube dim (a 2D cube: 32 units per row, 8 rows).
+static cube_kernel_t *retile(cube_kernel_t *old, const char *name, const char *source,
+                             cube_dim3_t dim) {
+  cube_kernel_release(old);
+  cube_kernel_desc_t desc = {.name = name, .source = source, .cube_dim = dim};
+  cube_kernel_t *k = NULL;
+  CHECK(cube_kernel_create(&desc, &k));
+  return k;
+}
+
 static void decode_step(cube_client_t *client, decode_t *d) {
   for (int l = 0; l < LAYERS; ++l) {
     launch2(client, d->scale, d->x, CUBE_IO_READ, d->h, CUBE_IO_WRITE, HIDDEN / 256);
@@ -256,7 +276,7 @@ static void decode_step(cube_client_t *client, decode_t *d) {
         {cube_handle_binding(d->o), CUBE_IO_WRITE, 0, NULL, NULL}};
     cube_scalar_t cols = cube_scalar_u32(COLS);
     cube_kernel_args_t args = {bufs, 3, &cols, 1};
-    CHECK(cube_launch(client, S, d->gemv, cube_count_static(ROWS / 256, 1, 1), &args,
+    CHECK(cube_launch(client, S, d->gemv, cube_count_static(ROWS / 8, 1, 1), &args,
                       CUBE_LAUNCH_EXECUTE));
     launch2(client, d->silu, d->o, CUBE_IO_READ, d->a, CUBE_IO_WRITE, ROWS / 256);
     launch2(client, d->resid, d->x, CUBE_IO_READ_WRITE, d->a, CUBE_IO_READ, HIDDEN / 256);
@@ -268,6 +288,7 @@ static void bench_decode(cube_client_t *client) {
   decode_t d;
   d.scale = make_kernel("dk_scale", kScale, CUBE_KERNEL_DIALECT, 256);
   d.gemv = make_kernel("dk_gemv", kGemv, CUBE_KERNEL_DIALECT, 256);
+  d.gemv = retile(d.gemv, "dk_gemv", kGemv, (cube_dim3_t){32, 8, 1});
   d.silu = make_kernel("dk_silu", kSilu, CUBE_KERNEL_DIALECT, 256);
   d.resid = make_kernel("dk_resid", kResid, CUBE_KERNEL_DIALECT, 256);
   d.x = buffer(client, HIDDEN, 0.01f);

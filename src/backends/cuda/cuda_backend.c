@@ -710,11 +710,15 @@ static cube_status_t cube_cuda_capture_begin(cube_backend_device_t *base, cube_b
   cube_cuda_device_t *device = cube_cuda_device(base);
   cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_SERVER);
   if (status) return status;
-  CUresult result = device->cu->cuStreamBeginCapture(cube_cuda_stream(stream),
-                                                     CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+  // Relaxed: the capturing thread may still load modules, read a kernel's IO
+  // string on the backend's utility stream or take a page for another
+  // stream; the core refuses what a window cannot record on the capturing
+  // stream itself, with a message that names the call.
+  CUresult result =
+      device->cu->cuStreamBeginCapture(cube_cuda_stream(stream), CU_STREAM_CAPTURE_MODE_RELAXED);
   if (result != CUDA_SUCCESS)
     return cube_cuda_error(device, result, CUBE_CUDA_OP_SERVER,
-                           "cuStreamBeginCapture_v2(stream %p, THREAD_LOCAL)", (void *)stream);
+                           "cuStreamBeginCapture_v2(stream %p, RELAXED)", (void *)stream);
   return CUBE_OK;
 }
 
