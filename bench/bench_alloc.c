@@ -13,32 +13,7 @@
 #include "backends/cuda/cuda_internal.h"
 #include "core/server.h"
 #include "cube/cube.h"
-
-#define CHECK(expr)                                                      \
-  do {                                                                   \
-    cube_status_t check_status_ = (expr);                                \
-    if (check_status_) {                                                 \
-      fprintf(stderr, "%s:%d: %s failed:\n", __FILE__, __LINE__, #expr); \
-      cube_status_fprint(check_status_, stderr);                         \
-      exit(1);                                                           \
-    }                                                                    \
-  } while (0)
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int compare_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, compare_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "bench_common.h"
 
 enum { PAIRS = 20000, REPEATS = 15, SIZES = 6 };
 static const uint64_t kSizes[SIZES] = {256, 4096, 65536, 1 << 20, 8 << 20, 64 << 20};

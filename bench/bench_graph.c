@@ -27,43 +27,9 @@
 #include "backends/cuda/cuda_internal.h"
 #include "core/server.h"
 #include "cube/cube.h"
+#include "bench_common.h"
 
 static bool quick;
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int compare_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *values, int count) {
-  qsort(values, (size_t)count, sizeof *values, compare_double);
-  return count % 2 ? values[count / 2] : 0.5 * (values[count / 2 - 1] + values[count / 2]);
-}
-
-#define CHECK(expr)                                                      \
-  do {                                                                   \
-    cube_status_t check_status_ = (expr);                                \
-    if (check_status_) {                                                 \
-      fprintf(stderr, "%s:%d: %s failed:\n", __FILE__, __LINE__, #expr); \
-      cube_status_fprint(check_status_, stderr);                         \
-      exit(1);                                                           \
-    }                                                                    \
-  } while (0)
-
-#define CU(expr)                                                                   \
-  do {                                                                             \
-    CUresult cu_result_ = (expr);                                                  \
-    if (cu_result_ != CUDA_SUCCESS) {                                              \
-      fprintf(stderr, "%s:%d: %s -> %d\n", __FILE__, __LINE__, #expr, cu_result_); \
-      exit(1);                                                                     \
-    }                                                                              \
-  } while (0)
 
 static const cube_stream_t S = CUBE_STREAM_CURRENT;
 

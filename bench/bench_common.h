@@ -1,0 +1,52 @@
+// Helpers every benchmark shares: a monotonic clock, medians, and a check
+// that prints a failed status in full and exits.
+#ifndef CUBE_BENCH_COMMON_H_
+#define CUBE_BENCH_COMMON_H_
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "cube/cube.h"
+
+static inline double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static inline int bench_compare_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+// Sorts |values| in place.
+static inline double median(double *values, int count) {
+  qsort(values, (size_t)count, sizeof *values, bench_compare_double);
+  return count % 2 ? values[count / 2] : 0.5 * (values[count / 2 - 1] + values[count / 2]);
+}
+
+#define CHECK(expr)                                                      \
+  do {                                                                   \
+    cube_status_t check_status_ = (expr);                                \
+    if (check_status_) {                                                 \
+      fprintf(stderr, "%s:%d: %s failed:\n", __FILE__, __LINE__, #expr); \
+      cube_status_fprint(check_status_, stderr);                         \
+      exit(1);                                                           \
+    }                                                                    \
+  } while (0)
+
+// For benchmarks that call the driver directly (after cuda_internal.h).
+#ifdef CUBE_BACKENDS_CUDA_CUDA_API_H_
+#define CU(expr)                                                                   \
+  do {                                                                             \
+    CUresult cu_result_ = (expr);                                                  \
+    if (cu_result_ != CUDA_SUCCESS) {                                              \
+      fprintf(stderr, "%s:%d: %s -> %d\n", __FILE__, __LINE__, #expr, cu_result_); \
+      exit(1);                                                                     \
+    }                                                                              \
+  } while (0)
+
+#endif
+
+#endif  // CUBE_BENCH_COMMON_H_
