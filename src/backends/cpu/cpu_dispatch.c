@@ -206,9 +206,8 @@ static void cube_trap(cube__ctx_t *ctx, const char *what) {
   abort();  // never resumed
 }
 
-static void run_cube(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, uint64_t index) {
-  cube_cpu_cube_t cube_storage;
-  cube_cpu_cube_t *volatile cube = &cube_storage;
+// A cube's state and context for |launch|, made current on |exec|.
+static void cube_begin(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, cube_cpu_cube_t *cube) {
   cube->exec = exec;
   cube->launch = launch;
   cube->units = launch->cube_dim.x * launch->cube_dim.y * launch->cube_dim.z;
@@ -226,10 +225,6 @@ static void run_cube(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, uint64_t 
   ctx->cube_dim[0] = launch->cube_dim.x;
   ctx->cube_dim[1] = launch->cube_dim.y;
   ctx->cube_dim[2] = launch->cube_dim.z;
-  uint64_t cx = launch->cube_count.x, cy = launch->cube_count.y;
-  ctx->cube_pos[0] = (uint32_t)(index % cx);
-  ctx->cube_pos[1] = (uint32_t)((index / cx) % cy);
-  ctx->cube_pos[2] = (uint32_t)(index / (cx * cy));
   ctx->shared = exec->arena;
   ctx->shared_size = exec->arena_size;
   ctx->dynamic_shared_size = launch->dynamic_shared_memory;
@@ -238,6 +233,22 @@ static void run_cube(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, uint64_t 
   ctx->trap = cube_trap;
   ctx->runtime = exec;
   exec->cube = cube;
+}
+
+// The cube position of linear cube |index| (x fastest).
+static inline void cube_place(const cube_cpu_launch_t *launch, cube__ctx_t *ctx, uint64_t index) {
+  uint64_t cx = launch->cube_count.x, cy = launch->cube_count.y;
+  ctx->cube_pos[0] = (uint32_t)(index % cx);
+  ctx->cube_pos[1] = (uint32_t)((index / cx) % cy);
+  ctx->cube_pos[2] = (uint32_t)(index / (cx * cy));
+}
+
+static void run_cube(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, uint64_t index) {
+  cube_cpu_cube_t cube_storage;
+  cube_cpu_cube_t *volatile cube = &cube_storage;
+  cube_begin(exec, launch, cube);
+  cube__ctx_t *ctx = &cube->ctx;
+  cube_place(launch, ctx, index);
 
   if (setjmp(cube->abort) == 0) {
     if (atomic_load_explicit(&launch->kernel->uses_barrier, memory_order_relaxed) &&
@@ -265,38 +276,12 @@ static void run_plain_range(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, ui
                             uint64_t count) {
   cube_cpu_cube_t cube_storage;
   cube_cpu_cube_t *volatile cube = &cube_storage;
-  cube->exec = exec;
-  cube->launch = launch;
-  cube->units = launch->cube_dim.x * launch->cube_dim.y * launch->cube_dim.z;
-  cube->current = 0;
-  cube->fibered = false;
-  cube->native_is_unit0 = false;
-  cube->aborted = false;
+  cube_begin(exec, launch, cube);
   cube__ctx_t *ctx = &cube->ctx;
-  ctx->buffers = launch->buffers;
-  ctx->info = launch->info;
-  ctx->dynamic = launch->info + launch->static_words;
-  ctx->cube_count[0] = launch->cube_count.x;
-  ctx->cube_count[1] = launch->cube_count.y;
-  ctx->cube_count[2] = launch->cube_count.z;
-  ctx->cube_dim[0] = launch->cube_dim.x;
-  ctx->cube_dim[1] = launch->cube_dim.y;
-  ctx->cube_dim[2] = launch->cube_dim.z;
-  ctx->shared = exec->arena;
-  ctx->shared_size = exec->arena_size;
-  ctx->dynamic_shared_size = launch->dynamic_shared_memory;
-  ctx->fibered = 0;
-  ctx->barrier = cube_barrier;
-  ctx->trap = cube_trap;
-  ctx->runtime = exec;
-  exec->cube = cube;
-  uint64_t cx = launch->cube_count.x, cy = launch->cube_count.y;
   if (setjmp(cube->abort) == 0) {
     for (uint64_t i = first; i < first + count; ++i) {
       if (atomic_load_explicit(&launch->trapped, memory_order_relaxed)) break;
-      ctx->cube_pos[0] = (uint32_t)(i % cx);
-      ctx->cube_pos[1] = (uint32_t)((i / cx) % cy);
-      ctx->cube_pos[2] = (uint32_t)(i / (cx * cy));
+      cube_place(launch, ctx, i);
       launch->kernel->loop(ctx);
     }
   }
