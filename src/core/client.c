@@ -307,6 +307,16 @@ void cube_server_leave(cube_client_t *client) {
   pthread_mutex_unlock(&client->lock);
 }
 
+cube_status_t cube_server_begin(cube_client_t *client, cube_stream_t stream, const char *operation,
+                                uint32_t *out_index) {
+  cube_status_t status = cube_server_enter(client, operation);
+  if (!cube_status_is_ok(status)) return status;
+  cube_server_flush_pending(client);
+  status = cube_server_stream(client, stream, operation, out_index);
+  if (!cube_status_is_ok(status)) cube_server_leave(client);
+  return status;
+}
+
 cube_status_t cube_server_note(cube_client_t *client, cube_status_t status) {
   if (status && !client->poison && cube_status_is_device_poisoned(status)) {
     client->poison = cube_status_retain(status);

@@ -252,11 +252,9 @@ static struct cube_graph_t *graph_find(cube_client_t *client, cube_graph_t id,
 }
 
 cube_status_t cube_graph_prepare(cube_client_t *client, cube_stream_t stream) {
-  cube_status_t status = cube_server_enter(client, "cube_graph_prepare");
-  if (!cube_status_is_ok(status)) return status;
-  cube_server_flush_pending(client);
   uint32_t index = 0;
-  status = cube_server_stream(client, stream, "cube_graph_prepare", &index);
+  cube_status_t status = cube_server_begin(client, stream, "cube_graph_prepare", &index);
+  if (!cube_status_is_ok(status)) return status;
   if (cube_status_is_ok(status) && client->streams[index].capturing) {
     status = cube_status_make(CUBE_STATUS_GENERIC,
                               "cube_graph_prepare: stream %u is already recording a graph", index);
@@ -269,11 +267,9 @@ cube_status_t cube_graph_prepare(cube_client_t *client, cube_stream_t stream) {
 }
 
 cube_status_t cube_graph_begin_capture(cube_client_t *client, cube_stream_t stream) {
-  cube_status_t status = cube_server_enter(client, "cube_graph_begin_capture");
-  if (!cube_status_is_ok(status)) return status;
-  cube_server_flush_pending(client);
   uint32_t index = 0;
-  status = cube_server_stream(client, stream, "cube_graph_begin_capture", &index);
+  cube_status_t status = cube_server_begin(client, stream, "cube_graph_begin_capture", &index);
+  if (!cube_status_is_ok(status)) return status;
   cube_stream_state_t *s = cube_status_is_ok(status) ? &client->streams[index] : NULL;
   if (s && s->capturing) {
     status = cube_status_make(
@@ -391,11 +387,9 @@ static const cube_claim_t *replay_carried(cube_client_t *client, const struct cu
 }
 
 cube_status_t cube_graph_replay(cube_client_t *client, cube_stream_t stream, cube_graph_t id) {
-  cube_status_t status = cube_server_enter(client, "cube_graph_replay");
-  if (!cube_status_is_ok(status)) return status;
-  cube_server_flush_pending(client);
   uint32_t index = 0;
-  status = cube_server_stream(client, stream, "cube_graph_replay", &index);
+  cube_status_t status = cube_server_begin(client, stream, "cube_graph_replay", &index);
+  if (!cube_status_is_ok(status)) return status;
   struct cube_graph_t *g = NULL;
   if (cube_status_is_ok(status)) {
     g = graph_find(client, id, NULL);

@@ -315,11 +315,9 @@ cube_status_t cube_write(cube_client_t *client, cube_stream_t stream, cube_bindi
   cube_copy_desc_t desc = {.binding = binding};
   const void *sources[1] = {source};
   (void)sources;
-  cube_status_t status = cube_server_enter(client, "cube_write");
-  if (!cube_status_is_ok(status)) return status;
-  cube_server_flush_pending(client);
   uint32_t index = 0;
-  status = cube_server_stream(client, stream, "cube_write", &index);
+  cube_status_t status = cube_server_begin(client, stream, "cube_write", &index);
+  if (!cube_status_is_ok(status)) return status;
   if (cube_status_is_ok(status)) status = cube_capture_refuse(client, index, "cube_write");
   if (cube_status_is_ok(status)) status = write_one(client, index, &desc, source, size);
   cube_server_leave(client);
@@ -332,11 +330,9 @@ cube_status_t cube_write_strided(cube_client_t *client, cube_stream_t stream,
   if (count > 0 && (!descs || !sources)) {
     return cube_status_make(CUBE_STATUS_VALIDATION, "cube_write_strided: descs or sources is NULL");
   }
-  cube_status_t status = cube_server_enter(client, "cube_write_strided");
-  if (!cube_status_is_ok(status)) return status;
-  cube_server_flush_pending(client);
   uint32_t index = 0;
-  status = cube_server_stream(client, stream, "cube_write_strided", &index);
+  cube_status_t status = cube_server_begin(client, stream, "cube_write_strided", &index);
+  if (!cube_status_is_ok(status)) return status;
   if (cube_status_is_ok(status)) status = cube_capture_refuse(client, index, "cube_write_strided");
   if (cube_status_is_ok(status) && count > 0) {
     // Every descriptor is attempted, whatever happened to the one before:
@@ -490,11 +486,9 @@ static cube_status_t wait_stream(cube_client_t *client, uint32_t stream) {
 
 cube_status_t cube_read(cube_client_t *client, cube_stream_t stream, cube_binding_t binding,
                         void *destination, uint64_t size) {
-  cube_status_t status = cube_server_enter(client, "cube_read");
-  if (!cube_status_is_ok(status)) return status;
-  cube_server_flush_pending(client);
   uint32_t index = 0;
-  status = cube_server_stream(client, stream, "cube_read", &index);
+  cube_status_t status = cube_server_begin(client, stream, "cube_read", &index);
+  if (!cube_status_is_ok(status)) return status;
   cube_copy_desc_t desc = {.binding = binding};
   void *staging = NULL;
   if (cube_status_is_ok(status))
@@ -688,11 +682,9 @@ static cube_status_t check_bindings(cube_client_t *client, const cube_binding_t 
 
 cube_status_t cube_sync(cube_client_t *client, cube_stream_t stream, const cube_binding_t *bindings,
                         size_t count) {
-  cube_status_t status = cube_server_enter(client, "cube_sync");
-  if (!cube_status_is_ok(status)) return status;
-  cube_server_flush_pending(client);
   uint32_t index = 0;
-  status = cube_server_stream(client, stream, "cube_sync", &index);
+  cube_status_t status = cube_server_begin(client, stream, "cube_sync", &index);
+  if (!cube_status_is_ok(status)) return status;
   if (cube_status_is_ok(status)) status = refuse_capturing(client, index, "cube_sync");
   cube_server_leave(client);
   // The barrier first, so a device fault counts; then the claim check.
@@ -707,22 +699,18 @@ cube_status_t cube_sync(cube_client_t *client, cube_stream_t stream, const cube_
 
 cube_status_t cube_check(cube_client_t *client, cube_stream_t stream,
                          const cube_binding_t *bindings, size_t count) {
-  cube_status_t status = cube_server_enter(client, "cube_check");
-  if (!cube_status_is_ok(status)) return status;
-  cube_server_flush_pending(client);
   uint32_t index = 0;
-  status = cube_server_stream(client, stream, "cube_check", &index);
+  cube_status_t status = cube_server_begin(client, stream, "cube_check", &index);
+  if (!cube_status_is_ok(status)) return status;
   if (cube_status_is_ok(status)) status = check_bindings(client, bindings, count, "cube_check");
   cube_server_leave(client);
   return status;
 }
 
 cube_status_t cube_flush(cube_client_t *client, cube_stream_t stream) {
-  cube_status_t status = cube_server_enter(client, "cube_flush");
-  if (!cube_status_is_ok(status)) return status;
-  cube_server_flush_pending(client);
   uint32_t index = 0;
-  status = cube_server_stream(client, stream, "cube_flush", &index);
+  cube_status_t status = cube_server_begin(client, stream, "cube_flush", &index);
+  if (!cube_status_is_ok(status)) return status;
   if (cube_status_is_ok(status)) {
     status = cube_server_note(client, client->device->vtable->stream_flush(
                                           client->device, client->streams[index].backend));
@@ -735,11 +723,9 @@ cube_status_t cube_get_resource(cube_client_t *client, cube_stream_t stream, cub
                                 uint64_t *out_address) {
   if (!out_address)
     return cube_status_make(CUBE_STATUS_VALIDATION, "cube_get_resource: out_address is NULL");
-  cube_status_t status = cube_server_enter(client, "cube_get_resource");
-  if (!cube_status_is_ok(status)) return status;
-  cube_server_flush_pending(client);
   uint32_t index = 0;
-  status = cube_server_stream(client, stream, "cube_get_resource", &index);
+  cube_status_t status = cube_server_begin(client, stream, "cube_get_resource", &index);
+  if (!cube_status_is_ok(status)) return status;
   cube_resolved_t r;
   if (cube_status_is_ok(status))
     status = cube_server_resolve(client, binding, "cube_get_resource", "the binding", &r);

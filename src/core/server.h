@@ -142,6 +142,10 @@ struct cube_kernel_t {
 // naming |operation|) if any; on error the lock is released.
 CUBE_INTERNAL cube_status_t cube_server_enter(cube_client_t *client, const char *operation);
 CUBE_INTERNAL void cube_server_leave(cube_client_t *client);
+// The prologue of most entry points: enter (lock, poison check), dispatch
+// deferred launches, resolve |stream|. On error the lock is released.
+CUBE_INTERNAL cube_status_t cube_server_begin(cube_client_t *client, cube_stream_t stream,
+                                              const char *operation, uint32_t *out_index);
 // Records a backend failure: a poisoning status poisons the device. Returns
 // |status| unchanged (for chaining).
 CUBE_INTERNAL cube_status_t cube_server_note(cube_client_t *client, cube_status_t status);
