@@ -23,8 +23,10 @@ grep -E "tests passed|\*\*\*|Not Run|Skipped" "$out/ctest.log" | head -30
 grep -E "kernel cache|checks passed" "$out/demo_cold.log" "$out/demo_warm.log"
 timeout 60 ./build-gpu/bench/bench_alloc 2>&1 | tee "$out/bench_alloc.log"
 timeout 240 ./build-gpu/bench/bench_cuda ${1:+--quick} 2>&1 | tee "$out/bench_cuda.log" | tail -14
+# PyTorch before and after cubec's run, so neither side gets the only warm GPU.
+PYTHONUNBUFFERED=1 timeout 200 python3 bench/graph_torch.py 2>&1 | tee "$out/graph_torch.log" | tail -4
 timeout 200 ./build-gpu/bench/bench_graph 2>&1 | tee "$out/bench_graph.log" | tail -25
-PYTHONUNBUFFERED=1 timeout 200 python3 bench/graph_torch.py 2>&1 | tee "$out/graph_torch.log" | tail -8
+PYTHONUNBUFFERED=1 timeout 200 python3 bench/graph_torch.py 2>&1 | tee -a "$out/graph_torch.log" | tail -4
 cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
 if [ -n "$cs" ]; then
   CUBE_MM_PASSTHROUGH=1 timeout 300 "$cs" --tool memcheck --report-api-errors no --error-exitcode 9 \
