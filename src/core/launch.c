@@ -254,22 +254,14 @@ static uint64_t scalar_word(const cube_scalar_t *s) {
 static cube_status_t info_pack(const cube_kernel_t *kernel, const cube_kernel_args_t *args,
                                const uint64_t *lengths, uint64_t *words, uint32_t *out_words,
                                uint32_t *out_static) {
-  uint32_t counts[CUBE_SCALAR_TYPE_COUNT] = {0};
-  for (size_t i = 0; i < args->scalar_count; ++i) counts[args->scalars[i].type]++;
-  uint64_t header = (uint64_t)args->buffer_count << 48;
-  for (int t = 0; t < CUBE_SCALAR_TYPE_COUNT; ++t) {
-    if (counts[t] > 255) {
-      return cube_status_make(CUBE_STATUS_VALIDATION,
-                              "launch of '%s': %u scalars of one type (max 255)", kernel->name,
-                              counts[t]);
-    }
-    header |= (uint64_t)counts[t] << (8 * t);
-  }
   if (args->scalar_count > 255) {
     return cube_status_make(CUBE_STATUS_VALIDATION, "launch of '%s': %zu scalars (max 255)",
                             kernel->name, args->scalar_count);
   }
-  header |= (uint64_t)args->scalar_count << 56;
+  // Per-type counts straight into their header bytes: with at most 255
+  // scalars in all, no type's count can carry into the next byte.
+  uint64_t header = (uint64_t)args->buffer_count << 48 | (uint64_t)args->scalar_count << 56;
+  for (size_t i = 0; i < args->scalar_count; ++i) header += 1ull << (8 * args->scalars[i].type);
   uint32_t static_words = 1 + (uint32_t)args->scalar_count + 2 * (uint32_t)args->buffer_count;
   if (static_words > CUBE_STATIC_INFO_WORDS) {
     return cube_status_make(
@@ -471,6 +463,22 @@ static cube_status_t check_resources(cube_client_t *client, const cube_kernel_t 
   return CUBE_OK;
 }
 
+// The resource check, once per compiled kernel and launch shape: its answer
+// depends only on them and the device.
+static cube_status_t fits_device(cube_client_t *client, const cube_kernel_t *kernel,
+                                 cube_compiled_t *compiled) {
+  cube_dim3_t d = kernel->cube_dim;
+  if (compiled->fits && compiled->fits_dim.x == d.x && compiled->fits_dim.y == d.y &&
+      compiled->fits_dim.z == d.z && compiled->fits_shared == kernel->dynamic_shared_memory) {
+    return CUBE_OK;
+  }
+  cube_status_t status = check_resources(client, kernel, &compiled->info);
+  compiled->fits = cube_status_is_ok(status);
+  compiled->fits_dim = d;
+  compiled->fits_shared = kernel->dynamic_shared_memory;
+  return status;
+}
+
 // Claims every written buffer with a new failure owning |error| (retained).
 static void claim_outputs(cube_resolved_t *resolved, const io_answer_t *io, size_t count,
                           cube_status_t error) {
@@ -602,7 +610,7 @@ static cube_status_t launch_body(cube_client_t *client, uint32_t stream, cube_ke
     return status;
   }
   for (size_t i = 0; i < n; ++i) io[i] = io_of(compiled->info.io, i, args->buffers[i].io);
-  if (mode == CUBE_LAUNCH_COMPILE_ONLY) return check_resources(client, kernel, &compiled->info);
+  if (mode == CUBE_LAUNCH_COMPILE_ONLY) return fits_device(client, kernel, compiled);
 
   // 3. The cube count; a dynamic count buffer is checked like any input.
   cube_dim3_t grid = count.count;
@@ -681,7 +689,7 @@ static cube_status_t launch_body(cube_client_t *client, uint32_t stream, cube_ke
       cube_claim_set(&resolved[i].slot->claim, cube_failure_torn_down(), NULL);
     }
   }
-  if (cube_status_is_ok(status)) status = check_resources(client, kernel, &compiled->info);
+  if (cube_status_is_ok(status)) status = fits_device(client, kernel, compiled);
   uint64_t words[INFO_MAX_WORDS];
   uint32_t info_words = 0, static_words = 0;
   if (cube_status_is_ok(status)) {

@@ -62,6 +62,11 @@ typedef struct cube_compiled_t {
   cube_bkernel_t *backend;
   cube_kernel_info_t info;
   cube_status_t error;  // the compile error, kept: a failed compile is not retried
+  // The last cube dim and dynamic shared memory found to fit the device
+  // (kernels of one source may differ in both).
+  bool fits;
+  cube_dim3_t fits_dim;
+  uint32_t fits_shared;
 } cube_compiled_t;
 
 // A launch deferred by CUBE_LAUNCH_QUEUE until its kernel compiles.
