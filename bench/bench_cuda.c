@@ -156,7 +156,7 @@ static void bench_launch(cube_client_t *client, const cube_cuda_driver_t *cu) {
     cube_stream_t s = 0;
     CHECK(cube_stream_current(client, &s));
     cube_bstream_t *bs = client->streams[s].backend;
-    double b[64], p[64];
+    double b[128], p[128];
     for (int rep = 0; rep < repeats; ++rep) {
       double t0 = now_s();
       for (int i = 0; i < batch; ++i)
