@@ -48,7 +48,7 @@ void cube_failure_drop_if_unclaimed(cube_failure_t *failure) {
   }
 }
 
-void cube_claim_clear(cube_claim_t *claim) {
+void cube_claim_clear_slow(cube_claim_t *claim) {
   if (claim->failure) {
     if (!claim->failure->is_static) claim->failure->claimed--;
     failure_unref(claim->failure);

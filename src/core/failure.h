@@ -49,7 +49,22 @@ CUBE_INTERNAL void cube_claim_set(cube_claim_t *claim, cube_failure_t *failure, 
 // Replaces |claim| with |source|'s failure one hop further ("<what>").
 CUBE_INTERNAL void cube_claim_extend(cube_claim_t *claim, const cube_claim_t *source,
                                      const char *what);
-CUBE_INTERNAL void cube_claim_clear(cube_claim_t *claim);
+CUBE_INTERNAL void cube_claim_clear_slow(cube_claim_t *claim);
+// Every launch clears the provisional claims of its outputs: a clean or
+// static claim is dropped inline, only a real one pays the call.
+static inline void cube_claim_clear(cube_claim_t *claim) {
+  if (claim->chain || (claim->failure && !claim->failure->is_static)) {
+    cube_claim_clear_slow(claim);
+  } else {
+    claim->failure = 0;
+  }
+}
+// Opens a write scope on an unclaimed buffer: the provisional TornDown claim,
+// static, so entering costs a store.
+static inline void cube_claim_provisional(cube_claim_t *claim, cube_failure_t *torn_down) {
+  claim->failure = torn_down;
+  claim->chain = 0;
+}
 // UNWRITTEN for one claim (never NULL for a set claim).
 CUBE_INTERNAL cube_status_t cube_claim_status(const cube_claim_t *claim);
 

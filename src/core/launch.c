@@ -680,13 +680,13 @@ static cube_status_t launch_body(cube_client_t *client, uint32_t stream, cube_ke
   }
 
   // 6. The write scope: outputs claim TornDown until the dispatch is enqueued.
+  cube_failure_t *torn_down = cube_failure_torn_down();
   cube_claim_t prior[CUBE_MAX_BUFFERS];
   for (size_t i = 0; i < n; ++i) {
     prior[i] = (cube_claim_t){0};
     if ((io[i] & IO_W) && !(io[i] & IO_R) && client->track_failures) {
       prior[i] = resolved[i].slot->claim;
-      resolved[i].slot->claim = (cube_claim_t){0};
-      cube_claim_set(&resolved[i].slot->claim, cube_failure_torn_down(), NULL);
+      cube_claim_provisional(&resolved[i].slot->claim, torn_down);
     }
   }
   if (cube_status_is_ok(status)) status = fits_device(client, kernel, compiled);
