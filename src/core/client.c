@@ -350,6 +350,12 @@ static cube_status_t stream_open(cube_client_t *client, bool explicit_stream, ui
   return status;
 }
 
+static _Thread_local struct {
+  const cube_client_t *client;
+  uint32_t client_id;
+  uint32_t stream;
+} current_stream __attribute__((tls_model("initial-exec")));
+
 cube_status_t cube_server_stream(cube_client_t *client, cube_stream_t stream, const char *operation,
                                  uint32_t *out_index) {
   if (stream != CUBE_STREAM_CURRENT) {
@@ -361,10 +367,20 @@ cube_status_t cube_server_stream(cube_client_t *client, cube_stream_t stream, co
     *out_index = stream;
     return CUBE_OK;
   }
+  // The thread's last answer, checked against the client's own id: a client
+  // freed and another made at the same address has another id.
+  if (current_stream.client == client && current_stream.client_id == client->id &&
+      client->streams[current_stream.stream].live) {
+    *out_index = current_stream.stream;
+    return CUBE_OK;
+  }
   pthread_t self = pthread_self();
   for (size_t i = 0; i < client->thread_stream_count; ++i) {
     if (pthread_equal(client->thread_streams[i].thread, self)) {
       *out_index = client->thread_streams[i].stream;
+      current_stream.client = client;
+      current_stream.client_id = client->id;
+      current_stream.stream = *out_index;
       return CUBE_OK;
     }
   }

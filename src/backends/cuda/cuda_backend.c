@@ -9,8 +9,8 @@
 
 #include "backends/cuda/cuda_internal.h"
 
-_Thread_local CUcontext cube_cuda_tls_context;
-_Thread_local unsigned cube_cuda_tls_generation;
+_Thread_local CUcontext cube_cuda_tls_context CUBE_CUDA_TLS;
+_Thread_local unsigned cube_cuda_tls_generation CUBE_CUDA_TLS;
 atomic_uint cube_cuda_generation;
 
 //===--- Errors ---===//

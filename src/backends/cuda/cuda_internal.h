@@ -76,8 +76,12 @@ static inline cube_cuda_device_t *cube_cuda_device(cube_backend_device_t *device
 // teardown generation it was set in: a device teardown bumps the generation
 // so that every thread sets its context again (a released primary context
 // may come back with the same handle).
-CUBE_INTERNAL extern _Thread_local CUcontext cube_cuda_tls_context;
-CUBE_INTERNAL extern _Thread_local unsigned cube_cuda_tls_generation;
+// initial-exec: read on every launch, so a plain offset from the thread
+// pointer rather than a __tls_get_addr call (the library is not meant to be
+// dlopen'ed after start-up).
+#define CUBE_CUDA_TLS __attribute__((tls_model("initial-exec")))
+CUBE_INTERNAL extern _Thread_local CUcontext cube_cuda_tls_context CUBE_CUDA_TLS;
+CUBE_INTERNAL extern _Thread_local unsigned cube_cuda_tls_generation CUBE_CUDA_TLS;
 CUBE_INTERNAL extern atomic_uint cube_cuda_generation;
 
 // A status for |result| from a driver call described by |format| (the call
