@@ -80,22 +80,12 @@ static double cuda_round(const cube_cuda_driver_t *cu, CUstream stream, alloc_as
   return t / pairs * 1e9;
 }
 
-static cube_client_t *client_of(cube_backend_kind_t kind) {
-  cube_client_options_t options;
-  cube_client_options_initialize(&options);
-  options.backend = kind;
-  options.fault_plan = "";
-  cube_client_t *client = NULL;
-  CHECK(cube_client_create(&options, &client));
-  return client;
-}
-
 int main(void) {
   double a[REPEATS], b[REPEATS], c[REPEATS];
   printf("allocate+free pairs, sizes 256 B .. 64 MiB, 4 live, medians of %d x %d pairs\n", REPEATS,
          PAIRS);
 
-  cube_client_t *cpu = client_of(CUBE_BACKEND_CPU);
+  cube_client_t *cpu = bench_client(CUBE_BACKEND_CPU);
   cubec_round(cpu);  // warm the pools
   for (int r = 0; r < REPEATS; ++r) {
     a[r] = cubec_round(cpu);
@@ -118,7 +108,7 @@ int main(void) {
   const cube_cuda_driver_t *cu = cube_cuda_driver(&detail);
   alloc_async_fn alloc_async = (alloc_async_fn)dlsym(cu->library, "cuMemAllocAsync");
   free_async_fn free_async = (free_async_fn)dlsym(cu->library, "cuMemFreeAsync");
-  cube_client_t *gpu = client_of(CUBE_BACKEND_CUDA);
+  cube_client_t *gpu = bench_client(CUBE_BACKEND_CUDA);
   cube_stream_t s = 0;
   CHECK(cube_stream_current(gpu, &s));
   CUstream stream = (CUstream)gpu->streams[s].backend;

@@ -36,6 +36,18 @@ static inline double median(double *values, int count) {
     }                                                                    \
   } while (0)
 
+// A client on |kind| with no fault plan (CUBE_FAULT in the environment is
+// ignored: a benchmark measures the real backend).
+static inline cube_client_t *bench_client(cube_backend_kind_t kind) {
+  cube_client_options_t options;
+  cube_client_options_initialize(&options);
+  options.backend = kind;
+  options.fault_plan = "";
+  cube_client_t *client = NULL;
+  CHECK(cube_client_create(&options, &client));
+  return client;
+}
+
 // For benchmarks that call the driver directly (after cuda_internal.h).
 #ifdef CUBE_BACKENDS_CUDA_CUDA_API_H_
 #define CU(expr)                                                                   \

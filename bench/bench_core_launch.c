@@ -20,12 +20,7 @@ static cube_status_t noop_dispatch(cube_backend_device_t *device, cube_bstream_t
 }
 
 int main(void) {
-  cube_client_options_t options;
-  cube_client_options_initialize(&options);
-  options.backend = CUBE_BACKEND_CPU;
-  options.fault_plan = "";
-  cube_client_t *client = NULL;
-  CHECK(cube_client_create(&options, &client));
+  cube_client_t *client = bench_client(CUBE_BACKEND_CPU);
   cube_kernel_desc_t empty_desc = {
       .name = "empty", .source = "CUBE_KERNEL0(empty) {}\n", .cube_dim = {1, 1, 1}};
   cube_kernel_desc_t axpy_desc = {

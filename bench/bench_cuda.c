@@ -369,14 +369,9 @@ static void bench_compile(void) {
            "*= %d.0f; }\n",
            (int)(time(NULL) % 100000));
   cube_kernel_t *k = kernel("fresh", source, CUBE_KERNEL_DIALECT, 256);
-  cube_client_options_t options;
-  cube_client_options_initialize(&options);
-  options.backend = CUBE_BACKEND_CUDA;
-  options.fault_plan = "";
   double cold = 0, warm = 0, memory = 0;
   for (int round = 0; round < 2; ++round) {
-    cube_client_t *client = NULL;
-    CHECK(cube_client_create(&options, &client));
+    cube_client_t *client = bench_client(CUBE_BACKEND_CUDA);
     double t0 = now_s();
     CHECK(cube_launch(client, CUBE_STREAM_CURRENT, k, cube_count_static(1, 1, 1), NULL,
                       CUBE_LAUNCH_COMPILE_ONLY));
@@ -415,12 +410,7 @@ int main(int argc, char **argv) {
   }
   const char *detail = NULL;
   const cube_cuda_driver_t *cu = cube_cuda_driver(&detail);
-  cube_client_options_t options;
-  cube_client_options_initialize(&options);
-  options.backend = CUBE_BACKEND_CUDA;
-  options.fault_plan = "";
-  cube_client_t *client = NULL;
-  CHECK(cube_client_create(&options, &client));
+  cube_client_t *client = bench_client(CUBE_BACKEND_CUDA);
   printf("bench_cuda on %s (%s), medians\n", cube_client_properties(client)->name,
          cube_client_backend_name(client));
   bench_launch(client, cu);

@@ -326,12 +326,7 @@ int main(int argc, char **argv) {
   cube_backend_info_t info;
   CHECK(cube_backend_query(CUBE_BACKEND_CUDA, &info));
   bool cuda = info.available && info.device_count > 0 && !force_cpu;
-  cube_client_options_t options;
-  cube_client_options_initialize(&options);
-  options.backend = cuda ? CUBE_BACKEND_CUDA : CUBE_BACKEND_CPU;
-  options.fault_plan = "";
-  cube_client_t *client = NULL;
-  CHECK(cube_client_create(&options, &client));
+  cube_client_t *client = bench_client(cuda ? CUBE_BACKEND_CUDA : CUBE_BACKEND_CPU);
   printf("bench_graph on %s (%s)%s\n", cube_client_properties(client)->name,
          cube_client_backend_name(client),
          cuda ? "" : " -- CUDA unavailable or --cpu: software graph vs eager only");
