@@ -279,10 +279,20 @@ static void run_plain_range(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, ui
   cube_begin(exec, launch, cube);
   cube__ctx_t *ctx = &cube->ctx;
   if (setjmp(cube->abort) == 0) {
-    for (uint64_t i = first; i < first + count; ++i) {
+    // Divide once, then step x (wrapping into y and z): two 64-bit divisions
+    // per cube would cost as much as a small cube's body.
+    cube_place(launch, ctx, first);
+    const uint32_t cx = launch->cube_count.x, cy = launch->cube_count.y;
+    for (uint64_t i = 0; i < count; ++i) {
       if (atomic_load_explicit(&launch->trapped, memory_order_relaxed)) break;
-      cube_place(launch, ctx, i);
       launch->kernel->loop(ctx);
+      if (++ctx->cube_pos[0] == cx) {
+        ctx->cube_pos[0] = 0;
+        if (++ctx->cube_pos[1] == cy) {
+          ctx->cube_pos[1] = 0;
+          ++ctx->cube_pos[2];
+        }
+      }
     }
   }
   exec->cube = NULL;
