@@ -85,10 +85,10 @@ static cube_cpu_context_t *context_of(cube_cpu_cube_t *cube, uint32_t unit) {
 static uint32_t pick_next(cube_cpu_cube_t *cube, uint32_t from) {
   uint8_t *state = cube->exec->unit_state;
   for (int round = 0; round < 2; ++round) {
-    uint32_t start = from >= cube->units ? 0 : from + 1;
-    for (uint32_t i = 0; i < cube->units; ++i) {
-      uint32_t u = (start + i) % cube->units;
-      if (state[u] == UNIT_READY) return u;
+    uint32_t next = from >= cube->units ? 0 : from + 1;
+    for (uint32_t i = 0; i < cube->units; ++i, ++next) {
+      if (next == cube->units) next = 0;  // wrap without a division per step
+      if (state[next] == UNIT_READY) return next;
     }
     bool waiting = false;
     for (uint32_t u = 0; u < cube->units; ++u) {
@@ -146,7 +146,7 @@ static cube_status_t map_stacks(cube_cpu_cube_t *cube) {
   }
   for (uint32_t u = cube->native_is_unit0 ? 1 : 0; u < cube->units && status == CUBE_OK; ++u) {
     if (exec->fibers[u].map == NULL) {
-      status = cube_cpu_context_map(&exec->fibers[u], exec->fiber_stack_size);
+      status = cube_cpu_context_map(&exec->fibers[u], exec->fiber_stack_size, u);
     }
   }
   return status;

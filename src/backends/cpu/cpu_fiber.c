@@ -17,9 +17,16 @@
 
 void cube_cpu_fiber_trampoline(void);  // cpu_fiber_switch.S
 
-cube_status_t cube_cpu_context_map(cube_cpu_context_t *context, size_t stack_size) {
+// The color of fiber |index|: 64-byte steps through a 4 KiB page (the L1
+// sets), then 4 KiB steps (the sets of larger caches), at most 16 KiB.
+static size_t stack_color(uint32_t index) {
+  return (index % 64) * 64 + ((index / 64) % 4) * 4096;
+}
+#define COLOR_ROOM (16u * 1024u)
+
+cube_status_t cube_cpu_context_map(cube_cpu_context_t *context, size_t stack_size, uint32_t index) {
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  size_t usable = (stack_size + page - 1) & ~(page - 1);
+  size_t usable = (stack_size + COLOR_ROOM + page - 1) & ~(page - 1);
   size_t total = usable + page;  // one guard page below the stack
   cube_status_t status = CUBE_OK;
   void *map =
@@ -39,6 +46,7 @@ cube_status_t cube_cpu_context_map(cube_cpu_context_t *context, size_t stack_siz
     context->map_size = total;
     context->stack_bottom = (unsigned char *)map + page;
     context->stack_size = usable;
+    context->color = stack_color(index);
 #if defined(CUBE_TSAN)
     context->tsan_fiber = __tsan_create_fiber(0);
 #endif
@@ -56,7 +64,8 @@ void cube_cpu_context_unmap(cube_cpu_context_t *context) {
 }
 
 void cube_cpu_context_prepare(cube_cpu_context_t *context, void (*entry)(void *), void *arg) {
-  uintptr_t top = ((uintptr_t)context->stack_bottom + context->stack_size) & ~(uintptr_t)15;
+  uintptr_t top =
+      ((uintptr_t)context->stack_bottom + context->stack_size - context->color) & ~(uintptr_t)15;
 #if defined(CUBE_ASAN)
   // A reused stack still carries the redzones of frames its last fiber left
   // by switching away rather than returning.

@@ -59,6 +59,10 @@ typedef struct cube_cpu_context_t {
   size_t map_size;
   const void *stack_bottom;  // usable stack, for ASan
   size_t stack_size;
+  // Bytes left unused at the top of the stack, different for every fiber:
+  // stacks are page-aligned, so without it every fiber's saved frame would
+  // fall in the same cache set and each switch would miss.
+  size_t color;
   void *fake_stack;  // ASan's fake-stack save slot
   void *tsan_fiber;
 } cube_cpu_context_t;
@@ -66,7 +70,8 @@ typedef struct cube_cpu_context_t {
 // Assembly (cpu_fiber_switch.S): saves the callee-saved state on the current
 // stack, stores the stack pointer in |*save_sp| and resumes |to_sp|.
 void cube_cpu_fiber_switch(void **save_sp, void *to_sp);
-CUBE_INTERNAL cube_status_t cube_cpu_context_map(cube_cpu_context_t *context, size_t stack_size);
+CUBE_INTERNAL cube_status_t cube_cpu_context_map(cube_cpu_context_t *context, size_t stack_size,
+                                                 uint32_t index);
 CUBE_INTERNAL void cube_cpu_context_unmap(cube_cpu_context_t *context);
 // Prepares |context| to start running |entry(arg)| at its next resume.
 CUBE_INTERNAL void cube_cpu_context_prepare(cube_cpu_context_t *context, void (*entry)(void *),
