@@ -154,10 +154,20 @@ void cube_kernel_cache_stats(cube_kernel_cache_stats_t *out_stats) {
 
 //===--- The compiled-kernel cache (per device) ---===//
 
-static cube_compiled_t *compiled_find(cube_client_t *client, const cube_kernel_t *kernel) {
+static cube_compiled_t *compiled_find(cube_client_t *client, cube_kernel_t *kernel) {
+  // The entry this kernel found last on this client, if it is still there:
+  // a loop that launches one kernel skips the search.
+  uint64_t hint = atomic_load_explicit(&kernel->hint, memory_order_relaxed);
+  size_t index = (size_t)(hint & 0xffffffffu);
+  if ((hint >> 32) == client->id && index < client->compiled_count &&
+      cube_hash128_equal(client->compiled[index].kernel->key, kernel->key)) {
+    return &client->compiled[index];
+  }
   for (size_t i = 0; i < client->compiled_count; ++i) {
-    if (cube_hash128_equal(client->compiled[i].kernel->key, kernel->key))
+    if (cube_hash128_equal(client->compiled[i].kernel->key, kernel->key)) {
+      atomic_store_explicit(&kernel->hint, ((uint64_t)client->id << 32) | i, memory_order_relaxed);
       return &client->compiled[i];
+    }
   }
   return NULL;
 }

@@ -139,6 +139,9 @@ struct cube_kernel_t {
   cube_dim3_t cube_dim;
   uint32_t dynamic_shared_memory;
   cube_hash128_t key;  // content hash, the compiled-kernel cache key
+  // (client id << 32 | index) of the compiled entry last found for this
+  // kernel: kernels are shared between clients and threads, hence atomic.
+  atomic_uint_fast64_t hint;
 };
 
 //===--- Internal helpers shared by the core's files ---===//
