@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "cube/cube.h"
+#include "kernels.h"
 
 static double now_seconds(void) {
   struct timespec ts;
@@ -48,12 +49,7 @@ static bool ok(cube_status_t status, const char *what) {
     if (!ok((expr), (what))) goto done; \
   } while (0)
 
-static const char saxpy_source[] =
-    "CUBE_KERNEL(saxpy, IN(float, x), INOUT(float, y)) {\n"
-    "  float a = SCALAR(f32, 0);\n"
-    "  uint64_t i = ABSOLUTE_POS;\n"
-    "  if (i < LEN(y)) y[i] += a * x[i];\n"
-    "}\n";
+static const char saxpy_source[] = CUBE_EXAMPLE_SAXPY;
 
 // The same saxpy with each unit doing one line of 16 consecutive floats, as
 // CubeCL's vectorized lines do: the unit's inner loop has a plain bound, so
@@ -66,25 +62,8 @@ static const char saxpy_lines_source[] =
     "  for (uint64_t i = start; i < end; ++i) y[i] += a * x[i];\n"
     "}\n";
 
-// The same reduction as `cubec demo` and examples/reduction.c.
-static const char reduce_source[] =
-    "CUBE_KERNEL(reduce_sum, IN(float, x), OUT(float, partial)) {\n"
-    "  SHARED(float, tile, 256);\n"
-    "  uint32_t per_unit = SCALAR(u32, 0);\n"
-    "  uint64_t base = (uint64_t)CUBE_POS * CUBE_DIM * per_unit + UNIT_POS;\n"
-    "  float acc = 0.0f;\n"
-    "  for (uint32_t k = 0; k < per_unit; ++k) {\n"
-    "    uint64_t i = base + (uint64_t)k * CUBE_DIM;\n"
-    "    if (i < LEN(x)) acc += x[i];\n"
-    "  }\n"
-    "  tile[UNIT_POS] = acc;\n"
-    "  SYNC_CUBE();\n"
-    "  for (uint32_t s = CUBE_DIM / 2; s > 0; s >>= 1) {\n"
-    "    if (UNIT_POS < s) tile[UNIT_POS] += tile[UNIT_POS + s];\n"
-    "    SYNC_CUBE();\n"
-    "  }\n"
-    "  if (UNIT_POS == 0) partial[CUBE_POS] = tile[0];\n"
-    "}\n";
+// The reduction of `cubec demo` and examples/reduction.c (examples/kernels.h).
+static const char reduce_source[] = CUBE_EXAMPLE_REDUCE;
 
 static const char empty_source[] = "CUBE_KERNEL0(empty) {}\n";
 

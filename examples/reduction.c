@@ -9,32 +9,15 @@
 #include <stdlib.h>
 
 #include "cube/cube.h"
+#include "kernels.h"
 
 #define CUBE_UNITS 256u  // must match SHARED(float, tile, 256) below
 #define PER_UNIT 32u     // elements each unit adds up before the cube folds
 
-// Unit u of cube c adds x[c*256*32 + u + k*256] for k < 32 (neighbouring
-// units read neighbouring elements), stores its sum in the cube's shared
-// tile, then the cube halves the tile 8 times with a barrier after each
-// round. Every unit reaches every barrier: the `if` is inside the loop.
-static const char *const kReduce =
-    "CUBE_KERNEL(reduce_sum, IN(float, x), OUT(float, partial)) {\n"
-    "  SHARED(float, tile, 256);\n"
-    "  uint32_t per_unit = SCALAR(u32, 0);\n"
-    "  uint64_t base = (uint64_t)CUBE_POS * CUBE_DIM * per_unit + UNIT_POS;\n"
-    "  float acc = 0.0f;\n"
-    "  for (uint32_t k = 0; k < per_unit; ++k) {\n"
-    "    uint64_t i = base + (uint64_t)k * CUBE_DIM;\n"
-    "    if (i < LEN(x)) acc += x[i];\n"
-    "  }\n"
-    "  tile[UNIT_POS] = acc;\n"
-    "  SYNC_CUBE();\n"
-    "  for (uint32_t s = CUBE_DIM / 2; s > 0; s >>= 1) {\n"
-    "    if (UNIT_POS < s) tile[UNIT_POS] += tile[UNIT_POS + s];\n"
-    "    SYNC_CUBE();\n"
-    "  }\n"
-    "  if (UNIT_POS == 0) partial[CUBE_POS] = tile[0];\n"
-    "}\n";
+// The reduction kernel (examples/kernels.h): each unit sums PER_UNIT
+// elements strided by the cube, then the cube halves its shared tile with a
+// barrier after each round; unit 0 writes the cube's partial sum.
+static const char *const kReduce = CUBE_EXAMPLE_REDUCE;
 
 static bool ok(cube_status_t status, const char *what) {
   if (cube_status_is_ok(status)) return true;

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "cube/cube.h"
+#include "kernels.h"
 
 //===--- Small helpers ---===//
 
@@ -145,35 +146,11 @@ static int command_info(void) {
 //===--- cubec demo ---===//
 
 // The showcase kernels, in cubec's dialect (include/cube/dialect.h).
-static const char saxpy_source[] =
-    "CUBE_KERNEL(saxpy, IN(float, x), INOUT(float, y)) {\n"
-    "  float a = SCALAR(f32, 0);\n"
-    "  uint64_t i = ABSOLUTE_POS;\n"
-    "  if (i < LEN(y)) y[i] += a * x[i];\n"
-    "}\n";
+static const char saxpy_source[] = CUBE_EXAMPLE_SAXPY;
 
-// Each unit first sums |per_unit| elements strided by the cube size (so that
-// neighbouring units read neighbouring elements), then the cube folds its
-// units' sums in shared memory, one barrier per halving; unit 0 writes the
-// cube's partial sum. One partial per cube keeps the result deterministic.
-static const char reduce_source[] =
-    "CUBE_KERNEL(reduce_sum, IN(float, x), OUT(float, partial)) {\n"
-    "  SHARED(float, tile, 256);\n"
-    "  uint32_t per_unit = SCALAR(u32, 0);\n"
-    "  uint64_t base = (uint64_t)CUBE_POS * CUBE_DIM * per_unit + UNIT_POS;\n"
-    "  float acc = 0.0f;\n"
-    "  for (uint32_t k = 0; k < per_unit; ++k) {\n"
-    "    uint64_t i = base + (uint64_t)k * CUBE_DIM;\n"
-    "    if (i < LEN(x)) acc += x[i];\n"
-    "  }\n"
-    "  tile[UNIT_POS] = acc;\n"
-    "  SYNC_CUBE();\n"
-    "  for (uint32_t s = CUBE_DIM / 2; s > 0; s >>= 1) {\n"
-    "    if (UNIT_POS < s) tile[UNIT_POS] += tile[UNIT_POS + s];\n"
-    "    SYNC_CUBE();\n"
-    "  }\n"
-    "  if (UNIT_POS == 0) partial[CUBE_POS] = tile[0];\n"
-    "}\n";
+// The examples' kernels (examples/kernels.h), so the showcase runs exactly
+// what the examples document.
+static const char reduce_source[] = CUBE_EXAMPLE_REDUCE;
 
 // 2D: one unit per element of a rows x cols matrix, shapes and strides from
 // the launch's tensor metadata.
