@@ -122,20 +122,12 @@ static void test_queued_compile_failure_claims_outputs(void **state) {
 }
 
 int main(void) {
-  cube_backend_kind_t kinds[CUBE_BACKEND_COUNT];
-  const char *cuda_detail = NULL;
-  size_t count = cth_backend_list(kinds, &cuda_detail);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_compile_only_runs_nothing),
       cmocka_unit_test(test_queued_launch_compiles_later),
       cmocka_unit_test(test_queued_compile_failure_claims_outputs),
   };
-  int failures = 0;
-  for (size_t i = 0; i < count; ++i) {
-    g_kind = kinds[i];
-    printf("launch modes on %s\n", cth_backend_label(g_kind));
-    failures += cmocka_run_group_tests_name(cth_backend_label(g_kind), tests, NULL, NULL);
-  }
-  if (cuda_detail && cuda_detail[0]) printf("cuda: SKIPPED (%s)\n", cuda_detail);
-  return failures ? 1 : 0;
+  return cth_run_on_every_backend("launch_modes", tests, sizeof tests / sizeof tests[0], &g_kind)
+             ? 1
+             : 0;
 }

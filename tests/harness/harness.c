@@ -126,3 +126,19 @@ void cth_fill_pattern(void *bytes, size_t size, uint32_t seed) {
   }
   for (; i < size; ++i) p[i] = (unsigned char)(cth_rand_next(&state) | 1);
 }
+
+int cth_run_on_every_backend(const char *suite, const struct CMUnitTest *tests, size_t count,
+                             cube_backend_kind_t *kind) {
+  cube_backend_kind_t kinds[CUBE_BACKEND_COUNT];
+  const char *detail = NULL;
+  size_t backends = cth_backend_list(kinds, &detail);
+  int failed = 0;
+  for (size_t i = 0; i < backends; ++i) {
+    *kind = kinds[i];
+    char name[64];
+    snprintf(name, sizeof name, "%s[%s]", suite, cth_backend_label(kinds[i]));
+    failed += _cmocka_run_group_tests(name, tests, count, NULL, NULL);
+  }
+  if (backends < 2) printf("[  SKIPPED ] %s[cuda]: %s\n", suite, detail ? detail : "unavailable");
+  return failed;
+}

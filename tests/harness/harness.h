@@ -17,6 +17,13 @@
 size_t cth_backend_list(cube_backend_kind_t out[CUBE_BACKEND_COUNT], const char **out_cuda_detail);
 const char *cth_backend_label(cube_backend_kind_t kind);
 
+// Runs |tests| once per backend present as the group "<suite>[<backend>]",
+// with *|kind| set to that backend; prints a SKIPPED line naming why CUDA is
+// absent. Returns the number of failed tests (main returns non-zero on any).
+struct CMUnitTest;
+int cth_run_on_every_backend(const char *suite, const struct CMUnitTest *tests, size_t count,
+                             cube_backend_kind_t *kind);
+
 // Fails the current cmocka test, printing |status| in full, unless it is OK.
 // Releases |status|.
 void cth_assert_ok_at(cube_status_t status, const char *expr, const char *file, int line);

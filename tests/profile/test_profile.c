@@ -317,16 +317,6 @@ static const struct CMUnitTest kTests[] = {
 };
 
 int main(void) {
-  cube_backend_kind_t kinds[CUBE_BACKEND_COUNT];
-  const char *detail = NULL;
-  size_t count = cth_backend_list(kinds, &detail);
-  int failed = 0;
-  for (size_t i = 0; i < count; ++i) {
-    g_kind = kinds[i];
-    char name[64];
-    snprintf(name, sizeof name, "profile[%s]", cth_backend_label(g_kind));
-    failed += _cmocka_run_group_tests(name, kTests, sizeof kTests / sizeof kTests[0], NULL, NULL);
-  }
-  if (count < 2) printf("[  SKIPPED ] profile[cuda]: %s\n", detail ? detail : "unavailable");
-  return failed ? 1 : 0;
+  return cth_run_on_every_backend("profile", kTests, sizeof kTests / sizeof kTests[0], &g_kind) ? 1
+                                                                                                : 0;
 }
