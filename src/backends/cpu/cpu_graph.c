@@ -13,17 +13,9 @@
 
 #include "backends/cpu/cpu_internal.h"
 
-typedef struct graph_launch_t {
-  cube_bkernel_t *kernel;  // retained
-  cube_dim3_t cube_count;
-  cube_dim3_t cube_dim;
-  uint32_t dynamic_shared_memory;
-  uint32_t buffer_count;
-  uint32_t info_words;
-  uint32_t static_words;
-  void **buffers;  // one allocation: buffer pointers, then the info words
-  uint64_t *info;
-} graph_launch_t;
+// A recorded launch is a launch as the stream would run it; its buffers
+// pointer is the one allocation holding the buffer pointers, then the info.
+typedef cube_cpu_launch_t graph_launch_t;
 
 struct cube_bgraph_t {
   atomic_uint refs;
@@ -56,23 +48,8 @@ cube_status_t cube_cpu_graph_record(cube_bgraph_t *graph, const cube_dispatch_t 
                          dispatch->kernel->name, dispatch->buffer_count, dispatch->info_words);
   } else {
     graph_launch_t *launch = &graph->launches[graph->count++];
-    launch->buffers = block;
-    launch->info = (uint64_t *)(launch->buffers + dispatch->buffer_count);
-    for (uint32_t i = 0; i < dispatch->buffer_count; ++i)
-      launch->buffers[i] = (void *)(uintptr_t)dispatch->buffers[i];
-    if (dispatch->info_words) {
-      memcpy(launch->info, dispatch->info, sizeof(uint64_t) * dispatch->info_words);
-    } else {
-      launch->info[0] = 0;
-    }
-    cube_cpu_kernel_retain(dispatch->kernel);
-    launch->kernel = dispatch->kernel;
-    launch->cube_count = dispatch->cube_count;
-    launch->cube_dim = dispatch->cube_dim;
-    launch->dynamic_shared_memory = dispatch->dynamic_shared_memory;
-    launch->buffer_count = dispatch->buffer_count;
-    launch->info_words = dispatch->info_words;
-    launch->static_words = dispatch->static_words;
+    void **buffers = block;
+    cube_cpu_launch_fill(launch, dispatch, buffers, (uint64_t *)(buffers + dispatch->buffer_count));
   }
   return status;
 }
@@ -83,14 +60,7 @@ cube_status_t cube_cpu_graph_run(cube_cpu_device_t *device, cube_cpu_exec_t *exe
   for (uint32_t i = 0; i < graph->count && status == CUBE_OK; ++i) {
     const graph_launch_t *g = &graph->launches[i];
     // A launch of its own per run: the trap state is per replay.
-    cube_cpu_launch_t launch = {.kernel = g->kernel,
-                                .cube_count = g->cube_count,
-                                .cube_dim = g->cube_dim,
-                                .dynamic_shared_memory = g->dynamic_shared_memory,
-                                .buffers = g->buffers,
-                                .info = g->info,
-                                .info_words = g->info_words,
-                                .static_words = g->static_words};
+    cube_cpu_launch_t launch = *g;
     atomic_init(&launch.trapped, 0);
     launch.trap_message[0] = '\0';
     cube_cpu_launch_run(device, exec, &launch);

@@ -116,6 +116,12 @@ typedef struct cube_cpu_launch_t {
   char trap_message[CUBE_CPU_TRAP_MESSAGE];
 } cube_cpu_launch_t;
 
+// Fills |launch| from |dispatch|, copying its buffer addresses into
+// |buffers| and its info words into |info| (at least one word: an empty
+// header when it has none), and retains the kernel.
+CUBE_INTERNAL void cube_cpu_launch_fill(cube_cpu_launch_t *launch, const cube_dispatch_t *dispatch,
+                                        void **buffers, uint64_t *info);
+
 typedef struct cube_cpu_job_t cube_cpu_job_t;
 
 typedef struct cube_cpu_pool_t {

@@ -529,28 +529,33 @@ cube_status_t cube_cpu_dispatch(cube_backend_device_t *device, cube_bstream_t *s
     // Keep the info words 8-byte aligned after the buffer pointers.
     uint64_t *info =
         heap != NULL ? (uint64_t *)(buffers + dispatch->buffer_count) : task->u.dispatch.info;
-    for (uint32_t i = 0; i < dispatch->buffer_count; ++i) {
-      buffers[i] = (void *)(uintptr_t)dispatch->buffers[i];
-    }
-    if (dispatch->info_words > 0) {
-      memcpy(info, dispatch->info, sizeof(uint64_t) * dispatch->info_words);
-    } else {
-      info[0] = 0;  // an empty header: no scalars, no buffers
-    }
-    cube_cpu_kernel_retain(dispatch->kernel);
-    launch->kernel = dispatch->kernel;
-    launch->cube_count = dispatch->cube_count;
-    launch->cube_dim = dispatch->cube_dim;
-    launch->dynamic_shared_memory = dispatch->dynamic_shared_memory;
-    launch->buffers = buffers;
-    launch->info = info;
-    launch->info_words = dispatch->info_words;
-    launch->static_words = dispatch->static_words;
-    atomic_init(&launch->trapped, 0);
-    launch->trap_message[0] = '\0';
+    cube_cpu_launch_fill(launch, dispatch, buffers, info);
     task_submit(stream, task);
   }
   return status;
+}
+
+void cube_cpu_launch_fill(cube_cpu_launch_t *launch, const cube_dispatch_t *dispatch,
+                          void **buffers, uint64_t *info) {
+  for (uint32_t i = 0; i < dispatch->buffer_count; ++i) {
+    buffers[i] = (void *)(uintptr_t)dispatch->buffers[i];
+  }
+  if (dispatch->info_words > 0) {
+    memcpy(info, dispatch->info, sizeof(uint64_t) * dispatch->info_words);
+  } else {
+    info[0] = 0;  // an empty header: no scalars, no buffers
+  }
+  cube_cpu_kernel_retain(dispatch->kernel);
+  launch->kernel = dispatch->kernel;
+  launch->cube_count = dispatch->cube_count;
+  launch->cube_dim = dispatch->cube_dim;
+  launch->dynamic_shared_memory = dispatch->dynamic_shared_memory;
+  launch->buffers = buffers;
+  launch->info = info;
+  launch->info_words = dispatch->info_words;
+  launch->static_words = dispatch->static_words;
+  atomic_init(&launch->trapped, 0);
+  launch->trap_message[0] = '\0';
 }
 
 //===--- Graphs (the software graph itself lives in cpu_graph.c) ---===//
