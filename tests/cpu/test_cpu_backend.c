@@ -16,6 +16,11 @@
 
 #include <cmocka.h>
 
+#if defined(CUBE_ASAN)
+#include <sanitizer/asan_interface.h>
+#endif
+
+#include "backends/cpu/cpu_internal.h"
 #include "core/backend.h"
 #include "cube/dialect.h"
 
@@ -796,6 +801,48 @@ static void test_concurrent_compiles(void **state) {
   for (int i = 0; i < THREADS; ++i) device->vtable->kernel_release(device, args[i].kernel);
 }
 
+// A fiber that switches away mid-frame leaves ASan redzones on its stack.
+// Unmapping that stack must clear them, or the next mapping placed at the same
+// address (a 16 MiB buffer page, say) reads as a stack overflow.
+typedef struct {
+  cube_cpu_context_t native;
+  cube_cpu_context_t fiber;
+  volatile int reached;
+} abandoned_fiber_t;
+
+static __attribute__((noinline)) void abandoned_frame(abandoned_fiber_t *f) {
+  volatile char locals[3][40];  // separate objects: redzones between them
+  for (int i = 0; i < 3; ++i) locals[i][0] = (char)i;
+  f->reached = 1 + locals[2][0];
+  cube_cpu_context_switch(&f->fiber, &f->native, false);  // never resumed
+}
+
+static void abandoned_entry(void *arg) {
+  cube_cpu_context_entered();
+  abandoned_frame(arg);
+}
+
+static void test_fiber_stack_unmap_leaves_clean_shadow(void **state) {
+  (void)state;
+  abandoned_fiber_t f;
+  cube_cpu_context_native(&f.native);
+  f.reached = 0;
+  ASSERT_OK(cube_cpu_context_map(&f.fiber, 64 * 1024, 3));
+  void *map = f.fiber.map;
+  size_t map_size = f.fiber.map_size;
+  cube_cpu_context_prepare(&f.fiber, abandoned_entry, &f);
+  cube_cpu_context_switch(&f.native, &f.fiber, false);
+  assert_int_equal(f.reached, 3);
+  cube_cpu_context_unmap(&f.fiber);
+  assert_null(f.fiber.map);
+#if defined(CUBE_ASAN)
+  assert_null(__asan_region_is_poisoned(map, map_size));
+#else
+  (void)map;
+  (void)map_size;
+#endif
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_properties, device_setup, device_teardown),
@@ -814,6 +861,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_concurrent_streams, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_dynamic_metadata, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_concurrent_compiles, device_setup, device_teardown),
+      cmocka_unit_test(test_fiber_stack_unmap_leaves_clean_shadow),
   };
   return cmocka_run_group_tests_name("cpu_backend", tests, group_setup, group_teardown);
 }

@@ -59,6 +59,11 @@ void cube_cpu_context_unmap(cube_cpu_context_t *context) {
 #if defined(CUBE_TSAN)
   if (context->tsan_fiber != NULL) __tsan_destroy_fiber(context->tsan_fiber);
 #endif
+#if defined(CUBE_ASAN)
+  // ASan's shadow outlives the mapping: frames a fiber left poisoned would
+  // otherwise flag the next mmap that lands at this address (a buffer page).
+  __asan_unpoison_memory_region(context->map, context->map_size);
+#endif
   munmap(context->map, context->map_size);
   memset(context, 0, sizeof(*context));
 }
