@@ -453,11 +453,13 @@ static inline double cube__double_of(uint64_t bits) {
 #define ABSOLUTE_POS_X (CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X)
 #define ABSOLUTE_POS_Y (CUBE_POS_Y * CUBE_DIM_Y + UNIT_POS_Y)
 #define ABSOLUTE_POS_Z (CUBE_POS_Z * CUBE_DIM_Z + UNIT_POS_Z)
-// Linear over the whole launch, x fastest (as CubeCL).
-#define ABSOLUTE_POS                                                                             \
-  ((uint64_t)ABSOLUTE_POS_X + (uint64_t)ABSOLUTE_POS_Y * ((uint64_t)CUBE_COUNT_X * CUBE_DIM_X) + \
-   (uint64_t)ABSOLUTE_POS_Z * ((uint64_t)CUBE_COUNT_X * CUBE_DIM_X) *                            \
-       ((uint64_t)CUBE_COUNT_Y * CUBE_DIM_Y))
+// Linear over the whole launch, x fastest (as CubeCL). Each axis is widened
+// before it is scaled: no wrap past 2^32 units, and on the CPU the unit loop's
+// index stays affine, so gcc vectorizes a bounds-checked body.
+#define CUBE__ABS64(d) ((uint64_t)CUBE_POS_##d * CUBE_DIM_##d + UNIT_POS_##d)
+#define ABSOLUTE_POS                                                         \
+  (CUBE__ABS64(X) + CUBE__ABS64(Y) * ((uint64_t)CUBE_COUNT_X * CUBE_DIM_X) + \
+   CUBE__ABS64(Z) * ((uint64_t)CUBE_COUNT_X * CUBE_DIM_X) * ((uint64_t)CUBE_COUNT_Y * CUBE_DIM_Y))
 
 CUBE__DEVICE uint32_t cube__scalar_index(const uint64_t *info, uint32_t type, uint32_t i) {
   uint64_t header = info[0];
