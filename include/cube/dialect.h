@@ -255,6 +255,17 @@ CUBE__DEVICE T cube__plane_min(T v) {
 #define ATOMIC_EXCH(ptr, v) atomicExch((ptr), (v))
 #define ATOMIC_CAS(ptr, expected, desired) atomicCAS((ptr), (expected), (desired))
 
+// Checked LOAD/STORE (see the end of this header).
+template <typename T>
+CUBE__DEVICE T cube__load(const T *p, uint64_t i, uint64_t n) {
+  return i < n ? p[i] : T(0);
+}
+template <typename T, typename V>
+CUBE__DEVICE void cube__store(T *p, uint64_t i, uint64_t n, V v) {
+  T value = (T)v;
+  if (i < n) p[i] = value;
+}
+
 #define CUBE__FLOAT_OF(bits32) __uint_as_float((uint32_t)(bits32))
 #define CUBE__DOUBLE_OF(bits64) __longlong_as_double((long long)(bits64))
 
@@ -440,6 +451,23 @@ static inline double cube__double_of(uint64_t bits) {
 #define CUBE__FLOAT_OF(bits32) cube__float_of((uint32_t)(bits32))
 #define CUBE__DOUBLE_OF(bits64) cube__double_of((uint64_t)(bits64))
 
+// Checked LOAD/STORE (see the end of this header): statement expressions, so
+// the index and the value are evaluated exactly once, as on CUDA.
+#define cube__load(p, i, n)                                     \
+  ({                                                            \
+    __typeof__(p) cube__p = (p);                                \
+    uint64_t cube__i = (i);                                     \
+    cube__i < (n) ? cube__p[cube__i] : (__typeof__(*cube__p))0; \
+  })
+#define cube__store(p, i, n, v)                    \
+  ({                                               \
+    __typeof__(p) cube__p = (p);                   \
+    uint64_t cube__i = (i);                        \
+    __typeof__(*cube__p) cube__v = (v);            \
+    if (cube__i < (n)) cube__p[cube__i] = cube__v; \
+    (void)0;                                       \
+  })
+
 #endif  // backend
 
 //===--- Shared by every backend ---===//
@@ -503,6 +531,19 @@ CUBE__DEVICE uint64_t cube__stride(const uint64_t *m, uint32_t d) {
 #define SCALAR(type, i) CUBE__SCALAR_##type(CUBE__SCALAR_WORD(type, i))
 // Elements in a buffer (its binding's bytes over the element size).
 #define LEN(name) (cube__len_bytes(cube__ctx->info, name##__idx) / sizeof(*(name)))
+
+// Bounds-checked access, CubeCL's execution mode (cube_execution_mode_t on the
+// kernel's description). Checked (the default): a LOAD at an index >= LEN(name)
+// reads 0 and a STORE there is dropped, so a wrong index cannot reach bytes
+// outside the binding. Unchecked: plain indexing. Index and value are
+// evaluated exactly once in both modes. `name[i]` is never checked.
+#if defined(CUBE__CHECKED)
+#define LOAD(name, i) cube__load((name), (uint64_t)(i), LEN(name))
+#define STORE(name, i, v) cube__store((name), (uint64_t)(i), LEN(name), (v))
+#else
+#define LOAD(name, i) ((name)[(i)])
+#define STORE(name, i, v) ((void)((name)[(i)] = (v)))
+#endif
 #define RANK(name) cube__rank(cube__meta(cube__ctx->info, cube__ctx->dynamic, name##__idx))
 #define SHAPE(name, d) \
   cube__shape(cube__meta(cube__ctx->info, cube__ctx->dynamic, name##__idx), (d))

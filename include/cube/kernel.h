@@ -18,13 +18,26 @@ typedef enum cube_kernel_language_t {
   CUBE_KERNEL_CUDA = 1,     // raw CUDA C++ (extern "C" __global__ entry)
 } cube_kernel_language_t;
 
+// Bounds-check mode (CubeCL's ExecutionMode), part of the kernel's identity:
+// the same source in the two modes is two kernels. It governs the dialect's
+// LOAD(buf, i) and STORE(buf, i, v); plain `buf[i]` indexing is never checked.
+typedef enum cube_execution_mode_t {
+  // LOAD past LEN(buf) reads 0 and STORE past it is dropped: a kernel with a
+  // wrong index cannot touch bytes outside the binding it was given (the
+  // rest of a shared page, a neighbouring slice).
+  CUBE_EXECUTION_CHECKED = 0,
+  // LOAD and STORE are plain indexing: no compare, and no protection.
+  CUBE_EXECUTION_UNCHECKED = 1,
+} cube_execution_mode_t;
+
 typedef struct cube_kernel_desc_t {
   const char *name;    // the entry point named in CUBE_KERNEL(name, ...)
   const char *source;  // NUL-terminated
   cube_kernel_language_t language;
   cube_dim3_t cube_dim;
-  uint32_t dynamic_shared_memory;  // bytes
-  const char *options;             // extra compiler options, may be NULL
+  uint32_t dynamic_shared_memory;   // bytes
+  const char *options;              // extra compiler options, may be NULL
+  cube_execution_mode_t execution;  // CUBE_EXECUTION_CHECKED when zero-initialized
 } cube_kernel_desc_t;
 
 typedef struct cube_kernel_t cube_kernel_t;

@@ -16,6 +16,19 @@ static char *dup_string(const char *s) {
   return copy;
 }
 
+// The options a backend compiles with: the caller's, plus the define that
+// turns the dialect's LOAD/STORE checks on (dialect kernels in checked mode).
+static char *kernel_options(const cube_kernel_desc_t *desc) {
+  const char *user = desc->options ? desc->options : "";
+  if (desc->language != CUBE_KERNEL_DIALECT || desc->execution != CUBE_EXECUTION_CHECKED)
+    return dup_string(user);
+  static const char kChecked[] = "-DCUBE__CHECKED=1";
+  size_t n = strlen(user);
+  char *options = malloc(n + sizeof kChecked + 1);
+  if (options) snprintf(options, n + sizeof kChecked + 1, "%s%s%s", user, n ? " " : "", kChecked);
+  return options;
+}
+
 static bool valid_identifier(const char *name) {
   if (!name || !name[0] || strlen(name) > 200) return false;
   for (const char *c = name; *c; ++c) {
@@ -45,6 +58,11 @@ cube_status_t cube_kernel_create(const cube_kernel_desc_t *desc, cube_kernel_t *
                             "cube_kernel_create: kernel '%s' has unknown language %d", desc->name,
                             (int)desc->language);
   }
+  if (desc->execution != CUBE_EXECUTION_CHECKED && desc->execution != CUBE_EXECUTION_UNCHECKED) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "cube_kernel_create: kernel '%s' has unknown execution mode %d",
+                            desc->name, (int)desc->execution);
+  }
   cube_dim3_t d = desc->cube_dim;
   if (d.x == 0 || d.y == 0 || d.z == 0) {
     return cube_status_make(CUBE_STATUS_VALIDATION,
@@ -55,7 +73,7 @@ cube_status_t cube_kernel_create(const cube_kernel_desc_t *desc, cube_kernel_t *
   if (kernel) {
     kernel->name = dup_string(desc->name);
     kernel->source = dup_string(desc->source);
-    kernel->options = dup_string(desc->options ? desc->options : "");
+    kernel->options = kernel_options(desc);
   }
   if (!kernel || !kernel->name || !kernel->source || !kernel->options) {
     if (kernel) {
@@ -74,6 +92,9 @@ cube_status_t cube_kernel_create(const cube_kernel_desc_t *desc, cube_kernel_t *
   cube_hash128_init(&h);
   uint32_t lang = (uint32_t)desc->language;
   cube_hash128_update(&h, &lang, sizeof lang);
+  // The mode is in the options too; hashing it keeps the key honest if that changes.
+  uint32_t mode = (uint32_t)desc->execution;
+  cube_hash128_update(&h, &mode, sizeof mode);
   cube_hash128_update(&h, kernel->name, strlen(kernel->name) + 1);
   cube_hash128_update(&h, kernel->options, strlen(kernel->options) + 1);
   cube_hash128_update(&h, kernel->source, strlen(kernel->source));

@@ -135,6 +135,14 @@ static const char *const kTwice =
     "  if (i < LEN(y)) y[i] = 2.0f * x[i];\n"
     "}\n";
 
+// y[i] = x[i] + 1 through the dialect's bounds-checked accessors, run over
+// more units than either binding holds.
+static const char *const kAccessors =
+    "CUBE_KERNEL(conf_accessors, IN(float, x), OUT(float, y)) {\n"
+    "  uint64_t i = ABSOLUTE_POS;\n"
+    "  STORE(y, i, LOAD(x, i) + 1.0f);\n"
+    "}\n";
+
 static cube_cube_count_t count_for(uint64_t n, uint32_t per_cube) {
   return cube_count_static((uint32_t)((n + per_cube - 1) / per_cube), 1, 1);
 }
@@ -285,6 +293,69 @@ static void test_strided_write_and_async_read(void **state) {
 }
 
 //===--- Kernels ---===//
+
+//===--- Execution mode: checked and unchecked LOAD/STORE ---===//
+
+// Every binding below is a slice of a larger allocation, so an access past
+// the slice lands in memory the test owns: checked mode must not touch it,
+// unchecked mode shows what checked mode prevented.
+static void test_checked_and_unchecked_accessors(void **state) {
+  cube_client_t *client = CLIENT(state);
+  enum { N = 1000, UNITS = 2 * N };
+  float x[UNITS], minus[UNITS], got[UNITS];
+  for (int i = 0; i < UNITS; ++i) {
+    x[i] = (float)i;
+    minus[i] = -1.0f;
+  }
+  cube_kernel_t *checked = CTH_KERNEL("conf_accessors", kAccessors, ((cube_dim3_t){64, 1, 1}));
+  cube_kernel_desc_t desc = {.name = "conf_accessors",
+                             .source = kAccessors,
+                             .cube_dim = {64, 1, 1},
+                             .execution = CUBE_EXECUTION_UNCHECKED};
+  cube_kernel_t *unchecked = NULL;
+  CTH_OK(cube_kernel_create(&desc, &unchecked));
+  cube_handle_t hx = CTH_BUFFER(client, sizeof x), hy = CTH_BUFFER(client, sizeof x);
+  CTH_OK(cube_write(client, S, cube_handle_binding(hx), x, sizeof x));
+  cube_kernel_args_t args = {NULL, 2, NULL, 0};
+  cube_kernel_buffer_t bufs[2];
+  args.buffers = bufs;
+
+  // Checked, x bound to its first half: loads past N read 0, not x's tail.
+  CTH_OK(cube_write(client, S, cube_handle_binding(hy), minus, sizeof minus));
+  bufs[0] = (cube_kernel_buffer_t){.binding = cube_handle_slice(hx, 0, N * 4), .io = CUBE_IO_READ};
+  bufs[1] = cth_arg(hy, CUBE_IO_WRITE);
+  CTH_OK(cube_launch(client, S, checked, count_for(UNITS, 64), &args, CUBE_LAUNCH_EXECUTE));
+  CTH_OK(cube_read(client, S, cube_handle_binding(hy), got, sizeof got));
+  for (int i = 0; i < UNITS; ++i) assert_true(got[i] == (i < N ? x[i] + 1.0f : 1.0f));
+
+  // Checked, y bound to its first half: stores past N are dropped.
+  CTH_OK(cube_write(client, S, cube_handle_binding(hy), minus, sizeof minus));
+  bufs[0] = cth_arg(hx, CUBE_IO_READ);
+  bufs[1] = (cube_kernel_buffer_t){.binding = cube_handle_slice(hy, 0, N * 4), .io = CUBE_IO_WRITE};
+  CTH_OK(cube_launch(client, S, checked, count_for(UNITS, 64), &args, CUBE_LAUNCH_EXECUTE));
+  CTH_OK(cube_read(client, S, cube_handle_binding(hy), got, sizeof got));
+  for (int i = 0; i < UNITS; ++i) assert_true(got[i] == (i < N ? x[i] + 1.0f : -1.0f));
+
+  // Unchecked, the same two bindings at once: the loads read x's tail and
+  // the stores land past y's slice, exactly what checked mode kept out.
+  CTH_OK(cube_write(client, S, cube_handle_binding(hy), minus, sizeof minus));
+  bufs[0] = (cube_kernel_buffer_t){.binding = cube_handle_slice(hx, 0, N * 4), .io = CUBE_IO_READ};
+  CTH_OK(cube_launch(client, S, unchecked, count_for(UNITS, 64), &args, CUBE_LAUNCH_EXECUTE));
+  CTH_OK(cube_read(client, S, cube_handle_binding(hy), got, sizeof got));
+  for (int i = 0; i < UNITS; ++i) assert_true(got[i] == x[i] + 1.0f);
+
+  // (Same name and source: only a kernel identity that includes the mode
+  // gives the two launches above different code.) An unknown mode is refused.
+  desc.execution = (cube_execution_mode_t)7;
+  cube_kernel_t *bad = NULL;
+  CTH_EXPECT_RELEASE(cube_kernel_create(&desc, &bad), CUBE_STATUS_VALIDATION,
+                     "unknown execution mode 7");
+  assert_null(bad);
+  cth_release_handle(client, hx);
+  cth_release_handle(client, hy);
+  cube_kernel_release(checked);
+  cube_kernel_release(unchecked);
+}
 
 static void test_saxpy(void **state) {
   cube_client_t *client = CLIENT(state);
@@ -948,6 +1019,7 @@ static const struct CMUnitTest kTests[] = {
     cmocka_unit_test(test_many_buffers_keep_their_bytes),
     cmocka_unit_test(test_strided_write_and_async_read),
     cmocka_unit_test(test_saxpy),
+    cmocka_unit_test(test_checked_and_unchecked_accessors),
     cmocka_unit_test(test_cube_reduction_with_barriers),
     cmocka_unit_test(test_2d_and_3d_cube_dims),
     cmocka_unit_test(test_cube_counts_spread_over_y_z),
