@@ -481,13 +481,25 @@ static inline double cube__double_of(uint64_t bits) {
 #define ABSOLUTE_POS_X (CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X)
 #define ABSOLUTE_POS_Y (CUBE_POS_Y * CUBE_DIM_Y + UNIT_POS_Y)
 #define ABSOLUTE_POS_Z (CUBE_POS_Z * CUBE_DIM_Z + UNIT_POS_Z)
-// Linear over the whole launch, x fastest (as CubeCL). Each axis is widened
-// before it is scaled: no wrap past 2^32 units, and on the CPU the unit loop's
-// index stays affine, so gcc vectorizes a bounds-checked body.
+// Linear over the whole launch, x fastest (as CubeCL), in 64 bits: x is
+// widened before it is scaled, so the position never wraps past 2^32 units.
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+// The y and z extents of a CUDA launch stay below 2^32 units (grid y and z at
+// most 65535 cubes, cube dim y at most 1024, z at most 64): those axes stay
+// 32-bit, and the Horner form costs one wide multiply-add per term.
+#define ABSOLUTE_POS                                \
+  ((uint64_t)CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X + \
+   (uint64_t)CUBE_COUNT_X * CUBE_DIM_X *            \
+       ((uint64_t)(CUBE_COUNT_Y * CUBE_DIM_Y) * ABSOLUTE_POS_Z + ABSOLUTE_POS_Y))
+#else
+// On the CPU every axis is widened (its cube counts are not bounded as a
+// GPU's are); the unit loop's index stays affine, so gcc keeps the per-unit
+// arithmetic out of the loop.
 #define CUBE__ABS64(d) ((uint64_t)CUBE_POS_##d * CUBE_DIM_##d + UNIT_POS_##d)
 #define ABSOLUTE_POS                                                         \
   (CUBE__ABS64(X) + CUBE__ABS64(Y) * ((uint64_t)CUBE_COUNT_X * CUBE_DIM_X) + \
    CUBE__ABS64(Z) * ((uint64_t)CUBE_COUNT_X * CUBE_DIM_X) * ((uint64_t)CUBE_COUNT_Y * CUBE_DIM_Y))
+#endif
 
 CUBE__DEVICE uint32_t cube__scalar_index(const uint64_t *info, uint32_t type, uint32_t i) {
   uint64_t header = info[0];

@@ -301,7 +301,9 @@ static void test_strided_write_and_async_read(void **state) {
 // unchecked mode shows what checked mode prevented.
 static void test_checked_and_unchecked_accessors(void **state) {
   cube_client_t *client = CLIENT(state);
-  enum { N = 1000, UNITS = 2 * N };
+  // UNITS is a whole number of 64-unit cubes: the unchecked launch below
+  // reaches exactly the 2N elements each buffer holds, and no further.
+  enum { N = 1024, UNITS = 2 * N };
   float x[UNITS], minus[UNITS], got[UNITS];
   for (int i = 0; i < UNITS; ++i) {
     x[i] = (float)i;
