@@ -208,6 +208,36 @@ static void test_hopper_target_through_options(void **state) {
   cube_client_release(client);
 }
 
+// ABSOLUTE_POS is 64-bit all the way: a launch of more than 2^32 units in x
+// (4,194,305 cubes of 1024) reaches positions past 2^32, where a 32-bit
+// `blockIdx.x * blockDim.x + threadIdx.x` would wrap back to 0.
+static void test_absolute_pos_past_four_billion_units(void **state) {
+  (void)state;
+  cube_client_t *client = gpu();
+  const char *source =
+      "CUBE_KERNEL(far_pos, OUT(uint64_t, out)) {\n"
+      "  uint64_t i = ABSOLUTE_POS, base = SCALAR(u64, 0);\n"
+      "  if (i >= base && i - base < LEN(out)) out[i - base] = i;\n"
+      "}\n";
+  cube_kernel_t *k = CTH_KERNEL("far_pos", source, ((cube_dim3_t){1024, 1, 1}));
+  enum { WINDOW = 512 };
+  const uint64_t base = (1ull << 32) + 5;
+  uint64_t got[WINDOW];
+  memset(got, 0, sizeof got);
+  cube_handle_t out = CTH_BUFFER(client, sizeof got);
+  CTH_OK(cube_write(client, CUBE_STREAM_CURRENT, cube_handle_binding(out), got, sizeof got));
+  cube_kernel_buffer_t b = cth_arg(out, CUBE_IO_WRITE);
+  cube_scalar_t scalar = cube_scalar_u64(base);
+  cube_kernel_args_t args = {&b, 1, &scalar, 1};
+  CTH_OK(cube_launch(client, CUBE_STREAM_CURRENT, k, cube_count_static((1u << 22) + 1, 1, 1), &args,
+                     CUBE_LAUNCH_EXECUTE));
+  CTH_OK(cube_read(client, CUBE_STREAM_CURRENT, cube_handle_binding(out), got, sizeof got));
+  for (uint64_t j = 0; j < WINDOW; ++j) assert_true(got[j] == base + j);
+  cth_release_handle(client, out);
+  cube_kernel_release(k);
+  cube_client_release(client);
+}
+
 // A kernel that writes through a wild pointer poisons the device: the next
 // sync answers DEVICE_POISONED, every later call answers it promptly, and the
 // client is released without hanging. Runs last: the context stays broken.
@@ -265,6 +295,7 @@ int main(void) {
       cmocka_unit_test(test_out_of_memory),
       cmocka_unit_test(test_differential_against_cpu),
       cmocka_unit_test(test_hopper_target_through_options),
+      cmocka_unit_test(test_absolute_pos_past_four_billion_units),
       cmocka_unit_test(test_wild_pointer_poisons),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
