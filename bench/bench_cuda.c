@@ -216,6 +216,35 @@ static void bench_launch(cube_client_t *client, const cube_cuda_driver_t *cu) {
   }
   report("4-argument axpy launch enqueue", median(c, repeats), median(r, repeats), "us", true, 1.10,
          "<= 1.10x");
+  // Where the difference goes: cubec's own entry for this launch (saxpy__w8:
+  // two pointers, 8 info words by value, the dynamic-info pointer) enqueued
+  // by hand, against the raw axpy, alternating as above.
+  {
+    CUfunction entry = NULL;
+    for (size_t i = 0; i < client->compiled_count; ++i) {
+      if (client->compiled[i].kernel == saxpy) entry = client->compiled[i].backend->function8;
+    }
+    if (entry) {
+      uint64_t words[8] = {0};
+      CUdeviceptr none = 0;
+      void *entry_params[] = {&xp, &yp, words, &none};
+      double e[128], q[128];
+      for (int rep = 0; rep < repeats; ++rep) {
+        for (int side = 0; side < 2; ++side) {
+          bool entry_side = (side == 0) == (rep % 2 == 0);
+          double t0 = now_s();
+          for (int i = 0; i < batch; ++i) {
+            CU(cu->cuLaunchKernel(entry_side ? entry : raw, (unsigned)(n / 256), 1, 1, 256, 1, 1, 0,
+                                  stream, entry_side ? entry_params : raw_params, NULL));
+          }
+          (entry_side ? e : q)[rep] = (now_s() - t0) / batch * 1e6;
+          CU(cu->cuStreamSynchronize(stream));
+        }
+      }
+      printf("    (breakdown: cubec's entry and parameter block by hand %.3f us vs raw %.3f us)\n",
+             median(e, repeats), median(q, repeats));
+    }
+  }
   free(host);
   CHECK(cube_handle_release(client, x));
   CHECK(cube_handle_release(client, y));

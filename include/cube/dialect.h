@@ -180,7 +180,7 @@ typedef struct cube__ctx_t {
       CUBE__UNPACK entry_params const __grid_constant__ info_t cube__info,              \
       const uint64_t *cube__dynamic) {                                                  \
     cube__ctx_t cube__c = {cube__info.w, cube__dynamic};                                \
-    name##__body(&cube__c, threadIdx.x, threadIdx.y, threadIdx.z, 0 CUBE__UNPACK args); \
+    name##__body(&cube__c, threadIdx.x, CUBE__TID_Y, CUBE__TID_Z, 0 CUBE__UNPACK args); \
   }
 
 #define CUBE__KERNEL_(name, params, entry_params, args, iostr)                                   \
@@ -204,9 +204,22 @@ typedef struct cube__ctx_t {
                 CUBE__MAP(CUBE__IOSTR, CUBE__NOTHING, __VA_ARGS__))
 #define CUBE_KERNEL0(name) CUBE__KERNEL_(name, , , , "")
 
+#if defined(CUBE__DIM_X) && defined(CUBE__DIM_Y) && defined(CUBE__DIM_Z)
+// The kernel's cube dim, compiled in by the CUDA backend (it is part of the
+// kernel's identity, as in CubeCL): the compiler folds it, and an axis of
+// extent 1 costs nothing, so a 1-D kernel's y and z terms are block-uniform.
+#define CUBE_DIM_X ((uint32_t)(CUBE__DIM_X))
+#define CUBE_DIM_Y ((uint32_t)(CUBE__DIM_Y))
+#define CUBE_DIM_Z ((uint32_t)(CUBE__DIM_Z))
+#define CUBE__TID_Y (CUBE_DIM_Y == 1u ? 0u : threadIdx.y)
+#define CUBE__TID_Z (CUBE_DIM_Z == 1u ? 0u : threadIdx.z)
+#else
 #define CUBE_DIM_X blockDim.x
 #define CUBE_DIM_Y blockDim.y
 #define CUBE_DIM_Z blockDim.z
+#define CUBE__TID_Y threadIdx.y
+#define CUBE__TID_Z threadIdx.z
+#endif
 #define CUBE_POS_X blockIdx.x
 #define CUBE_POS_Y blockIdx.y
 #define CUBE_POS_Z blockIdx.z
@@ -493,10 +506,10 @@ CUBE__DEVICE uint64_t cube__absolute_pos(uint32_t ux, uint32_t uy, uint32_t uz) 
   uint64_t x;
   asm("mad.wide.u32 %0, %1, %2, %3;"
       : "=l"(x)
-      : "r"(blockIdx.x), "r"(blockDim.x), "l"((uint64_t)ux));
-  uint64_t yz = (uint64_t)(blockIdx.z * blockDim.z + uz) * (gridDim.y * blockDim.y) +
-                (blockIdx.y * blockDim.y + uy);
-  return x + yz * ((uint64_t)gridDim.x * blockDim.x);
+      : "r"(blockIdx.x), "r"(CUBE_DIM_X), "l"((uint64_t)ux));
+  uint64_t yz = (uint64_t)(blockIdx.z * CUBE_DIM_Z + uz) * (gridDim.y * CUBE_DIM_Y) +
+                (blockIdx.y * CUBE_DIM_Y + uy);
+  return x + yz * ((uint64_t)gridDim.x * CUBE_DIM_X);
 }
 #define ABSOLUTE_POS cube__absolute_pos(UNIT_POS_X, UNIT_POS_Y, UNIT_POS_Z)
 #else

@@ -95,6 +95,9 @@ cube_status_t cube_kernel_create(const cube_kernel_desc_t *desc, cube_kernel_t *
   // The mode is in the options too; hashing it keeps the key honest if that changes.
   uint32_t mode = (uint32_t)desc->execution;
   cube_hash128_update(&h, &mode, sizeof mode);
+  // A backend may compile the cube dim in (CUDA does): one dim, one kernel.
+  uint32_t dims[3] = {d.x, d.y, d.z};
+  cube_hash128_update(&h, dims, sizeof dims);
   cube_hash128_update(&h, kernel->name, strlen(kernel->name) + 1);
   cube_hash128_update(&h, kernel->options, strlen(kernel->options) + 1);
   cube_hash128_update(&h, kernel->source, strlen(kernel->source));

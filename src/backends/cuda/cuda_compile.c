@@ -127,6 +127,7 @@ typedef struct cube_cuda_options_t {
   char *storage;  // owned copy of the request's options, split in place
   char arch[64];  // --gpu-architecture=sm_XY
   char include[4200];
+  char dims[3][32];  // -DCUBE__DIM_X=... (dialect)
   const char *list[CUBE_CUDA_MAX_OPTIONS + 8];
   int count;
 } cube_cuda_options_t;
@@ -175,6 +176,14 @@ static cube_status_t cube_cuda_options_build(const cube_cuda_device_t *device,
     // The prelude's helpers a kernel does not use would each warn
     // "declared but never referenced" (#177) into every log.
     out_options->list[out_options->count++] = "--diag-suppress=177";
+    // The cube dim compiled in (the dialect folds it; the core keys kernels
+    // by it, and it is in the disk-cache key as an option).
+    const uint32_t dim[3] = {request->cube_dim.x, request->cube_dim.y, request->cube_dim.z};
+    for (int d = 0; d < 3; ++d) {
+      snprintf(out_options->dims[d], sizeof out_options->dims[d], "-DCUBE__DIM_%c=%u", 'X' + d,
+               dim[d]);
+      out_options->list[out_options->count++] = out_options->dims[d];
+    }
   } else {
     const char *home = getenv("CUDA_HOME");
     char candidate[4096] = "";
