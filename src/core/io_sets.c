@@ -4,7 +4,8 @@
 #include <string.h>
 
 unsigned cube_io_sets_of(const char *compiled, size_t index, cube_buffer_io_t declared) {
-  if (compiled && index < strlen(compiled)) {
+  // strnlen: only whether |index| lies inside the string matters, not its length.
+  if (compiled && strnlen(compiled, index + 1) > index) {
     switch (compiled[index]) {
       case 'r':
         return CUBE_IO_SET_READ;

@@ -200,8 +200,8 @@ static cube_compiled_t *compiled_find(cube_client_t *client, cube_kernel_t *kern
 // without recompiling, any other failure is retried at the next launch.
 // Lock held.
 static cube_status_t compiled_get(cube_client_t *client, cube_kernel_t *kernel,
-                                  cube_compiled_t **out) {
-  cube_compiled_t *entry = compiled_find(client, kernel);
+                                  cube_compiled_t *found, cube_compiled_t **out) {
+  cube_compiled_t *entry = found ? found : compiled_find(client, kernel);
   if (entry) {
     *out = entry;
     cube_kernel_stats_count(false, false, true, 0);
@@ -633,7 +633,7 @@ static cube_status_t launch_body(cube_client_t *client, uint32_t stream, cube_ke
   cube_compiled_t *compiled = compiled_find(client, kernel);
   if (mode == CUBE_LAUNCH_QUEUE && !compiled)
     return queue_launch(client, stream, kernel, count, args);
-  status = compiled_get(client, kernel, &compiled);
+  status = compiled_get(client, kernel, compiled, &compiled);
   if (!cube_status_is_ok(status)) {
     // No compiled answer: the caller's declaration decides, so only the
     // declared outputs claim the error. A dry run claims nothing.
@@ -818,7 +818,7 @@ cube_status_t cube_compile_queued(cube_client_t *client) {
   // order: a measurement that follows times its own kernels only.
   for (cube_pending_launch_t *p = client->pending_head; p; p = p->next) {
     cube_compiled_t *compiled = NULL;
-    cube_status_release(compiled_get(client, p->kernel, &compiled));
+    cube_status_release(compiled_get(client, p->kernel, NULL, &compiled));
   }
   cube_server_flush_pending(client);
   cube_server_leave(client);
