@@ -290,10 +290,13 @@ static cube_status_t write_one(cube_client_t *client, uint32_t stream, const cub
     void *mark = client->profiler ? cube_profile_before_work(client, stream, false) : NULL;
     status = cube_server_upload(client, stream, desc->rank ? &copy : NULL, r.address, source, size);
     if (mark) cube_profile_after_work(client, stream, mark, "write (host to device)", size, status);
-  }
-  if (cube_status_is_ok(status)) {
+    // Counted even when it failed: a chunked upload may have enqueued part of
+    // the copy before a later chunk failed, and the memory must not be given
+    // back or reused before that part has run.
     client->streams[stream].ticket++;
     cube_server_used(client, stream, r.slot);
+  }
+  if (cube_status_is_ok(status)) {
     bool whole = r.offset == 0 && r.size == r.slot->size && desc->rank == 0;
     cube_claim_clear(&r.slot->claim);
     if (whole) {
