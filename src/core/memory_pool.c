@@ -110,12 +110,17 @@ struct cube_mm_t {
   uint32_t stream_count, stream_capacity, last_stream;
   uint64_t reserved, in_use, reserved_peak, in_use_peak;
   struct mm_passthrough_t *passthrough;  // live pass-through pages
+  struct mm_passthrough_t *retired;      // freed slices whose work may still run
 };
 
-// A pass-through reservation: its own page, freed when the slice is.
+// A pass-through reservation: its own page, given back once the slice is
+// freed and the work queued on it has run (not every backend's page free
+// waits for that: the CPU's does not).
 typedef struct mm_passthrough_t {
   struct mm_passthrough_t *next;
   uint64_t address, size;
+  uint32_t stream;  // retired: the stream that used it last,
+  uint64_t ticket;  // and the ticket that work reaches
 } mm_passthrough_t;
 
 //===--- Small helpers ---===//
@@ -808,11 +813,15 @@ cube_status_t cube_mm_create(const cube_mm_config_t *config, const cube_mm_stora
 
 void cube_mm_destroy(cube_mm_t *mm) {
   if (!mm) return;
-  while (mm->passthrough) {
-    mm_passthrough_t *entry = mm->passthrough;
-    mm->passthrough = entry->next;
-    cube_status_release(mm->storage.page_free(mm->storage.context, entry->address));
-    free(entry);
+  // The streams are gone by now: nothing queued can still touch a page.
+  mm_passthrough_t *lists[2] = {mm->passthrough, mm->retired};
+  for (int l = 0; l < 2; ++l) {
+    while (lists[l]) {
+      mm_passthrough_t *entry = lists[l];
+      lists[l] = entry->next;
+      cube_status_release(mm->storage.page_free(mm->storage.context, entry->address));
+      free(entry);
+    }
   }
   for (uint32_t p = 0; p < MM_POOL_COUNT; p++) {
     mm_pool_t *pool = &mm->pools[p];
@@ -844,8 +853,36 @@ static uint32_t mm_page_total(const cube_mm_t *mm) {
   return pages;
 }
 
-static cube_status_t mm_passthrough_reserve(cube_mm_t *mm, uint64_t size,
+// Gives back the retired pass-through pages whose last work has run; a page
+// some queued work may still touch stays retired.
+static void mm_passthrough_sweep(cube_mm_t *mm) {
+  for (mm_passthrough_t **link = &mm->retired; *link;) {
+    mm_passthrough_t *entry = *link;
+    if (!mm_fence_reached(mm, entry->stream, entry->ticket, true)) {
+      link = &entry->next;
+      continue;
+    }
+    *link = entry->next;
+    cube_status_release(mm->storage.page_free(mm->storage.context, entry->address));
+    mm->reserved -= entry->size;
+    free(entry);
+  }
+}
+
+static cube_status_t mm_passthrough_reserve(cube_mm_t *mm, uint64_t size, uint32_t stream,
                                             cube_mm_slice_t *out_slice) {
+  // Every pass-through reservation is a new page: none may be added while a
+  // graph records, as in pooled mode.
+  if (mm->capturing) {
+    return cube_status_with_size(
+        cube_status_make(CUBE_STATUS_IO_PAGE_UPDATE_FORBIDDEN,
+                         "cube_mm_reserve(size=%" PRIu64 ", stream=%u): pass-through mode adds "
+                         "a page per buffer, and no page may be added while a graph capture is "
+                         "recording",
+                         size, stream),
+        size);
+  }
+  mm_passthrough_sweep(mm);
   mm_passthrough_t *entry = malloc(sizeof *entry);
   if (!entry) {
     return cube_status_make(CUBE_STATUS_IO_OUT_OF_MEMORY,
@@ -853,9 +890,22 @@ static cube_status_t mm_passthrough_reserve(cube_mm_t *mm, uint64_t size,
                             size);
   }
   cube_status_t status = mm->storage.page_alloc(mm->storage.context, size, &entry->address);
+  bool retried = false;
+  if (!cube_status_is_ok(status) && mm->config.cleanup_on_oom &&
+      cube_status_may_succeed_after_reclaim(status) && !cube_status_is_device_poisoned(status)) {
+    // What reclaiming can give back here: retired pages whose work has run.
+    mm_passthrough_sweep(mm);
+    cube_status_release(status);
+    retried = true;
+    status = mm->storage.page_alloc(mm->storage.context, size, &entry->address);
+  }
   if (!cube_status_is_ok(status)) {
     free(entry);
-    return status;
+    status = cube_status_wrap(status, cube_status_code(status),
+                              "cube_mm_reserve(size=%" PRIu64
+                              ", stream=%u): the device gave no page (pass-through)%s",
+                              size, stream, mm_reclaim_note(retried));
+    return cube_status_with_size(status, size);
   }
   entry->size = size;
   entry->next = mm->passthrough;
@@ -872,18 +922,22 @@ static cube_status_t mm_passthrough_reserve(cube_mm_t *mm, uint64_t size,
   return CUBE_OK;
 }
 
-static void mm_passthrough_free(cube_mm_t *mm, const cube_mm_slice_t *slice) {
+// The page goes back at once if its stream is past |ticket|, else it is
+// retired and given back by a later sweep (reserve, free, cleanup).
+static void mm_passthrough_free(cube_mm_t *mm, const cube_mm_slice_t *slice, uint32_t stream,
+                                uint64_t ticket) {
   for (mm_passthrough_t **link = &mm->passthrough; *link; link = &(*link)->next) {
     mm_passthrough_t *entry = *link;
     if (entry->address != slice->address) continue;
     *link = entry->next;
-    // The driver's free waits for work that still uses the page.
-    cube_status_release(mm->storage.page_free(mm->storage.context, entry->address));
-    mm->reserved -= entry->size;
     mm->in_use -= entry->size;
-    free(entry);
-    return;
+    entry->stream = stream;
+    entry->ticket = ticket;
+    entry->next = mm->retired;
+    mm->retired = entry;
+    break;
   }
+  mm_passthrough_sweep(mm);
 }
 
 cube_status_t cube_mm_reserve(cube_mm_t *mm, uint64_t size, uint32_t stream,
@@ -900,7 +954,7 @@ cube_status_t cube_mm_reserve(cube_mm_t *mm, uint64_t size, uint32_t stream,
                          size, stream, mm->config.max_page_size, mm->config.memory_size),
         size);
   }
-  if (mm->config.passthrough) return mm_passthrough_reserve(mm, size, out_slice);
+  if (mm->config.passthrough) return mm_passthrough_reserve(mm, size, stream, out_slice);
   uint64_t padded = mm_round_up(size, mm->config.alignment);
   uint32_t pool_index = mm_route(mm, padded);
   mm_pool_t *pool = &mm->pools[pool_index];
@@ -977,7 +1031,7 @@ cube_status_t cube_mm_reserve(cube_mm_t *mm, uint64_t size, uint32_t stream,
 void cube_mm_free(cube_mm_t *mm, const cube_mm_slice_t *slice, uint32_t stream, uint64_t ticket) {
   if (slice->size == 0 && slice->id == 0) return;  // the zero-size slice holds nothing
   if (mm->config.passthrough) {
-    mm_passthrough_free(mm, slice);
+    mm_passthrough_free(mm, slice, stream, ticket);
     return;
   }
   mm_block_t *block = mm_lookup(mm, slice->id);
@@ -1028,6 +1082,7 @@ cube_status_t cube_mm_cleanup(cube_mm_t *mm) {
                             "cube_mm_cleanup: a graph capture is recording; pages are returned "
                             "once it ends");
   }
+  if (mm->config.passthrough) mm_passthrough_sweep(mm);
   uint32_t pages;
   uint64_t bytes;
   return mm_release_idle(mm, &pages, &bytes);

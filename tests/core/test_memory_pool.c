@@ -677,6 +677,57 @@ static void test_oom_reclaim_respects_unreached_frees(void **state) {
   fake_fini(&fake);
 }
 
+// Pass-through: one page per reservation, given back only once the work that
+// used it has run (the CPU's page free does not wait for it); a capture
+// window adds no page; an out-of-memory page is retried once.
+static void test_passthrough_defers_frees(void **state) {
+  (void)state;
+  fake_t fake;
+  fake_init(&fake, false, 1 * GIB);
+  cube_mm_config_t config = test_config();
+  config.passthrough = true;
+  cube_mm_t *mm = make_mm(&fake, &config);
+  cube_mm_slice_t a = reserve_ok(mm, 1000, 1), b = reserve_ok(mm, 3000, 2);
+  assert_int_equal(fake.alloc_calls, 2);
+  assert_int_not_equal(a.address, b.address);
+  cube_mm_free(mm, &a, 1, 7);  // stream 1 has not reached ticket 7
+  assert_int_equal(fake.free_calls, 0);
+  cube_mm_slice_t c = reserve_ok(mm, 10, 2);  // a sweep: still not reached
+  assert_int_equal(fake.free_calls, 0);
+  fake.completed[1] = 7;
+  assert_true(cube_status_consume_ok(cube_mm_cleanup(mm)));
+  assert_int_equal(fake.free_calls, 1);
+  cube_mm_free(mm, &b, 2, 0);  // nothing queued on it: back at once
+  assert_int_equal(fake.free_calls, 2);
+
+  // Capturing: no page may be added, and nothing is asked of the device.
+  cube_mm_set_capturing(mm, true);
+  cube_mm_slice_t d;
+  cube_status_t st = cube_mm_reserve(mm, 64, 2, &d);
+  assert_int_equal(cube_status_code(st), CUBE_STATUS_IO_PAGE_UPDATE_FORBIDDEN);
+  cube_status_release(st);
+  assert_int_equal(fake.alloc_calls, 3);
+  cube_mm_set_capturing(mm, false);
+
+  // Out of memory: one retry after giving back what has run.
+  cube_mm_free(mm, &c, 2, 9);
+  fake.fail_allocs = 1;
+  fake.completed[2] = 9;
+  cube_mm_slice_t e = reserve_ok(mm, 64, 2);
+  assert_int_equal(fake.alloc_calls, 5);
+  assert_int_equal(fake.free_calls, 3);
+  fake.fail_allocs = 2;
+  st = cube_mm_reserve(mm, 64, 2, &d);
+  assert_int_equal(cube_status_code(st), CUBE_STATUS_IO_OUT_OF_MEMORY);
+  assert_true(cube_status_may_succeed_after_reclaim(st));
+  cube_status_release(st);
+  assert_int_equal(fake.alloc_calls, 7);
+  cube_mm_free(mm, &e, 2, 0);
+  cube_mm_destroy(mm);
+  assert_int_equal(fake.outstanding, 0);
+  fake_fini(&fake);
+}
+
 static void test_buffer_too_big_without_page_alloc(void **state) {
   (void)state;
   fake_t fake;
@@ -1155,6 +1206,7 @@ int main(void) {
       cmocka_unit_test(test_capture_forbids_new_pages_without_retry),
       cmocka_unit_test(test_oom_reclaim_then_retry_succeeds),
       cmocka_unit_test(test_oom_reclaim_respects_unreached_frees),
+      cmocka_unit_test(test_passthrough_defers_frees),
       cmocka_unit_test(test_oom_nothing_to_reclaim_one_retry),
       cmocka_unit_test(test_cleanup_attempts_every_page),
       cmocka_unit_test(test_fragmentation_shape_change),
