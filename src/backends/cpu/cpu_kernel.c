@@ -25,14 +25,19 @@
 CUBE_INTERNAL extern const char cube_dialect_source[];
 extern char **environ;
 
-// -O3 without -march=native: a cached object stays valid on any machine of
-// the architecture that shares the cache directory.
-// -march=native: unit loops vectorize with the host's vector width (masked
-// stores for bounds-checked bodies). The key carries the host CPU's identity
-// (host_identity below), so a cache directory shared between machines never
-// serves one CPU's code to another.
+// -march=native: unit loops vectorize with the host's vector width. The key
+// carries the host CPU's identity (host_identity below), so a cache directory
+// shared between machines never serves one CPU's code to another.
 static const char *const kBaseFlags[] = {"-std=gnu11", "-O3",     "-march=native",
                                          "-fPIC",      "-shared", "-w"};
+// In an ASan build the kernels are instrumented too: with the pass-through
+// pool (CUBE_MM_PASSTHROUGH=1, one heap block per buffer) an access past a
+// buffer is reported where it happens, as compute-sanitizer does on CUDA.
+#if defined(CUBE_ASAN)
+#define CUBE_CPU_KERNEL_SANITIZE "-fsanitize=address -fno-omit-frame-pointer "
+#else
+#define CUBE_CPU_KERNEL_SANITIZE ""
+#endif
 #define LOG_MAX (64 * 1024)
 #define ARGV_MAX 256
 
@@ -433,6 +438,7 @@ cube_status_t cube_cpu_compile(cube_backend_device_t *device, const cube_compile
       strncat(job->flags, kBaseFlags[i], sizeof(job->flags) - strlen(job->flags) - 1);
       strncat(job->flags, " ", sizeof(job->flags) - strlen(job->flags) - 1);
     }
+    strncat(job->flags, CUBE_CPU_KERNEL_SANITIZE, sizeof(job->flags) - strlen(job->flags) - 1);
     // No barrier in the source: the unit loop needs no fiber check.
     if (strstr(request->source, "SYNC_CUBE") == NULL) {
       strncat(job->flags, "-DCUBE__NO_BARRIER ", sizeof(job->flags) - strlen(job->flags) - 1);
