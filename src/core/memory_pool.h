@@ -50,9 +50,10 @@ typedef struct cube_mm_config_t {
   uint64_t memory_size;       // the device's memory
   uint64_t sliced_max_alloc;  // allocations above go to exclusive pages
   bool cleanup_on_oom;        // reclaim and retry once (default true)
-  // Every reservation its own page of exactly its size, freed at once
-  // (CUBE_MM_PASSTHROUGH=1): no slicing, no reuse, so a memory checker sees
-  // every out-of-bounds access. For debugging only; slow.
+  // Every reservation its own page of exactly its size, given back once the
+  // work that used it last has run (CUBE_MM_PASSTHROUGH=1): no slicing, no
+  // reuse, so a memory checker sees every out-of-bounds access. For
+  // debugging only; slow.
   bool passthrough;
 } cube_mm_config_t;
 
