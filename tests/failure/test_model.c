@@ -294,7 +294,10 @@ static void exec_op(run_t *r, size_t at, const op_t *op) {
       values(op->seed, tmp, op->len);
       cube_binding_t b = cube_handle_slice(A->h, op->n * 4ull, op->len * 4ull);
       if (settle(r, at, op, cube_write(r->client, S, b, tmp, op->len * 4ull))) {
-        memcpy(A->v + op->n, tmp, op->len * 4ull);  // a claim stays: partial
+        memcpy(A->v + op->n, tmp, op->len * 4ull);
+        // A slice that covers every byte is a whole write and releases the
+        // claim; a partial one leaves it (bytes outside stay untrusted).
+        if (op->n == 0 && op->len == A->n) A->claimed = false;
       } else {
         claim(A);
       }
