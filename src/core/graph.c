@@ -463,23 +463,6 @@ cube_status_t cube_graph_replay(cube_client_t *client, cube_stream_t stream, cub
   return status;
 }
 
-// Waits (lock not held) until |stream| has run what it holds; notes the
-// result. Lock not held on entry or exit.
-static cube_status_t graph_wait_stream(cube_client_t *client, uint32_t stream) {
-  pthread_mutex_lock(&client->lock);
-  cube_bstream_t *bstream = client->streams[stream].live ? client->streams[stream].backend : NULL;
-  uint64_t ticket = client->streams[stream].ticket;
-  pthread_mutex_unlock(&client->lock);
-  if (!bstream) return CUBE_OK;
-  cube_status_t status = client->device->vtable->stream_sync(client->device, bstream);
-  pthread_mutex_lock(&client->lock);
-  status = cube_server_note(client, status);
-  if (cube_status_is_ok(status) && client->streams[stream].completed < ticket)
-    client->streams[stream].completed = ticket;
-  pthread_mutex_unlock(&client->lock);
-  return status;
-}
-
 cube_status_t cube_graph_destroy(cube_client_t *client, cube_stream_t stream, cube_graph_t id) {
   cube_status_t status = cube_server_enter(client, "cube_graph_destroy");
   if (!cube_status_is_ok(status)) {
@@ -514,7 +497,7 @@ cube_status_t cube_graph_destroy(cube_client_t *client, cube_stream_t stream, cu
   pthread_mutex_unlock(&client->lock);
   // Replays return at enqueue: wait for every stream one may still run on.
   for (uint32_t i = 0; i < wait_count; ++i) {
-    cube_status_t waited = graph_wait_stream(client, waits[i]);
+    cube_status_t waited = cube_server_wait_stream(client, waits[i]);
     if (cube_status_is_ok(status)) {
       status = waited;
     } else {

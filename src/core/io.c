@@ -470,7 +470,7 @@ static void read_settle(cube_client_t *client, cube_status_t waited, void *stagi
   }
 }
 
-static cube_status_t wait_stream(cube_client_t *client, uint32_t stream) {
+cube_status_t cube_server_wait_stream(cube_client_t *client, uint32_t stream) {
   // The lock is not held across the wait: other threads keep enqueuing.
   pthread_mutex_lock(&client->lock);
   cube_bstream_t *bstream = client->streams[stream].live ? client->streams[stream].backend : NULL;
@@ -497,7 +497,7 @@ cube_status_t cube_read(cube_client_t *client, cube_stream_t stream, cube_bindin
   if (cube_status_is_ok(status))
     status = read_enqueue(client, index, &desc, destination, size, "cube_read", &staging);
   cube_server_leave(client);
-  if (cube_status_is_ok(status)) status = wait_stream(client, index);
+  if (cube_status_is_ok(status)) status = cube_server_wait_stream(client, index);
   if (staging) read_settle(client, status, staging, destination, size);
   return status;
 }
@@ -691,7 +691,7 @@ cube_status_t cube_sync(cube_client_t *client, cube_stream_t stream, const cube_
   if (cube_status_is_ok(status)) status = refuse_capturing(client, index, "cube_sync");
   cube_server_leave(client);
   // The barrier first, so a device fault counts; then the claim check.
-  if (cube_status_is_ok(status)) status = wait_stream(client, index);
+  if (cube_status_is_ok(status)) status = cube_server_wait_stream(client, index);
   if (cube_status_is_ok(status)) {
     pthread_mutex_lock(&client->lock);
     status = check_bindings(client, bindings, count, "cube_sync");

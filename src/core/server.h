@@ -157,6 +157,10 @@ CUBE_INTERNAL cube_status_t cube_server_begin(cube_client_t *client, cube_stream
 // Records a backend failure: a poisoning status poisons the device. Returns
 // |status| unchanged (for chaining).
 CUBE_INTERNAL cube_status_t cube_server_note(cube_client_t *client, cube_status_t status);
+// Waits until |stream| has run everything enqueued so far, without holding
+// the lock across the wait, and notes the result (a live stream's completed
+// ticket advances). Lock not held on entry or exit.
+CUBE_INTERNAL cube_status_t cube_server_wait_stream(cube_client_t *client, uint32_t stream);
 // Resolves CUBE_STREAM_CURRENT and validates explicit ids; creates the
 // calling thread's default stream on first use. Lock held.
 CUBE_INTERNAL cube_status_t cube_server_stream(cube_client_t *client, cube_stream_t stream,
