@@ -17,24 +17,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_common.h"
 #include "cube/cube.h"
 #include "kernels.h"
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int compare_doubles(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *values, size_t count) {
-  qsort(values, count, sizeof *values, compare_doubles);
-  return count % 2 ? values[count / 2] : 0.5 * (values[count / 2 - 1] + values[count / 2]);
-}
 
 static bool ok(cube_status_t status, const char *what) {
   if (cube_status_is_ok(status)) return true;
@@ -175,13 +160,13 @@ int main(int argc, char **argv) {
                                     CUBE_LAUNCH_EXECUTE));
     TRY("sync", cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
     for (uint32_t rep = 0; rep < reps; ++rep) {
-      double t0 = now_seconds();
+      double t0 = now_s();
       TRY("launch saxpy", cube_launch(client, CUBE_STREAM_CURRENT, saxpy, selection.count, &args,
                                       CUBE_LAUNCH_EXECUTE));
       TRY("sync", cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
-      samples[rep] = now_seconds() - t0;
+      samples[rep] = now_s() - t0;
     }
-    double t = median(samples, reps);
+    double t = median(samples, (int)reps);
     r.saxpy_gbs = 3.0 * (double)bytes / t / 1e9;
     printf("    saxpy   %8.2f ms  %7.2f GB/s  (3 x %" PRIu64 " MiB moved, cube dim %" PRIu32
            ", one float per unit)\n",
@@ -195,13 +180,13 @@ int main(int argc, char **argv) {
                                           &args, CUBE_LAUNCH_EXECUTE));
     TRY("sync", cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
     for (uint32_t rep = 0; rep < reps; ++rep) {
-      double t0 = now_seconds();
+      double t0 = now_s();
       TRY("launch saxpy_lines", cube_launch(client, CUBE_STREAM_CURRENT, lines,
                                             line_selection.count, &args, CUBE_LAUNCH_EXECUTE));
       TRY("sync", cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
-      samples[rep] = now_seconds() - t0;
+      samples[rep] = now_s() - t0;
     }
-    t = median(samples, reps);
+    t = median(samples, (int)reps);
     r.saxpy_lines_gbs = 3.0 * (double)bytes / t / 1e9;
     printf("    saxpy   %8.2f ms  %7.2f GB/s  (lines of 16 floats per unit)\n", t * 1e3,
            r.saxpy_lines_gbs);
@@ -212,13 +197,13 @@ int main(int argc, char **argv) {
   memcpy(copy_dst, copy_src, bytes);  // warm-up
   for (uint32_t rep = 0; rep < reps; ++rep) {
     copy_src[rep] = (char)rep;  // a different copy each time
-    double t0 = now_seconds();
+    double t0 = now_s();
     memcpy(copy_dst, copy_src, bytes);
-    samples[rep] = now_seconds() - t0;
+    samples[rep] = now_s() - t0;
     sink = copy_dst[rep];
   }
   {
-    double t = median(samples, reps);
+    double t = median(samples, (int)reps);
     r.memcpy_gbs = 2.0 * (double)bytes / t / 1e9;
     printf("    memcpy  %8.2f ms  %7.2f GB/s  (2 x %" PRIu64 " MiB moved)\n", t * 1e3, r.memcpy_gbs,
            mib);
@@ -258,26 +243,26 @@ int main(int argc, char **argv) {
     TRY("sync", cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
     double device_total = 0.0;
     for (uint32_t rep = 0; rep < reps; ++rep) {
-      double t0 = now_seconds();
+      double t0 = now_s();
       TRY("launch reduce",
           cube_launch(client, CUBE_STREAM_CURRENT, reduce, count, &args, CUBE_LAUNCH_EXECUTE));
       TRY("read partials", cube_read(client, CUBE_STREAM_CURRENT, cube_handle_binding(hp), partial,
                                      reduce_cubes * sizeof(float)));
       device_total = 0.0;
       for (uint32_t c = 0; c < reduce_cubes; ++c) device_total += partial[c];
-      samples[rep] = now_seconds() - t0;
+      samples[rep] = now_s() - t0;
     }
-    r.reduce_ms = median(samples, reps) * 1e3;
+    r.reduce_ms = median(samples, (int)reps) * 1e3;
     double loop_total = 0.0;
     for (uint32_t rep = 0; rep < reps; ++rep) {
-      double t0 = now_seconds();
+      double t0 = now_s();
       double s = 0.0;
       for (uint64_t i = 0; i < n; ++i) s += host[i];
-      samples[rep] = now_seconds() - t0;
+      samples[rep] = now_s() - t0;
       loop_total = s;
       sink = s;
     }
-    r.loop_ms = median(samples, reps) * 1e3;
+    r.loop_ms = median(samples, (int)reps) * 1e3;
     r.reduce_agrees = device_total == loop_total;
     printf("    cube reduction %8.2f ms  (%" PRIu32 " cubes x %" PRIu32
            " units, launch + read + host sum of partials)\n",
@@ -301,19 +286,19 @@ int main(int argc, char **argv) {
         cube_launch(client, CUBE_STREAM_CURRENT, empty, one, &args, CUBE_LAUNCH_EXECUTE));
     TRY("sync", cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
     for (uint32_t rep = 0; rep < reps; ++rep) {
-      double t0 = now_seconds();
+      double t0 = now_s();
       for (uint32_t i = 0; i < launches; ++i) {
         TRY("launch empty",
             cube_launch(client, CUBE_STREAM_CURRENT, empty, one, &args, CUBE_LAUNCH_EXECUTE));
       }
-      samples[rep] = (now_seconds() - t0) / launches * 1e6;
-      double s0 = now_seconds();
+      samples[rep] = (now_s() - t0) / launches * 1e6;
+      double s0 = now_s();
       TRY("sync", cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
       if (rep == 0) {
-        printf("    (draining the queue took %.1f ms, not counted)\n", (now_seconds() - s0) * 1e3);
+        printf("    (draining the queue took %.1f ms, not counted)\n", (now_s() - s0) * 1e3);
       }
     }
-    r.launch_us = median(samples, reps);
+    r.launch_us = median(samples, (int)reps);
     printf("    %.3f us per launch\n", r.launch_us);
   }
 

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_common.h"
 #include "core/memory_pool.h"
 
 #define KIB ((uint64_t)1 << 10)
@@ -80,22 +81,6 @@ static cube_mm_t *make_mm(host_storage_t *storage) {
   return mm;
 }
 
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int compare_doubles(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *values, size_t count) {
-  qsort(values, count, sizeof *values, compare_doubles);
-  return count % 2 ? values[count / 2] : 0.5 * (values[count / 2 - 1] + values[count / 2]);
-}
-
 static uint64_t rng_next(uint64_t *state) {
   uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -125,7 +110,7 @@ static double time_mm(cube_mm_t *mm, uint64_t pairs, bool window) {
   cube_mm_slice_t live[WINDOW];
   uint64_t ticket = 1;
   for (int i = 0; i < WINDOW; i++) live[i] = must_reserve(mm, g_sizes[i]);
-  double start = now_seconds();
+  double start = now_s();
   for (uint64_t i = 0; i < pairs; i++) {
     uint64_t size = g_sizes[i & (SIZE_COUNT - 1)];
     cube_mm_slice_t slice;
@@ -138,7 +123,7 @@ static double time_mm(cube_mm_t *mm, uint64_t pairs, bool window) {
       cube_mm_free(mm, &slice, 0, ticket++);
     }
   }
-  double elapsed = now_seconds() - start;
+  double elapsed = now_s() - start;
   for (int i = 0; i < WINDOW; i++) cube_mm_free(mm, &live[i], 0, ticket++);
   return elapsed * 1e9 / (double)pairs;
 }
@@ -146,7 +131,7 @@ static double time_mm(cube_mm_t *mm, uint64_t pairs, bool window) {
 static double time_malloc(uint64_t pairs, bool window) {
   void *live[WINDOW];
   for (int i = 0; i < WINDOW; i++) live[i] = malloc(g_sizes[i]);
-  double start = now_seconds();
+  double start = now_s();
   for (uint64_t i = 0; i < pairs; i++) {
     void *p = malloc(g_sizes[i & (SIZE_COUNT - 1)]);
     g_sink += (uint64_t)(uintptr_t)p;
@@ -157,7 +142,7 @@ static double time_malloc(uint64_t pairs, bool window) {
       free(p);
     }
   }
-  double elapsed = now_seconds() - start;
+  double elapsed = now_s() - start;
   for (int i = 0; i < WINDOW; i++) free(live[i]);
   return elapsed * 1e9 / (double)pairs;
 }
@@ -185,7 +170,7 @@ static void bench_pairs(int reps, uint64_t pairs) {
       mm_ns[r] = time_mm(mm, pairs, window);
       malloc_ns[r] = time_malloc(pairs, window);
     }
-    double a = median(mm_ns, (size_t)reps), b = median(malloc_ns, (size_t)reps);
+    double a = median(mm_ns, reps), b = median(malloc_ns, reps);
     printf(
         "    %-7s cube_mm %6.1f ns/pair   malloc/free %6.1f ns/pair   ratio %.2f   "
         "(page allocs while timed: %u)\n",
