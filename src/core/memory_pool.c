@@ -566,6 +566,50 @@ static uint64_t mm_page_size_for(const cube_mm_t *mm, uint32_t pool, uint64_t pa
   return mm_max(page, padded);
 }
 
+// Gives back the retired pass-through pages whose last work has run; a page
+// some queued work may still touch stays retired.
+static void mm_passthrough_sweep(cube_mm_t *mm) {
+  for (mm_passthrough_t **link = &mm->retired; *link;) {
+    mm_passthrough_t *entry = *link;
+    if (!mm_fence_reached(mm, entry->stream, entry->ticket, true)) {
+      link = &entry->next;
+      continue;
+    }
+    *link = entry->next;
+    cube_status_release(mm->storage.page_free(mm->storage.context, entry->address));
+    mm->reserved -= entry->size;
+    free(entry);
+  }
+}
+
+// What a reclaim can give back: retired pass-through pages whose work has
+// run, then every idle pool page.
+static cube_status_t mm_reclaim(cube_mm_t *mm, uint32_t *out_pages, uint64_t *out_bytes) {
+  if (mm->retired) mm_passthrough_sweep(mm);
+  return mm_release_idle(mm, out_pages, out_bytes);
+}
+
+// One page from the storage. An error that reclaiming may cure (a poisoned
+// device never) triggers one reclaim and one retry; *out_retried and the
+// reclaimed counts are for the caller's message.
+static cube_status_t mm_page_alloc_retrying(cube_mm_t *mm, uint64_t size, uint64_t *out_address,
+                                            bool *out_retried, uint32_t *out_pages,
+                                            uint64_t *out_bytes) {
+  *out_retried = false;
+  *out_pages = 0;
+  *out_bytes = 0;
+  cube_status_t status = mm->storage.page_alloc(mm->storage.context, size, out_address);
+  if (!cube_status_is_ok(status) && mm->config.cleanup_on_oom &&
+      cube_status_may_succeed_after_reclaim(status) && !cube_status_is_device_poisoned(status)) {
+    // The retry below is what the caller hears about.
+    cube_status_release(mm_reclaim(mm, out_pages, out_bytes));
+    cube_status_release(status);
+    *out_retried = true;
+    status = mm->storage.page_alloc(mm->storage.context, size, out_address);
+  }
+  return status;
+}
+
 static const char *mm_reclaim_note(bool retried) {
   return retried ? ", even after returning free pages and retrying once" : "";
 }
@@ -610,15 +654,8 @@ static cube_status_t mm_grow(cube_mm_t *mm, uint32_t pool_index, uint64_t padded
   if (cube_status_is_ok(status)) status = mm_records_ensure(mm);
   if (cube_status_is_ok(status)) {
     mm_trim_for_growth(mm, page_size, size);
-    status = mm->storage.page_alloc(mm->storage.context, page_size, &address);
-    if (!cube_status_is_ok(status) && mm->config.cleanup_on_oom &&
-        cube_status_may_succeed_after_reclaim(status) && !cube_status_is_device_poisoned(status)) {
-      cube_status_t reclaim = mm_release_idle(mm, &reclaimed_pages, &reclaimed_bytes);
-      cube_status_release(reclaim);  // the retry below is what the caller hears about
-      cube_status_release(status);
-      retried = true;
-      status = mm->storage.page_alloc(mm->storage.context, page_size, &address);
-    }
+    status = mm_page_alloc_retrying(mm, page_size, &address, &retried, &reclaimed_pages,
+                                    &reclaimed_bytes);
     if (!cube_status_is_ok(status)) {
       status = cube_status_wrap(status, cube_status_code(status),
                                 "cube_mm_reserve(size=%" PRIu64
@@ -853,22 +890,6 @@ static uint32_t mm_page_total(const cube_mm_t *mm) {
   return pages;
 }
 
-// Gives back the retired pass-through pages whose last work has run; a page
-// some queued work may still touch stays retired.
-static void mm_passthrough_sweep(cube_mm_t *mm) {
-  for (mm_passthrough_t **link = &mm->retired; *link;) {
-    mm_passthrough_t *entry = *link;
-    if (!mm_fence_reached(mm, entry->stream, entry->ticket, true)) {
-      link = &entry->next;
-      continue;
-    }
-    *link = entry->next;
-    cube_status_release(mm->storage.page_free(mm->storage.context, entry->address));
-    mm->reserved -= entry->size;
-    free(entry);
-  }
-}
-
 static cube_status_t mm_passthrough_reserve(cube_mm_t *mm, uint64_t size, uint32_t stream,
                                             cube_mm_slice_t *out_slice) {
   // Every pass-through reservation is a new page: none may be added while a
@@ -889,16 +910,11 @@ static cube_status_t mm_passthrough_reserve(cube_mm_t *mm, uint64_t size, uint32
                             "cube_mm_reserve(size=%" PRIu64 "): no host memory (pass-through)",
                             size);
   }
-  cube_status_t status = mm->storage.page_alloc(mm->storage.context, size, &entry->address);
   bool retried = false;
-  if (!cube_status_is_ok(status) && mm->config.cleanup_on_oom &&
-      cube_status_may_succeed_after_reclaim(status) && !cube_status_is_device_poisoned(status)) {
-    // What reclaiming can give back here: retired pages whose work has run.
-    mm_passthrough_sweep(mm);
-    cube_status_release(status);
-    retried = true;
-    status = mm->storage.page_alloc(mm->storage.context, size, &entry->address);
-  }
+  uint32_t reclaimed_pages = 0;
+  uint64_t reclaimed_bytes = 0;
+  cube_status_t status = mm_page_alloc_retrying(mm, size, &entry->address, &retried,
+                                                &reclaimed_pages, &reclaimed_bytes);
   if (!cube_status_is_ok(status)) {
     free(entry);
     status = cube_status_wrap(status, cube_status_code(status),
@@ -1082,10 +1098,9 @@ cube_status_t cube_mm_cleanup(cube_mm_t *mm) {
                             "cube_mm_cleanup: a graph capture is recording; pages are returned "
                             "once it ends");
   }
-  if (mm->config.passthrough) mm_passthrough_sweep(mm);
   uint32_t pages;
   uint64_t bytes;
-  return mm_release_idle(mm, &pages, &bytes);
+  return mm_reclaim(mm, &pages, &bytes);
 }
 
 void cube_mm_set_mode(cube_mm_t *mm, cube_allocation_mode_t mode) {
