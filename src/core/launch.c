@@ -18,6 +18,8 @@ static char *dup_string(const char *s) {
 
 // The options a backend compiles with: the caller's, plus the define that
 // turns the dialect's LOAD/STORE checks on (dialect kernels in checked mode).
+// The options are hashed into the kernel's key, which is how the execution
+// mode becomes part of its identity (and only where it changes the code).
 static char *kernel_options(const cube_kernel_desc_t *desc) {
   const char *user = desc->options ? desc->options : "";
   if (desc->language != CUBE_KERNEL_DIALECT || desc->execution != CUBE_EXECUTION_CHECKED)
@@ -92,9 +94,6 @@ cube_status_t cube_kernel_create(const cube_kernel_desc_t *desc, cube_kernel_t *
   cube_hash128_init(&h);
   uint32_t lang = (uint32_t)desc->language;
   cube_hash128_update(&h, &lang, sizeof lang);
-  // The mode is in the options too; hashing it keeps the key honest if that changes.
-  uint32_t mode = (uint32_t)desc->execution;
-  cube_hash128_update(&h, &mode, sizeof mode);
   // A backend may compile the cube dim in (CUDA does): one dim, one kernel.
   uint32_t dims[3] = {d.x, d.y, d.z};
   cube_hash128_update(&h, dims, sizeof dims);
