@@ -111,7 +111,7 @@ int main(void) {
   cube_client_t *gpu = bench_client(CUBE_BACKEND_CUDA);
   cube_stream_t s = 0;
   CHECK(cube_stream_current(gpu, &s));
-  CUstream stream = (CUstream)gpu->streams[s].backend;
+  CUstream stream = (CUstream)cube_server_of(gpu)->streams[s].backend;
   cubec_round(gpu);
   if (alloc_async) cuda_round(cu, stream, alloc_async, free_async, PAIRS);
   for (int r = 0; r < REPEATS; ++r) {

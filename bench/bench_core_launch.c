@@ -45,10 +45,10 @@ int main(void) {
   CHECK(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
 
   // Swap the dispatch slot for the measurement only.
-  cube_backend_vtable_t noop = *client->device->vtable;
+  cube_backend_vtable_t noop = *cube_server_of(client)->device->vtable;
   noop.dispatch = noop_dispatch;
-  const cube_backend_vtable_t *real = client->device->vtable;
-  client->device->vtable = &noop;
+  const cube_backend_vtable_t *real = cube_server_of(client)->device->vtable;
+  cube_server_of(client)->device->vtable = &noop;
   double e[REPEATS], t[REPEATS];
   for (int r = 0; r < REPEATS; ++r) {
     double t0 = now_s();
@@ -64,7 +64,7 @@ int main(void) {
     }
     t[r] = (now_s() - t0) / LAUNCHES * 1e9;
   }
-  client->device->vtable = real;
+  cube_server_of(client)->device->vtable = real;
   printf("core launch path (backend dispatch replaced by a no-op), medians of %d x %d launches:\n",
          REPEATS, LAUNCHES);
   printf("  empty kernel                     %6.0f ns per launch\n", median(e, REPEATS));

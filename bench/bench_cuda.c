@@ -52,9 +52,10 @@ static cube_kernel_t *kernel(const char *name, const char *source, cube_kernel_l
 
 // The CUfunction cubec compiled for |k| on |client|.
 static CUfunction function_of(cube_client_t *client, cube_kernel_t *k) {
-  for (size_t i = 0; i < client->compiled_count; ++i) {
-    if (client->compiled[i].kernel == k && client->compiled[i].backend) {
-      return client->compiled[i].backend->function;
+  for (size_t i = 0; i < cube_server_of(client)->compiled_count; ++i) {
+    if (cube_server_of(client)->compiled[i].kernel == k &&
+        cube_server_of(client)->compiled[i].backend) {
+      return cube_server_of(client)->compiled[i].backend->function;
     }
   }
   fprintf(stderr, "kernel %s was not compiled\n", cube_kernel_name(k));
@@ -64,7 +65,7 @@ static CUfunction function_of(cube_client_t *client, cube_kernel_t *k) {
 static CUstream stream_of(cube_client_t *client) {
   cube_stream_t s = 0;
   CHECK(cube_stream_current(client, &s));
-  return (CUstream)client->streams[s].backend;
+  return (CUstream)cube_server_of(client)->streams[s].backend;
 }
 
 static const char *const kEmpty = "CUBE_KERNEL0(empty) {}\n";
@@ -112,9 +113,10 @@ static void bench_launch(cube_client_t *client, const cube_cuda_driver_t *cu) {
   CHECK(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
   // The entry cubec itself launches for a one-word info block (name__w8).
   CUfunction fn = function_of(client, empty);
-  for (size_t i = 0; i < client->compiled_count; ++i) {
-    if (client->compiled[i].kernel == empty && client->compiled[i].backend->function8) {
-      fn = client->compiled[i].backend->function8;
+  for (size_t i = 0; i < cube_server_of(client)->compiled_count; ++i) {
+    if (cube_server_of(client)->compiled[i].kernel == empty &&
+        cube_server_of(client)->compiled[i].backend->function8) {
+      fn = cube_server_of(client)->compiled[i].backend->function8;
     }
   }
   uint64_t info[8] = {0};
@@ -143,8 +145,9 @@ static void bench_launch(cube_client_t *client, const cube_cuda_driver_t *cu) {
   // bypassed), and the core's path up to dispatch (a compile-only launch).
   {
     cube_bkernel_t *bk = NULL;
-    for (size_t i = 0; i < client->compiled_count; ++i) {
-      if (client->compiled[i].kernel == empty) bk = client->compiled[i].backend;
+    for (size_t i = 0; i < cube_server_of(client)->compiled_count; ++i) {
+      if (cube_server_of(client)->compiled[i].kernel == empty)
+        bk = cube_server_of(client)->compiled[i].backend;
     }
     uint64_t header = 0;
     cube_dispatch_t d = {.kernel = bk,
@@ -155,12 +158,13 @@ static void bench_launch(cube_client_t *client, const cube_cuda_driver_t *cu) {
                          .static_words = 1};
     cube_stream_t s = 0;
     CHECK(cube_stream_current(client, &s));
-    cube_bstream_t *bs = client->streams[s].backend;
+    cube_bstream_t *bs = cube_server_of(client)->streams[s].backend;
     double b[128], p[128];
     for (int rep = 0; rep < repeats; ++rep) {
       double t0 = now_s();
       for (int i = 0; i < batch; ++i)
-        CHECK(client->device->vtable->dispatch(client->device, bs, &d));
+        CHECK(cube_server_of(client)->device->vtable->dispatch(cube_server_of(client)->device, bs,
+                                                               &d));
       b[rep] = (now_s() - t0) / batch * 1e6;
       CU(cu->cuStreamSynchronize(stream));
       t0 = now_s();
@@ -221,8 +225,9 @@ static void bench_launch(cube_client_t *client, const cube_cuda_driver_t *cu) {
   // by hand, against the raw axpy, alternating as above.
   {
     CUfunction entry = NULL;
-    for (size_t i = 0; i < client->compiled_count; ++i) {
-      if (client->compiled[i].kernel == saxpy) entry = client->compiled[i].backend->function8;
+    for (size_t i = 0; i < cube_server_of(client)->compiled_count; ++i) {
+      if (cube_server_of(client)->compiled[i].kernel == saxpy)
+        entry = cube_server_of(client)->compiled[i].backend->function8;
     }
     if (entry) {
       uint64_t words[8] = {0};

@@ -66,11 +66,11 @@ int main(void) {
     for (int r = 0; r < REPEATS; ++r) {
       for (int side = 0; side < 2; ++side) {
         bool tracking = (side == 0) == (r % 2 == 0);
-        client->track_failures = tracking;
+        cube_server_of(client)->track_failures = tracking;
         (tracking ? on : off)[r] = round_us(client, cases[c].kernel, cases[c].args);
       }
     }
-    client->track_failures = true;
+    cube_server_of(client)->track_failures = true;
     double m_on = median(on, REPEATS), m_off = median(off, REPEATS);
     double diff = (m_on - m_off) / m_off * 100;
     bool ok = diff < 5.0;

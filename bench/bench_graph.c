@@ -71,9 +71,10 @@ static const char *const kRawInc =
 enum { GRAPH_KERNELS = 100, INC_N = 1024 };
 
 static CUfunction function_of(cube_client_t *client, cube_kernel_t *k) {
-  for (size_t i = 0; i < client->compiled_count; ++i) {
-    if (client->compiled[i].kernel == k && client->compiled[i].backend)
-      return client->compiled[i].backend->function;
+  for (size_t i = 0; i < cube_server_of(client)->compiled_count; ++i) {
+    if (cube_server_of(client)->compiled[i].kernel == k &&
+        cube_server_of(client)->compiled[i].backend)
+      return cube_server_of(client)->compiled[i].backend->function;
   }
   fprintf(stderr, "kernel %s was not compiled\n", cube_kernel_name(k));
   exit(1);
@@ -125,7 +126,7 @@ static void bench_replay(cube_client_t *client, bool cuda) {
     CUfunction fn = function_of(client, rk);
     cube_stream_t s = 0;
     CHECK(cube_stream_current(client, &s));
-    CUstream stream = cube_cuda_stream(client->streams[s].backend);
+    CUstream stream = cube_cuda_stream(cube_server_of(client)->streams[s].backend);
     uint64_t aa, ba;
     CHECK(cube_get_resource(client, S, cube_handle_binding(a), &aa));
     CHECK(cube_get_resource(client, S, cube_handle_binding(b), &ba));

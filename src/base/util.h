@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/backend.h"
+#include "base/visibility.h"
 
 //===--- 128-bit content hash ---===//
 //

@@ -7,7 +7,7 @@
 // every argument before calling a slot; a slot trusts what it is given.
 //
 // Every slot is required (no NULL): a backend without a capability points the
-// slot at cube_backend_unsupported_* below.
+// slot at the null backend's (cube_null_<slot>, below).
 //
 // Errors: a slot returns a cube_status_t. A sticky device fault is returned
 // with a DEVICE_POISONED code of the right family (DEVICE_POISONED,
@@ -19,7 +19,7 @@
 
 #include "cube/cube.h"
 
-#define CUBE_INTERNAL __attribute__((visibility("hidden")))
+#include "base/visibility.h"
 
 typedef struct cube_backend_device_t cube_backend_device_t;  // a backend's device
 typedef struct cube_bstream_t cube_bstream_t;                // a backend queue
@@ -75,84 +75,184 @@ typedef struct cube_bcopy_t {
   uint32_t elem_size;
 } cube_bcopy_t;
 
+// What each slot does (the slot list below gives the signatures).
+//
+// Queues and events
+//   stream_create / stream_destroy   a queue; destroy waits for its work, then
+//                        frees it, and must not hang on a poisoned device.
+//   stream_sync          blocks until everything queued so far has run (or was
+//                        dropped, see below); answers the stream's failure.
+//   stream_flush         submits queued work without waiting.
+//   stream_tag           work enqueued on |stream| from now on carries |tag|
+//                        (the core's ticket of the operation being enqueued).
+//   stream_take_failure  late failures. Work that fails after the call that
+//                        queued it returned (a CPU trap, an injected late
+//                        fault) halts its stream: later work queued there is
+//                        not run (copies, dispatches and replays are dropped;
+//                        events are reached, marked failed, and host callbacks
+//                        still run) until the core takes the failure. Then
+//                        the answer is the failure (owned by the caller) and
+//                        in |out_tag| the tag of the work that failed; every
+//                        piece of work queued before the call is dropped, work
+//                        queued after it runs. NULL (and tag 0) when the stream
+//                        is not halted. The core settles what the failed and
+//                        the dropped work were writing before it lets go of
+//                        its lock. A poisoned device need not halt (every
+//                        later call answers poisoned anyway).
+//   event_record         an event at the queue's end; |timed| asks for a
+//                        timestamp (profiling), others may be cheaper.
+//   event_wait           |stream| waits on the device for |event|. Waiting on
+//                        a failed event halts |stream| too: its own failure
+//                        wraps the other stream's.
+//   event_sync           blocks until |event| is reached; answers the failure
+//                        of a failed event.
+//   event_query          whether |event| is reached (failed counts as
+//                        reached), without blocking.
+//   event_elapsed        device nanoseconds between two timed, reached events.
+// Storage
+//   page_alloc / page_free   device memory pages (address 0 is never returned).
+//   host_alloc / host_free   pinned (page-locked) host memory for staging.
+//   copy_to_device       in stream order; |source| must stay valid and
+//                        unchanged until the stream has run the copy.
+//   copy_to_host         writes |destination| by the time the stream passes it.
+//   copy_device          device to device, in stream order.
+//   copy_strided_*       IO_UNSUPPORTED_STRIDES for a layout the backend cannot
+//                        copy exactly (never a wrong copy).
+//   host_callback        runs |fn(arg)| on the host once the stream reaches
+//                        this point (futures, deferred frees); |fn| must not
+//                        call back into the backend.
+// Kernels
+//   compile              compiles (or loads from the backend's on-disk cache);
+//                        a compile error or a source language the backend
+//                        cannot build is COMPILE_REFUSED with the log.
+//   kernel_release       drops a compiled kernel.
+//   dispatch             queues one resolved launch.
+// Graphs
+//   capture_begin / capture_end / graph_replay / graph_destroy   record the
+//                        stream's dispatches into a graph and replay it.
+
+// The slot list. Every backend implements every slot (a backend without a
+// capability points it at the null backend's slot, which answers UNSUPPORTED);
+// the list generates the vtable, each backend's prototypes and vtable
+// initializer, and the fault decorator's forwarders.
+//
+// XS(name, params, args): a slot returning cube_status_t; XV: returning void.
+// |params| and |args| start with the device, so a decorator can forward a call
+// by rebinding |device| to its inner device.
+// clang-format off
+#define CUBE_BACKEND_SLOTS(XS, XV)                                                              \
+  XV(destroy, (cube_backend_device_t *device), (device))                                        \
+  /* Queues and events */                                                                       \
+  XS(stream_create, (cube_backend_device_t *device, cube_bstream_t **out_stream),               \
+     (device, out_stream))                                                                      \
+  XV(stream_destroy, (cube_backend_device_t *device, cube_bstream_t *stream), (device, stream)) \
+  XS(stream_sync, (cube_backend_device_t *device, cube_bstream_t *stream), (device, stream))    \
+  XS(stream_flush, (cube_backend_device_t *device, cube_bstream_t *stream), (device, stream))   \
+  XV(stream_tag, (cube_backend_device_t *device, cube_bstream_t *stream, uint64_t tag),         \
+     (device, stream, tag))                                                                     \
+  XS(stream_take_failure,                                                                       \
+     (cube_backend_device_t *device, cube_bstream_t *stream, uint64_t *out_tag),                \
+     (device, stream, out_tag))                                                                 \
+  XS(event_record,                                                                              \
+     (cube_backend_device_t *device, cube_bstream_t *stream, bool timed, cube_bevent_t **out_event), \
+     (device, stream, timed, out_event))                                                        \
+  XS(event_wait, (cube_backend_device_t *device, cube_bstream_t *stream, cube_bevent_t *event), \
+     (device, stream, event))                                                                   \
+  XS(event_sync, (cube_backend_device_t *device, cube_bevent_t *event), (device, event))        \
+  XS(event_query, (cube_backend_device_t *device, cube_bevent_t *event, bool *out_done),        \
+     (device, event, out_done))                                                                 \
+  XS(event_elapsed,                                                                             \
+     (cube_backend_device_t *device, cube_bevent_t *start, cube_bevent_t *end,                  \
+      uint64_t *out_nanoseconds),                                                               \
+     (device, start, end, out_nanoseconds))                                                     \
+  XV(event_release, (cube_backend_device_t *device, cube_bevent_t *event), (device, event))     \
+  /* Storage */                                                                                 \
+  XS(page_alloc, (cube_backend_device_t *device, uint64_t size, uint64_t *out_address),         \
+     (device, size, out_address))                                                               \
+  XS(page_free, (cube_backend_device_t *device, uint64_t address), (device, address))           \
+  XS(host_alloc, (cube_backend_device_t *device, uint64_t size, void **out_host),               \
+     (device, size, out_host))                                                                  \
+  XV(host_free, (cube_backend_device_t *device, void *host), (device, host))                    \
+  XS(copy_to_device,                                                                            \
+     (cube_backend_device_t *device, cube_bstream_t *stream, uint64_t destination,              \
+      const void *source, uint64_t size),                                                       \
+     (device, stream, destination, source, size))                                               \
+  XS(copy_to_host,                                                                              \
+     (cube_backend_device_t *device, cube_bstream_t *stream, void *destination,                 \
+      uint64_t source, uint64_t size),                                                          \
+     (device, stream, destination, source, size))                                               \
+  XS(copy_device,                                                                               \
+     (cube_backend_device_t *device, cube_bstream_t *stream, uint64_t destination,              \
+      uint64_t source, uint64_t size),                                                          \
+     (device, stream, destination, source, size))                                               \
+  XS(copy_strided_to_device,                                                                    \
+     (cube_backend_device_t *device, cube_bstream_t *stream, const cube_bcopy_t *destination,   \
+      const void *source),                                                                      \
+     (device, stream, destination, source))                                                     \
+  XS(copy_strided_to_host,                                                                      \
+     (cube_backend_device_t *device, cube_bstream_t *stream, void *destination,                 \
+      const cube_bcopy_t *source),                                                              \
+     (device, stream, destination, source))                                                     \
+  XS(host_callback,                                                                             \
+     (cube_backend_device_t *device, cube_bstream_t *stream, void (*fn)(void *arg), void *arg), \
+     (device, stream, fn, arg))                                                                 \
+  /* Kernels */                                                                                 \
+  XS(compile,                                                                                   \
+     (cube_backend_device_t *device, const cube_compile_request_t *request,                     \
+      cube_bkernel_t **out_kernel, cube_kernel_info_t *out_info),                               \
+     (device, request, out_kernel, out_info))                                                   \
+  XV(kernel_release, (cube_backend_device_t *device, cube_bkernel_t *kernel), (device, kernel)) \
+  XS(dispatch,                                                                                  \
+     (cube_backend_device_t *device, cube_bstream_t *stream, const cube_dispatch_t *dispatch),  \
+     (device, stream, dispatch))                                                                \
+  /* Graphs */                                                                                  \
+  XS(capture_begin, (cube_backend_device_t *device, cube_bstream_t *stream), (device, stream))  \
+  XS(capture_end,                                                                               \
+     (cube_backend_device_t *device, cube_bstream_t *stream, cube_bgraph_t **out_graph),        \
+     (device, stream, out_graph))                                                               \
+  XS(graph_replay,                                                                              \
+     (cube_backend_device_t *device, cube_bstream_t *stream, cube_bgraph_t *graph),             \
+     (device, stream, graph))                                                                   \
+  XV(graph_destroy, (cube_backend_device_t *device, cube_bgraph_t *graph), (device, graph))
+// clang-format on
+
 typedef struct cube_backend_vtable_t {
-  const char *name;  // "cpu", "cuda", "fault"
-  void (*destroy)(cube_backend_device_t *device);
-
-  //===--- Queues and events ---===//
-  cube_status_t (*stream_create)(cube_backend_device_t *device, cube_bstream_t **out_stream);
-  // Waits for the queue's work, then frees it. Must not hang on a poisoned device.
-  void (*stream_destroy)(cube_backend_device_t *device, cube_bstream_t *stream);
-  // Blocks until everything queued so far has run.
-  cube_status_t (*stream_sync)(cube_backend_device_t *device, cube_bstream_t *stream);
-  // Submits queued work without waiting.
-  cube_status_t (*stream_flush)(cube_backend_device_t *device, cube_bstream_t *stream);
-  // Records an event at the queue's current end. |timed| asks for a
-  // timestamp (profiling); others may be cheaper.
-  cube_status_t (*event_record)(cube_backend_device_t *device, cube_bstream_t *stream, bool timed,
-                                cube_bevent_t **out_event);
-  // Makes |stream| wait (on the device) for |event|.
-  cube_status_t (*event_wait)(cube_backend_device_t *device, cube_bstream_t *stream,
-                              cube_bevent_t *event);
-  // Blocks the host until |event| is reached.
-  cube_status_t (*event_sync)(cube_backend_device_t *device, cube_bevent_t *event);
-  // Whether |event| is reached, without blocking.
-  cube_status_t (*event_query)(cube_backend_device_t *device, cube_bevent_t *event, bool *out_done);
-  // Device nanoseconds between two timed events (both reached).
-  cube_status_t (*event_elapsed)(cube_backend_device_t *device, cube_bevent_t *start,
-                                 cube_bevent_t *end, uint64_t *out_nanoseconds);
-  void (*event_release)(cube_backend_device_t *device, cube_bevent_t *event);
-
-  //===--- Storage ---===//
-  // A page of device memory (address 0 is never returned).
-  cube_status_t (*page_alloc)(cube_backend_device_t *device, uint64_t size, uint64_t *out_address);
-  cube_status_t (*page_free)(cube_backend_device_t *device, uint64_t address);
-  // Pinned (page-locked) host memory for staging.
-  cube_status_t (*host_alloc)(cube_backend_device_t *device, uint64_t size, void **out_host);
-  void (*host_free)(cube_backend_device_t *device, void *host);
-  // Copies in stream order. For copy_to_device, |source| must stay valid and
-  // unchanged until the stream has run the copy; copy_to_host writes
-  // |destination| by the time the stream passes the copy.
-  cube_status_t (*copy_to_device)(cube_backend_device_t *device, cube_bstream_t *stream,
-                                  uint64_t destination, const void *source, uint64_t size);
-  cube_status_t (*copy_to_host)(cube_backend_device_t *device, cube_bstream_t *stream,
-                                void *destination, uint64_t source, uint64_t size);
-  cube_status_t (*copy_device)(cube_backend_device_t *device, cube_bstream_t *stream,
-                               uint64_t destination, uint64_t source, uint64_t size);
-  // Strided copies; IO_UNSUPPORTED_STRIDES for a layout the backend cannot
-  // copy exactly (never a wrong copy).
-  cube_status_t (*copy_strided_to_device)(cube_backend_device_t *device, cube_bstream_t *stream,
-                                          const cube_bcopy_t *destination, const void *source);
-  cube_status_t (*copy_strided_to_host)(cube_backend_device_t *device, cube_bstream_t *stream,
-                                        void *destination, const cube_bcopy_t *source);
-  // Runs |fn(arg)| on the host once the stream reaches this point (futures,
-  // deferred frees). |fn| must not call back into the backend.
-  cube_status_t (*host_callback)(cube_backend_device_t *device, cube_bstream_t *stream,
-                                 void (*fn)(void *arg), void *arg);
-
-  //===--- Kernels ---===//
-  // Compiles (or loads from the backend's on-disk cache) a kernel. A compile
-  // error is COMPILE_REFUSED with the compiler's log in the message; a source
-  // language the backend cannot build is COMPILE_REFUSED too.
-  cube_status_t (*compile)(cube_backend_device_t *device, const cube_compile_request_t *request,
-                           cube_bkernel_t **out_kernel, cube_kernel_info_t *out_info);
-  void (*kernel_release)(cube_backend_device_t *device, cube_bkernel_t *kernel);
-  cube_status_t (*dispatch)(cube_backend_device_t *device, cube_bstream_t *stream,
-                            const cube_dispatch_t *dispatch);
-
-  //===--- Graphs ---===//
-  cube_status_t (*capture_begin)(cube_backend_device_t *device, cube_bstream_t *stream);
-  cube_status_t (*capture_end)(cube_backend_device_t *device, cube_bstream_t *stream,
-                               cube_bgraph_t **out_graph);
-  cube_status_t (*graph_replay)(cube_backend_device_t *device, cube_bstream_t *stream,
-                                cube_bgraph_t *graph);
-  void (*graph_destroy)(cube_backend_device_t *device, cube_bgraph_t *graph);
+  const char *name;  // "cpu", "cuda", "fault", "null"
+#define CUBE__SLOT_FIELD_S(name, params, args) cube_status_t(*name) params;
+#define CUBE__SLOT_FIELD_V(name, params, args) void(*name) params;
+  CUBE_BACKEND_SLOTS(CUBE__SLOT_FIELD_S, CUBE__SLOT_FIELD_V)
+#undef CUBE__SLOT_FIELD_S
+#undef CUBE__SLOT_FIELD_V
 } cube_backend_vtable_t;
+
+// A backend's prototypes and vtable, generated from the slot list: define
+// CUBE_BACKEND_PREFIX (e.g. cube_cpu) first, then
+//   CUBE_BACKEND_DECLARE_SLOTS()   declares <prefix>_<slot> for every slot;
+//   CUBE_BACKEND_VTABLE_SLOTS()    initializes every slot of a vtable with them.
+#define CUBE__SLOT_NAME(prefix, name) CUBE__SLOT_NAME_(prefix, name)
+#define CUBE__SLOT_NAME_(prefix, name) prefix##_##name
+#define CUBE__SLOT_PROTO_S(name, params, args) \
+  CUBE_INTERNAL cube_status_t CUBE__SLOT_NAME(CUBE_BACKEND_PREFIX, name) params;
+#define CUBE__SLOT_PROTO_V(name, params, args) \
+  CUBE_INTERNAL void CUBE__SLOT_NAME(CUBE_BACKEND_PREFIX, name) params;
+#define CUBE__SLOT_INIT(name, params, args) .name = CUBE__SLOT_NAME(CUBE_BACKEND_PREFIX, name),
+#define CUBE_BACKEND_DECLARE_SLOTS() CUBE_BACKEND_SLOTS(CUBE__SLOT_PROTO_S, CUBE__SLOT_PROTO_V)
+#define CUBE_BACKEND_VTABLE_SLOTS() CUBE_BACKEND_SLOTS(CUBE__SLOT_INIT, CUBE__SLOT_INIT)
+
+// What a backend's device can do, for the core's decisions (instead of the
+// core asking which backend it is).
+typedef enum cube_backend_capability_t {
+  // Kernels read the dynamic part of the info block from device memory: the
+  // core uploads it through the info cache (CUDA). Without it the backend
+  // reads the info block from host memory at dispatch (CPU).
+  CUBE_BACKEND_CAP_DEVICE_INFO = 1u << 0,
+} cube_backend_capability_t;
 
 // Every backend device starts with this header.
 struct cube_backend_device_t {
   const cube_backend_vtable_t *vtable;
   cube_device_properties_t properties;
+  uint32_t capabilities;  // cube_backend_capability_t bits
 };
 
 // A backend factory: how the core finds devices.
@@ -172,17 +272,13 @@ CUBE_INTERNAL extern const cube_backend_factory_t cube_cuda_backend_factory;
 CUBE_INTERNAL cube_status_t cube_fault_backend_wrap(cube_backend_device_t *inner, const char *plan,
                                                     cube_backend_device_t **out_device);
 
-// Stubs for slots a backend does not support; each answers UNSUPPORTED naming
-// the backend and the operation.
-CUBE_INTERNAL cube_status_t cube_backend_unsupported_capture_begin(cube_backend_device_t *device,
-                                                                   cube_bstream_t *stream);
-CUBE_INTERNAL cube_status_t cube_backend_unsupported_capture_end(cube_backend_device_t *device,
-                                                                 cube_bstream_t *stream,
-                                                                 cube_bgraph_t **out_graph);
-CUBE_INTERNAL cube_status_t cube_backend_unsupported_graph_replay(cube_backend_device_t *device,
-                                                                  cube_bstream_t *stream,
-                                                                  cube_bgraph_t *graph);
-CUBE_INTERNAL void cube_backend_unsupported_graph_destroy(cube_backend_device_t *device,
-                                                          cube_bgraph_t *graph);
+// The null backend (src/backends/null): every slot answers UNSUPPORTED naming
+// the slot and the calling backend (void slots do nothing). A backend without
+// a capability points that slot at cube_null_<slot>; a new backend starts as
+// a copy of it.
+#define CUBE_BACKEND_PREFIX cube_null
+CUBE_BACKEND_DECLARE_SLOTS()
+#undef CUBE_BACKEND_PREFIX
+CUBE_INTERNAL extern const cube_backend_vtable_t cube_null_vtable;
 
 #endif  // CUBE_CORE_BACKEND_H_

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/graph.h"
+#include "core/profile.h"
 #include "core/server.h"
 
 typedef struct pin_t {
@@ -55,14 +57,14 @@ struct cube_graph_t {
 
 //===--- Pin sets ---===//
 
-static bool pin_live(const cube_client_t *client, const pin_t *pin) {
-  return !pin->orphaned && pin->slot < client->slot_count && client->slots[pin->slot].live &&
-         client->slots[pin->slot].generation == pin->generation;
+static bool pin_live(const cube_server_t *server, const pin_t *pin) {
+  return !pin->orphaned && pin->slot < server->slot_count && server->slots[pin->slot].live &&
+         server->slots[pin->slot].generation == pin->generation;
 }
 
-static void pinset_add(cube_client_t *client, pinset_t *set, uint32_t slot_index, bool reads,
+static void pinset_add(cube_server_t *server, pinset_t *set, uint32_t slot_index, bool reads,
                        bool writes) {
-  cube_slot_t *slot = &client->slots[slot_index];
+  cube_slot_t *slot = &server->slots[slot_index];
   for (size_t i = 0; i < set->count; ++i) {
     pin_t *pin = &set->pins[i];
     if (pin->slot == slot_index && pin->generation == slot->generation && !pin->orphaned) {
@@ -89,30 +91,30 @@ static void pinset_add(cube_client_t *client, pinset_t *set, uint32_t slot_index
   slot->graph_pins++;
 }
 
-static cube_info_entry_t *info_entry_by_id(cube_client_t *client, uint64_t slice_id) {
-  for (uint32_t i = 0; i < client->info_cache_count; ++i) {
-    if (client->info_cache[i].slice.id == slice_id) return &client->info_cache[i];
+static cube_info_entry_t *info_entry_by_id(cube_server_t *server, uint64_t slice_id) {
+  for (uint32_t i = 0; i < server->info_cache_count; ++i) {
+    if (server->info_cache[i].slice.id == slice_id) return &server->info_cache[i];
   }
   return NULL;
 }
 
 // Iterates every pin set: the open captures, then the graphs. Start with
 // *stream = 0 and *graph = NULL; NULL at the end.
-static pinset_t *pinset_next(cube_client_t *client, uint32_t *stream, struct cube_graph_t **graph) {
+static pinset_t *pinset_next(cube_server_t *server, uint32_t *stream, struct cube_graph_t **graph) {
   while (*stream < CUBE_MAX_STREAMS) {
-    struct cube_capture_t *capture = client->streams[++*stream].capture;
+    struct cube_capture_t *capture = server->streams[++*stream].capture;
     if (capture) return &capture->set;
   }
-  *graph = *graph ? (*graph)->next : client->graphs;
+  *graph = *graph ? (*graph)->next : server->graphs;
   *stream = CUBE_MAX_STREAMS;
   return *graph ? &(*graph)->set : NULL;
 }
 
 // Whether a pin set other than |self| still holds the orphaned slice |id|.
-static bool orphan_held_elsewhere(cube_client_t *client, const pinset_t *self, uint64_t id) {
+static bool orphan_held_elsewhere(cube_server_t *server, const pinset_t *self, uint64_t id) {
   uint32_t stream = 0;
   struct cube_graph_t *graph = NULL;
-  for (pinset_t *set; (set = pinset_next(client, &stream, &graph));) {
+  for (pinset_t *set; (set = pinset_next(server, &stream, &graph));) {
     if (set == self) continue;
     for (size_t i = 0; i < set->count; ++i) {
       if (set->pins[i].orphaned && set->pins[i].slice.id == id) return true;
@@ -123,18 +125,18 @@ static bool orphan_held_elsewhere(cube_client_t *client, const pinset_t *self, u
 
 // Unpins everything |set| holds and frees the slices it alone still owns.
 // |set| must already be unlinked from the registry. Lock held.
-static void pinset_release(cube_client_t *client, pinset_t *set) {
+static void pinset_release(cube_server_t *server, pinset_t *set) {
   for (size_t i = 0; i < set->count; ++i) {
     pin_t *pin = &set->pins[i];
     if (pin->orphaned) {
-      if (!orphan_held_elsewhere(client, set, pin->slice.id))
-        cube_mm_free(client->mm, &pin->slice, pin->last_stream, pin->last_ticket);
-    } else if (pin_live(client, pin) && client->slots[pin->slot].graph_pins) {
-      client->slots[pin->slot].graph_pins--;
+      if (!orphan_held_elsewhere(server, set, pin->slice.id))
+        cube_mm_free(server->mm, &pin->slice, pin->last_stream, pin->last_ticket);
+    } else if (pin_live(server, pin) && server->slots[pin->slot].graph_pins) {
+      server->slots[pin->slot].graph_pins--;
     }
   }
   for (size_t i = 0; i < set->info_count; ++i) {
-    cube_info_entry_t *entry = info_entry_by_id(client, set->info[i]);
+    cube_info_entry_t *entry = info_entry_by_id(server, set->info[i]);
     if (entry && entry->pins) entry->pins--;
   }
   free(set->pins);
@@ -143,27 +145,27 @@ static void pinset_release(cube_client_t *client, pinset_t *set) {
 }
 
 // Every buffer |set| writes claims a new failure whose root is |error|.
-static void claim_write_set(cube_client_t *client, pinset_t *set, cube_status_t error) {
+static void claim_write_set(cube_server_t *server, pinset_t *set, cube_status_t error) {
   cube_failure_t *failure = cube_failure_create(cube_status_retain(error));
   if (!failure) failure = cube_failure_torn_down();
   for (size_t i = 0; i < set->count; ++i) {
-    if (set->pins[i].writes && pin_live(client, &set->pins[i]))
-      cube_claim_set(&client->slots[set->pins[i].slot].claim, failure, NULL);
+    if (set->pins[i].writes && pin_live(server, &set->pins[i]))
+      cube_claim_set(&server->slots[set->pins[i].slot].claim, failure, NULL);
   }
   cube_failure_drop_if_unclaimed(failure);
 }
 
 //===--- Hooks the launch path and handles call ---===//
 
-void cube_capture_note_buffer(cube_client_t *client, uint32_t stream, uint32_t slot_index,
+void cube_capture_note_buffer(cube_server_t *server, uint32_t stream, uint32_t slot_index,
                               bool reads, bool writes) {
-  struct cube_capture_t *capture = client->streams[stream].capture;
-  if (capture && slot_index < client->slot_count)
-    pinset_add(client, &capture->set, slot_index, reads, writes);
+  struct cube_capture_t *capture = server->streams[stream].capture;
+  if (capture && slot_index < server->slot_count)
+    pinset_add(server, &capture->set, slot_index, reads, writes);
 }
 
-void cube_capture_note_info(cube_client_t *client, uint32_t stream, cube_info_entry_t *entry) {
-  struct cube_capture_t *capture = client->streams[stream].capture;
+void cube_capture_note_info(cube_server_t *server, uint32_t stream, cube_info_entry_t *entry) {
+  struct cube_capture_t *capture = server->streams[stream].capture;
   if (!capture) return;
   pinset_t *set = &capture->set;
   for (size_t i = 0; i < set->info_count; ++i) {
@@ -183,29 +185,18 @@ void cube_capture_note_info(cube_client_t *client, uint32_t stream, cube_info_en
   entry->pins++;
 }
 
-void cube_server_work_failed(cube_client_t *client, uint32_t stream, cube_status_t status) {
-  if (cube_status_is_ok(status)) return;
+void cube_capture_note_failure(cube_server_t *server, uint32_t stream, cube_status_t status) {
   struct cube_capture_t *capture =
-      stream && stream <= CUBE_MAX_STREAMS ? client->streams[stream].capture : NULL;
+      stream && stream <= CUBE_MAX_STREAMS ? server->streams[stream].capture : NULL;
   if (capture && !capture->failure) capture->failure = cube_status_retain(status);
-  if (client->profiler) cube_profile_note_failure(client, status);
 }
 
-cube_status_t cube_capture_refuse(cube_client_t *client, uint32_t stream, const char *operation) {
-  if (!client->streams[stream].capturing) return CUBE_OK;
-  return cube_status_make(CUBE_STATUS_GENERIC,
-                          "%s: stream %u is recording a graph; a capture window records kernel "
-                          "launches only (host writes, copies, reads, syncs, replays and profiling "
-                          "wait until cube_graph_end_capture)",
-                          operation, stream);
-}
-
-bool cube_graph_adopt_slot(cube_client_t *client, uint32_t slot_index) {
-  cube_slot_t *slot = &client->slots[slot_index];
+bool cube_graph_adopt_slot(cube_server_t *server, uint32_t slot_index) {
+  cube_slot_t *slot = &server->slots[slot_index];
   if (!slot->graph_pins) return false;
   uint32_t stream = 0;
   struct cube_graph_t *graph = NULL;
-  for (pinset_t *set; (set = pinset_next(client, &stream, &graph));) {
+  for (pinset_t *set; (set = pinset_next(server, &stream, &graph));) {
     for (size_t i = 0; i < set->count; ++i) {
       pin_t *pin = &set->pins[i];
       if (pin->slot == slot_index && pin->generation == slot->generation && !pin->orphaned) {
@@ -219,30 +210,30 @@ bool cube_graph_adopt_slot(cube_client_t *client, uint32_t slot_index) {
   return true;
 }
 
-void cube_graph_teardown(cube_client_t *client) {
-  const cube_backend_vtable_t *vt = client->device->vtable;
+void cube_graph_teardown(cube_server_t *server) {
+  const cube_backend_vtable_t *vt = server->device->vtable;
   for (uint32_t s = 1; s <= CUBE_MAX_STREAMS; ++s) {
-    struct cube_capture_t *capture = client->streams[s].capture;
+    struct cube_capture_t *capture = server->streams[s].capture;
     if (!capture) continue;
-    client->streams[s].capture = NULL;
-    pinset_release(client, &capture->set);
+    server->streams[s].capture = NULL;
+    pinset_release(server, &capture->set);
     cube_status_release(capture->failure);
     free(capture);
   }
-  while (client->graphs) {
-    struct cube_graph_t *g = client->graphs;
-    client->graphs = g->next;
-    vt->graph_destroy(client->device, g->backend);
-    pinset_release(client, &g->set);
+  while (server->graphs) {
+    struct cube_graph_t *g = server->graphs;
+    server->graphs = g->next;
+    vt->graph_destroy(server->device, g->backend);
+    pinset_release(server, &g->set);
     free(g);
   }
 }
 
 //===--- The public API ---===//
 
-static struct cube_graph_t *graph_find(cube_client_t *client, cube_graph_t id,
+static struct cube_graph_t *graph_find(cube_server_t *server, cube_graph_t id,
                                        struct cube_graph_t ***out_link) {
-  for (struct cube_graph_t **link = &client->graphs; *link; link = &(*link)->next) {
+  for (struct cube_graph_t **link = &server->graphs; *link; link = &(*link)->next) {
     if ((*link)->id == id) {
       if (out_link) *out_link = link;
       return *link;
@@ -252,25 +243,27 @@ static struct cube_graph_t *graph_find(cube_client_t *client, cube_graph_t id,
 }
 
 cube_status_t cube_graph_prepare(cube_client_t *client, cube_stream_t stream) {
+  cube_server_t *server = cube_server_of(client);
   uint32_t index = 0;
-  cube_status_t status = cube_server_begin(client, stream, "cube_graph_prepare", &index);
+  cube_status_t status = cube_server_begin(server, stream, "cube_graph_prepare", &index);
   if (!cube_status_is_ok(status)) return status;
-  if (cube_status_is_ok(status) && client->streams[index].capturing) {
+  if (cube_status_is_ok(status) && server->streams[index].capturing) {
     status = cube_status_make(CUBE_STATUS_GENERIC,
                               "cube_graph_prepare: stream %u is already recording a graph", index);
   }
   // The warm-up run that follows fills the pools and the info cache, so the
   // window itself takes no page and uploads nothing.
-  if (cube_status_is_ok(status)) client->streams[index].graph_prepared = true;
-  cube_server_leave(client);
+  if (cube_status_is_ok(status)) server->streams[index].graph_prepared = true;
+  cube_server_leave(server);
   return status;
 }
 
 cube_status_t cube_graph_begin_capture(cube_client_t *client, cube_stream_t stream) {
+  cube_server_t *server = cube_server_of(client);
   uint32_t index = 0;
-  cube_status_t status = cube_server_begin(client, stream, "cube_graph_begin_capture", &index);
+  cube_status_t status = cube_server_begin(server, stream, "cube_graph_begin_capture", &index);
   if (!cube_status_is_ok(status)) return status;
-  cube_stream_state_t *s = cube_status_is_ok(status) ? &client->streams[index] : NULL;
+  cube_stream_state_t *s = cube_status_is_ok(status) ? &server->streams[index] : NULL;
   if (s && s->capturing) {
     status = cube_status_make(
         CUBE_STATUS_GENERIC,
@@ -291,34 +284,35 @@ cube_status_t cube_graph_begin_capture(cube_client_t *client, cube_stream_t stre
   }
   if (cube_status_is_ok(status)) {
     status =
-        cube_server_note(client, client->device->vtable->capture_begin(client->device, s->backend));
+        cube_server_note(server, server->device->vtable->capture_begin(server->device, s->backend));
   }
   if (cube_status_is_ok(status)) {
     s->capturing = true;
     s->capture = capture;
     s->graph_prepared = false;
-    client->capturing_streams++;
-    cube_mm_set_capturing(client->mm, true);
-    if (client->profiler) cube_profile_stream_captures(client, index);
+    server->capturing_streams++;
+    cube_mm_set_capturing(server->mm, true);
+    if (server->profiler) cube_profile_stream_captures(server, index);
   } else {
     free(capture);
   }
-  cube_server_leave(client);
+  cube_server_leave(server);
   return status;
 }
 
 cube_status_t cube_graph_end_capture(cube_client_t *client, cube_stream_t stream,
                                      cube_graph_t *out_graph) {
+  cube_server_t *server = cube_server_of(client);
   if (!out_graph)
     return cube_status_make(CUBE_STATUS_VALIDATION, "cube_graph_end_capture: out_graph is NULL");
   *out_graph = 0;
-  cube_status_t status = cube_server_enter(client, "cube_graph_end_capture");
+  cube_status_t status = cube_server_enter(server, "cube_graph_end_capture");
   if (!cube_status_is_ok(status)) return status;
   // Deferred launches of this stream belong to the window.
-  cube_server_flush_pending(client);
+  cube_server_flush_deferred(server);
   uint32_t index = 0;
-  status = cube_server_stream(client, stream, "cube_graph_end_capture", &index);
-  cube_stream_state_t *s = cube_status_is_ok(status) ? &client->streams[index] : NULL;
+  status = cube_server_stream(server, stream, "cube_graph_end_capture", &index);
+  cube_stream_state_t *s = cube_status_is_ok(status) ? &server->streams[index] : NULL;
   if (s && !s->capturing) {
     status = cube_status_make(CUBE_STATUS_GENERIC,
                               "cube_graph_end_capture: stream %u is not recording a graph", index);
@@ -328,11 +322,11 @@ cube_status_t cube_graph_end_capture(cube_client_t *client, cube_stream_t stream
     struct cube_capture_t *capture = s->capture;
     s->capture = NULL;
     s->capturing = false;
-    client->capturing_streams--;
-    cube_mm_set_capturing(client->mm, client->capturing_streams > 0);
+    server->capturing_streams--;
+    cube_mm_set_capturing(server->mm, server->capturing_streams > 0);
     cube_bgraph_t *backend = NULL;
     status = cube_server_note(
-        client, client->device->vtable->capture_end(client->device, s->backend, &backend));
+        server, server->device->vtable->capture_end(server->device, s->backend, &backend));
     if (cube_status_is_ok(status) && capture->failure) {
       status = cube_status_wrap(cube_status_retain(capture->failure), CUBE_STATUS_GENERIC,
                                 "cube_graph_end_capture: work recorded on stream %u failed, so the "
@@ -353,58 +347,60 @@ cube_status_t cube_graph_end_capture(cube_client_t *client, cube_stream_t stream
                                   "cube_graph_end_capture: out of host memory (stream %u)", index);
     }
     if (cube_status_is_ok(status)) {
-      graph->id = ++client->next_graph_id;
+      graph->id = ++server->next_graph_id;
       graph->backend = backend;
       graph->set = capture->set;
-      graph->next = client->graphs;
-      client->graphs = graph;
+      graph->next = server->graphs;
+      server->graphs = graph;
       *out_graph = graph->id;
     } else {
       // No graph: the recorded launches never run, so what they were to
       // write is left as it was, and says so.
-      claim_write_set(client, &capture->set, status);
-      if (backend) client->device->vtable->graph_destroy(client->device, backend);
-      pinset_release(client, &capture->set);
-      if (client->profiler) cube_profile_note_failure(client, status);
+      claim_write_set(server, &capture->set, status);
+      if (backend) server->device->vtable->graph_destroy(server->device, backend);
+      pinset_release(server, &capture->set);
+      if (server->profiler) cube_profile_note_failure(server, index, status);
     }
     cube_status_release(capture->failure);
     free(capture);
   }
-  cube_server_leave(client);
+  cube_server_leave(server);
   return status;
 }
 
 // A replay's outside input (read, not written by the graph) that carries a
 // failure, or NULL.
-static const cube_claim_t *replay_carried(cube_client_t *client, const struct cube_graph_t *g) {
-  for (size_t i = 0; i < g->set.count && client->track_failures; ++i) {
+static const cube_claim_t *replay_carried(cube_server_t *server, const struct cube_graph_t *g) {
+  for (size_t i = 0; i < g->set.count && server->track_failures; ++i) {
     const pin_t *pin = &g->set.pins[i];
-    if (pin->reads && !pin->writes && pin_live(client, pin) &&
-        cube_claim_is_set(&client->slots[pin->slot].claim))
-      return &client->slots[pin->slot].claim;
+    if (pin->reads && !pin->writes && pin_live(server, pin) &&
+        cube_claim_is_set(&server->slots[pin->slot].claim))
+      return &server->slots[pin->slot].claim;
   }
   return NULL;
 }
 
 cube_status_t cube_graph_replay(cube_client_t *client, cube_stream_t stream, cube_graph_t id) {
+  cube_server_t *server = cube_server_of(client);
   uint32_t index = 0;
-  cube_status_t status = cube_server_begin(client, stream, "cube_graph_replay", &index);
+  cube_status_t status = cube_server_begin(server, stream, "cube_graph_replay", &index);
   if (!cube_status_is_ok(status)) return status;
   struct cube_graph_t *g = NULL;
   if (cube_status_is_ok(status)) {
-    g = graph_find(client, id, NULL);
+    g = graph_find(server, id, NULL);
     if (!g)
       status = cube_status_make(
           CUBE_STATUS_GENERIC,
           "cube_graph_replay: graph %llu is unknown on %s (never captured, or destroyed)",
-          (unsigned long long)id, client->name);
+          (unsigned long long)id, server->name);
   }
-  if (cube_status_is_ok(status)) status = cube_capture_refuse(client, index, "cube_graph_replay");
+  if (cube_status_is_ok(status))
+    status = cube_server_refuse_capturing(server, index, "cube_graph_replay");
   if (!cube_status_is_ok(status)) {
-    cube_server_leave(client);
+    cube_server_leave(server);
     return status;
   }
-  const cube_claim_t *carried = replay_carried(client, g);
+  const cube_claim_t *carried = replay_carried(server, g);
   if (carried) {
     char what[96];
     snprintf(what, sizeof what, "replay of graph %llu skipped: an input carried failure #%llu",
@@ -412,40 +408,40 @@ cube_status_t cube_graph_replay(cube_client_t *client, cube_stream_t stream, cub
     cube_claim_t source = {0};
     cube_claim_set(&source, carried->failure, carried->chain);
     for (size_t i = 0; i < g->set.count; ++i) {
-      if (g->set.pins[i].writes && pin_live(client, &g->set.pins[i]))
-        cube_claim_extend(&client->slots[g->set.pins[i].slot].claim, &source, what);
+      if (g->set.pins[i].writes && pin_live(server, &g->set.pins[i]))
+        cube_claim_extend(&server->slots[g->set.pins[i].slot].claim, &source, what);
     }
     cube_claim_clear(&source);
     status = cube_status_skipped();
-    cube_server_work_failed(client, index, status);
-    cube_server_leave(client);
+    cube_server_work_failed(server, index, status);
+    cube_server_leave(server);
     return status;
   }
   for (size_t i = 0; i < g->set.count && cube_status_is_ok(status); ++i) {
-    if (pin_live(client, &g->set.pins[i]))
-      status = cube_server_order(client, index, &client->slots[g->set.pins[i].slot]);
+    if (pin_live(server, &g->set.pins[i]))
+      status = cube_server_order(server, index, &server->slots[g->set.pins[i].slot]);
   }
   if (cube_status_is_ok(status)) {
-    void *mark = client->profiler ? cube_profile_before_work(client, index, true) : NULL;
+    void *mark = server->profiler ? cube_profile_before_work(server, index, true) : NULL;
     status =
-        cube_server_note(client, client->device->vtable->graph_replay(
-                                     client->device, client->streams[index].backend, g->backend));
+        cube_server_note(server, server->device->vtable->graph_replay(
+                                     server->device, server->streams[index].backend, g->backend));
     if (mark) {
       char name[48];
       snprintf(name, sizeof name, "graph %llu", (unsigned long long)id);
-      cube_profile_after_work(client, index, mark, name, 0, status);
+      cube_profile_after_work(server, index, mark, name, 0, status);
     }
   }
   if (cube_status_is_ok(status)) {
-    client->streams[index].ticket++;
+    server->streams[index].ticket++;
     for (size_t i = 0; i < g->set.count; ++i) {
       pin_t *pin = &g->set.pins[i];
-      if (pin_live(client, pin)) {
-        cube_server_used(client, index, &client->slots[pin->slot]);
-        if (pin->writes) cube_claim_clear(&client->slots[pin->slot].claim);
+      if (pin_live(server, pin)) {
+        cube_server_used(server, index, &server->slots[pin->slot]);
+        if (pin->writes) cube_claim_clear(&server->slots[pin->slot].claim);
       } else if (pin->orphaned) {
         pin->last_stream = index;
-        pin->last_ticket = client->streams[index].ticket;
+        pin->last_ticket = server->streams[index].ticket;
       }
     }
     bool known = false;
@@ -456,33 +452,35 @@ cube_status_t cube_graph_replay(cube_client_t *client, cube_stream_t stream, cub
       g->many_streams = true;
     }
   } else {
-    claim_write_set(client, &g->set, status);
-    cube_server_work_failed(client, index, status);
+    claim_write_set(server, &g->set, status);
+    cube_server_work_failed(server, index, status);
   }
-  cube_server_leave(client);
+  cube_server_leave(server);
   return status;
 }
 
 cube_status_t cube_graph_destroy(cube_client_t *client, cube_stream_t stream, cube_graph_t id) {
-  cube_status_t status = cube_server_enter(client, "cube_graph_destroy");
+  cube_server_t *server = cube_server_of(client);
+  cube_status_t status = cube_server_enter(server, "cube_graph_destroy");
   if (!cube_status_is_ok(status)) {
     // A poisoned device still lets go of the graph (its waits fail fast).
-    if (!client) return status;
+    if (!server) return status;
     cube_status_release(status);
-    pthread_mutex_lock(&client->lock);
+    pthread_mutex_lock(&server->lock);
     status = CUBE_OK;
   }
   struct cube_graph_t **link = NULL;
-  struct cube_graph_t *g = graph_find(client, id, &link);
+  struct cube_graph_t *g = graph_find(server, id, &link);
   if (!g) {
-    pthread_mutex_unlock(&client->lock);
+    pthread_mutex_unlock(&server->lock);
     return CUBE_OK;  // unknown (or already destroyed): nothing to do
   }
   uint32_t index = 0;
-  status = cube_server_stream(client, stream, "cube_graph_destroy", &index);
-  if (cube_status_is_ok(status)) status = cube_capture_refuse(client, index, "cube_graph_destroy");
+  status = cube_server_stream(server, stream, "cube_graph_destroy", &index);
+  if (cube_status_is_ok(status))
+    status = cube_server_refuse_capturing(server, index, "cube_graph_destroy");
   if (!cube_status_is_ok(status)) {
-    pthread_mutex_unlock(&client->lock);
+    pthread_mutex_unlock(&server->lock);
     return status;
   }
   *link = g->next;  // no replay can be enqueued from here on
@@ -492,25 +490,25 @@ cube_status_t cube_graph_destroy(cube_client_t *client, cube_stream_t stream, cu
   for (uint32_t s = 1; s <= CUBE_MAX_STREAMS; ++s) {
     bool replayed = g->many_streams;
     for (uint32_t i = 0; i < g->stream_count; ++i) replayed |= g->streams[i] == s;
-    if (replayed && s != index && client->streams[s].live) waits[wait_count++] = s;
+    if (replayed && s != index && server->streams[s].live) waits[wait_count++] = s;
   }
-  pthread_mutex_unlock(&client->lock);
+  pthread_mutex_unlock(&server->lock);
   // Replays return at enqueue: wait for every stream one may still run on.
   for (uint32_t i = 0; i < wait_count; ++i) {
-    cube_status_t waited = cube_server_wait_stream(client, waits[i]);
+    cube_status_t waited = cube_server_wait_stream(server, waits[i]);
     if (cube_status_is_ok(status)) {
       status = waited;
     } else {
       cube_status_release(waited);
     }
   }
-  pthread_mutex_lock(&client->lock);
+  pthread_mutex_lock(&server->lock);
   // A failed wait: a replay may not have finished writing; its buffers
   // claim the failure (and only they: other work reports on its own).
-  if (!cube_status_is_ok(status)) claim_write_set(client, &g->set, status);
-  client->device->vtable->graph_destroy(client->device, g->backend);
-  pinset_release(client, &g->set);
+  if (!cube_status_is_ok(status)) claim_write_set(server, &g->set, status);
+  server->device->vtable->graph_destroy(server->device, g->backend);
+  pinset_release(server, &g->set);
   free(g);
-  pthread_mutex_unlock(&client->lock);
+  pthread_mutex_unlock(&server->lock);
   return status;
 }

@@ -1,250 +1,17 @@
-// cubec core — kernels, the compiled-kernel cache, info packing and launches.
+// cubec core — launches: validation, resource checks, deferred (queued)
+// launches and the launch path (resolve, compile, skip, write scope,
+// dispatch, settle).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/io_sets.h"
+#include "core/graph.h"
+#include "core/info.h"
+#include "core/kernel_cache.h"
+#include "core/launch.h"
+#include "core/profile.h"
 #include "core/server.h"
-
-//===--- Kernel objects ---===//
-
-static char *dup_string(const char *s) {
-  if (!s) return NULL;
-  size_t n = strlen(s) + 1;
-  char *copy = malloc(n);
-  if (copy) memcpy(copy, s, n);
-  return copy;
-}
-
-// The options a backend compiles with: the caller's, plus the define that
-// turns the dialect's LOAD/STORE checks on (dialect kernels in checked mode).
-// The options are hashed into the kernel's key, which is how the execution
-// mode becomes part of its identity (and only where it changes the code).
-static char *kernel_options(const cube_kernel_desc_t *desc) {
-  const char *user = desc->options ? desc->options : "";
-  if (desc->language != CUBE_KERNEL_DIALECT || desc->execution != CUBE_EXECUTION_CHECKED)
-    return dup_string(user);
-  static const char kChecked[] = "-DCUBE__CHECKED=1";
-  size_t n = strlen(user);
-  char *options = malloc(n + sizeof kChecked + 1);
-  if (options) snprintf(options, n + sizeof kChecked + 1, "%s%s%s", user, n ? " " : "", kChecked);
-  return options;
-}
-
-static bool valid_identifier(const char *name) {
-  if (!name || !name[0] || strlen(name) > 200) return false;
-  for (const char *c = name; *c; ++c) {
-    bool alpha = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || *c == '_';
-    bool digit = *c >= '0' && *c <= '9';
-    if (!alpha && !(digit && c != name)) return false;
-  }
-  return true;
-}
-
-cube_status_t cube_kernel_create(const cube_kernel_desc_t *desc, cube_kernel_t **out_kernel) {
-  if (!out_kernel)
-    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_kernel_create: out_kernel is NULL");
-  *out_kernel = NULL;
-  if (!desc) return cube_status_make(CUBE_STATUS_VALIDATION, "cube_kernel_create: desc is NULL");
-  if (!valid_identifier(desc->name)) {
-    return cube_status_make(CUBE_STATUS_VALIDATION,
-                            "cube_kernel_create: the name '%s' is not a C identifier",
-                            desc->name ? desc->name : "(null)");
-  }
-  if (!desc->source) {
-    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_kernel_create: kernel '%s' has no source",
-                            desc->name);
-  }
-  if (desc->language != CUBE_KERNEL_DIALECT && desc->language != CUBE_KERNEL_CUDA) {
-    return cube_status_make(CUBE_STATUS_VALIDATION,
-                            "cube_kernel_create: kernel '%s' has unknown language %d", desc->name,
-                            (int)desc->language);
-  }
-  if (desc->execution != CUBE_EXECUTION_CHECKED && desc->execution != CUBE_EXECUTION_UNCHECKED) {
-    return cube_status_make(CUBE_STATUS_VALIDATION,
-                            "cube_kernel_create: kernel '%s' has unknown execution mode %d",
-                            desc->name, (int)desc->execution);
-  }
-  cube_dim3_t d = desc->cube_dim;
-  if (d.x == 0 || d.y == 0 || d.z == 0) {
-    return cube_status_make(CUBE_STATUS_VALIDATION,
-                            "cube_kernel_create: kernel '%s' has an empty cube dim (%u, %u, %u)",
-                            desc->name, d.x, d.y, d.z);
-  }
-  cube_kernel_t *kernel = calloc(1, sizeof *kernel);
-  if (kernel) {
-    kernel->name = dup_string(desc->name);
-    kernel->source = dup_string(desc->source);
-    kernel->options = kernel_options(desc);
-  }
-  if (!kernel || !kernel->name || !kernel->source || !kernel->options) {
-    if (kernel) {
-      free(kernel->name);
-      free(kernel->source);
-      free(kernel->options);
-      free(kernel);
-    }
-    return cube_status_make(CUBE_STATUS_GENERIC, "cube_kernel_create: out of host memory");
-  }
-  atomic_init(&kernel->refs, 1);
-  kernel->language = desc->language;
-  kernel->cube_dim = d;
-  kernel->dynamic_shared_memory = desc->dynamic_shared_memory;
-  cube_hash128_state_t h;
-  cube_hash128_init(&h);
-  uint32_t lang = (uint32_t)desc->language;
-  cube_hash128_update(&h, &lang, sizeof lang);
-  // A backend may compile the cube dim in (CUDA does): one dim, one kernel.
-  uint32_t dims[3] = {d.x, d.y, d.z};
-  cube_hash128_update(&h, dims, sizeof dims);
-  cube_hash128_update(&h, kernel->name, strlen(kernel->name) + 1);
-  cube_hash128_update(&h, kernel->options, strlen(kernel->options) + 1);
-  cube_hash128_update(&h, kernel->source, strlen(kernel->source));
-  kernel->key = cube_hash128_final(&h);
-  *out_kernel = kernel;
-  return CUBE_OK;
-}
-
-cube_kernel_t *cube_kernel_retain(cube_kernel_t *kernel) {
-  if (kernel) atomic_fetch_add(&kernel->refs, 1);
-  return kernel;
-}
-
-void cube_kernel_release(cube_kernel_t *kernel) {
-  if (!kernel || atomic_fetch_sub(&kernel->refs, 1) != 1) return;
-  free(kernel->name);
-  free(kernel->source);
-  free(kernel->options);
-  free(kernel);
-}
-
-const char *cube_kernel_name(const cube_kernel_t *kernel) {
-  return kernel ? kernel->name : "";
-}
-
-cube_scalar_t cube_scalar_f32(float v) {
-  return (cube_scalar_t){CUBE_SCALAR_F32, {.f32 = v}};
-}
-cube_scalar_t cube_scalar_f64(double v) {
-  return (cube_scalar_t){CUBE_SCALAR_F64, {.f64 = v}};
-}
-cube_scalar_t cube_scalar_u32(uint32_t v) {
-  return (cube_scalar_t){CUBE_SCALAR_U32, {.u32 = v}};
-}
-cube_scalar_t cube_scalar_i32(int32_t v) {
-  return (cube_scalar_t){CUBE_SCALAR_I32, {.i32 = v}};
-}
-cube_scalar_t cube_scalar_u64(uint64_t v) {
-  return (cube_scalar_t){CUBE_SCALAR_U64, {.u64 = v}};
-}
-cube_scalar_t cube_scalar_i64(int64_t v) {
-  return (cube_scalar_t){CUBE_SCALAR_I64, {.i64 = v}};
-}
-
-cube_cube_count_t cube_count_static(uint32_t x, uint32_t y, uint32_t z) {
-  return (cube_cube_count_t){.dynamic = false, .count = {x, y, z}};
-}
-cube_cube_count_t cube_count_dynamic(cube_binding_t binding) {
-  return (cube_cube_count_t){.dynamic = true, .binding = binding};
-}
-
-//===--- Kernel cache statistics ---===//
-
-// Counted on every launch (memory hits): atomics, not a lock.
-static struct {
-  atomic_uint_fast64_t compiled, memory_hits, disk_hits;
-  _Atomic double compile_seconds;
-} stats;
-
-void cube_kernel_stats_count(bool compiled, bool disk_hit, bool memory_hit, double seconds) {
-  if (compiled) atomic_fetch_add_explicit(&stats.compiled, 1, memory_order_relaxed);
-  if (disk_hit) atomic_fetch_add_explicit(&stats.disk_hits, 1, memory_order_relaxed);
-  if (memory_hit) atomic_fetch_add_explicit(&stats.memory_hits, 1, memory_order_relaxed);
-  if (seconds > 0) {
-    double old = atomic_load(&stats.compile_seconds);
-    while (!atomic_compare_exchange_weak(&stats.compile_seconds, &old, old + seconds)) {
-    }
-  }
-}
-
-void cube_kernel_cache_stats(cube_kernel_cache_stats_t *out_stats) {
-  if (!out_stats) return;
-  out_stats->compiled = atomic_load(&stats.compiled);
-  out_stats->memory_hits = atomic_load(&stats.memory_hits);
-  out_stats->disk_hits = atomic_load(&stats.disk_hits);
-  out_stats->compile_seconds = atomic_load(&stats.compile_seconds);
-}
-
-//===--- The compiled-kernel cache (per device) ---===//
-
-static cube_compiled_t *compiled_find(cube_client_t *client, cube_kernel_t *kernel) {
-  // The entry this kernel found last on this client, if it is still there:
-  // a loop that launches one kernel skips the search.
-  uint64_t hint = atomic_load_explicit(&kernel->hint, memory_order_relaxed);
-  size_t index = (size_t)(hint & 0xffffffffu);
-  if ((hint >> 32) == client->id && index < client->compiled_count &&
-      cube_hash128_equal(client->compiled[index].kernel->key, kernel->key)) {
-    return &client->compiled[index];
-  }
-  for (size_t i = 0; i < client->compiled_count; ++i) {
-    if (cube_hash128_equal(client->compiled[i].kernel->key, kernel->key)) {
-      atomic_store_explicit(&kernel->hint, ((uint64_t)client->id << 32) | i, memory_order_relaxed);
-      return &client->compiled[i];
-    }
-  }
-  return NULL;
-}
-
-// Compiles |kernel| once per device; a refusal is kept and answered again
-// without recompiling, any other failure is retried at the next launch.
-// Lock held.
-static cube_status_t compiled_get(cube_client_t *client, cube_kernel_t *kernel,
-                                  cube_compiled_t *found, cube_compiled_t **out) {
-  cube_compiled_t *entry = found ? found : compiled_find(client, kernel);
-  if (entry) {
-    *out = entry;
-    cube_kernel_stats_count(false, false, true, 0);
-    return cube_status_retain(entry->error);
-  }
-  if (client->compiled_count == client->compiled_capacity) {
-    size_t capacity = client->compiled_capacity ? client->compiled_capacity * 2 : 16;
-    cube_compiled_t *grown = realloc(client->compiled, capacity * sizeof *grown);
-    if (!grown)
-      return cube_status_make(CUBE_STATUS_GENERIC, "compiling '%s': out of host memory",
-                              kernel->name);
-    client->compiled = grown;
-    client->compiled_capacity = capacity;
-  }
-  entry = &client->compiled[client->compiled_count++];
-  *entry = (cube_compiled_t){.kernel = cube_kernel_retain(kernel)};
-  cube_compile_request_t request = {.name = kernel->name,
-                                    .source = kernel->source,
-                                    .language = kernel->language,
-                                    .cube_dim = kernel->cube_dim,
-                                    .options = kernel->options};
-  uint64_t start = cube_now_ns();
-  cube_status_t status = cube_server_note(
-      client,
-      client->device->vtable->compile(client->device, &request, &entry->backend, &entry->info));
-  double seconds = (double)(cube_now_ns() - start) * 1e-9;
-  if (!cube_status_is_ok(status)) {
-    entry->backend = NULL;
-    entry->info = (cube_kernel_info_t){.io = ""};
-    // Only a refusal is a fact about the kernel worth keeping: an
-    // out-of-memory or a poisoned device may not be there next time.
-    if (cube_status_is_refusal(status)) entry->error = cube_status_retain(status);
-  }
-  cube_kernel_stats_count(cube_status_is_ok(status) && !entry->info.from_disk_cache,
-                          cube_status_is_ok(status) && entry->info.from_disk_cache, false, seconds);
-  if (!cube_status_is_ok(status) && !entry->error) {
-    // Forget the attempt: the next launch compiles again.
-    cube_kernel_release(entry->kernel);
-    client->compiled_count--;
-    entry = NULL;
-  }
-  *out = entry;
-  return status;
-}
 
 //===--- IO sets ---===//
 
@@ -253,167 +20,6 @@ typedef enum io_answer_t { IO_NONE = 0, IO_R = 1, IO_W = 2, IO_RW = 3 } io_answe
 // Which of the launch's buffers it reads and writes (core/io_sets.h).
 static io_answer_t io_of(const char *compiled, size_t index, cube_buffer_io_t declared) {
   return (io_answer_t)cube_io_sets_of(compiled, index, declared);
-}
-
-//===--- Info packing ---===//
-
-#define INFO_MAX_WORDS (CUBE_STATIC_INFO_WORDS + CUBE_MAX_BUFFERS * (1 + 2 * CUBE_MAX_RANK))
-
-static uint64_t scalar_word(const cube_scalar_t *s) {
-  uint64_t word = 0;
-  switch (s->type) {
-    case CUBE_SCALAR_F64:
-      memcpy(&word, &s->value.f64, 8);
-      break;
-    case CUBE_SCALAR_F32: {
-      uint32_t bits;
-      memcpy(&bits, &s->value.f32, 4);
-      word = bits;
-      break;
-    }
-    case CUBE_SCALAR_U64:
-    case CUBE_SCALAR_I64:
-      word = s->value.u64;
-      break;
-    default:
-      word = s->value.u32;
-      break;
-  }
-  return word;
-}
-
-// Packs the info block (layout in cube/dialect.h). VALIDATION when it does
-// not fit the static limit.
-static cube_status_t info_pack(const cube_kernel_t *kernel, const cube_kernel_args_t *args,
-                               const uint64_t *lengths, uint64_t *words, uint32_t *out_words,
-                               uint32_t *out_static) {
-  if (args->scalar_count > 255) {
-    return cube_status_make(CUBE_STATUS_VALIDATION, "launch of '%s': %zu scalars (max 255)",
-                            kernel->name, args->scalar_count);
-  }
-  // Per-type counts straight into their header bytes: with at most 255
-  // scalars in all, no type's count can carry into the next byte.
-  uint64_t header = (uint64_t)args->buffer_count << 48 | (uint64_t)args->scalar_count << 56;
-  for (size_t i = 0; i < args->scalar_count; ++i) header += 1ull << (8 * args->scalars[i].type);
-  uint32_t static_words = 1 + (uint32_t)args->scalar_count + 2 * (uint32_t)args->buffer_count;
-  if (static_words > CUBE_STATIC_INFO_WORDS) {
-    return cube_status_make(
-        CUBE_STATUS_VALIDATION,
-        "launch of '%s': %zu scalars and %zu buffers need %u info words (max %d)", kernel->name,
-        args->scalar_count, args->buffer_count, static_words, CUBE_STATIC_INFO_WORDS);
-  }
-  uint32_t n = 0;
-  words[n++] = header;
-  for (int t = 0; t < CUBE_SCALAR_TYPE_COUNT; ++t) {
-    for (size_t i = 0; i < args->scalar_count; ++i) {
-      if ((int)args->scalars[i].type == t) words[n++] = scalar_word(&args->scalars[i]);
-    }
-  }
-  for (size_t b = 0; b < args->buffer_count; ++b) words[n++] = lengths[b];
-  uint32_t meta_at = n;
-  n += (uint32_t)args->buffer_count;
-  uint32_t dynamic = 0;
-  for (size_t b = 0; b < args->buffer_count; ++b) {
-    const cube_kernel_buffer_t *buf = &args->buffers[b];
-    if (buf->rank == 0) {
-      words[meta_at + b] = CUBE_INFO_NO_META;
-      continue;
-    }
-    words[meta_at + b] = dynamic;
-    words[n + dynamic++] = buf->rank;
-    for (uint32_t d = 0; d < buf->rank; ++d) words[n + dynamic++] = buf->shape[d];
-    for (uint32_t d = 0; d < buf->rank; ++d) words[n + dynamic++] = buf->strides[d];
-  }
-  *out_static = n;
-  *out_words = n + dynamic;
-  return CUBE_OK;
-}
-
-//===--- The info cache ---===//
-
-static uint64_t words_hash(const uint64_t *words, uint32_t count) {
-  uint64_t h = 1469598103934665603ull ^ count;
-  for (uint32_t i = 0; i < count; ++i) {
-    h ^= words[i];
-    h *= 1099511628211ull;
-    h ^= h >> 29;
-  }
-  return h;
-}
-
-void cube_info_cache_clear(cube_client_t *client) {
-  for (uint32_t i = 0; i < client->info_cache_count; ++i) {
-    cube_info_entry_t *e = &client->info_cache[i];
-    cube_mm_free(client->mm, &e->slice, e->last_stream, e->last_ticket);
-    free(e->data);
-  }
-  client->info_cache_count = 0;
-}
-
-// The device address of |words| (the dynamic part), uploading them on a
-// miss. Lock held.
-static cube_status_t info_cache_get(cube_client_t *client, uint32_t stream, const uint64_t *words,
-                                    uint32_t count, uint64_t *out_address) {
-  uint64_t hash = words_hash(words, count);
-  cube_info_entry_t *hit = NULL;
-  for (uint32_t i = 0; i < client->info_cache_count && !hit; ++i) {
-    cube_info_entry_t *e = &client->info_cache[i];
-    if (e->hash == hash && e->words == count && memcmp(e->data, words, count * 8) == 0) hit = e;
-  }
-  cube_status_t status = CUBE_OK;
-  // Graphs: a capture window uploads nothing (its upload would be recorded
-  // from staging that is handed back); the warm-up run fills the cache.
-  if (!hit && client->streams[stream].capturing) {
-    return cube_status_make(CUBE_STATUS_GENERIC,
-                            "launch on stream %u: its shape metadata (%u words) was not seen "
-                            "before the capture window; run the same work once between "
-                            "cube_graph_prepare and cube_graph_begin_capture",
-                            stream, count);
-  }
-  if (!hit) {
-    cube_info_entry_t *slot = NULL;
-    if (client->info_cache_count < CUBE_INFO_CACHE_ENTRIES) {
-      slot = &client->info_cache[client->info_cache_count++];
-    } else {
-      // Least recently used among entries no graph reads.
-      for (uint32_t i = 0; i < CUBE_INFO_CACHE_ENTRIES; ++i) {
-        cube_info_entry_t *e = &client->info_cache[i];
-        if (!e->pins && (!slot || e->stamp < slot->stamp)) slot = e;
-      }
-      if (!slot) {
-        return cube_status_make(CUBE_STATUS_GENERIC,
-                                "launch on stream %u: all %d info-cache entries are read by "
-                                "live graphs; destroy a graph first",
-                                stream, CUBE_INFO_CACHE_ENTRIES);
-      }
-      cube_mm_free(client->mm, &slot->slice, slot->last_stream, slot->last_ticket);
-      free(slot->data);
-    }
-    *slot = (cube_info_entry_t){.hash = hash, .words = count};
-    slot->data = malloc(count * 8ull);
-    status = slot->data ? cube_server_note(client, cube_mm_reserve(client->mm, count * 8ull, stream,
-                                                                   &slot->slice))
-                        : cube_status_make(CUBE_STATUS_GENERIC, "info cache: out of host memory");
-    if (cube_status_is_ok(status)) {
-      memcpy(slot->data, words, count * 8ull);
-      status = cube_server_upload(client, stream, NULL, slot->slice.address, words, count * 8ull);
-      client->info_uploads++;
-    }
-    if (!cube_status_is_ok(status)) {
-      if (slot->slice.size)
-        cube_mm_free(client->mm, &slot->slice, stream, client->streams[stream].ticket);
-      free(slot->data);
-      *slot = client->info_cache[--client->info_cache_count];
-      return status;
-    }
-    hit = slot;
-  }
-  if (client->streams[stream].capturing) cube_capture_note_info(client, stream, hit);
-  hit->stamp = ++client->info_stamp;
-  hit->last_stream = stream;
-  hit->last_ticket = client->streams[stream].ticket + 1;  // the launch about to use it
-  *out_address = hit->slice.address;
-  return status;
 }
 
 //===--- Launch ---===//
@@ -460,9 +66,9 @@ static cube_status_t validate_args(const cube_kernel_t *kernel, const cube_kerne
   return CUBE_OK;
 }
 
-static cube_status_t check_resources(cube_client_t *client, const cube_kernel_t *kernel,
+static cube_status_t check_resources(cube_server_t *server, const cube_kernel_t *kernel,
                                      const cube_kernel_info_t *info) {
-  const cube_device_properties_t *p = &client->device->properties;
+  const cube_device_properties_t *p = &server->device->properties;
   cube_dim3_t d = kernel->cube_dim;
   if (d.x > p->max_cube_dim.x || d.y > p->max_cube_dim.y || d.z > p->max_cube_dim.z) {
     return cube_status_make(
@@ -498,14 +104,14 @@ static cube_status_t check_resources(cube_client_t *client, const cube_kernel_t 
 
 // The resource check, once per compiled kernel and launch shape: its answer
 // depends only on them and the device.
-static cube_status_t fits_device(cube_client_t *client, const cube_kernel_t *kernel,
+static cube_status_t fits_device(cube_server_t *server, const cube_kernel_t *kernel,
                                  cube_compiled_t *compiled) {
   cube_dim3_t d = kernel->cube_dim;
   if (compiled->fits && compiled->fits_dim.x == d.x && compiled->fits_dim.y == d.y &&
       compiled->fits_dim.z == d.z && compiled->fits_shared == kernel->dynamic_shared_memory) {
     return CUBE_OK;
   }
-  cube_status_t status = check_resources(client, kernel, &compiled->info);
+  cube_status_t status = check_resources(server, kernel, &compiled->info);
   compiled->fits = cube_status_is_ok(status);
   compiled->fits_dim = d;
   compiled->fits_shared = kernel->dynamic_shared_memory;
@@ -523,11 +129,11 @@ static void claim_outputs(cube_resolved_t *resolved, const io_answer_t *io, size
   cube_failure_drop_if_unclaimed(failure);
 }
 
-static cube_status_t launch_locked(cube_client_t *client, uint32_t stream, cube_kernel_t *kernel,
+static cube_status_t launch_locked(cube_server_t *server, uint32_t stream, cube_kernel_t *kernel,
                                    cube_cube_count_t count, const cube_kernel_args_t *args,
                                    cube_launch_mode_t mode);
 
-static cube_status_t queue_launch(cube_client_t *client, uint32_t stream, cube_kernel_t *kernel,
+static cube_status_t queue_launch(cube_server_t *server, uint32_t stream, cube_kernel_t *kernel,
                                   cube_cube_count_t count, const cube_kernel_args_t *args) {
   cube_pending_launch_t *p = calloc(1, sizeof *p);
   cube_scalar_t *scalars = args->scalar_count ? malloc(args->scalar_count * sizeof *scalars) : NULL;
@@ -552,12 +158,12 @@ static cube_status_t queue_launch(cube_client_t *client, uint32_t stream, cube_k
   if (scalars) memcpy(scalars, args->scalars, args->scalar_count * sizeof *scalars);
   p->scalars = scalars;
   p->args = (cube_kernel_args_t){p->buffers, args->buffer_count, scalars, args->scalar_count};
-  if (client->pending_tail) {
-    client->pending_tail->next = p;
+  if (server->pending_tail) {
+    server->pending_tail->next = p;
   } else {
-    client->pending_head = p;
+    server->pending_head = p;
   }
-  client->pending_tail = p;
+  server->pending_tail = p;
   return CUBE_OK;
 }
 
@@ -567,25 +173,25 @@ static void pending_free(cube_pending_launch_t *p) {
   free(p);
 }
 
-void cube_server_flush_pending(cube_client_t *client) {
-  cube_pending_launch_t *p = client->pending_head;
-  client->pending_head = client->pending_tail = NULL;
+void cube_launch_flush_deferred(cube_server_t *server) {
+  cube_pending_launch_t *p = server->pending_head;
+  server->pending_head = server->pending_tail = NULL;
   while (p) {
     cube_pending_launch_t *next = p->next;
     // The launch already answered its caller: a failure now lives on the
     // buffers it leaves unwritten.
-    if (client->streams[p->stream].live) {
+    if (server->streams[p->stream].live) {
       cube_status_release(
-          launch_locked(client, p->stream, p->kernel, p->count, &p->args, CUBE_LAUNCH_EXECUTE));
+          launch_locked(server, p->stream, p->kernel, p->count, &p->args, CUBE_LAUNCH_EXECUTE));
     }
     pending_free(p);
     p = next;
   }
 }
 
-void cube_server_drop_pending(cube_client_t *client) {
-  cube_pending_launch_t *p = client->pending_head;
-  client->pending_head = client->pending_tail = NULL;
+void cube_launch_drop_deferred(cube_server_t *server) {
+  cube_pending_launch_t *p = server->pending_head;
+  server->pending_head = server->pending_tail = NULL;
   while (p) {
     cube_pending_launch_t *next = p->next;
     pending_free(p);
@@ -593,7 +199,7 @@ void cube_server_drop_pending(cube_client_t *client) {
   }
 }
 
-static cube_status_t launch_body(cube_client_t *client, uint32_t stream, cube_kernel_t *kernel,
+static cube_status_t launch_body(cube_server_t *server, uint32_t stream, cube_kernel_t *kernel,
                                  cube_cube_count_t count, const cube_kernel_args_t *args,
                                  cube_launch_mode_t mode) {
   const size_t n = args->buffer_count;
@@ -611,13 +217,13 @@ static cube_status_t launch_body(cube_client_t *client, uint32_t stream, cube_ke
       "buffer 6",  "buffer 7",  "buffer 8",  "buffer 9", "buffer 10", "buffer 11",
       "buffer 12", "buffer 13", "buffer 14", "buffer 15"};
   for (size_t i = 0; i < n && cube_status_is_ok(status); ++i) {
-    status = cube_server_resolve(client, args->buffers[i].binding, kernel->name, kBufferNames[i],
+    status = cube_server_resolve(server, args->buffers[i].binding, kernel->name, kBufferNames[i],
                                  &resolved[i]);
     lengths[i] = resolved[i].size;
   }
   cube_resolved_t count_buffer = {0};
   if (cube_status_is_ok(status) && count.dynamic) {
-    status = cube_server_resolve(client, count.binding, kernel->name, "the cube-count buffer",
+    status = cube_server_resolve(server, count.binding, kernel->name, "the cube-count buffer",
                                  &count_buffer);
     if (cube_status_is_ok(status) && count_buffer.size < 12) {
       status = cube_status_make(
@@ -629,10 +235,10 @@ static cube_status_t launch_body(cube_client_t *client, uint32_t stream, cube_ke
   if (!cube_status_is_ok(status)) return status;
 
   // 2. Compile first (memoized): the compiled kernel says what it writes.
-  cube_compiled_t *compiled = compiled_find(client, kernel);
+  cube_compiled_t *compiled = cube_kernel_cache_find(server, kernel);
   if (mode == CUBE_LAUNCH_QUEUE && !compiled)
-    return queue_launch(client, stream, kernel, count, args);
-  status = compiled_get(client, kernel, compiled, &compiled);
+    return queue_launch(server, stream, kernel, count, args);
+  status = cube_kernel_cache_get(server, kernel, compiled, &compiled);
   if (!cube_status_is_ok(status)) {
     // No compiled answer: the caller's declaration decides, so only the
     // declared outputs claim the error. A dry run claims nothing.
@@ -643,7 +249,7 @@ static cube_status_t launch_body(cube_client_t *client, uint32_t stream, cube_ke
     return status;
   }
   for (size_t i = 0; i < n; ++i) io[i] = io_of(compiled->info.io, i, args->buffers[i].io);
-  if (mode == CUBE_LAUNCH_COMPILE_ONLY) return fits_device(client, kernel, compiled);
+  if (mode == CUBE_LAUNCH_COMPILE_ONLY) return fits_device(server, kernel, compiled);
 
   // 3. The cube count; a dynamic count buffer is checked like any input.
   cube_dim3_t grid = count.count;
@@ -656,7 +262,7 @@ static cube_status_t launch_body(cube_client_t *client, uint32_t stream, cube_ke
   // 4. An input carrying a failure skips the launch: its outputs claim the
   // same failure, one hop further from the root.
   const cube_claim_t *carried = NULL;
-  for (size_t i = 0; i < input_count && !carried && client->track_failures; ++i) {
+  for (size_t i = 0; i < input_count && !carried && server->track_failures; ++i) {
     if (cube_claim_is_set(&inputs[i]->claim)) carried = &inputs[i]->claim;
   }
   if (carried) {
@@ -672,7 +278,7 @@ static cube_status_t launch_body(cube_client_t *client, uint32_t stream, cube_ke
     cube_claim_clear(&source);
     return cube_status_skipped();
   }
-  if (count.dynamic && client->streams[stream].capturing) {
+  if (count.dynamic && server->streams[stream].capturing) {
     // Graphs: the count is read back on the host, which a window cannot record.
     status = cube_status_make(CUBE_STATUS_GENERIC,
                               "launch of '%s': a dynamic cube count cannot be recorded in a "
@@ -683,27 +289,27 @@ static cube_status_t launch_body(cube_client_t *client, uint32_t stream, cube_ke
   }
   if (count.dynamic) {
     uint32_t xyz[3] = {0, 0, 0};
-    const cube_backend_vtable_t *vt = client->device->vtable;
-    status = cube_server_order(client, stream, count_buffer.slot);
+    const cube_backend_vtable_t *vt = server->device->vtable;
+    status = cube_server_order(server, stream, count_buffer.slot);
     if (cube_status_is_ok(status)) {
       status =
-          cube_server_note(client, vt->copy_to_host(client->device, client->streams[stream].backend,
+          cube_server_note(server, vt->copy_to_host(server->device, server->streams[stream].backend,
                                                     xyz, count_buffer.address, sizeof xyz));
     }
     if (cube_status_is_ok(status)) {
-      status = cube_server_note(client,
-                                vt->stream_sync(client->device, client->streams[stream].backend));
+      status = cube_server_note(server,
+                                vt->stream_sync(server->device, server->streams[stream].backend));
     }
     if (!cube_status_is_ok(status)) {
       claim_outputs(resolved, io, n, status);
       return status;
     }
-    client->streams[stream].ticket++;
+    server->streams[stream].ticket++;
     grid = (cube_dim3_t){xyz[0], xyz[1], xyz[2]};
   }
   // 5. Zero cubes enqueue nothing and leave every claim where it was.
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return CUBE_OK;
-  const cube_device_properties_t *p = &client->device->properties;
+  const cube_device_properties_t *p = &server->device->properties;
   if (grid.x > p->max_cube_count.x || grid.y > p->max_cube_count.y ||
       grid.z > p->max_cube_count.z) {
     status = cube_status_make(
@@ -717,29 +323,34 @@ static cube_status_t launch_body(cube_client_t *client, uint32_t stream, cube_ke
   cube_claim_t prior[CUBE_MAX_BUFFERS];
   for (size_t i = 0; i < n; ++i) {
     prior[i] = (cube_claim_t){0};
-    if ((io[i] & IO_W) && !(io[i] & IO_R) && client->track_failures) {
+    if ((io[i] & IO_W) && !(io[i] & IO_R) && server->track_failures) {
       prior[i] = resolved[i].slot->claim;
       cube_claim_provisional(&resolved[i].slot->claim, torn_down);
     }
   }
-  if (cube_status_is_ok(status)) status = fits_device(client, kernel, compiled);
-  uint64_t words[INFO_MAX_WORDS];
+  if (cube_status_is_ok(status)) status = fits_device(server, kernel, compiled);
+  uint64_t words[CUBE_INFO_MAX_WORDS];
   uint32_t info_words = 0, static_words = 0;
   if (cube_status_is_ok(status)) {
-    status = info_pack(kernel, args, lengths, words, &info_words, &static_words);
+    status = cube_info_pack(kernel, args, lengths, words, &info_words, &static_words);
   }
   uint64_t addresses[CUBE_MAX_BUFFERS];
   // A capture window orders nothing now: each replay orders itself.
-  bool capturing = client->streams[stream].capturing;
+  bool capturing = server->streams[stream].capturing;
   for (size_t i = 0; i < n && cube_status_is_ok(status); ++i) {
     addresses[i] = resolved[i].address;
-    if (!capturing) status = cube_server_order(client, stream, resolved[i].slot);
+    if (!capturing) status = cube_server_order(server, stream, resolved[i].slot);
   }
   uint64_t dynamic_address = 0;
   if (cube_status_is_ok(status) && info_words > static_words &&
-      client->device->properties.backend != CUBE_BACKEND_CPU) {
-    status = info_cache_get(client, stream, words + static_words, info_words - static_words,
-                            &dynamic_address);
+      (server->device->capabilities & CUBE_BACKEND_CAP_DEVICE_INFO)) {
+    cube_info_entry_t *entry = NULL;
+    status = cube_info_cache_get(server, stream, words + static_words, info_words - static_words,
+                                 &entry);
+    if (cube_status_is_ok(status)) {
+      if (capturing) cube_capture_note_info(server, stream, entry);
+      dynamic_address = entry->slice.address;
+    }
   }
   if (cube_status_is_ok(status)) {
     cube_dispatch_t dispatch = {.dynamic_info_address = dynamic_address,
@@ -752,19 +363,19 @@ static cube_status_t launch_body(cube_client_t *client, uint32_t stream, cube_ke
                                 .info = words,
                                 .info_words = info_words,
                                 .static_words = static_words};
-    void *mark = client->profiler ? cube_profile_before_work(client, stream, true) : NULL;
+    void *mark = server->profiler ? cube_profile_before_work(server, stream, true) : NULL;
     status =
-        cube_server_note(client, client->device->vtable->dispatch(
-                                     client->device, client->streams[stream].backend, &dispatch));
-    if (mark) cube_profile_after_work(client, stream, mark, kernel->name, 0, status);
+        cube_server_note(server, server->device->vtable->dispatch(
+                                     server->device, server->streams[stream].backend, &dispatch));
+    if (mark) cube_profile_after_work(server, stream, mark, kernel->name, 0, status);
   }
   // 7. Settle the scope.
   if (cube_status_is_ok(status)) {
-    client->streams[stream].ticket++;
+    server->streams[stream].ticket++;
     for (size_t i = 0; i < n; ++i) {
-      cube_server_used(client, stream, resolved[i].slot);
+      cube_server_used(server, stream, resolved[i].slot);
       if (capturing)
-        cube_capture_note_buffer(client, stream, resolved[i].slot_index, io[i] & IO_R,
+        cube_capture_note_buffer(server, stream, resolved[i].slot_index, io[i] & IO_R,
                                  io[i] & IO_W);
       // A launch that lands into a claimed output releases the claim.
       if (io[i] & IO_W) cube_claim_clear(&resolved[i].slot->claim);
@@ -779,18 +390,19 @@ static cube_status_t launch_body(cube_client_t *client, uint32_t stream, cube_ke
 
 // Graphs and profiling: a failed launch fails the capture window it was
 // recorded in and invalidates open profiling windows.
-static cube_status_t launch_locked(cube_client_t *client, uint32_t stream, cube_kernel_t *kernel,
+static cube_status_t launch_locked(cube_server_t *server, uint32_t stream, cube_kernel_t *kernel,
                                    cube_cube_count_t count, const cube_kernel_args_t *args,
                                    cube_launch_mode_t mode) {
-  cube_status_t status = launch_body(client, stream, kernel, count, args, mode);
+  cube_status_t status = launch_body(server, stream, kernel, count, args, mode);
   if (!cube_status_is_ok(status) && mode != CUBE_LAUNCH_COMPILE_ONLY)
-    cube_server_work_failed(client, stream, status);
+    cube_server_work_failed(server, stream, status);
   return status;
 }
 
 cube_status_t cube_launch(cube_client_t *client, cube_stream_t stream, cube_kernel_t *kernel,
                           cube_cube_count_t count, const cube_kernel_args_t *args,
                           cube_launch_mode_t mode) {
+  cube_server_t *server = cube_server_of(client);
   if (!kernel) return cube_status_make(CUBE_STATUS_VALIDATION, "cube_launch: kernel is NULL");
   static const cube_kernel_args_t no_args = {0};
   if (!args) args = &no_args;
@@ -800,26 +412,27 @@ cube_status_t cube_launch(cube_client_t *client, cube_stream_t stream, cube_kern
   }
   cube_status_t status = validate_args(kernel, args);
   if (!cube_status_is_ok(status)) return status;
-  status = cube_server_enter(client, "cube_launch");
+  status = cube_server_enter(server, "cube_launch");
   if (!cube_status_is_ok(status)) return status;
-  if (mode != CUBE_LAUNCH_QUEUE) cube_server_flush_pending(client);
+  if (mode != CUBE_LAUNCH_QUEUE) cube_launch_flush_deferred(server);
   uint32_t index = 0;
-  status = cube_server_stream(client, stream, "cube_launch", &index);
-  if (cube_status_is_ok(status)) status = launch_locked(client, index, kernel, count, args, mode);
-  cube_server_leave(client);
+  status = cube_server_stream(server, stream, "cube_launch", &index);
+  if (cube_status_is_ok(status)) status = launch_locked(server, index, kernel, count, args, mode);
+  cube_server_leave(server);
   return status;
 }
 
 cube_status_t cube_compile_queued(cube_client_t *client) {
-  cube_status_t status = cube_server_enter(client, "cube_compile_queued");
+  cube_server_t *server = cube_server_of(client);
+  cube_status_t status = cube_server_enter(server, "cube_compile_queued");
   if (!cube_status_is_ok(status)) return status;
   // Compile every deferred kernel now, then enqueue the deferred launches in
   // order: a measurement that follows times its own kernels only.
-  for (cube_pending_launch_t *p = client->pending_head; p; p = p->next) {
+  for (cube_pending_launch_t *p = server->pending_head; p; p = p->next) {
     cube_compiled_t *compiled = NULL;
-    cube_status_release(compiled_get(client, p->kernel, NULL, &compiled));
+    cube_status_release(cube_kernel_cache_get(server, p->kernel, NULL, &compiled));
   }
-  cube_server_flush_pending(client);
-  cube_server_leave(client);
+  cube_launch_flush_deferred(server);
+  cube_server_leave(server);
   return CUBE_OK;
 }

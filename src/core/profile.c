@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/profile.h"
 #include "core/server.h"
 
 typedef struct window_t {
@@ -47,17 +48,17 @@ struct cube_profiler_t {
   size_t record_count, record_capacity;
 };
 
-static cube_status_t profiler_get(cube_client_t *client, const char *operation,
+static cube_status_t profiler_get(cube_server_t *server, const char *operation,
                                   struct cube_profiler_t **out) {
-  if (!client->profiler) client->profiler = calloc(1, sizeof *client->profiler);
-  if (!client->profiler)
+  if (!server->profiler) server->profiler = calloc(1, sizeof *server->profiler);
+  if (!server->profiler)
     return cube_status_make(CUBE_STATUS_PROFILE_UNKNOWN, "%s: out of host memory", operation);
-  *out = client->profiler;
+  *out = server->profiler;
   return CUBE_OK;
 }
 
-static void window_free(cube_client_t *client, window_t *w) {
-  if (w->start) client->device->vtable->event_release(client->device, w->start);
+static void window_free(cube_server_t *server, window_t *w) {
+  if (w->start) server->device->vtable->event_release(server->device, w->start);
   cube_status_release(w->failure);
   free(w);
 }
@@ -77,16 +78,17 @@ static window_t *window_take(struct cube_profiler_t *p, uint64_t token) {
 
 //===--- Hooks ---===//
 
-void cube_profile_note_failure(cube_client_t *client, cube_status_t status) {
-  struct cube_profiler_t *p = client->profiler;
+void cube_profile_note_failure(cube_server_t *server, uint32_t stream, cube_status_t status) {
+  (void)stream;
+  struct cube_profiler_t *p = server->profiler;
   if (!p || cube_status_is_ok(status)) return;
   for (window_t *w = p->windows; w; w = w->next) {
     if (!w->failure) w->failure = cube_status_retain(status);
   }
 }
 
-void cube_profile_stream_captures(cube_client_t *client, uint32_t stream) {
-  struct cube_profiler_t *p = client->profiler;
+void cube_profile_stream_captures(cube_server_t *server, uint32_t stream) {
+  struct cube_profiler_t *p = server->profiler;
   for (window_t *w = p ? p->windows : NULL; w; w = w->next) {
     if (w->stream == stream && !w->failure) {
       w->failure = cube_status_make(CUBE_STATUS_GENERIC,
@@ -97,11 +99,11 @@ void cube_profile_stream_captures(cube_client_t *client, uint32_t stream) {
   }
 }
 
-void *cube_profile_before_work(cube_client_t *client, uint32_t stream, bool is_launch) {
-  struct cube_profiler_t *p = client->profiler;
-  if (!p || client->streams[stream].capturing) return NULL;
-  const cube_backend_vtable_t *vt = client->device->vtable;
-  cube_bstream_t *bstream = client->streams[stream].backend;
+void *cube_profile_before_work(cube_server_t *server, uint32_t stream, bool is_launch) {
+  struct cube_profiler_t *p = server->profiler;
+  if (!p || server->streams[stream].capturing) return NULL;
+  const cube_backend_vtable_t *vt = server->device->vtable;
+  cube_bstream_t *bstream = server->streams[stream].backend;
   if (is_launch && p->pending_at_launch) {
     // The window opens here, right before the launch, so the host's
     // preparation of it is not counted.
@@ -109,9 +111,9 @@ void *cube_profile_before_work(cube_client_t *client, uint32_t stream, bool is_l
       if (!w->at_launch || w->stream != stream) continue;
       w->at_launch = false;
       p->pending_at_launch--;
-      w->start_ticket = client->streams[stream].ticket;
+      w->start_ticket = server->streams[stream].ticket;
       cube_status_t status =
-          cube_server_note(client, vt->event_record(client->device, bstream, true, &w->start));
+          cube_server_note(server, vt->event_record(server->device, bstream, true, &w->start));
       if (!cube_status_is_ok(status)) {
         w->start = NULL;
         if (!w->failure) {
@@ -133,7 +135,7 @@ void *cube_profile_before_work(cube_client_t *client, uint32_t stream, bool is_l
   trace_record_t *r = &p->records[p->record_count];
   *r = (trace_record_t){.stream = stream};
   cube_status_t status =
-      cube_server_note(client, vt->event_record(client->device, bstream, true, &r->start));
+      cube_server_note(server, vt->event_record(server->device, bstream, true, &r->start));
   if (!cube_status_is_ok(status)) {
     cube_status_release(status);
     return NULL;
@@ -142,9 +144,9 @@ void *cube_profile_before_work(cube_client_t *client, uint32_t stream, bool is_l
   return (void *)(uintptr_t)p->record_count;  // index + 1: the array may move
 }
 
-void cube_profile_after_work(cube_client_t *client, uint32_t stream, void *mark, const char *name,
+void cube_profile_after_work(cube_server_t *server, uint32_t stream, void *mark, const char *name,
                              uint64_t bytes, cube_status_t status) {
-  struct cube_profiler_t *p = client->profiler;
+  struct cube_profiler_t *p = server->profiler;
   size_t index = (size_t)(uintptr_t)mark;
   if (!p || index == 0 || index > p->record_count) return;
   trace_record_t *r = &p->records[index - 1];
@@ -152,48 +154,48 @@ void cube_profile_after_work(cube_client_t *client, uint32_t stream, void *mark,
   r->bytes = bytes;
   if (!cube_status_is_ok(status)) return;  // nothing was enqueued: no slice
   cube_status_t recorded =
-      cube_server_note(client, client->device->vtable->event_record(
-                                   client->device, client->streams[stream].backend, true, &r->end));
+      cube_server_note(server, server->device->vtable->event_record(
+                                   server->device, server->streams[stream].backend, true, &r->end));
   r->done = cube_status_is_ok(recorded);
   cube_status_release(recorded);
 }
 
-void cube_profile_teardown(cube_client_t *client) {
-  struct cube_profiler_t *p = client->profiler;
+void cube_profile_teardown(cube_server_t *server) {
+  struct cube_profiler_t *p = server->profiler;
   if (!p) return;
-  const cube_backend_vtable_t *vt = client->device->vtable;
+  const cube_backend_vtable_t *vt = server->device->vtable;
   while (p->windows) {
     window_t *w = p->windows;
     p->windows = w->next;
-    window_free(client, w);
+    window_free(server, w);
   }
   for (size_t i = 0; i < p->record_count; ++i) {
-    if (p->records[i].start) vt->event_release(client->device, p->records[i].start);
-    if (p->records[i].end) vt->event_release(client->device, p->records[i].end);
+    if (p->records[i].start) vt->event_release(server->device, p->records[i].start);
+    if (p->records[i].end) vt->event_release(server->device, p->records[i].end);
   }
-  if (p->anchor) vt->event_release(client->device, p->anchor);
+  if (p->anchor) vt->event_release(server->device, p->anchor);
   free(p->records);
   free(p);
-  client->profiler = NULL;
+  server->profiler = NULL;
 }
 
 //===--- Windows ---===//
 
-static cube_status_t profile_open(cube_client_t *client, cube_stream_t stream, bool at_launch,
+static cube_status_t profile_open(cube_server_t *server, cube_stream_t stream, bool at_launch,
                                   const char *operation, cube_profile_token_t *out_token) {
   if (!out_token)
     return cube_status_make(CUBE_STATUS_VALIDATION, "%s: out_token is NULL", operation);
   *out_token = 0;
-  cube_status_t status = cube_server_enter(client, operation);
+  cube_status_t status = cube_server_enter(server, operation);
   if (!cube_status_is_ok(status)) return status;
   // Deferred launches were asked for before the window: enqueue them first.
-  cube_server_flush_pending(client);
+  cube_server_flush_deferred(server);
   uint32_t index = 0;
   struct cube_profiler_t *p = NULL;
   window_t *w = NULL;
-  status = cube_server_stream(client, stream, operation, &index);
-  if (cube_status_is_ok(status)) status = cube_capture_refuse(client, index, operation);
-  if (cube_status_is_ok(status)) status = profiler_get(client, operation, &p);
+  status = cube_server_stream(server, stream, operation, &index);
+  if (cube_status_is_ok(status)) status = cube_server_refuse_capturing(server, index, operation);
+  if (cube_status_is_ok(status)) status = profiler_get(server, operation, &p);
   if (cube_status_is_ok(status)) {
     w = calloc(1, sizeof *w);
     if (!w)
@@ -201,14 +203,14 @@ static cube_status_t profile_open(cube_client_t *client, cube_stream_t stream, b
   }
   if (cube_status_is_ok(status) && !at_launch) {
     status = cube_server_note(
-        client, client->device->vtable->event_record(client->device, client->streams[index].backend,
+        server, server->device->vtable->event_record(server->device, server->streams[index].backend,
                                                      true, &w->start));
   }
   if (cube_status_is_ok(status)) {
     w->token = ++p->next_token;
     w->stream = index;
     w->at_launch = at_launch;
-    w->start_ticket = client->streams[index].ticket;
+    w->start_ticket = server->streams[index].ticket;
     w->next = p->windows;
     p->windows = w;
     if (at_launch) p->pending_at_launch++;
@@ -216,58 +218,62 @@ static cube_status_t profile_open(cube_client_t *client, cube_stream_t stream, b
   } else {
     free(w);
   }
-  cube_server_leave(client);
+  cube_server_leave(server);
   return status;
 }
 
 cube_status_t cube_profile_start(cube_client_t *client, cube_stream_t stream,
                                  cube_profile_token_t *out_token) {
-  return profile_open(client, stream, false, "cube_profile_start", out_token);
+  cube_server_t *server = cube_server_of(client);
+  return profile_open(server, stream, false, "cube_profile_start", out_token);
 }
 
 cube_status_t cube_profile_start_at_launch(cube_client_t *client, cube_stream_t stream,
                                            cube_profile_token_t *out_token) {
-  return profile_open(client, stream, true, "cube_profile_start_at_launch", out_token);
+  cube_server_t *server = cube_server_of(client);
+  return profile_open(server, stream, true, "cube_profile_start_at_launch", out_token);
 }
 
 cube_status_t cube_profile_end(cube_client_t *client, cube_stream_t stream,
                                cube_profile_token_t token, uint64_t *out_nanoseconds) {
+  cube_server_t *server = cube_server_of(client);
   if (!out_nanoseconds)
     return cube_status_make(CUBE_STATUS_VALIDATION, "cube_profile_end: out_nanoseconds is NULL");
   *out_nanoseconds = 0;
-  cube_status_t status = cube_server_enter(client, "cube_profile_end");
+  cube_status_t status = cube_server_enter(server, "cube_profile_end");
   if (!cube_status_is_ok(status)) {
     // The device cannot close the window: drop it, report.
-    if (client) cube_profile_abandon(client, stream, token);
+    if (server) cube_profile_abandon(client, stream, token);
     return cube_status_wrap(status, CUBE_STATUS_PROFILE_SERVER, "cube_profile_end: window %llu",
                             (unsigned long long)token);
   }
-  cube_server_flush_pending(client);
+  cube_server_flush_deferred(server);
   uint32_t index = 0;
-  status = cube_server_stream(client, stream, "cube_profile_end", &index);
+  status = cube_server_stream(server, stream, "cube_profile_end", &index);
   window_t *w = NULL;
   if (cube_status_is_ok(status)) {
-    w = client->profiler ? window_take(client->profiler, token) : NULL;
+    w = server->profiler ? window_take(server->profiler, token) : NULL;
     if (!w) {
       status = cube_status_make(CUBE_STATUS_PROFILE_NOT_REGISTERED,
                                 "cube_profile_end: token %llu is not an open window on %s",
-                                (unsigned long long)token, client->name);
+                                (unsigned long long)token, server->name);
     } else if (w->stream != index) {
       status = cube_status_make(CUBE_STATUS_PROFILE_NOT_REGISTERED,
                                 "cube_profile_end: window %llu was opened on stream %u, not %u",
                                 (unsigned long long)token, w->stream, index);
     }
   }
-  cube_status_t refusal =
-      cube_status_is_ok(status) ? cube_capture_refuse(client, index, "cube_profile_end") : CUBE_OK;
+  cube_status_t refusal = cube_status_is_ok(status)
+                              ? cube_server_refuse_capturing(server, index, "cube_profile_end")
+                              : CUBE_OK;
   cube_bevent_t *end = NULL;
-  const cube_backend_vtable_t *vt = client->device->vtable;
+  const cube_backend_vtable_t *vt = server->device->vtable;
   if (!cube_status_is_ok(status)) {
     // Not this stream's window (or none): leave it open for its owner.
     if (w) {
-      w->next = client->profiler->windows;
-      client->profiler->windows = w;
-      if (w->at_launch) client->profiler->pending_at_launch++;
+      w->next = server->profiler->windows;
+      server->profiler->windows = w;
+      if (w->at_launch) server->profiler->pending_at_launch++;
       w = NULL;
     }
   } else if (refusal) {
@@ -278,110 +284,112 @@ cube_status_t cube_profile_end(cube_client_t *client, cube_stream_t stream,
     status = cube_status_wrap(cube_status_retain(w->failure), CUBE_STATUS_PROFILE_SERVER,
                               "cube_profile_end: a failure inside window %llu invalidated it",
                               (unsigned long long)token);
-  } else if (w->at_launch || !w->start || client->streams[index].ticket == w->start_ticket) {
+  } else if (w->at_launch || !w->start || server->streams[index].ticket == w->start_ticket) {
     status = cube_status_make(CUBE_STATUS_PROFILE_NOT_MEASURED,
                               "cube_profile_end: window %llu on stream %u timed nothing (no "
                               "launch, replay or copy was enqueued in it)",
                               (unsigned long long)token, index);
   } else {
     status = cube_server_note(
-        client, vt->event_record(client->device, client->streams[index].backend, true, &end));
+        server, vt->event_record(server->device, server->streams[index].backend, true, &end));
     if (!cube_status_is_ok(status)) {
       end = NULL;
       status = cube_status_wrap(status, CUBE_STATUS_PROFILE_SERVER, "cube_profile_end: window %llu",
                                 (unsigned long long)token);
     }
   }
-  cube_server_leave(client);
+  cube_server_leave(server);
   if (end) {
     // The wait, without the lock: other threads keep enqueuing.
-    status = vt->event_sync(client->device, end);
+    status = vt->event_sync(server->device, end);
     if (cube_status_is_ok(status))
-      status = vt->event_elapsed(client->device, w->start, end, out_nanoseconds);
-    pthread_mutex_lock(&client->lock);
-    status = cube_server_note(client, status);
-    pthread_mutex_unlock(&client->lock);
+      status = vt->event_elapsed(server->device, w->start, end, out_nanoseconds);
+    pthread_mutex_lock(&server->lock);
+    status = cube_server_note(server, status);
+    pthread_mutex_unlock(&server->lock);
     if (!cube_status_is_ok(status)) {
       *out_nanoseconds = 0;
       status =
           cube_status_wrap(status, CUBE_STATUS_PROFILE_SERVER,
                            "cube_profile_end: reading window %llu back", (unsigned long long)token);
     }
-    vt->event_release(client->device, end);
+    vt->event_release(server->device, end);
   }
-  if (w) window_free(client, w);
+  if (w) window_free(server, w);
   return status;
 }
 
 void cube_profile_abandon(cube_client_t *client, cube_stream_t stream, cube_profile_token_t token) {
+  cube_server_t *server = cube_server_of(client);
   (void)stream;
-  if (!client) return;
-  pthread_mutex_lock(&client->lock);
-  window_t *w = client->profiler ? window_take(client->profiler, token) : NULL;
+  if (!server) return;
+  pthread_mutex_lock(&server->lock);
+  window_t *w = server->profiler ? window_take(server->profiler, token) : NULL;
   // Nothing to record or wait for: the start event goes back to the pool.
-  if (w) window_free(client, w);
-  pthread_mutex_unlock(&client->lock);
+  if (w) window_free(server, w);
+  pthread_mutex_unlock(&server->lock);
 }
 
 //===--- Tracing ---===//
 
 cube_status_t cube_trace_start(cube_client_t *client) {
-  cube_status_t status = cube_server_enter(client, "cube_trace_start");
+  cube_server_t *server = cube_server_of(client);
+  cube_status_t status = cube_server_enter(server, "cube_trace_start");
   if (!cube_status_is_ok(status)) return status;
-  cube_server_flush_pending(client);
+  cube_server_flush_deferred(server);
   struct cube_profiler_t *p = NULL;
-  status = profiler_get(client, "cube_trace_start", &p);
+  status = profiler_get(server, "cube_trace_start", &p);
   if (cube_status_is_ok(status) && (p->tracing || p->anchor)) {
     status = cube_status_make(CUBE_STATUS_GENERIC, "cube_trace_start: %s is already tracing",
-                              client->name);
+                              server->name);
   }
   uint32_t index = 0;
   if (cube_status_is_ok(status))
-    status = cube_server_stream(client, CUBE_STREAM_CURRENT, "cube_trace_start", &index);
+    status = cube_server_stream(server, CUBE_STREAM_CURRENT, "cube_trace_start", &index);
   cube_bstream_t *streams[CUBE_MAX_STREAMS];
   uint32_t count = 0;
   for (uint32_t s = 1; s <= CUBE_MAX_STREAMS && cube_status_is_ok(status); ++s) {
-    if (client->streams[s].live && !client->streams[s].capturing)
-      streams[count++] = client->streams[s].backend;
+    if (server->streams[s].live && !server->streams[s].capturing)
+      streams[count++] = server->streams[s].backend;
   }
-  const cube_backend_vtable_t *vt = client->device->vtable;
+  const cube_backend_vtable_t *vt = server->device->vtable;
   cube_bevent_t *anchor = NULL;
   if (cube_status_is_ok(status)) {
     p->tracing = false;
     p->anchor = (cube_bevent_t *)(uintptr_t)1;  // busy: a second start is refused
   }
-  cube_server_leave(client);
+  cube_server_leave(server);
   // A common origin: every stream drains, then one timed event is reached;
   // every traced event is enqueued after it, so offsets from it are >= 0.
   cube_status_t waited = CUBE_OK;
   for (uint32_t i = 0; i < count && cube_status_is_ok(status) && cube_status_is_ok(waited); ++i)
-    waited = vt->stream_sync(client->device, streams[i]);
-  pthread_mutex_lock(&client->lock);
+    waited = vt->stream_sync(server->device, streams[i]);
+  pthread_mutex_lock(&server->lock);
   if (cube_status_is_ok(status)) {
-    status = cube_server_note(client, waited);
-    if (cube_status_is_ok(status) && client->streams[index].live) {
+    status = cube_server_note(server, waited);
+    if (cube_status_is_ok(status) && server->streams[index].live) {
       status = cube_server_note(
-          client, vt->event_record(client->device, client->streams[index].backend, true, &anchor));
+          server, vt->event_record(server->device, server->streams[index].backend, true, &anchor));
     }
   } else {
     cube_status_release(waited);
   }
-  pthread_mutex_unlock(&client->lock);
+  pthread_mutex_unlock(&server->lock);
   if (anchor) {
-    cube_status_t synced = vt->event_sync(client->device, anchor);
+    cube_status_t synced = vt->event_sync(server->device, anchor);
     if (cube_status_is_ok(status)) {
       status = synced;
     } else {
       cube_status_release(synced);
     }
   }
-  pthread_mutex_lock(&client->lock);
+  pthread_mutex_lock(&server->lock);
   if (p && p->anchor == (cube_bevent_t *)(uintptr_t)1) {
     p->anchor = cube_status_is_ok(status) ? anchor : NULL;
     p->tracing = cube_status_is_ok(status);
-    if (!cube_status_is_ok(status) && anchor) vt->event_release(client->device, anchor);
+    if (!cube_status_is_ok(status) && anchor) vt->event_release(server->device, anchor);
   }
-  pthread_mutex_unlock(&client->lock);
+  pthread_mutex_unlock(&server->lock);
   return status;
 }
 
@@ -432,16 +440,17 @@ static void print_summary(FILE *out, const trace_record_t *records, const uint64
 }
 
 cube_status_t cube_trace_stop(cube_client_t *client, const char *json_path, FILE *summary) {
-  if (!client) return cube_status_make(CUBE_STATUS_VALIDATION, "cube_trace_stop: client is NULL");
-  pthread_mutex_lock(&client->lock);
-  struct cube_profiler_t *p = client->profiler;
+  cube_server_t *server = cube_server_of(client);
+  if (!server) return cube_status_make(CUBE_STATUS_VALIDATION, "cube_trace_stop: client is NULL");
+  pthread_mutex_lock(&server->lock);
+  struct cube_profiler_t *p = server->profiler;
   cube_status_t status = CUBE_OK;
   trace_record_t *records = NULL;
   size_t count = 0;
   cube_bevent_t *anchor = NULL;
   if (!p || !p->tracing) {
     status =
-        cube_status_make(CUBE_STATUS_GENERIC, "cube_trace_stop: %s is not tracing", client->name);
+        cube_status_make(CUBE_STATUS_GENERIC, "cube_trace_stop: %s is not tracing", server->name);
   } else {
     records = p->records;
     count = p->record_count;
@@ -451,10 +460,10 @@ cube_status_t cube_trace_stop(cube_client_t *client, const char *json_path, FILE
     p->anchor = NULL;
     p->tracing = false;
   }
-  pthread_mutex_unlock(&client->lock);
+  pthread_mutex_unlock(&server->lock);
   if (!cube_status_is_ok(status)) return status;
 
-  const cube_backend_vtable_t *vt = client->device->vtable;
+  const cube_backend_vtable_t *vt = server->device->vtable;
   uint64_t *starts = calloc(count ? count : 1, sizeof *starts);
   uint64_t *durations = calloc(count ? count : 1, sizeof *durations);
   if (!starts || !durations)
@@ -463,11 +472,11 @@ cube_status_t cube_trace_stop(cube_client_t *client, const char *json_path, FILE
   for (size_t i = 0; i < count && cube_status_is_ok(status); ++i) {
     trace_record_t *r = &records[i];
     if (!r->done) continue;
-    status = vt->event_sync(client->device, r->end);
+    status = vt->event_sync(server->device, r->end);
     if (cube_status_is_ok(status))
-      status = vt->event_elapsed(client->device, anchor, r->start, &starts[i]);
+      status = vt->event_elapsed(server->device, anchor, r->start, &starts[i]);
     if (cube_status_is_ok(status))
-      status = vt->event_elapsed(client->device, r->start, r->end, &durations[i]);
+      status = vt->event_elapsed(server->device, r->start, r->end, &durations[i]);
   }
   if (cube_status_is_ok(status) && json_path) {
     FILE *f = fopen(json_path, "w");
@@ -477,7 +486,7 @@ cube_status_t cube_trace_stop(cube_client_t *client, const char *json_path, FILE
     } else {
       fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
       fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"%s\"}}",
-              client->name);
+              server->name);
       bool named[CUBE_MAX_STREAMS + 1] = {false};
       for (size_t i = 0; i < count; ++i) {
         const trace_record_t *r = &records[i];
@@ -505,17 +514,17 @@ cube_status_t cube_trace_stop(cube_client_t *client, const char *json_path, FILE
   }
   if (cube_status_is_ok(status) && summary) print_summary(summary, records, durations, count);
   for (size_t i = 0; i < count; ++i) {
-    if (records[i].start) vt->event_release(client->device, records[i].start);
-    if (records[i].end) vt->event_release(client->device, records[i].end);
+    if (records[i].start) vt->event_release(server->device, records[i].start);
+    if (records[i].end) vt->event_release(server->device, records[i].end);
   }
-  if (anchor) vt->event_release(client->device, anchor);
+  if (anchor) vt->event_release(server->device, anchor);
   free(records);
   free(starts);
   free(durations);
   if (!cube_status_is_ok(status)) {
-    pthread_mutex_lock(&client->lock);
-    status = cube_server_note(client, status);
-    pthread_mutex_unlock(&client->lock);
+    pthread_mutex_lock(&server->lock);
+    status = cube_server_note(server, status);
+    pthread_mutex_unlock(&server->lock);
   }
   return status;
 }

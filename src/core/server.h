@@ -1,10 +1,22 @@
-// cubec core — the server behind a client: one per device.
+// cubec core — the server behind a client (one per device) and the server
+// primitives at the bottom of the core's layers (server.c).
 //
-// Owns every runtime rule, written once for all backends: the handle table,
-// the failure store (claims, skips, chains), streams and their tickets,
-// cross-stream ordering, the kernel cache, info packing, staging, poisoning.
-// It reaches the device only through the backend vtable (core/backend.h) and
-// memory only through the memory manager (core/memory_pool.h).
+// The core's files, bottom to top (a file calls only files below it; the
+// layers above reach down, and hooks registered at client creation reach up):
+//   failure.c                 the failure model (claims, write scopes, skips)
+//   memory_pool.c             the memory manager (pools, pages, reuse)
+//   server.c                  enter/leave/note, streams and tickets, bindings,
+//                             cross-stream order, waiting on a stream, hooks
+//   staging.c info.c kernel_cache.c   host staging and uploads; the info
+//                             block and its cache; compiled kernels
+//   profile.c graph.c         profiling windows and traces; capture and replay
+//   launch.c io.c sync.c handles.c memory.c stream.c kernel.c collective.c
+//                             the feature entry points
+//   registry.c client.c       the backend registry; clients (the top)
+//
+// A server reaches the device only through the backend vtable
+// (core/backend.h) and memory only through the memory manager
+// (core/memory_pool.h).
 //
 // Locking: one mutex per server guards all of its state. It is never held
 // while the host waits for the device (syncs, read completion), so no call
@@ -22,10 +34,8 @@
 
 #define CUBE_MAX_STREAMS 256
 #define CUBE_MAX_BUFFERS 16  // per launch: the dialect's argument limit
-// The info-block constants of cube/dialect.h (which cannot include our
-// headers: it is embedded in front of kernel sources). Keep them equal.
-#define CUBE_STATIC_INFO_WORDS 64
-#define CUBE_INFO_NO_META 0xffffffffffffffffull
+
+typedef struct cube_server_t cube_server_t;
 
 typedef struct cube_stream_state_t {
   cube_bstream_t *backend;
@@ -87,12 +97,25 @@ typedef struct cube_info_entry_t {
   uint32_t pins;  // captures and graphs whose launches read it: never evicted
 } cube_info_entry_t;
 
+//===--- Hooks: how the layers above are reached from the bottom ---===//
+
+// Registered at client creation (client.c); each may be NULL.
+typedef struct cube_server_hooks_t {
+  // Dispatches launches deferred by CUBE_LAUNCH_QUEUE (launch.c). Lock held.
+  void (*flush_deferred)(cube_server_t *server);
+  // Work on |stream| failed (launch error, skip, refusal): a capture window
+  // on it records the failure, open profiling windows are invalidated
+  // (graph.c, profile.c). Lock held.
+  void (*work_failed[2])(cube_server_t *server, uint32_t stream, cube_status_t status);
+} cube_server_hooks_t;
+
 typedef struct cube_thread_stream_t {
   pthread_t thread;
   uint32_t stream;
 } cube_thread_stream_t;
 
-struct cube_client_t {
+// The public cube_client_t is this struct (cube_server_of converts).
+struct cube_server_t {
   atomic_uint refs;
   uint32_t id;  // process-unique, stamped in every handle
   pthread_mutex_t lock;
@@ -127,9 +150,11 @@ struct cube_client_t {
   struct cube_graph_t *graphs;
   uint64_t next_graph_id;
   struct cube_profiler_t *profiler;
-  struct staging_block_t *staging;  // guarded by the staging lock (io.c)
+  struct staging_block_t *staging;  // guarded by the staging lock (staging.c)
+  cube_server_hooks_t hooks;
 };
 
+// A kernel object (kernel.c): immutable once created, shared by clients.
 struct cube_kernel_t {
   atomic_uint refs;
   char *name;
@@ -144,27 +169,53 @@ struct cube_kernel_t {
   atomic_uint_fast64_t hint;
 };
 
-//===--- Internal helpers shared by the core's files ---===//
+// The server behind a public client handle, and back.
+static inline cube_server_t *cube_server_of(cube_client_t *client) {
+  return (cube_server_t *)(void *)client;
+}
+static inline const cube_server_t *cube_server_of_const(const cube_client_t *client) {
+  return (const cube_server_t *)(const void *)client;
+}
+static inline cube_client_t *cube_server_client(cube_server_t *server) {
+  return (cube_client_t *)(void *)server;
+}
+
+//===--- Server primitives (server.c) ---===//
 
 // Locks, then answers the sticky poison (a fresh DEVICE_POISONED status
 // naming |operation|) if any; on error the lock is released.
-CUBE_INTERNAL cube_status_t cube_server_enter(cube_client_t *client, const char *operation);
-CUBE_INTERNAL void cube_server_leave(cube_client_t *client);
+CUBE_INTERNAL cube_status_t cube_server_enter(cube_server_t *server, const char *operation);
+CUBE_INTERNAL void cube_server_leave(cube_server_t *server);
 // The prologue of most entry points: enter (lock, poison check), dispatch
 // deferred launches, resolve |stream|. On error the lock is released.
-CUBE_INTERNAL cube_status_t cube_server_begin(cube_client_t *client, cube_stream_t stream,
+CUBE_INTERNAL cube_status_t cube_server_begin(cube_server_t *server, cube_stream_t stream,
                                               const char *operation, uint32_t *out_index);
 // Records a backend failure: a poisoning status poisons the device. Returns
 // |status| unchanged (for chaining).
-CUBE_INTERNAL cube_status_t cube_server_note(cube_client_t *client, cube_status_t status);
+CUBE_INTERNAL cube_status_t cube_server_note(cube_server_t *server, cube_status_t status);
+// The hooks.
+CUBE_INTERNAL void cube_server_flush_deferred(cube_server_t *server);
+CUBE_INTERNAL void cube_server_work_failed(cube_server_t *server, uint32_t stream,
+                                           cube_status_t status);
 // Waits until |stream| has run everything enqueued so far, without holding
 // the lock across the wait, and notes the result (a live stream's completed
 // ticket advances). Lock not held on entry or exit.
-CUBE_INTERNAL cube_status_t cube_server_wait_stream(cube_client_t *client, uint32_t stream);
+CUBE_INTERNAL cube_status_t cube_server_wait_stream(cube_server_t *server, uint32_t stream);
 // Resolves CUBE_STREAM_CURRENT and validates explicit ids; creates the
 // calling thread's default stream on first use. Lock held.
-CUBE_INTERNAL cube_status_t cube_server_stream(cube_client_t *client, cube_stream_t stream,
+CUBE_INTERNAL cube_status_t cube_server_stream(cube_server_t *server, cube_stream_t stream,
                                                const char *operation, uint32_t *out_index);
+// Opens a new stream slot (explicit: from cube_stream_create). Lock held.
+CUBE_INTERNAL cube_status_t cube_server_stream_open(cube_server_t *server, bool explicit_stream,
+                                                    uint32_t *out_index);
+// The refusal of |operation| on a stream recording a graph, or NULL: a
+// capture window records kernel launches only. Lock held.
+CUBE_INTERNAL cube_status_t cube_server_refuse_capturing(cube_server_t *server, uint32_t stream,
+                                                         const char *operation);
+// The memory manager's storage callbacks (pages through the backend, stream
+// progress through tickets).
+CUBE_INTERNAL cube_mm_storage_t cube_server_storage(cube_server_t *server);
+
 // A validated binding: the slot and the absolute range. Lock held.
 typedef struct cube_resolved_t {
   cube_slot_t *slot;
@@ -173,76 +224,23 @@ typedef struct cube_resolved_t {
   uint64_t size;
   uint64_t address;  // device address of |offset|
 } cube_resolved_t;
-CUBE_INTERNAL cube_status_t cube_server_resolve(cube_client_t *client, cube_binding_t binding,
+CUBE_INTERNAL cube_status_t cube_server_resolve(cube_server_t *server, cube_binding_t binding,
                                                 const char *operation, const char *what,
                                                 cube_resolved_t *out);
+// The live slot |handle| names, or the error that says why not. Lock held.
+CUBE_INTERNAL cube_status_t cube_server_slot(cube_server_t *server, cube_handle_t handle,
+                                             const char *operation, const char *what,
+                                             uint32_t *out_index);
+// The handle value of slot |index| as it is now.
+CUBE_INTERNAL cube_handle_t cube_server_handle(const cube_server_t *server, uint32_t index);
 // Orders |stream| after the last use of |slot| on another stream (device-side
 // wait on an event). Lock held.
-CUBE_INTERNAL cube_status_t cube_server_order(cube_client_t *client, uint32_t stream,
+CUBE_INTERNAL cube_status_t cube_server_order(cube_server_t *server, uint32_t stream,
                                               cube_slot_t *slot);
 // Marks an operation enqueued on |stream| that used |slot| (may be NULL).
-CUBE_INTERNAL void cube_server_used(cube_client_t *client, uint32_t stream, cube_slot_t *slot);
-// Dispatches deferred (queued) launches. Lock held.
-CUBE_INTERNAL void cube_server_flush_pending(cube_client_t *client);
-// Frees every pending launch without running it (teardown).
-CUBE_INTERNAL void cube_server_drop_pending(cube_client_t *client);
+CUBE_INTERNAL void cube_server_used(cube_server_t *server, uint32_t stream, cube_slot_t *slot);
 // The claim check over |count| resolved slots: NULL, one UNWRITTEN, or SEVERAL.
-CUBE_INTERNAL cube_status_t cube_server_ensure_written(cube_client_t *client,
+CUBE_INTERNAL cube_status_t cube_server_ensure_written(cube_server_t *server,
                                                        cube_slot_t *const *slots, size_t count);
-
-// Copies host bytes to the device in stream order through pipelined
-// staging; |source| is free once this returns. Lock held.
-CUBE_INTERNAL cube_status_t cube_server_upload(cube_client_t *client, uint32_t stream,
-                                               const cube_bcopy_t *strided, uint64_t address,
-                                               const void *source, uint64_t size);
-// Releases every info-cache entry (teardown).
-CUBE_INTERNAL void cube_info_cache_clear(cube_client_t *client);
-
-// Staging memory for host writes (pinned on CUDA), pooled. Thread-safe.
-CUBE_INTERNAL cube_status_t cube_staging_take(cube_client_t *client, uint64_t size,
-                                              void **out_host);
-CUBE_INTERNAL void cube_staging_give(cube_client_t *client, void *host);
-CUBE_INTERNAL void cube_staging_drain(cube_client_t *client);
-
-CUBE_INTERNAL void cube_backend_query_info(cube_backend_kind_t kind, cube_backend_info_t *out_info);
-
-//===--- Graph and profiling hooks (graph.c, profile.c) ---===//
-
-// A launch recorded in |stream|'s capture window used slot |slot_index|
-// (reads/writes as the launch's IO answer says). Lock held.
-CUBE_INTERNAL void cube_capture_note_buffer(cube_client_t *client, uint32_t stream,
-                                            uint32_t slot_index, bool reads, bool writes);
-// A capture window read the info-cache entry |entry| (pinned until the graph goes).
-CUBE_INTERNAL void cube_capture_note_info(cube_client_t *client, uint32_t stream,
-                                          cube_info_entry_t *entry);
-// Work on |stream| failed (launch error, skip, refusal): a capture window
-// on it records the failure (end_capture then fails), and every open
-// profiling window is invalidated. Lock held.
-CUBE_INTERNAL void cube_server_work_failed(cube_client_t *client, uint32_t stream,
-                                           cube_status_t status);
-// The refusal of |operation| on a stream recording a graph, or NULL.
-CUBE_INTERNAL cube_status_t cube_capture_refuse(cube_client_t *client, uint32_t stream,
-                                                const char *operation);
-// A released handle's memory that a capture or graph still uses: the graph
-// takes the slice and frees it when destroyed. Returns whether it did.
-CUBE_INTERNAL bool cube_graph_adopt_slot(cube_client_t *client, uint32_t slot_index);
-// Destroys every graph (client teardown, after the streams drained).
-CUBE_INTERNAL void cube_graph_teardown(cube_client_t *client);
-// Around one dispatch or copy on |stream| while profiling or tracing:
-// opens pending start-at-launch windows (launches only) and records trace
-// events. Returns a mark for cube_profile_after_work (NULL: nothing to do).
-CUBE_INTERNAL void *cube_profile_before_work(cube_client_t *client, uint32_t stream,
-                                             bool is_launch);
-CUBE_INTERNAL void cube_profile_after_work(cube_client_t *client, uint32_t stream, void *mark,
-                                           const char *name, uint64_t bytes, cube_status_t status);
-// Every open profiling window is invalidated by |status| (kept as its cause).
-CUBE_INTERNAL void cube_profile_note_failure(cube_client_t *client, cube_status_t status);
-// Open windows on |stream| lose their measurement (a capture began there).
-CUBE_INTERNAL void cube_profile_stream_captures(cube_client_t *client, uint32_t stream);
-CUBE_INTERNAL void cube_profile_teardown(cube_client_t *client);
-
-// Kernel-cache statistics (process-wide).
-CUBE_INTERNAL void cube_kernel_stats_count(bool compiled, bool disk_hit, bool memory_hit,
-                                           double seconds);
 
 #endif  // CUBE_CORE_SERVER_H_

@@ -520,7 +520,7 @@ static void test_injected_dispatch_failure(void **state) {
   assert_false(cube_status_is_refusal(st));
   cube_status_release(st);
   expect_bytes(client, x, 5);  // inputs are not claimed
-  assert_int_equal(cube_fault_injected(client->device), 1);
+  assert_int_equal(cube_fault_injected(cube_server_of(client)->device), 1);
   cth_release_handle(client, x);
   cth_release_handle(client, y);
   cube_kernel_release(copy);
@@ -605,14 +605,14 @@ static void test_injected_oom_on_create(void **state) {
   assert_int_equal(h.bits, 0);
   cube_status_release(st);
   // The allocator retried once after reclaiming.
-  assert_true(cube_fault_calls(client->device, "page_alloc") >= 2);
+  assert_true(cube_fault_calls(cube_server_of(client)->device, "page_alloc") >= 2);
   // A buffer no page can hold: BUFFER_TOO_BIG, which reclaiming cannot help.
   st = CTH_EXPECT(cube_handle_create(client, S, 1ull << 62, &h), CUBE_STATUS_IO_BUFFER_TOO_BIG,
                   NULL);
   assert_false(cube_status_may_succeed_after_reclaim(st));
   cube_status_release(st);
   // Memory comes back: the client keeps working.
-  CTH_OK(cube_fault_set_plan(client->device, ""));
+  CTH_OK(cube_fault_set_plan(cube_server_of(client)->device, ""));
   cube_handle_t x = filled(client, 42);
   expect_bytes(client, x, 42);
   cube_handle_t big = CTH_BUFFER(client, 1u << 20);

@@ -381,8 +381,8 @@ static void run_once(const scenario_t *sc, const char *plan, err_class_t err, sw
   if (getenv("CUBE_SWEEP_TRACE")) fprintf(stderr, "sweep: %s under '%s'\n", sc->name, plan);
   s.client = CTH_CLIENT(CUBE_BACKEND_CPU, plan);
   sc->run(&s);
-  if (out_calls) *out_calls = cube_fault_calls(s.client->device, "any");
-  if (out_injected) *out_injected = cube_fault_injected(s.client->device);
+  if (out_calls) *out_calls = cube_fault_calls(cube_server_of(s.client)->device, "any");
+  if (out_injected) *out_injected = cube_fault_injected(cube_server_of(s.client)->device);
   cube_client_release(s.client);
   late_check(&s);
   totals->reads_ok += s.reads_ok;

@@ -470,11 +470,11 @@ static cube_client_t *new_client(void) {
 static bool run_program(cube_client_t **client, const program_t *p, run_t *stats, char *why,
                         size_t why_cap) {
   run_t r = {.client = *client};
-  cube_status_t st = cube_fault_set_plan(r.client->device, p->plan);
+  cube_status_t st = cube_fault_set_plan(cube_server_of(r.client)->device, p->plan);
   assert_true(cube_status_is_ok(st));
   for (size_t i = 0; i < p->count; ++i) exec_op(&r, i, &p->ops[i]);
   // Teardown of the program: release every live handle, without faults.
-  cube_status_release(cube_fault_set_plan(r.client->device, ""));
+  cube_status_release(cube_fault_set_plan(cube_server_of(r.client)->device, ""));
   for (int s = 0; s < SLOTS; ++s) {
     if (!r.buf[s].live) continue;
     cube_status_t rel = cube_handle_release(r.client, r.buf[s].h);

@@ -411,7 +411,7 @@ static void test_failed_replay_claims_then_landing_replay_releases(void **state)
   fixture_t f;
   fixture_open(&f, "graph:1000000:launch");  // counts, never fires
   cube_graph_t graph = capture(&f);
-  CTH_OK(cube_fault_set_plan(f.client->device, "graph:1:launch"));
+  CTH_OK(cube_fault_set_plan(cube_server_of(f.client)->device, "graph:1:launch"));
   CTH_EXPECT_RELEASE(cube_graph_replay(f.client, S, graph), CUBE_STATUS_GENERIC,
                      "injected fault: graph call");
   float host[N];
@@ -420,7 +420,7 @@ static void test_failed_replay_claims_then_landing_replay_releases(void **state)
   CTH_EXPECT_RELEASE(cube_read(f.client, S, cube_handle_binding(f.z), host, BYTES),
                      CUBE_STATUS_UNWRITTEN, NULL);
   expect_floats(f.client, f.x, 10.0f);  // read-only: never claimed
-  CTH_OK(cube_fault_set_plan(f.client->device, "graph:1000000:launch"));
+  CTH_OK(cube_fault_set_plan(cube_server_of(f.client)->device, "graph:1000000:launch"));
   CTH_OK(cube_graph_replay(f.client, S, graph));
   expect_floats(f.client, f.y, 11.0f);
   CTH_OK(cube_graph_destroy(f.client, S, graph));
@@ -433,10 +433,10 @@ static void test_destroy_wait_failure_claims_write_set(void **state) {
   fixture_open(&f, "sync:1000000:launch");
   cube_graph_t graph = capture(&f);
   CTH_OK(cube_graph_replay(f.client, S, graph));
-  CTH_OK(cube_fault_set_plan(f.client->device, "sync:1:launch"));
+  CTH_OK(cube_fault_set_plan(cube_server_of(f.client)->device, "sync:1:launch"));
   CTH_EXPECT_RELEASE(cube_graph_destroy(f.client, S, graph), CUBE_STATUS_GENERIC,
                      "injected fault: sync call");
-  CTH_OK(cube_fault_set_plan(f.client->device, "sync:1000000:launch"));
+  CTH_OK(cube_fault_set_plan(cube_server_of(f.client)->device, "sync:1000000:launch"));
   float host[N];
   CTH_EXPECT_RELEASE(cube_read(f.client, S, cube_handle_binding(f.y), host, BYTES),
                      CUBE_STATUS_UNWRITTEN, "injected fault: sync call");
@@ -452,18 +452,18 @@ static void test_stable_loop_takes_no_page_and_uploads_no_info(void **state) {
   (void)state;
   fixture_t f;
   fixture_open(&f, "page_alloc:1000000:oom");  // a plan that only counts
-  cube_backend_device_t *device = f.client->device;
+  cube_backend_device_t *device = cube_server_of(f.client)->device;
   cube_graph_t graph = capture(&f);
   CTH_OK(cube_graph_replay(f.client, S, graph));  // first replay: anything lazy happens here
   CTH_OK(cube_sync(f.client, S, NULL, 0));
   uint64_t pages = cube_fault_calls(device, "page_alloc");
   uint64_t dispatches = cube_fault_calls(device, "dispatch");
   uint64_t graphs = cube_fault_calls(device, "graph");
-  uint64_t uploads = f.client->info_uploads;
+  uint64_t uploads = cube_server_of(f.client)->info_uploads;
   for (int i = 0; i < 200; ++i) CTH_OK(cube_graph_replay(f.client, S, graph));
   CTH_OK(cube_sync(f.client, S, NULL, 0));
   assert_int_equal(cube_fault_calls(device, "page_alloc"), pages);
-  assert_int_equal(f.client->info_uploads, uploads);
+  assert_int_equal(cube_server_of(f.client)->info_uploads, uploads);
   assert_int_equal(cube_fault_calls(device, "dispatch"), dispatches);  // one graph launch each
   assert_int_equal(cube_fault_calls(device, "graph"), graphs + 200);
   // The capture itself uploaded nothing after the warm-up either: a second
@@ -473,7 +473,7 @@ static void test_stable_loop_takes_no_page_and_uploads_no_info(void **state) {
   CTH_OK(work(&f, S));
   cube_graph_t second = 0;
   CTH_OK(cube_graph_end_capture(f.client, S, &second));
-  assert_int_equal(f.client->info_uploads, uploads);
+  assert_int_equal(cube_server_of(f.client)->info_uploads, uploads);
   assert_int_equal(cube_fault_calls(device, "page_alloc"), pages);
   CTH_OK(cube_graph_destroy(f.client, S, second));
   CTH_OK(cube_graph_destroy(f.client, S, graph));

@@ -1,11 +1,8 @@
-// cubec CPU backend — the factory, device properties, the vtable, and host
-// pages (device memory on the CPU is plain aligned host memory).
-#include <assert.h>
+// cubec CPU backend — the factory, device properties and the vtable.
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "backends/cpu/cpu_internal.h"
@@ -16,100 +13,9 @@
 #define CPU_DEFAULT_FIBER_STACK (64u * 1024u)
 #define CPU_MIN_FIBER_STACK (16u * 1024u)
 
-//===--- Pages and host memory ---===//
-
-// Every page starts with a header one alignment unit before its address, so
-// page_free (which gets only the address) knows how the page was made. Large
-// pages are mmap'd: they go back to the OS on free and an impossible size
-// fails cleanly (ENOMEM) instead of tripping an allocator's own limits.
-#define CPU_MMAP_THRESHOLD ((uint64_t)1 << 20)
-#define CPU_PAGE_MAGIC 0x63756265u  // "cube"
-
-typedef struct cpu_page_header_t {
-  uint32_t magic;
-  uint32_t mapped;
-  uint64_t map_size;
-} cpu_page_header_t;
-
-static cube_status_t cpu_page_alloc(cube_backend_device_t *device, uint64_t size,
-                                    uint64_t *out_address) {
-  (void)device;
-  cube_status_t status = CUBE_OK;
-  unsigned char *base = NULL;
-  uint64_t total = 0;
-  int error = 0;
-  if (__builtin_add_overflow(size, (uint64_t)CPU_ALIGNMENT, &total) || total > SIZE_MAX) {
-    error = ENOMEM;
-  } else if (size >= CPU_MMAP_THRESHOLD) {
-    void *map =
-        mmap(NULL, (size_t)total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (map == MAP_FAILED) {
-      error = errno;
-    } else {
-      base = map;
-    }
-  } else {
-    void *pointer = NULL;
-    error = posix_memalign(&pointer, CPU_ALIGNMENT, (size_t)total);
-    base = error == 0 ? pointer : NULL;
-  }
-  if (base == NULL) {
-    status = cube_status_with_size(
-        cube_status_make(CUBE_STATUS_IO_OUT_OF_MEMORY,
-                         "cpu page_alloc of %llu bytes: out of host memory (%s)",
-                         (unsigned long long)size, strerror(error ? error : ENOMEM)),
-        size);
-  } else {
-    cpu_page_header_t *header = (cpu_page_header_t *)base;
-    header->magic = CPU_PAGE_MAGIC;
-    header->mapped = size >= CPU_MMAP_THRESHOLD;
-    header->map_size = total;
-    *out_address = (uint64_t)(uintptr_t)(base + CPU_ALIGNMENT);
-  }
-  return status;
-}
-
-static cube_status_t cpu_page_free(cube_backend_device_t *device, uint64_t address) {
-  (void)device;
-  unsigned char *base = (unsigned char *)(uintptr_t)address - CPU_ALIGNMENT;
-  cpu_page_header_t *header = (cpu_page_header_t *)base;
-  assert(header->magic == CPU_PAGE_MAGIC);  // the core frees only what it allocated
-  header->magic = 0;
-  if (header->mapped) {
-    munmap(base, (size_t)header->map_size);
-  } else {
-    free(base);
-  }
-  return CUBE_OK;
-}
-
-static cube_status_t cpu_host_alloc(cube_backend_device_t *device, uint64_t size, void **out_host) {
-  cube_status_t status = CUBE_OK;
-  void *pointer = NULL;
-  // More than the machine holds can never be staged: refuse before malloc.
-  int rc = size > SIZE_MAX || size > device->properties.memory_size
-               ? ENOMEM
-               : posix_memalign(&pointer, CPU_ALIGNMENT, size ? (size_t)size : 1);
-  if (rc != 0) {
-    status = cube_status_with_size(
-        cube_status_make(CUBE_STATUS_IO_OUT_OF_MEMORY,
-                         "cpu host_alloc of %llu bytes: out of host memory (%s)",
-                         (unsigned long long)size, strerror(rc)),
-        size);
-  } else {
-    *out_host = pointer;
-  }
-  return status;
-}
-
-static void cpu_host_free(cube_backend_device_t *device, void *host) {
-  (void)device;
-  free(host);
-}
-
 //===--- Device ---===//
 
-static void cpu_destroy(cube_backend_device_t *device) {
+void cube_cpu_destroy(cube_backend_device_t *device) {
   cube_cpu_device_t *cpu = (cube_cpu_device_t *)device;
   cube_cpu_pool_deinitialize(cpu);
   // Kernels still loaded here were leaked by the caller; unload them anyway.
@@ -122,37 +28,9 @@ static void cpu_destroy(cube_backend_device_t *device) {
   free(cpu);
 }
 
-static const cube_backend_vtable_t cube_cpu_vtable = {
-    .name = "cpu",
-    .destroy = cpu_destroy,
-    .stream_create = cube_cpu_stream_create,
-    .stream_destroy = cube_cpu_stream_destroy,
-    .stream_sync = cube_cpu_stream_sync,
-    .stream_flush = cube_cpu_stream_flush,
-    .event_record = cube_cpu_event_record,
-    .event_wait = cube_cpu_event_wait,
-    .event_sync = cube_cpu_event_sync,
-    .event_query = cube_cpu_event_query,
-    .event_elapsed = cube_cpu_event_elapsed,
-    .event_release = cube_cpu_event_release,
-    .page_alloc = cpu_page_alloc,
-    .page_free = cpu_page_free,
-    .host_alloc = cpu_host_alloc,
-    .host_free = cpu_host_free,
-    .copy_to_device = cube_cpu_copy_to_device,
-    .copy_to_host = cube_cpu_copy_to_host,
-    .copy_device = cube_cpu_copy_device,
-    .copy_strided_to_device = cube_cpu_copy_strided_to_device,
-    .copy_strided_to_host = cube_cpu_copy_strided_to_host,
-    .host_callback = cube_cpu_host_callback,
-    .compile = cube_cpu_compile,
-    .kernel_release = cube_cpu_kernel_release,
-    .dispatch = cube_cpu_dispatch,
-    .capture_begin = cube_cpu_capture_begin,
-    .capture_end = cube_cpu_capture_end,
-    .graph_replay = cube_cpu_graph_replay,
-    .graph_destroy = cube_cpu_graph_destroy,
-};
+#define CUBE_BACKEND_PREFIX cube_cpu
+static const cube_backend_vtable_t cube_cpu_vtable = {.name = "cpu", CUBE_BACKEND_VTABLE_SLOTS()};
+#undef CUBE_BACKEND_PREFIX
 
 // "AMD EPYC 7B13", from /proc/cpuinfo (x86 "model name", arm "Hardware" /
 // "Model"), else "cpu".

@@ -43,11 +43,6 @@ struct cube_bkernel_t {
   bool from_disk;
 };
 
-CUBE_INTERNAL cube_status_t cube_cpu_compile(cube_backend_device_t *device,
-                                             const cube_compile_request_t *request,
-                                             cube_bkernel_t **out_kernel,
-                                             cube_kernel_info_t *out_info);
-CUBE_INTERNAL void cube_cpu_kernel_release(cube_backend_device_t *device, cube_bkernel_t *kernel);
 CUBE_INTERNAL void cube_cpu_kernel_retain(cube_bkernel_t *kernel);
 
 //===--- Fibers ---===//
@@ -152,49 +147,11 @@ struct cube_cpu_device_t {
   size_t fiber_stack_size;
 };
 
-//===--- Streams, events, copies (cpu_stream.c) ---===//
+//===--- The vtable's slots (cpu_device/stream/memory/kernel/graph.c) ---===//
 
-CUBE_INTERNAL cube_status_t cube_cpu_stream_create(cube_backend_device_t *device,
-                                                   cube_bstream_t **out_stream);
-CUBE_INTERNAL void cube_cpu_stream_destroy(cube_backend_device_t *device, cube_bstream_t *stream);
-CUBE_INTERNAL cube_status_t cube_cpu_stream_sync(cube_backend_device_t *device,
-                                                 cube_bstream_t *stream);
-CUBE_INTERNAL cube_status_t cube_cpu_stream_flush(cube_backend_device_t *device,
-                                                  cube_bstream_t *stream);
-CUBE_INTERNAL cube_status_t cube_cpu_event_record(cube_backend_device_t *device,
-                                                  cube_bstream_t *stream, bool timed,
-                                                  cube_bevent_t **out_event);
-CUBE_INTERNAL cube_status_t cube_cpu_event_wait(cube_backend_device_t *device,
-                                                cube_bstream_t *stream, cube_bevent_t *event);
-CUBE_INTERNAL cube_status_t cube_cpu_event_sync(cube_backend_device_t *device,
-                                                cube_bevent_t *event);
-CUBE_INTERNAL cube_status_t cube_cpu_event_query(cube_backend_device_t *device,
-                                                 cube_bevent_t *event, bool *out_done);
-CUBE_INTERNAL cube_status_t cube_cpu_event_elapsed(cube_backend_device_t *device,
-                                                   cube_bevent_t *start, cube_bevent_t *end,
-                                                   uint64_t *out_nanoseconds);
-CUBE_INTERNAL void cube_cpu_event_release(cube_backend_device_t *device, cube_bevent_t *event);
-CUBE_INTERNAL cube_status_t cube_cpu_copy_to_device(cube_backend_device_t *device,
-                                                    cube_bstream_t *stream, uint64_t destination,
-                                                    const void *source, uint64_t size);
-CUBE_INTERNAL cube_status_t cube_cpu_copy_to_host(cube_backend_device_t *device,
-                                                  cube_bstream_t *stream, void *destination,
-                                                  uint64_t source, uint64_t size);
-CUBE_INTERNAL cube_status_t cube_cpu_copy_device(cube_backend_device_t *device,
-                                                 cube_bstream_t *stream, uint64_t destination,
-                                                 uint64_t source, uint64_t size);
-CUBE_INTERNAL cube_status_t cube_cpu_copy_strided_to_device(cube_backend_device_t *device,
-                                                            cube_bstream_t *stream,
-                                                            const cube_bcopy_t *destination,
-                                                            const void *source);
-CUBE_INTERNAL cube_status_t cube_cpu_copy_strided_to_host(cube_backend_device_t *device,
-                                                          cube_bstream_t *stream, void *destination,
-                                                          const cube_bcopy_t *source);
-CUBE_INTERNAL cube_status_t cube_cpu_host_callback(cube_backend_device_t *device,
-                                                   cube_bstream_t *stream, void (*fn)(void *arg),
-                                                   void *arg);
-CUBE_INTERNAL cube_status_t cube_cpu_dispatch(cube_backend_device_t *device, cube_bstream_t *stream,
-                                              const cube_dispatch_t *dispatch);
+#define CUBE_BACKEND_PREFIX cube_cpu
+CUBE_BACKEND_DECLARE_SLOTS()
+#undef CUBE_BACKEND_PREFIX
 
 //===--- Graphs (cpu_graph.c) ---===//
 //
@@ -215,16 +172,8 @@ CUBE_INTERNAL cube_bgraph_t *cube_cpu_stream_recording(cube_bstream_t *stream, c
                                                        bool replace);
 CUBE_INTERNAL cube_status_t cube_cpu_stream_enqueue_graph(cube_bstream_t *stream,
                                                           cube_bgraph_t *graph);
-// The vtable's graph slots.
-CUBE_INTERNAL cube_status_t cube_cpu_capture_begin(cube_backend_device_t *device,
-                                                   cube_bstream_t *stream);
-CUBE_INTERNAL cube_status_t cube_cpu_capture_end(cube_backend_device_t *device,
-                                                 cube_bstream_t *stream, cube_bgraph_t **out_graph);
-CUBE_INTERNAL cube_status_t cube_cpu_graph_replay(cube_backend_device_t *device,
-                                                  cube_bstream_t *stream, cube_bgraph_t *graph);
-CUBE_INTERNAL void cube_cpu_graph_destroy(cube_backend_device_t *device, cube_bgraph_t *graph);
 
-//===--- Strided copies (cpu_copy.c) ---===//
+//===--- Strided copies (cpu_memory.c) ---===//
 
 // Whether a layout can be written without two elements landing on one address.
 CUBE_INTERNAL bool cube_cpu_layout_injective(uint32_t rank, const uint64_t *shape,

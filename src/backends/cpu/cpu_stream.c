@@ -316,6 +316,17 @@ cube_status_t cube_cpu_stream_flush(cube_backend_device_t *device, cube_bstream_
   return CUBE_OK;
 }
 
+void cube_cpu_stream_tag(cube_backend_device_t *device, cube_bstream_t *stream, uint64_t tag) {
+  (void)device, (void)stream, (void)tag;
+}
+
+cube_status_t cube_cpu_stream_take_failure(cube_backend_device_t *device, cube_bstream_t *stream,
+                                           uint64_t *out_tag) {
+  (void)device, (void)stream;
+  *out_tag = 0;
+  return CUBE_OK;
+}
+
 //===--- Events ---===//
 
 cube_status_t cube_cpu_event_record(cube_backend_device_t *device, cube_bstream_t *stream,

@@ -115,37 +115,13 @@ static inline cube_status_t cube_cuda_enter(cube_cuda_device_t *device, cube_cud
   return CUBE_OK;
 }
 
-//===--- Slots implemented in the backend's files ---===//
+//===--- The vtable's slots (cuda_device/stream/memory/kernel/dispatch/graph.c) ---===//
 
-// cuda_stream.c
-CUBE_INTERNAL cube_status_t cube_cuda_stream_create(cube_backend_device_t *device,
-                                                    cube_bstream_t **out_stream);
-CUBE_INTERNAL void cube_cuda_stream_destroy(cube_backend_device_t *device, cube_bstream_t *stream);
-CUBE_INTERNAL cube_status_t cube_cuda_stream_sync(cube_backend_device_t *device,
-                                                  cube_bstream_t *stream);
-CUBE_INTERNAL cube_status_t cube_cuda_stream_flush(cube_backend_device_t *device,
-                                                   cube_bstream_t *stream);
-CUBE_INTERNAL cube_status_t cube_cuda_event_record(cube_backend_device_t *device,
-                                                   cube_bstream_t *stream, bool timed,
-                                                   cube_bevent_t **out_event);
-CUBE_INTERNAL cube_status_t cube_cuda_event_wait(cube_backend_device_t *device,
-                                                 cube_bstream_t *stream, cube_bevent_t *event);
-CUBE_INTERNAL cube_status_t cube_cuda_event_sync(cube_backend_device_t *device,
-                                                 cube_bevent_t *event);
-CUBE_INTERNAL cube_status_t cube_cuda_event_query(cube_backend_device_t *device,
-                                                  cube_bevent_t *event, bool *out_done);
-CUBE_INTERNAL cube_status_t cube_cuda_event_elapsed(cube_backend_device_t *device,
-                                                    cube_bevent_t *start, cube_bevent_t *end,
-                                                    uint64_t *out_nanoseconds);
-CUBE_INTERNAL void cube_cuda_event_release(cube_backend_device_t *device, cube_bevent_t *event);
-// Destroys every pooled event (teardown).
+#define CUBE_BACKEND_PREFIX cube_cuda
+CUBE_BACKEND_DECLARE_SLOTS()
+#undef CUBE_BACKEND_PREFIX
+
+// Destroys every pooled event (teardown; cuda_stream.c).
 CUBE_INTERNAL void cube_cuda_event_pool_drain(cube_cuda_device_t *device);
-
-// cuda_compile.c
-CUBE_INTERNAL cube_status_t cube_cuda_compile(cube_backend_device_t *device,
-                                              const cube_compile_request_t *request,
-                                              cube_bkernel_t **out_kernel,
-                                              cube_kernel_info_t *out_info);
-CUBE_INTERNAL void cube_cuda_kernel_release(cube_backend_device_t *device, cube_bkernel_t *kernel);
 
 #endif  // CUBE_BACKENDS_CUDA_CUDA_INTERNAL_H_

@@ -196,3 +196,31 @@ void cube_cuda_event_pool_drain(cube_cuda_device_t *device) {
   }
   pthread_mutex_unlock(&device->event_lock);
 }
+
+//===--- Host callbacks, tags, late failures ---===//
+
+cube_status_t cube_cuda_host_callback(cube_backend_device_t *base, cube_bstream_t *stream,
+                                      void (*fn)(void *arg), void *arg) {
+  cube_cuda_device_t *device = cube_cuda_device(base);
+  cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_SERVER);
+  if (status) return status;
+  CUresult result = device->cu->cuLaunchHostFunc(cube_cuda_stream(stream), fn, arg);
+  if (result != CUDA_SUCCESS)
+    return cube_cuda_error(device, result, CUBE_CUDA_OP_SERVER, "cuLaunchHostFunc(stream %p)",
+                           (void *)stream);
+  return CUBE_OK;
+}
+
+// CUDA reports a kernel's fault at the next synchronization and the fault is
+// sticky: the device is poisoned and every later call says so. No stream is
+// halted for the core to settle, so tags are not kept.
+void cube_cuda_stream_tag(cube_backend_device_t *base, cube_bstream_t *stream, uint64_t tag) {
+  (void)base, (void)stream, (void)tag;
+}
+
+cube_status_t cube_cuda_stream_take_failure(cube_backend_device_t *base, cube_bstream_t *stream,
+                                            uint64_t *out_tag) {
+  (void)base, (void)stream;
+  *out_tag = 0;
+  return CUBE_OK;
+}

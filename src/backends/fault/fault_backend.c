@@ -72,13 +72,12 @@ typedef struct cube_fault_device_t {
 } cube_fault_device_t;
 
 static const cube_backend_vtable_t cube_fault_vtable;
+#define CUBE_BACKEND_PREFIX cube_fault
+CUBE_BACKEND_DECLARE_SLOTS()
+#undef CUBE_BACKEND_PREFIX
 
 static cube_fault_device_t *cube_fault_cast(cube_backend_device_t *device) {
   return (cube_fault_device_t *)device;
-}
-
-static const cube_backend_vtable_t *cube_fault_inner_vtable(cube_fault_device_t *fault) {
-  return fault->inner->vtable;
 }
 
 //===--- Plan parsing ---===//
@@ -290,10 +289,23 @@ static cube_status_t cube_fault_check(cube_fault_device_t *fault, cube_fault_kin
 
 //===--- Slots ---===//
 
-#define CUBE_FAULT_INNER(device) (cube_fault_cast(device)->inner)
-#define CUBE_FAULT_VT(device) cube_fault_inner_vtable(cube_fault_cast(device))
+// The forwarders, one per slot, generated from the slot list: each passes
+// its call to the inner device unchanged.
+#define CUBE_FAULT_FORWARD_S(name, params, args)             \
+  static inline cube_status_t cube_fault_fwd_##name params { \
+    device = cube_fault_cast(device)->inner;                 \
+    return device->vtable->name args;                        \
+  }
+#define CUBE_FAULT_FORWARD_V(name, params, args)    \
+  static inline void cube_fault_fwd_##name params { \
+    device = cube_fault_cast(device)->inner;        \
+    device->vtable->name args;                      \
+  }
+CUBE_BACKEND_SLOTS(CUBE_FAULT_FORWARD_S, CUBE_FAULT_FORWARD_V)
+#undef CUBE_FAULT_FORWARD_S
+#undef CUBE_FAULT_FORWARD_V
 
-static void cube_fault_destroy(cube_backend_device_t *device) {
+void cube_fault_destroy(cube_backend_device_t *device) {
   cube_fault_device_t *fault = cube_fault_cast(device);
   if (fault->inner) fault->inner->vtable->destroy(fault->inner);
   pthread_mutex_destroy(&fault->lock);
@@ -301,219 +313,213 @@ static void cube_fault_destroy(cube_backend_device_t *device) {
   free(fault);
 }
 
-static cube_status_t cube_fault_stream_create(cube_backend_device_t *device,
-                                              cube_bstream_t **out_stream) {
+cube_status_t cube_fault_stream_create(cube_backend_device_t *device, cube_bstream_t **out_stream) {
   *out_stream = NULL;
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_STREAM);
-  if (!status) status = CUBE_FAULT_VT(device)->stream_create(CUBE_FAULT_INNER(device), out_stream);
+  if (!status) status = cube_fault_fwd_stream_create(device, out_stream);
   return status;
 }
 
-static void cube_fault_stream_destroy(cube_backend_device_t *device, cube_bstream_t *stream) {
-  CUBE_FAULT_VT(device)->stream_destroy(CUBE_FAULT_INNER(device), stream);
+void cube_fault_stream_destroy(cube_backend_device_t *device, cube_bstream_t *stream) {
+  cube_fault_fwd_stream_destroy(device, stream);
 }
 
-static cube_status_t cube_fault_stream_sync(cube_backend_device_t *device, cube_bstream_t *stream) {
+cube_status_t cube_fault_stream_sync(cube_backend_device_t *device, cube_bstream_t *stream) {
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_SYNC);
-  if (!status) status = CUBE_FAULT_VT(device)->stream_sync(CUBE_FAULT_INNER(device), stream);
+  if (!status) status = cube_fault_fwd_stream_sync(device, stream);
   return status;
 }
 
-static cube_status_t cube_fault_stream_flush(cube_backend_device_t *device,
-                                             cube_bstream_t *stream) {
+cube_status_t cube_fault_stream_flush(cube_backend_device_t *device, cube_bstream_t *stream) {
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_SYNC);
-  if (!status) status = CUBE_FAULT_VT(device)->stream_flush(CUBE_FAULT_INNER(device), stream);
+  if (!status) status = cube_fault_fwd_stream_flush(device, stream);
   return status;
 }
 
-static cube_status_t cube_fault_event_record(cube_backend_device_t *device, cube_bstream_t *stream,
-                                             bool timed, cube_bevent_t **out_event) {
+void cube_fault_stream_tag(cube_backend_device_t *device, cube_bstream_t *stream, uint64_t tag) {
+  cube_fault_fwd_stream_tag(device, stream, tag);
+}
+
+cube_status_t cube_fault_stream_take_failure(cube_backend_device_t *device, cube_bstream_t *stream,
+                                             uint64_t *out_tag) {
+  return cube_fault_fwd_stream_take_failure(device, stream, out_tag);
+}
+
+cube_status_t cube_fault_event_record(cube_backend_device_t *device, cube_bstream_t *stream,
+                                      bool timed, cube_bevent_t **out_event) {
   *out_event = NULL;
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_EVENT);
   if (!status) {
-    status =
-        CUBE_FAULT_VT(device)->event_record(CUBE_FAULT_INNER(device), stream, timed, out_event);
+    status = cube_fault_fwd_event_record(device, stream, timed, out_event);
   }
   return status;
 }
 
-static cube_status_t cube_fault_event_wait(cube_backend_device_t *device, cube_bstream_t *stream,
-                                           cube_bevent_t *event) {
+cube_status_t cube_fault_event_wait(cube_backend_device_t *device, cube_bstream_t *stream,
+                                    cube_bevent_t *event) {
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_EVENT);
-  if (!status) status = CUBE_FAULT_VT(device)->event_wait(CUBE_FAULT_INNER(device), stream, event);
+  if (!status) status = cube_fault_fwd_event_wait(device, stream, event);
   return status;
 }
 
-static cube_status_t cube_fault_event_sync(cube_backend_device_t *device, cube_bevent_t *event) {
+cube_status_t cube_fault_event_sync(cube_backend_device_t *device, cube_bevent_t *event) {
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_EVENT);
-  if (!status) status = CUBE_FAULT_VT(device)->event_sync(CUBE_FAULT_INNER(device), event);
+  if (!status) status = cube_fault_fwd_event_sync(device, event);
   return status;
 }
 
-static cube_status_t cube_fault_event_query(cube_backend_device_t *device, cube_bevent_t *event,
-                                            bool *out_done) {
+cube_status_t cube_fault_event_query(cube_backend_device_t *device, cube_bevent_t *event,
+                                     bool *out_done) {
   *out_done = false;
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_EVENT);
   if (!status) {
-    status = CUBE_FAULT_VT(device)->event_query(CUBE_FAULT_INNER(device), event, out_done);
+    status = cube_fault_fwd_event_query(device, event, out_done);
   }
   return status;
 }
 
-static cube_status_t cube_fault_event_elapsed(cube_backend_device_t *device, cube_bevent_t *start,
-                                              cube_bevent_t *end, uint64_t *out_nanoseconds) {
+cube_status_t cube_fault_event_elapsed(cube_backend_device_t *device, cube_bevent_t *start,
+                                       cube_bevent_t *end, uint64_t *out_nanoseconds) {
   *out_nanoseconds = 0;
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_EVENT);
   if (!status) {
-    status =
-        CUBE_FAULT_VT(device)->event_elapsed(CUBE_FAULT_INNER(device), start, end, out_nanoseconds);
+    status = cube_fault_fwd_event_elapsed(device, start, end, out_nanoseconds);
   }
   return status;
 }
 
-static void cube_fault_event_release(cube_backend_device_t *device, cube_bevent_t *event) {
-  CUBE_FAULT_VT(device)->event_release(CUBE_FAULT_INNER(device), event);
+void cube_fault_event_release(cube_backend_device_t *device, cube_bevent_t *event) {
+  cube_fault_fwd_event_release(device, event);
 }
 
-static cube_status_t cube_fault_page_alloc(cube_backend_device_t *device, uint64_t size,
-                                           uint64_t *out_address) {
+cube_status_t cube_fault_page_alloc(cube_backend_device_t *device, uint64_t size,
+                                    uint64_t *out_address) {
   *out_address = 0;
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_PAGE_ALLOC);
   if (status) {
     status = cube_status_with_size(status, size);
   } else {
-    status = CUBE_FAULT_VT(device)->page_alloc(CUBE_FAULT_INNER(device), size, out_address);
+    status = cube_fault_fwd_page_alloc(device, size, out_address);
   }
   return status;
 }
 
 // A free: never failed, even on a (fake-)poisoned device, so nothing leaks.
-static cube_status_t cube_fault_page_free(cube_backend_device_t *device, uint64_t address) {
-  return CUBE_FAULT_VT(device)->page_free(CUBE_FAULT_INNER(device), address);
+cube_status_t cube_fault_page_free(cube_backend_device_t *device, uint64_t address) {
+  return cube_fault_fwd_page_free(device, address);
 }
 
-static cube_status_t cube_fault_host_alloc(cube_backend_device_t *device, uint64_t size,
-                                           void **out_host) {
+cube_status_t cube_fault_host_alloc(cube_backend_device_t *device, uint64_t size, void **out_host) {
   *out_host = NULL;
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_HOST_ALLOC);
   if (status) {
     status = cube_status_with_size(status, size);
   } else {
-    status = CUBE_FAULT_VT(device)->host_alloc(CUBE_FAULT_INNER(device), size, out_host);
+    status = cube_fault_fwd_host_alloc(device, size, out_host);
   }
   return status;
 }
 
-static void cube_fault_host_free(cube_backend_device_t *device, void *host) {
-  CUBE_FAULT_VT(device)->host_free(CUBE_FAULT_INNER(device), host);
+void cube_fault_host_free(cube_backend_device_t *device, void *host) {
+  cube_fault_fwd_host_free(device, host);
 }
 
-static cube_status_t cube_fault_copy_to_device(cube_backend_device_t *device,
-                                               cube_bstream_t *stream, uint64_t destination,
-                                               const void *source, uint64_t size) {
+cube_status_t cube_fault_copy_to_device(cube_backend_device_t *device, cube_bstream_t *stream,
+                                        uint64_t destination, const void *source, uint64_t size) {
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_COPY);
   if (!status) {
-    status = CUBE_FAULT_VT(device)->copy_to_device(CUBE_FAULT_INNER(device), stream, destination,
-                                                   source, size);
+    status = cube_fault_fwd_copy_to_device(device, stream, destination, source, size);
   }
   return status;
 }
 
-static cube_status_t cube_fault_copy_to_host(cube_backend_device_t *device, cube_bstream_t *stream,
-                                             void *destination, uint64_t source, uint64_t size) {
+cube_status_t cube_fault_copy_to_host(cube_backend_device_t *device, cube_bstream_t *stream,
+                                      void *destination, uint64_t source, uint64_t size) {
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_COPY);
   if (!status) {
-    status = CUBE_FAULT_VT(device)->copy_to_host(CUBE_FAULT_INNER(device), stream, destination,
-                                                 source, size);
+    status = cube_fault_fwd_copy_to_host(device, stream, destination, source, size);
   }
   return status;
 }
 
-static cube_status_t cube_fault_copy_device(cube_backend_device_t *device, cube_bstream_t *stream,
-                                            uint64_t destination, uint64_t source, uint64_t size) {
+cube_status_t cube_fault_copy_device(cube_backend_device_t *device, cube_bstream_t *stream,
+                                     uint64_t destination, uint64_t source, uint64_t size) {
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_COPY);
   if (!status) {
-    status = CUBE_FAULT_VT(device)->copy_device(CUBE_FAULT_INNER(device), stream, destination,
-                                                source, size);
+    status = cube_fault_fwd_copy_device(device, stream, destination, source, size);
   }
   return status;
 }
 
-static cube_status_t cube_fault_copy_strided_to_device(cube_backend_device_t *device,
-                                                       cube_bstream_t *stream,
-                                                       const cube_bcopy_t *destination,
-                                                       const void *source) {
+cube_status_t cube_fault_copy_strided_to_device(cube_backend_device_t *device,
+                                                cube_bstream_t *stream,
+                                                const cube_bcopy_t *destination,
+                                                const void *source) {
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_COPY);
   if (!status) {
-    status = CUBE_FAULT_VT(device)->copy_strided_to_device(CUBE_FAULT_INNER(device), stream,
-                                                           destination, source);
+    status = cube_fault_fwd_copy_strided_to_device(device, stream, destination, source);
   }
   return status;
 }
 
-static cube_status_t cube_fault_copy_strided_to_host(cube_backend_device_t *device,
-                                                     cube_bstream_t *stream, void *destination,
-                                                     const cube_bcopy_t *source) {
+cube_status_t cube_fault_copy_strided_to_host(cube_backend_device_t *device, cube_bstream_t *stream,
+                                              void *destination, const cube_bcopy_t *source) {
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_COPY);
   if (!status) {
-    status = CUBE_FAULT_VT(device)->copy_strided_to_host(CUBE_FAULT_INNER(device), stream,
-                                                         destination, source);
+    status = cube_fault_fwd_copy_strided_to_host(device, stream, destination, source);
   }
   return status;
 }
 
-static cube_status_t cube_fault_host_callback(cube_backend_device_t *device, cube_bstream_t *stream,
-                                              void (*fn)(void *arg), void *arg) {
+cube_status_t cube_fault_host_callback(cube_backend_device_t *device, cube_bstream_t *stream,
+                                       void (*fn)(void *arg), void *arg) {
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_CALLBACK);
   if (!status) {
-    status = CUBE_FAULT_VT(device)->host_callback(CUBE_FAULT_INNER(device), stream, fn, arg);
+    status = cube_fault_fwd_host_callback(device, stream, fn, arg);
   }
   return status;
 }
 
-static cube_status_t cube_fault_compile(cube_backend_device_t *device,
-                                        const cube_compile_request_t *request,
-                                        cube_bkernel_t **out_kernel, cube_kernel_info_t *out_info) {
+cube_status_t cube_fault_compile(cube_backend_device_t *device,
+                                 const cube_compile_request_t *request, cube_bkernel_t **out_kernel,
+                                 cube_kernel_info_t *out_info) {
   *out_kernel = NULL;
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_COMPILE);
   if (status) {
     memset(out_info, 0, sizeof(*out_info));
     out_info->io = "";
   } else {
-    status =
-        CUBE_FAULT_VT(device)->compile(CUBE_FAULT_INNER(device), request, out_kernel, out_info);
+    status = cube_fault_fwd_compile(device, request, out_kernel, out_info);
   }
   return status;
 }
 
-static void cube_fault_kernel_release(cube_backend_device_t *device, cube_bkernel_t *kernel) {
-  CUBE_FAULT_VT(device)->kernel_release(CUBE_FAULT_INNER(device), kernel);
+void cube_fault_kernel_release(cube_backend_device_t *device, cube_bkernel_t *kernel) {
+  cube_fault_fwd_kernel_release(device, kernel);
 }
 
-static cube_status_t cube_fault_dispatch(cube_backend_device_t *device, cube_bstream_t *stream,
-                                         const cube_dispatch_t *dispatch) {
+cube_status_t cube_fault_dispatch(cube_backend_device_t *device, cube_bstream_t *stream,
+                                  const cube_dispatch_t *dispatch) {
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_DISPATCH);
-  if (!status) status = CUBE_FAULT_VT(device)->dispatch(CUBE_FAULT_INNER(device), stream, dispatch);
+  if (!status) status = cube_fault_fwd_dispatch(device, stream, dispatch);
   return status;
 }
 
-static cube_status_t cube_fault_capture_begin(cube_backend_device_t *device,
-                                              cube_bstream_t *stream) {
+cube_status_t cube_fault_capture_begin(cube_backend_device_t *device, cube_bstream_t *stream) {
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_GRAPH);
-  if (!status) status = CUBE_FAULT_VT(device)->capture_begin(CUBE_FAULT_INNER(device), stream);
+  if (!status) status = cube_fault_fwd_capture_begin(device, stream);
   return status;
 }
 
-static cube_status_t cube_fault_capture_end(cube_backend_device_t *device, cube_bstream_t *stream,
-                                            cube_bgraph_t **out_graph) {
+cube_status_t cube_fault_capture_end(cube_backend_device_t *device, cube_bstream_t *stream,
+                                     cube_bgraph_t **out_graph) {
   *out_graph = NULL;
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_GRAPH);
   // A failed end still ends the capture (as cuStreamEndCapture does): end it
   // inside and drop what was recorded, or the stream would record forever.
-  cube_status_t ended =
-      CUBE_FAULT_VT(device)->capture_end(CUBE_FAULT_INNER(device), stream, out_graph);
+  cube_status_t ended = cube_fault_fwd_capture_end(device, stream, out_graph);
   if (status && *out_graph) {
-    CUBE_FAULT_VT(device)->graph_destroy(CUBE_FAULT_INNER(device), *out_graph);
+    cube_fault_fwd_graph_destroy(device, *out_graph);
     *out_graph = NULL;
   }
   if (status) {
@@ -524,50 +530,23 @@ static cube_status_t cube_fault_capture_end(cube_backend_device_t *device, cube_
   return status;
 }
 
-static cube_status_t cube_fault_graph_replay(cube_backend_device_t *device, cube_bstream_t *stream,
-                                             cube_bgraph_t *graph) {
+cube_status_t cube_fault_graph_replay(cube_backend_device_t *device, cube_bstream_t *stream,
+                                      cube_bgraph_t *graph) {
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_GRAPH);
   if (!status) {
-    status = CUBE_FAULT_VT(device)->graph_replay(CUBE_FAULT_INNER(device), stream, graph);
+    status = cube_fault_fwd_graph_replay(device, stream, graph);
   }
   return status;
 }
 
-static void cube_fault_graph_destroy(cube_backend_device_t *device, cube_bgraph_t *graph) {
-  CUBE_FAULT_VT(device)->graph_destroy(CUBE_FAULT_INNER(device), graph);
+void cube_fault_graph_destroy(cube_backend_device_t *device, cube_bgraph_t *graph) {
+  cube_fault_fwd_graph_destroy(device, graph);
 }
 
-static const cube_backend_vtable_t cube_fault_vtable = {
-    .name = "fault",
-    .destroy = cube_fault_destroy,
-    .stream_create = cube_fault_stream_create,
-    .stream_destroy = cube_fault_stream_destroy,
-    .stream_sync = cube_fault_stream_sync,
-    .stream_flush = cube_fault_stream_flush,
-    .event_record = cube_fault_event_record,
-    .event_wait = cube_fault_event_wait,
-    .event_sync = cube_fault_event_sync,
-    .event_query = cube_fault_event_query,
-    .event_elapsed = cube_fault_event_elapsed,
-    .event_release = cube_fault_event_release,
-    .page_alloc = cube_fault_page_alloc,
-    .page_free = cube_fault_page_free,
-    .host_alloc = cube_fault_host_alloc,
-    .host_free = cube_fault_host_free,
-    .copy_to_device = cube_fault_copy_to_device,
-    .copy_to_host = cube_fault_copy_to_host,
-    .copy_device = cube_fault_copy_device,
-    .copy_strided_to_device = cube_fault_copy_strided_to_device,
-    .copy_strided_to_host = cube_fault_copy_strided_to_host,
-    .host_callback = cube_fault_host_callback,
-    .compile = cube_fault_compile,
-    .kernel_release = cube_fault_kernel_release,
-    .dispatch = cube_fault_dispatch,
-    .capture_begin = cube_fault_capture_begin,
-    .capture_end = cube_fault_capture_end,
-    .graph_replay = cube_fault_graph_replay,
-    .graph_destroy = cube_fault_graph_destroy,
-};
+#define CUBE_BACKEND_PREFIX cube_fault
+static const cube_backend_vtable_t cube_fault_vtable = {.name = "fault",
+                                                        CUBE_BACKEND_VTABLE_SLOTS()};
+#undef CUBE_BACKEND_PREFIX
 
 //===--- Construction and test hooks ---===//
 

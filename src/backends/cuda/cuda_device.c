@@ -1,0 +1,289 @@
+// cubec CUDA backend — the factory, the device (properties, teardown), the
+// vtable and the mapping of driver results to statuses.
+//
+// Only driver calls live here: every runtime rule (pools, claims, capture
+// state, caching across devices) belongs to src/core. See README.md.
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cuda/cuda_internal.h"
+
+_Thread_local CUcontext cube_cuda_tls_context CUBE_CUDA_TLS;
+_Thread_local unsigned cube_cuda_tls_generation CUBE_CUDA_TLS;
+atomic_uint cube_cuda_generation;
+
+//===--- Errors ---===//
+
+static cube_status_code_t cube_cuda_poison_code(cube_cuda_op_t op) {
+  switch (op) {
+    case CUBE_CUDA_OP_LAUNCH:
+      return CUBE_STATUS_LAUNCH_DEVICE_POISONED;
+    case CUBE_CUDA_OP_IO:
+      return CUBE_STATUS_IO_DEVICE_POISONED;
+    case CUBE_CUDA_OP_COMPILE:
+      return CUBE_STATUS_COMPILE_DEVICE_POISONED;
+    case CUBE_CUDA_OP_SERVER:
+    case CUBE_CUDA_OP_PROFILE:
+    default:
+      return CUBE_STATUS_DEVICE_POISONED;
+  }
+}
+
+static cube_status_code_t cube_cuda_result_code(CUresult result, cube_cuda_op_t op) {
+  if (cube_cuda_result_is_sticky(result)) return cube_cuda_poison_code(op);
+  if (result == CUDA_ERROR_OUT_OF_MEMORY)
+    return op == CUBE_CUDA_OP_LAUNCH ? CUBE_STATUS_LAUNCH_OUT_OF_MEMORY
+                                     : CUBE_STATUS_IO_OUT_OF_MEMORY;
+  switch (op) {
+    case CUBE_CUDA_OP_LAUNCH:
+      // Too many registers/threads for this function: the kernel cannot run
+      // with this configuration here (a refusal, not a defect).
+      if (result == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES) return CUBE_STATUS_RESOURCE_UNITS;
+      return CUBE_STATUS_LAUNCH_UNKNOWN;
+    case CUBE_CUDA_OP_IO:
+      if (result == CUDA_ERROR_NOT_SUPPORTED) return CUBE_STATUS_IO_UNSUPPORTED_OPERATION;
+      return CUBE_STATUS_IO_UNKNOWN;
+    case CUBE_CUDA_OP_COMPILE:
+      return CUBE_STATUS_COMPILE_REFUSED;
+    case CUBE_CUDA_OP_PROFILE:
+      return CUBE_STATUS_PROFILE_UNKNOWN;
+    case CUBE_CUDA_OP_SERVER:
+    default:
+      return CUBE_STATUS_GENERIC;
+  }
+}
+
+cube_status_t cube_cuda_error_at(cube_cuda_device_t *device, CUresult result, cube_cuda_op_t op,
+                                 const char *file, int line, const char *format, ...) {
+  char call[512];
+  va_list args;
+  va_start(args, format);
+  vsnprintf(call, sizeof call, format, args);
+  va_end(args);
+  const cube_cuda_driver_t *cu = device ? device->cu : cube_cuda_driver(NULL);
+  const char *name = cube_cuda_result_name(cu, result);
+  const char *text = NULL;
+  if (!cu || cu->cuGetErrorString(result, &text) != CUDA_SUCCESS || !text) text = "";
+  bool sticky = cube_cuda_result_is_sticky(result);
+  if (sticky && device) {
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&device->poisoned, &expected, result)) {
+      snprintf(device->poison_where, sizeof device->poison_where, "%.200s", call);
+      atomic_store(&device->poison_described, true);
+    }
+  }
+  return cube_status_make_at(
+      cube_cuda_result_code(result, op), file, line, "cuda device %d: %s failed: %s (%d)%s%s%s",
+      device ? (int)device->index : -1, call, name, result, text[0] ? ": " : "", text,
+      sticky ? " [sticky: the device is poisoned]" : "");
+}
+
+cube_status_t cube_cuda_poisoned_status(cube_cuda_device_t *device, cube_cuda_op_t op) {
+  int result = atomic_load(&device->poisoned);
+  const char *where = atomic_load(&device->poison_described) ? device->poison_where : "";
+  return cube_status_make(cube_cuda_poison_code(op),
+                          "cuda device %u is poisoned by %s (%d)%s%s; it answers nothing else",
+                          device->index, cube_cuda_result_name(device->cu, result), result,
+                          where[0] ? ", first seen at " : "", where);
+}
+
+//===--- Factory ---===//
+
+#define CUBE_BACKEND_PREFIX cube_cuda
+static const cube_backend_vtable_t cube_cuda_vtable = {.name = "cuda", CUBE_BACKEND_VTABLE_SLOTS()};
+#undef CUBE_BACKEND_PREFIX
+
+static void cube_cuda_query(cube_backend_info_t *out_info) {
+  memset(out_info, 0, sizeof *out_info);
+  out_info->kind = CUBE_BACKEND_CUDA;
+  out_info->name = "cuda";
+  out_info->detail = "";
+  const char *detail = NULL;
+  const cube_cuda_driver_t *cu = cube_cuda_driver(&detail);
+  if (!cu) {
+    out_info->detail = detail;
+    return;
+  }
+  int count = 0;
+  CUresult result = cu->cuDeviceGetCount(&count);
+  if (result != CUDA_SUCCESS) {
+    // Static storage: the only failure text this path can make.
+    out_info->detail = "cuDeviceGetCount failed";
+    return;
+  }
+  if (count <= 0) {
+    out_info->detail = "cuDeviceGetCount reported no CUDA device";
+    return;
+  }
+  out_info->available = true;
+  out_info->device_count = (uint32_t)count;
+}
+
+static cube_status_t cube_cuda_attribute(cube_cuda_device_t *device, CUdevice_attribute attribute,
+                                         const char *name, int *out_value) {
+  *out_value = 0;
+  CUresult result = device->cu->cuDeviceGetAttribute(out_value, attribute, device->device);
+  if (result != CUDA_SUCCESS)
+    return cube_cuda_error(device, result, CUBE_CUDA_OP_SERVER, "cuDeviceGetAttribute(%s)", name);
+  return CUBE_OK;
+}
+
+static cube_status_t cube_cuda_fill_properties(cube_cuda_device_t *device) {
+  cube_device_properties_t *p = &device->base.properties;
+  memset(p, 0, sizeof *p);
+  p->backend = CUBE_BACKEND_CUDA;
+  CUresult result = device->cu->cuDeviceGetName(p->name, (int)sizeof p->name, device->device);
+  if (result != CUDA_SUCCESS)
+    return cube_cuda_error(device, result, CUBE_CUDA_OP_SERVER, "cuDeviceGetName(device %u)",
+                           device->index);
+  p->name[sizeof p->name - 1] = '\0';
+  size_t total = 0;
+  result = device->cu->cuDeviceTotalMem(&total, device->device);
+  if (result != CUDA_SUCCESS)
+    return cube_cuda_error(device, result, CUBE_CUDA_OP_SERVER, "cuDeviceTotalMem_v2(device %u)",
+                           device->index);
+
+  struct {
+    CUdevice_attribute attribute;
+    const char *name;
+    int value;
+  } attributes[] = {
+#define CUBE_CUDA_ATTR(a) {CU_DEVICE_ATTRIBUTE_##a, #a, 0}
+      CUBE_CUDA_ATTR(WARP_SIZE),                          // 0
+      CUBE_CUDA_ATTR(MAX_THREADS_PER_BLOCK),              // 1
+      CUBE_CUDA_ATTR(MAX_BLOCK_DIM_X),                    // 2
+      CUBE_CUDA_ATTR(MAX_BLOCK_DIM_Y),                    // 3
+      CUBE_CUDA_ATTR(MAX_BLOCK_DIM_Z),                    // 4
+      CUBE_CUDA_ATTR(MAX_GRID_DIM_X),                     // 5
+      CUBE_CUDA_ATTR(MAX_GRID_DIM_Y),                     // 6
+      CUBE_CUDA_ATTR(MAX_GRID_DIM_Z),                     // 7
+      CUBE_CUDA_ATTR(MAX_SHARED_MEMORY_PER_BLOCK),        // 8
+      CUBE_CUDA_ATTR(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),  // 9
+      CUBE_CUDA_ATTR(MULTIPROCESSOR_COUNT),               // 10
+      CUBE_CUDA_ATTR(COMPUTE_CAPABILITY_MAJOR),           // 11
+      CUBE_CUDA_ATTR(COMPUTE_CAPABILITY_MINOR),           // 12
+      CUBE_CUDA_ATTR(L2_CACHE_SIZE),                      // 13
+      CUBE_CUDA_ATTR(MAX_PITCH),                          // 14
+#undef CUBE_CUDA_ATTR
+  };
+  for (size_t i = 0; i < sizeof attributes / sizeof attributes[0]; ++i) {
+    cube_status_t status = cube_cuda_attribute(device, attributes[i].attribute, attributes[i].name,
+                                               &attributes[i].value);
+    if (status) return status;
+  }
+#define CUBE_CUDA_U32(i) ((uint32_t)(attributes[i].value > 0 ? attributes[i].value : 0))
+  p->plane_size_min = CUBE_CUDA_U32(0);
+  p->plane_size_max = CUBE_CUDA_U32(0);
+  p->max_units_per_cube = CUBE_CUDA_U32(1);
+  p->max_cube_dim = (cube_dim3_t){CUBE_CUDA_U32(2), CUBE_CUDA_U32(3), CUBE_CUDA_U32(4)};
+  p->max_cube_count = (cube_dim3_t){CUBE_CUDA_U32(5), CUBE_CUDA_U32(6), CUBE_CUDA_U32(7)};
+  // The backend opts kernels in to more than 48 KiB of dynamic shared memory
+  // by itself, so what a cube may use is the opt-in limit.
+  uint64_t shared_default = CUBE_CUDA_U32(8);
+  uint64_t shared_optin = CUBE_CUDA_U32(9);
+  p->max_shared_memory_optin = shared_optin > shared_default ? shared_optin : shared_default;
+  p->max_shared_memory_per_cube = p->max_shared_memory_optin;
+  p->core_count = CUBE_CUDA_U32(10);
+  p->compute_capability_major = CUBE_CUDA_U32(11);
+  p->compute_capability_minor = CUBE_CUDA_U32(12);
+  p->l2_cache_size = CUBE_CUDA_U32(13);
+  device->max_pitch = CUBE_CUDA_U32(14);
+#undef CUBE_CUDA_U32
+  p->memory_size = total;
+  p->memory_alignment = 256;
+  p->max_page_size = total;
+  p->supports_tma = p->compute_capability_major >= 9;
+  p->supports_clusters = p->compute_capability_major >= 9;
+  return CUBE_OK;
+}
+
+static void cube_cuda_device_free(cube_cuda_device_t *device, bool release_context) {
+  if (release_context) {
+    (void)device->cu->cuDevicePrimaryCtxRelease(device->device);
+    atomic_fetch_add(&cube_cuda_generation, 1);
+  }
+  pthread_mutex_destroy(&device->event_lock);
+  pthread_mutex_destroy(&device->utility_lock);
+  free(device);
+}
+
+static cube_status_t cube_cuda_create_device(uint32_t device_index,
+                                             cube_backend_device_t **out_device) {
+  *out_device = NULL;
+  const char *detail = NULL;
+  const cube_cuda_driver_t *cu = cube_cuda_driver(&detail);
+  if (!cu) return cube_status_make(CUBE_STATUS_UNAVAILABLE, "cuda backend unavailable: %s", detail);
+  int count = 0;
+  CUresult result = cu->cuDeviceGetCount(&count);
+  if (result != CUDA_SUCCESS)
+    return cube_cuda_error(NULL, result, CUBE_CUDA_OP_SERVER, "cuDeviceGetCount");
+  if (device_index >= (uint32_t)(count > 0 ? count : 0))
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "cuda: device index %u out of range (%d device(s))", device_index,
+                            count);
+
+  cube_cuda_device_t *device = calloc(1, sizeof *device);
+  if (!device)
+    return cube_status_make(CUBE_STATUS_GENERIC, "cuda: out of host memory creating device %u",
+                            device_index);
+  device->base.vtable = &cube_cuda_vtable;
+  device->base.capabilities = CUBE_BACKEND_CAP_DEVICE_INFO;
+  device->cu = cu;
+  device->index = device_index;
+  atomic_init(&device->poisoned, 0);
+  atomic_init(&device->poison_described, false);
+  pthread_mutex_init(&device->event_lock, NULL);
+  pthread_mutex_init(&device->utility_lock, NULL);
+
+  result = cu->cuDeviceGet(&device->device, (int)device_index);
+  if (result != CUDA_SUCCESS) {
+    cube_status_t status =
+        cube_cuda_error(device, result, CUBE_CUDA_OP_SERVER, "cuDeviceGet(%u)", device_index);
+    cube_cuda_device_free(device, false);
+    return status;
+  }
+  result = cu->cuDevicePrimaryCtxRetain(&device->context, device->device);
+  if (result != CUDA_SUCCESS) {
+    cube_status_t status = cube_cuda_error(device, result, CUBE_CUDA_OP_SERVER,
+                                           "cuDevicePrimaryCtxRetain(device %u)", device_index);
+    cube_cuda_device_free(device, false);
+    return status;
+  }
+  cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_SERVER);
+  if (!status) status = cube_cuda_fill_properties(device);
+  if (!status) {
+    result = cu->cuStreamCreate(&device->utility_stream, CU_STREAM_NON_BLOCKING);
+    if (result != CUDA_SUCCESS)
+      status = cube_cuda_error(device, result, CUBE_CUDA_OP_SERVER,
+                               "cuStreamCreate(utility stream, device %u)", device_index);
+  }
+  if (status) {
+    cube_cuda_device_free(device, true);
+    return status;
+  }
+  *out_device = &device->base;
+  return CUBE_OK;
+}
+
+const cube_backend_factory_t cube_cuda_backend_factory = {
+    .kind = CUBE_BACKEND_CUDA,
+    .name = "cuda",
+    .query = cube_cuda_query,
+    .create_device = cube_cuda_create_device,
+};
+
+void cube_cuda_destroy(cube_backend_device_t *base) {
+  cube_cuda_device_t *device = cube_cuda_device(base);
+  if (!device) return;
+  // Teardown ignores every error and never waits on a poisoned context.
+  cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_SERVER);
+  bool healthy = status == CUBE_OK;
+  cube_status_release(status);
+  if (!healthy) (void)device->cu->cuCtxSetCurrent(device->context);
+  if (healthy) (void)device->cu->cuCtxSynchronize();
+  cube_cuda_event_pool_drain(device);
+  if (device->utility_stream) (void)device->cu->cuStreamDestroy(device->utility_stream);
+  cube_cuda_device_free(device, true);
+}

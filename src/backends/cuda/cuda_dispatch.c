@@ -1,0 +1,109 @@
+// cubec CUDA backend — dispatch: one resolved launch through cuLaunchKernel.
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cuda/cuda_internal.h"
+
+//===--- Dispatch ---===//
+
+#define CUBE_CUDA_MAX_BUFFERS 256
+// CUBE_STATIC_INFO_WORDS of include/cube/dialect.h: the by-value
+// cube__static_info_t of the kernel entry ABI (64 words, 512 bytes).
+#define CUBE_CUDA_STATIC_INFO_WORDS 64
+#define CUBE_CUDA_DEFAULT_DYNAMIC_SHARED (48u * 1024u)
+
+cube_status_t cube_cuda_dispatch(cube_backend_device_t *base, cube_bstream_t *stream,
+                                 const cube_dispatch_t *dispatch) {
+  cube_cuda_device_t *device = cube_cuda_device(base);
+  cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_LAUNCH);
+  if (status) return status;
+  cube_bkernel_t *kernel = dispatch->kernel;
+  const uint32_t count = dispatch->buffer_count;
+  if (count > CUBE_CUDA_MAX_BUFFERS || dispatch->static_words > CUBE_CUDA_STATIC_INFO_WORDS ||
+      dispatch->static_words > dispatch->info_words)
+    return cube_status_make(CUBE_STATUS_LAUNCH_UNKNOWN,
+                            "cuda: launch of %u buffers with %u static info words (of %u) "
+                            "exceeds the entry ABI (at most %u buffers, %u static words)",
+                            count, dispatch->static_words, dispatch->info_words,
+                            CUBE_CUDA_MAX_BUFFERS, CUBE_CUDA_STATIC_INFO_WORDS);
+  if (dispatch->info_words > dispatch->static_words && dispatch->dynamic_info_address == 0 &&
+      kernel->language == CUBE_KERNEL_DIALECT)
+    return cube_status_make(CUBE_STATUS_LAUNCH_UNKNOWN,
+                            "cuda: launch carries %u dynamic info words but no device copy of "
+                            "them (dynamic_info_address is 0)",
+                            dispatch->info_words - dispatch->static_words);
+
+  // Dynamic shared memory above the default needs the function opted in,
+  // once per kernel: opt in to everything the device allows next to the
+  // kernel's static shared memory.
+  if (dispatch->dynamic_shared_memory > CUBE_CUDA_DEFAULT_DYNAMIC_SHARED &&
+      dispatch->dynamic_shared_memory >
+          atomic_load_explicit(&kernel->dynamic_shared_limit, memory_order_relaxed)) {
+    uint64_t optin = device->base.properties.max_shared_memory_optin;
+    uint64_t room = optin > kernel->static_shared_memory ? optin - kernel->static_shared_memory : 0;
+    if (room < dispatch->dynamic_shared_memory) room = dispatch->dynamic_shared_memory;
+    // Every entry of the kernel: dispatch picks one by info size.
+    CUresult result = device->cu->cuFuncSetAttribute(
+        kernel->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)room);
+    CUfunction variants[2] = {kernel->function8, kernel->function16};
+    for (int v = 0; v < 2 && result == CUDA_SUCCESS; ++v) {
+      if (variants[v]) {
+        result = device->cu->cuFuncSetAttribute(
+            variants[v], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)room);
+      }
+    }
+    if (result != CUDA_SUCCESS) {
+      status = cube_cuda_error(device, result, CUBE_CUDA_OP_LAUNCH,
+                               "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES=%llu)",
+                               (unsigned long long)room);
+      if (cube_status_code(status) == CUBE_STATUS_LAUNCH_UNKNOWN) {
+        cube_status_t refused =
+            cube_status_make(CUBE_STATUS_RESOURCE_SHARED_MEMORY,
+                             "cuda: %u bytes of dynamic shared memory refused by the driver",
+                             dispatch->dynamic_shared_memory);
+        refused = cube_status_with_size(refused, dispatch->dynamic_shared_memory);
+        cube_status_release(status);
+        return refused;
+      }
+      return status;
+    }
+    atomic_store_explicit(&kernel->dynamic_shared_limit, (unsigned)room, memory_order_relaxed);
+  }
+
+  // Kernel parameters: a pointer to each buffer's device address, then the
+  // static info block by value, then (dialect) the dynamic info pointer.
+  void *params[CUBE_CUDA_MAX_BUFFERS + 2];
+  for (uint32_t i = 0; i < count; ++i) params[i] = (void *)(uintptr_t)&dispatch->buffers[i];
+  // The smallest entry whose info block holds the static words: the driver
+  // copies the whole block into every launch.
+  CUfunction function = kernel->function;
+  uint32_t words = CUBE_CUDA_STATIC_INFO_WORDS;
+  if (dispatch->static_words <= 8 && kernel->function8) {
+    function = kernel->function8;
+    words = 8;
+  } else if (dispatch->static_words <= 16 && kernel->function16) {
+    function = kernel->function16;
+    words = 16;
+  }
+  uint64_t info[CUBE_CUDA_STATIC_INFO_WORDS];
+  if (dispatch->static_words)
+    memcpy(info, dispatch->info, dispatch->static_words * sizeof(uint64_t));
+  memset(info + dispatch->static_words, 0, (words - dispatch->static_words) * sizeof(uint64_t));
+  CUdeviceptr dynamic = dispatch->dynamic_info_address;
+  params[count] = info;
+  params[count + 1] = &dynamic;
+
+  const cube_dim3_t grid = dispatch->cube_count, block = dispatch->cube_dim;
+  CUresult result = device->cu->cuLaunchKernel(function, grid.x, grid.y, grid.z, block.x, block.y,
+                                               block.z, dispatch->dynamic_shared_memory,
+                                               cube_cuda_stream(stream), params, NULL);
+  if (result != CUDA_SUCCESS)
+    return cube_cuda_error(device, result, CUBE_CUDA_OP_LAUNCH,
+                           "cuLaunchKernel(grid=%ux%ux%u, block=%ux%ux%u, shared=%u, "
+                           "buffers=%u)",
+                           grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                           dispatch->dynamic_shared_memory, count);
+  return CUBE_OK;
+}

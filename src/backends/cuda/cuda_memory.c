@@ -1,0 +1,310 @@
+// cubec CUDA backend — memory: device pages, pinned host memory, and copies
+// (plain and strided) in stream order.
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cuda/cuda_internal.h"
+
+//===--- Storage ---===//
+
+cube_status_t cube_cuda_page_alloc(cube_backend_device_t *base, uint64_t size,
+                                   uint64_t *out_address) {
+  cube_cuda_device_t *device = cube_cuda_device(base);
+  *out_address = 0;
+  cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_IO);
+  if (status) return status;
+  CUdeviceptr address = 0;
+  size_t bytes = size ? (size_t)size : 1;
+  CUresult result = device->cu->cuMemAlloc(&address, bytes);
+  if (result != CUDA_SUCCESS) {
+    status = cube_cuda_error(device, result, CUBE_CUDA_OP_IO, "cuMemAlloc_v2(size=%llu)",
+                             (unsigned long long)size);
+    return cube_status_with_size(status, size);
+  }
+  *out_address = address;
+  return CUBE_OK;
+}
+
+cube_status_t cube_cuda_page_free(cube_backend_device_t *base, uint64_t address) {
+  cube_cuda_device_t *device = cube_cuda_device(base);
+  cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_IO);
+  if (status) return status;
+  CUresult result = device->cu->cuMemFree((CUdeviceptr)address);
+  if (result != CUDA_SUCCESS)
+    return cube_cuda_error(device, result, CUBE_CUDA_OP_IO, "cuMemFree_v2(0x%llx)",
+                           (unsigned long long)address);
+  return CUBE_OK;
+}
+
+cube_status_t cube_cuda_host_alloc(cube_backend_device_t *base, uint64_t size, void **out_host) {
+  cube_cuda_device_t *device = cube_cuda_device(base);
+  *out_host = NULL;
+  cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_IO);
+  if (status) return status;
+  void *host = NULL;
+  CUresult result =
+      device->cu->cuMemHostAlloc(&host, size ? (size_t)size : 1, CU_MEMHOSTALLOC_PORTABLE);
+  if (result != CUDA_SUCCESS) {
+    status = cube_cuda_error(device, result, CUBE_CUDA_OP_IO,
+                             "cuMemHostAlloc(size=%llu, CU_MEMHOSTALLOC_PORTABLE)",
+                             (unsigned long long)size);
+    return cube_status_with_size(status, size);
+  }
+  *out_host = host;
+  return CUBE_OK;
+}
+
+void cube_cuda_host_free(cube_backend_device_t *base, void *host) {
+  cube_cuda_device_t *device = cube_cuda_device(base);
+  if (!host) return;
+  cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_IO);
+  if (status) {
+    cube_status_release(status);
+    (void)device->cu->cuCtxSetCurrent(device->context);
+  }
+  (void)device->cu->cuMemFreeHost(host);
+}
+
+//===--- Copies ---===//
+
+cube_status_t cube_cuda_copy_to_device(cube_backend_device_t *base, cube_bstream_t *stream,
+                                       uint64_t destination, const void *source, uint64_t size) {
+  cube_cuda_device_t *device = cube_cuda_device(base);
+  cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_IO);
+  if (status || size == 0) return status;
+  CUresult result = device->cu->cuMemcpyHtoDAsync((CUdeviceptr)destination, source, (size_t)size,
+                                                  cube_cuda_stream(stream));
+  if (result != CUDA_SUCCESS)
+    return cube_cuda_error(device, result, CUBE_CUDA_OP_IO,
+                           "cuMemcpyHtoDAsync_v2(dst=0x%llx, src=%p, size=%llu)",
+                           (unsigned long long)destination, source, (unsigned long long)size);
+  return CUBE_OK;
+}
+
+cube_status_t cube_cuda_copy_to_host(cube_backend_device_t *base, cube_bstream_t *stream,
+                                     void *destination, uint64_t source, uint64_t size) {
+  cube_cuda_device_t *device = cube_cuda_device(base);
+  cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_IO);
+  if (status || size == 0) return status;
+  CUresult result = device->cu->cuMemcpyDtoHAsync(destination, (CUdeviceptr)source, (size_t)size,
+                                                  cube_cuda_stream(stream));
+  if (result != CUDA_SUCCESS)
+    return cube_cuda_error(device, result, CUBE_CUDA_OP_IO,
+                           "cuMemcpyDtoHAsync_v2(dst=%p, src=0x%llx, size=%llu)", destination,
+                           (unsigned long long)source, (unsigned long long)size);
+  return CUBE_OK;
+}
+
+cube_status_t cube_cuda_copy_device(cube_backend_device_t *base, cube_bstream_t *stream,
+                                    uint64_t destination, uint64_t source, uint64_t size) {
+  cube_cuda_device_t *device = cube_cuda_device(base);
+  cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_IO);
+  if (status || size == 0) return status;
+  CUresult result = device->cu->cuMemcpyDtoDAsync((CUdeviceptr)destination, (CUdeviceptr)source,
+                                                  (size_t)size, cube_cuda_stream(stream));
+  if (result != CUDA_SUCCESS)
+    return cube_cuda_error(
+        device, result, CUBE_CUDA_OP_IO, "cuMemcpyDtoDAsync_v2(dst=0x%llx, src=0x%llx, size=%llu)",
+        (unsigned long long)destination, (unsigned long long)source, (unsigned long long)size);
+  return CUBE_OK;
+}
+
+// A strided device layout reduced to what cuMemcpy2D/3D can express:
+// |depth| slices of |height| rows of |width| bytes; rows |pitch| bytes apart
+// and slices |pitch| * |slice_rows| bytes apart on the device. The host side
+// is dense (pitch = width, slice_rows = height).
+typedef struct cube_cuda_plan_t {
+  uint64_t width, height, depth;
+  uint64_t pitch, slice_rows;
+  uint64_t total;  // bytes on the host side
+} cube_cuda_plan_t;
+
+static bool cube_cuda_mul_ok(uint64_t a, uint64_t b, uint64_t *out) {
+  return !__builtin_mul_overflow(a, b, out);
+}
+
+// Plans |copy|; false for a layout that has no exact 2D/3D form. A zero
+// extent gives total == 0 (nothing to copy).
+static bool cube_cuda_plan_strided(const cube_cuda_device_t *device, const cube_bcopy_t *copy,
+                                   cube_cuda_plan_t *out_plan) {
+  memset(out_plan, 0, sizeof *out_plan);
+  const uint64_t elem = copy->elem_size;
+  if (elem == 0 || copy->rank > CUBE_MAX_RANK) return false;
+  // Normalize: drop extent-1 dims, stop at a zero extent, merge dims that
+  // are contiguous with the next inner one.
+  uint64_t shape[CUBE_MAX_RANK], stride[CUBE_MAX_RANK];
+  uint32_t rank = 0;
+  for (uint32_t d = 0; d < copy->rank; ++d) {
+    if (copy->shape[d] == 0) return true;  // empty: total stays 0
+    if (copy->shape[d] == 1) continue;
+    if (copy->strides[d] == 0) return false;  // broadcast: not an exact copy
+    shape[rank] = copy->shape[d];
+    stride[rank] = copy->strides[d];
+    ++rank;
+  }
+  uint32_t merged = 0;
+  for (uint32_t d = 0; d < rank; ++d) {
+    uint64_t span;
+    if (merged > 0 && cube_cuda_mul_ok(shape[d], stride[d], &span) && stride[merged - 1] == span) {
+      // The previous (outer) dim steps exactly over this one: fold it in.
+      uint64_t folded;
+      if (!cube_cuda_mul_ok(shape[merged - 1], shape[d], &folded)) return false;
+      shape[merged - 1] = folded;
+      stride[merged - 1] = stride[d];
+      continue;
+    }
+    shape[merged] = shape[d];
+    stride[merged] = stride[d];
+    ++merged;
+  }
+  rank = merged;
+
+  // Rows: either the innermost dim is contiguous (a row of shape*elem bytes),
+  // or each element is its own row (width = elem).
+  uint64_t outer_shape[3], outer_stride[3];
+  uint32_t outer = 0;
+  uint64_t width;
+  if (rank == 0) {
+    width = elem;
+  } else if (stride[rank - 1] == 1) {
+    if (!cube_cuda_mul_ok(shape[rank - 1], elem, &width)) return false;
+    if (rank - 1 > 2) return false;
+    for (uint32_t d = 0; d + 1 < rank; ++d) {
+      outer_shape[outer] = shape[d];
+      outer_stride[outer] = stride[d];
+      ++outer;
+    }
+  } else {
+    width = elem;
+    if (rank > 2) return false;
+    for (uint32_t d = 0; d < rank; ++d) {
+      outer_shape[outer] = shape[d];
+      outer_stride[outer] = stride[d];
+      ++outer;
+    }
+  }
+  cube_cuda_plan_t plan = {
+      .width = width, .height = 1, .depth = 1, .pitch = width, .slice_rows = 1};
+  if (outer >= 1) {
+    // The innermost outer dim steps rows.
+    uint64_t row_stride = outer_stride[outer - 1];
+    if (!cube_cuda_mul_ok(row_stride, elem, &plan.pitch)) return false;
+    if (plan.pitch < width) return false;  // rows overlap
+    plan.height = outer_shape[outer - 1];
+    plan.slice_rows = plan.height;
+    if (outer == 2) {
+      uint64_t slice_stride = outer_stride[0];
+      if (slice_stride % row_stride != 0) return false;
+      plan.slice_rows = slice_stride / row_stride;
+      if (plan.slice_rows < plan.height) return false;  // slices overlap
+      plan.depth = outer_shape[0];
+    }
+    if (device->max_pitch && plan.pitch > device->max_pitch) return false;
+  }
+  uint64_t rows;
+  if (!cube_cuda_mul_ok(plan.height, plan.depth, &rows) ||
+      !cube_cuda_mul_ok(rows, plan.width, &plan.total))
+    return false;
+  *out_plan = plan;
+  return true;
+}
+
+static cube_status_t cube_cuda_copy_strided(cube_cuda_device_t *device, cube_bstream_t *stream,
+                                            const cube_bcopy_t *layout, void *host_destination,
+                                            const void *host_source) {
+  const bool to_device = host_source != NULL;
+  cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_IO);
+  if (status) return status;
+  cube_cuda_plan_t plan;
+  if (!cube_cuda_plan_strided(device, layout, &plan)) {
+    char dims[256];
+    size_t used = 0;
+    dims[0] = '\0';
+    for (uint32_t d = 0; d < layout->rank && d < CUBE_MAX_RANK && used < sizeof dims; ++d) {
+      int n =
+          snprintf(dims + used, sizeof dims - used, "%s%llu:%llu", d ? " " : "",
+                   (unsigned long long)layout->shape[d], (unsigned long long)layout->strides[d]);
+      if (n > 0) used += (size_t)n;
+    }
+    return cube_status_make(CUBE_STATUS_IO_UNSUPPORTED_STRIDES,
+                            "cuda: strided copy %s device of rank %u (shape:stride %s, elem "
+                            "size %u) has no exact cuMemcpy2D/3D form",
+                            to_device ? "to" : "from", layout->rank, dims, layout->elem_size);
+  }
+  if (plan.total == 0) return CUBE_OK;
+  CUstream cu_stream = cube_cuda_stream(stream);
+  CUresult result;
+  const char *call;
+  if (plan.depth == 1) {
+    CUDA_MEMCPY2D p;
+    memset(&p, 0, sizeof p);
+    p.WidthInBytes = plan.width;
+    p.Height = plan.height;
+    if (to_device) {
+      p.srcMemoryType = CU_MEMORYTYPE_HOST;
+      p.srcHost = host_source;
+      p.srcPitch = plan.width;
+      p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+      p.dstDevice = layout->device_address;
+      p.dstPitch = plan.pitch;
+    } else {
+      p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+      p.srcDevice = layout->device_address;
+      p.srcPitch = plan.pitch;
+      p.dstMemoryType = CU_MEMORYTYPE_HOST;
+      p.dstHost = host_destination;
+      p.dstPitch = plan.width;
+    }
+    call = "cuMemcpy2DAsync_v2";
+    result = device->cu->cuMemcpy2DAsync(&p, cu_stream);
+  } else {
+    CUDA_MEMCPY3D p;
+    memset(&p, 0, sizeof p);
+    p.WidthInBytes = plan.width;
+    p.Height = plan.height;
+    p.Depth = plan.depth;
+    if (to_device) {
+      p.srcMemoryType = CU_MEMORYTYPE_HOST;
+      p.srcHost = host_source;
+      p.srcPitch = plan.width;
+      p.srcHeight = plan.height;
+      p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+      p.dstDevice = layout->device_address;
+      p.dstPitch = plan.pitch;
+      p.dstHeight = plan.slice_rows;
+    } else {
+      p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+      p.srcDevice = layout->device_address;
+      p.srcPitch = plan.pitch;
+      p.srcHeight = plan.slice_rows;
+      p.dstMemoryType = CU_MEMORYTYPE_HOST;
+      p.dstHost = host_destination;
+      p.dstPitch = plan.width;
+      p.dstHeight = plan.height;
+    }
+    call = "cuMemcpy3DAsync_v2";
+    result = device->cu->cuMemcpy3DAsync(&p, cu_stream);
+  }
+  if (result != CUDA_SUCCESS)
+    return cube_cuda_error(device, result, CUBE_CUDA_OP_IO,
+                           "%s(%s device 0x%llx, width=%llu, height=%llu, depth=%llu, "
+                           "pitch=%llu)",
+                           call, to_device ? "to" : "from",
+                           (unsigned long long)layout->device_address,
+                           (unsigned long long)plan.width, (unsigned long long)plan.height,
+                           (unsigned long long)plan.depth, (unsigned long long)plan.pitch);
+  return CUBE_OK;
+}
+
+cube_status_t cube_cuda_copy_strided_to_device(cube_backend_device_t *base, cube_bstream_t *stream,
+                                               const cube_bcopy_t *destination,
+                                               const void *source) {
+  return cube_cuda_copy_strided(cube_cuda_device(base), stream, destination, NULL, source);
+}
+
+cube_status_t cube_cuda_copy_strided_to_host(cube_backend_device_t *base, cube_bstream_t *stream,
+                                             void *destination, const cube_bcopy_t *source) {
+  return cube_cuda_copy_strided(cube_cuda_device(base), stream, source, destination, NULL);
+}

@@ -1,0 +1,172 @@
+// cubec core — the info block: packing scalars, buffer lengths and tensor
+// metadata into 64-bit words (layout in cube/dialect.h), and the info cache
+// that uploads a launch's dynamic metadata once per distinct content.
+//
+// Owns: a server's info cache. Must not touch: claims or captures (the
+// launch path tells graphs which entry a captured launch read).
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/info.h"
+#include "core/staging.h"
+
+// The one check that the core's info-block constants are the dialect's.
+#include "cube/dialect.h"
+_Static_assert(CUBE_INFO_STATIC_WORDS == CUBE_STATIC_INFO_WORDS,
+               "core/info.h and cube/dialect.h disagree on the static info words");
+_Static_assert(CUBE_INFO_NO_META_WORD == CUBE_INFO_NO_META,
+               "core/info.h and cube/dialect.h disagree on the no-metadata word");
+
+//===--- Info packing ---===//
+
+static uint64_t scalar_word(const cube_scalar_t *s) {
+  uint64_t word = 0;
+  switch (s->type) {
+    case CUBE_SCALAR_F64:
+      memcpy(&word, &s->value.f64, 8);
+      break;
+    case CUBE_SCALAR_F32: {
+      uint32_t bits;
+      memcpy(&bits, &s->value.f32, 4);
+      word = bits;
+      break;
+    }
+    case CUBE_SCALAR_U64:
+    case CUBE_SCALAR_I64:
+      word = s->value.u64;
+      break;
+    default:
+      word = s->value.u32;
+      break;
+  }
+  return word;
+}
+
+cube_status_t cube_info_pack(const cube_kernel_t *kernel, const cube_kernel_args_t *args,
+                             const uint64_t *lengths, uint64_t *words, uint32_t *out_words,
+                             uint32_t *out_static) {
+  if (args->scalar_count > 255) {
+    return cube_status_make(CUBE_STATUS_VALIDATION, "launch of '%s': %zu scalars (max 255)",
+                            kernel->name, args->scalar_count);
+  }
+  // Per-type counts straight into their header bytes: with at most 255
+  // scalars in all, no type's count can carry into the next byte.
+  uint64_t header = (uint64_t)args->buffer_count << 48 | (uint64_t)args->scalar_count << 56;
+  for (size_t i = 0; i < args->scalar_count; ++i) header += 1ull << (8 * args->scalars[i].type);
+  uint32_t static_words = 1 + (uint32_t)args->scalar_count + 2 * (uint32_t)args->buffer_count;
+  if (static_words > CUBE_INFO_STATIC_WORDS) {
+    return cube_status_make(
+        CUBE_STATUS_VALIDATION,
+        "launch of '%s': %zu scalars and %zu buffers need %u info words (max %d)", kernel->name,
+        args->scalar_count, args->buffer_count, static_words, CUBE_INFO_STATIC_WORDS);
+  }
+  uint32_t n = 0;
+  words[n++] = header;
+  for (int t = 0; t < CUBE_SCALAR_TYPE_COUNT; ++t) {
+    for (size_t i = 0; i < args->scalar_count; ++i) {
+      if ((int)args->scalars[i].type == t) words[n++] = scalar_word(&args->scalars[i]);
+    }
+  }
+  for (size_t b = 0; b < args->buffer_count; ++b) words[n++] = lengths[b];
+  uint32_t meta_at = n;
+  n += (uint32_t)args->buffer_count;
+  uint32_t dynamic = 0;
+  for (size_t b = 0; b < args->buffer_count; ++b) {
+    const cube_kernel_buffer_t *buf = &args->buffers[b];
+    if (buf->rank == 0) {
+      words[meta_at + b] = CUBE_INFO_NO_META_WORD;
+      continue;
+    }
+    words[meta_at + b] = dynamic;
+    words[n + dynamic++] = buf->rank;
+    for (uint32_t d = 0; d < buf->rank; ++d) words[n + dynamic++] = buf->shape[d];
+    for (uint32_t d = 0; d < buf->rank; ++d) words[n + dynamic++] = buf->strides[d];
+  }
+  *out_static = n;
+  *out_words = n + dynamic;
+  return CUBE_OK;
+}
+
+//===--- The info cache ---===//
+
+static uint64_t words_hash(const uint64_t *words, uint32_t count) {
+  uint64_t h = 1469598103934665603ull ^ count;
+  for (uint32_t i = 0; i < count; ++i) {
+    h ^= words[i];
+    h *= 1099511628211ull;
+    h ^= h >> 29;
+  }
+  return h;
+}
+
+void cube_info_cache_clear(cube_server_t *server) {
+  for (uint32_t i = 0; i < server->info_cache_count; ++i) {
+    cube_info_entry_t *e = &server->info_cache[i];
+    cube_mm_free(server->mm, &e->slice, e->last_stream, e->last_ticket);
+    free(e->data);
+  }
+  server->info_cache_count = 0;
+}
+
+cube_status_t cube_info_cache_get(cube_server_t *server, uint32_t stream, const uint64_t *words,
+                                  uint32_t count, cube_info_entry_t **out_entry) {
+  uint64_t hash = words_hash(words, count);
+  cube_info_entry_t *hit = NULL;
+  for (uint32_t i = 0; i < server->info_cache_count && !hit; ++i) {
+    cube_info_entry_t *e = &server->info_cache[i];
+    if (e->hash == hash && e->words == count && memcmp(e->data, words, count * 8) == 0) hit = e;
+  }
+  cube_status_t status = CUBE_OK;
+  // Graphs: a capture window uploads nothing (its upload would be recorded
+  // from staging that is handed back); the warm-up run fills the cache.
+  if (!hit && server->streams[stream].capturing) {
+    return cube_status_make(CUBE_STATUS_GENERIC,
+                            "launch on stream %u: its shape metadata (%u words) was not seen "
+                            "before the capture window; run the same work once between "
+                            "cube_graph_prepare and cube_graph_begin_capture",
+                            stream, count);
+  }
+  if (!hit) {
+    cube_info_entry_t *slot = NULL;
+    if (server->info_cache_count < CUBE_INFO_CACHE_ENTRIES) {
+      slot = &server->info_cache[server->info_cache_count++];
+    } else {
+      // Least recently used among entries no graph reads.
+      for (uint32_t i = 0; i < CUBE_INFO_CACHE_ENTRIES; ++i) {
+        cube_info_entry_t *e = &server->info_cache[i];
+        if (!e->pins && (!slot || e->stamp < slot->stamp)) slot = e;
+      }
+      if (!slot) {
+        return cube_status_make(CUBE_STATUS_GENERIC,
+                                "launch on stream %u: all %d info-cache entries are read by "
+                                "live graphs; destroy a graph first",
+                                stream, CUBE_INFO_CACHE_ENTRIES);
+      }
+      cube_mm_free(server->mm, &slot->slice, slot->last_stream, slot->last_ticket);
+      free(slot->data);
+    }
+    *slot = (cube_info_entry_t){.hash = hash, .words = count};
+    slot->data = malloc(count * 8ull);
+    status = slot->data ? cube_server_note(server, cube_mm_reserve(server->mm, count * 8ull, stream,
+                                                                   &slot->slice))
+                        : cube_status_make(CUBE_STATUS_GENERIC, "info cache: out of host memory");
+    if (cube_status_is_ok(status)) {
+      memcpy(slot->data, words, count * 8ull);
+      status = cube_staging_upload(server, stream, NULL, slot->slice.address, words, count * 8ull);
+      server->info_uploads++;
+    }
+    if (!cube_status_is_ok(status)) {
+      if (slot->slice.size)
+        cube_mm_free(server->mm, &slot->slice, stream, server->streams[stream].ticket);
+      free(slot->data);
+      *slot = server->info_cache[--server->info_cache_count];
+      return status;
+    }
+    hit = slot;
+  }
+  hit->stamp = ++server->info_stamp;
+  hit->last_stream = stream;
+  hit->last_ticket = server->streams[stream].ticket + 1;  // the launch about to use it
+  *out_entry = hit;
+  return status;
+}

@@ -1,0 +1,30 @@
+// cubec core — the info block every launch carries (layout in cube/dialect.h)
+// and the info cache of dynamic metadata (info.c). Above staging.c.
+#ifndef CUBE_CORE_INFO_H_
+#define CUBE_CORE_INFO_H_
+
+#include "core/server.h"
+
+// The info-block constants. cube/dialect.h, embedded in front of kernel
+// sources, cannot include our headers: info.c includes it and checks at
+// compile time that both say the same.
+#define CUBE_INFO_STATIC_WORDS 64
+#define CUBE_INFO_NO_META_WORD 0xffffffffffffffffull
+// The most words one launch's info block can take.
+#define CUBE_INFO_MAX_WORDS (CUBE_INFO_STATIC_WORDS + CUBE_MAX_BUFFERS * (1 + 2 * CUBE_MAX_RANK))
+
+// Packs the info block of a launch of |kernel| with |args| (buffer lengths
+// in bytes in |lengths|) into |words|. VALIDATION when it does not fit.
+CUBE_INTERNAL cube_status_t cube_info_pack(const cube_kernel_t *kernel,
+                                           const cube_kernel_args_t *args, const uint64_t *lengths,
+                                           uint64_t *words, uint32_t *out_words,
+                                           uint32_t *out_static);
+// The cache entry holding |words| (the dynamic part) on the device, uploading
+// them on a miss; the launch about to use it is the next on |stream|. Lock held.
+CUBE_INTERNAL cube_status_t cube_info_cache_get(cube_server_t *server, uint32_t stream,
+                                                const uint64_t *words, uint32_t count,
+                                                cube_info_entry_t **out_entry);
+// Releases every entry (teardown).
+CUBE_INTERNAL void cube_info_cache_clear(cube_server_t *server);
+
+#endif  // CUBE_CORE_INFO_H_

@@ -1,0 +1,81 @@
+// cubec core — the backend registry: which backends exist, which one is the
+// default, what each reports about itself, and the device-properties hash.
+//
+// Owns: the list of backend factories. Must not touch: servers or clients.
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "core/registry.h"
+
+const cube_backend_factory_t *cube_registry_factory(cube_backend_kind_t kind) {
+  switch (kind) {
+    case CUBE_BACKEND_CPU:
+      return &cube_cpu_backend_factory;
+    case CUBE_BACKEND_CUDA:
+      return &cube_cuda_backend_factory;
+    default:
+      return NULL;
+  }
+}
+
+cube_backend_kind_t cube_backend_default(void) {
+  const char *env = getenv("CUBE_BACKEND");
+  if (env && strcmp(env, "cpu") == 0) return CUBE_BACKEND_CPU;
+  if (env && strcmp(env, "cuda") == 0) return CUBE_BACKEND_CUDA;
+  cube_backend_info_t info;
+  cube_registry_query(CUBE_BACKEND_CUDA, &info);
+  return info.available && info.device_count > 0 ? CUBE_BACKEND_CUDA : CUBE_BACKEND_CPU;
+}
+
+void cube_registry_query(cube_backend_kind_t kind, cube_backend_info_t *out_info) {
+  memset(out_info, 0, sizeof *out_info);
+  const cube_backend_factory_t *factory = cube_registry_factory(kind);
+  out_info->kind = kind;
+  out_info->name = factory ? factory->name : "unknown";
+  out_info->detail = "";
+  if (factory) factory->query(out_info);
+}
+
+cube_status_t cube_backend_query(cube_backend_kind_t kind, cube_backend_info_t *out_info) {
+  if (!out_info)
+    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_backend_query: out_info is NULL");
+  if (kind == CUBE_BACKEND_DEFAULT) kind = cube_backend_default();
+  if (!cube_registry_factory(kind)) {
+    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_backend_query: unknown backend kind %d",
+                            (int)kind);
+  }
+  cube_registry_query(kind, out_info);
+  return CUBE_OK;
+}
+
+uint64_t cube_device_properties_hash(const cube_device_properties_t *p) {
+  if (!p) return 0;
+  // Field by field, so padding never enters the hash.
+  cube_hash128_state_t h;
+  cube_hash128_init(&h);
+  cube_hash128_update(&h, p->name, strnlen(p->name, sizeof p->name));
+  const uint64_t words[] = {(uint64_t)p->backend,
+                            p->plane_size_min,
+                            p->plane_size_max,
+                            p->max_units_per_cube,
+                            p->max_cube_count.x,
+                            p->max_cube_count.y,
+                            p->max_cube_count.z,
+                            p->max_cube_dim.x,
+                            p->max_cube_dim.y,
+                            p->max_cube_dim.z,
+                            p->max_shared_memory_per_cube,
+                            p->core_count,
+                            p->memory_size,
+                            p->memory_alignment,
+                            p->max_page_size,
+                            p->compute_capability_major,
+                            p->compute_capability_minor,
+                            p->l2_cache_size,
+                            p->max_shared_memory_optin,
+                            (uint64_t)p->supports_tma,
+                            (uint64_t)p->supports_clusters};
+  cube_hash128_update(&h, words, sizeof words);
+  return cube_hash128_final(&h).low;
+}

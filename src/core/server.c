@@ -1,0 +1,344 @@
+// cubec core — the server primitives, at the bottom of the core: entering
+// and leaving a server (its lock and the device's poison), streams and their
+// tickets, resolving bindings to slots, cross-stream ordering, waiting on a
+// stream, and the hooks the layers above register (flushing deferred
+// launches, work that failed).
+//
+// Owns: the server's lock, its streams and tickets, the calling thread's
+// default stream. Must not call up into the feature files (launch, io,
+// graph, profile...): they register hooks instead.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "core/server.h"
+
+//===--- Server entry, poison, hooks ---===//
+
+cube_status_t cube_server_enter(cube_server_t *server, const char *operation) {
+  if (!server) return cube_status_make(CUBE_STATUS_VALIDATION, "%s: client is NULL", operation);
+  pthread_mutex_lock(&server->lock);
+  if (server->poison) {
+    cube_status_t status =
+        cube_status_wrap(cube_status_retain(server->poison), CUBE_STATUS_DEVICE_POISONED,
+                         "%s: device %s is poisoned", operation, server->name);
+    pthread_mutex_unlock(&server->lock);
+    return status;
+  }
+  return CUBE_OK;
+}
+
+void cube_server_leave(cube_server_t *server) {
+  pthread_mutex_unlock(&server->lock);
+}
+
+cube_status_t cube_server_begin(cube_server_t *server, cube_stream_t stream, const char *operation,
+                                uint32_t *out_index) {
+  cube_status_t status = cube_server_enter(server, operation);
+  if (!cube_status_is_ok(status)) return status;
+  cube_server_flush_deferred(server);
+  status = cube_server_stream(server, stream, operation, out_index);
+  if (!cube_status_is_ok(status)) cube_server_leave(server);
+  return status;
+}
+
+cube_status_t cube_server_note(cube_server_t *server, cube_status_t status) {
+  if (status && !server->poison && cube_status_is_device_poisoned(status)) {
+    server->poison = cube_status_retain(status);
+  }
+  return status;
+}
+
+void cube_server_flush_deferred(cube_server_t *server) {
+  if (server->hooks.flush_deferred) server->hooks.flush_deferred(server);
+}
+
+void cube_server_work_failed(cube_server_t *server, uint32_t stream, cube_status_t status) {
+  if (cube_status_is_ok(status)) return;
+  for (size_t i = 0; i < sizeof server->hooks.work_failed / sizeof *server->hooks.work_failed;
+       ++i) {
+    if (server->hooks.work_failed[i]) server->hooks.work_failed[i](server, stream, status);
+  }
+}
+
+cube_status_t cube_server_refuse_capturing(cube_server_t *server, uint32_t stream,
+                                           const char *operation) {
+  if (!server->streams[stream].capturing) return CUBE_OK;
+  return cube_status_make(CUBE_STATUS_GENERIC,
+                          "%s: stream %u is recording a graph; a capture window records kernel "
+                          "launches only (host writes, copies, reads, syncs, replays and profiling "
+                          "wait until cube_graph_end_capture)",
+                          operation, stream);
+}
+
+//===--- Tickets: how the memory manager learns a stream finished ---===//
+
+static cube_status_t stream_refresh(cube_server_t *server, cube_stream_state_t *s) {
+  cube_status_t status = CUBE_OK;
+  if (s->progress) {
+    bool done = false;
+    status = cube_server_note(
+        server, s->backend ? server->device->vtable->event_query(server->device, s->progress, &done)
+                           : CUBE_OK);
+    if (cube_status_is_ok(status) && done) {
+      if (s->progress_ticket > s->completed) s->completed = s->progress_ticket;
+      server->device->vtable->event_release(server->device, s->progress);
+      s->progress = NULL;
+    }
+  }
+  return status;
+}
+
+static bool stream_reached(void *context, uint32_t stream, uint64_t ticket) {
+  cube_server_t *server = context;
+  if (stream == 0 || stream > CUBE_MAX_STREAMS) return true;
+  cube_stream_state_t *s = &server->streams[stream];
+  if (!s->live || s->completed >= ticket) return true;
+  cube_status_release(stream_refresh(server, s));
+  if (s->completed >= ticket) return true;
+  // A recording stream takes no event (it would be recorded into the graph).
+  if (!s->progress && !server->poison && !s->capturing) {
+    // Nothing in flight covers |ticket| yet: mark the stream's current end,
+    // so a later question can be answered without a host wait.
+    cube_bevent_t *event = NULL;
+    cube_status_t status = cube_server_note(
+        server, server->device->vtable->event_record(server->device, s->backend, false, &event));
+    if (cube_status_is_ok(status)) {
+      s->progress = event;
+      s->progress_ticket = s->ticket;
+    }
+    cube_status_release(status);
+  }
+  return false;
+}
+
+static cube_status_t mm_page_alloc(void *context, uint64_t size, uint64_t *out_address) {
+  cube_server_t *server = context;
+  if (server->poison) {
+    return cube_status_wrap(cube_status_retain(server->poison), CUBE_STATUS_IO_DEVICE_POISONED,
+                            "page allocation of %llu bytes on poisoned device %s",
+                            (unsigned long long)size, server->name);
+  }
+  return cube_server_note(server,
+                          server->device->vtable->page_alloc(server->device, size, out_address));
+}
+
+static cube_status_t mm_page_free(void *context, uint64_t address) {
+  cube_server_t *server = context;
+  return cube_server_note(server, server->device->vtable->page_free(server->device, address));
+}
+
+cube_mm_storage_t cube_server_storage(cube_server_t *server) {
+  return (cube_mm_storage_t){.context = server,
+                             .page_alloc = mm_page_alloc,
+                             .page_free = mm_page_free,
+                             .reached = stream_reached};
+}
+
+//===--- Streams ---===//
+
+cube_status_t cube_server_stream_open(cube_server_t *server, bool explicit_stream,
+                                      uint32_t *out_index) {
+  uint32_t index = 0;
+  for (uint32_t i = 1; i <= CUBE_MAX_STREAMS && !index; ++i) {
+    if (!server->streams[i].live) index = i;
+  }
+  if (!index) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "cube_stream_create: all %d streams of %s are in use", CUBE_MAX_STREAMS,
+                            server->name);
+  }
+  cube_stream_state_t *s = &server->streams[index];
+  cube_status_t status =
+      cube_server_note(server, server->device->vtable->stream_create(server->device, &s->backend));
+  if (cube_status_is_ok(status)) {
+    s->live = true;
+    s->explicit_stream = explicit_stream;
+    s->capturing = false;
+    s->ticket = s->completed = 0;
+    s->progress = NULL;
+    *out_index = index;
+  }
+  return status;
+}
+
+static _Thread_local struct {
+  const cube_server_t *server;
+  uint32_t client_id;
+  uint32_t stream;
+} current_stream __attribute__((tls_model("initial-exec")));
+
+cube_status_t cube_server_stream(cube_server_t *server, cube_stream_t stream, const char *operation,
+                                 uint32_t *out_index) {
+  if (stream != CUBE_STREAM_CURRENT) {
+    if (stream > CUBE_MAX_STREAMS || !server->streams[stream].live ||
+        !server->streams[stream].explicit_stream) {
+      return cube_status_make(CUBE_STATUS_VALIDATION, "%s: stream %u is not a live stream of %s",
+                              operation, stream, server->name);
+    }
+    *out_index = stream;
+    return CUBE_OK;
+  }
+  // The thread's last answer, checked against the client's own id: a client
+  // freed and another made at the same address has another id.
+  if (current_stream.server == server && current_stream.client_id == server->id &&
+      server->streams[current_stream.stream].live) {
+    *out_index = current_stream.stream;
+    return CUBE_OK;
+  }
+  pthread_t self = pthread_self();
+  for (size_t i = 0; i < server->thread_stream_count; ++i) {
+    if (pthread_equal(server->thread_streams[i].thread, self)) {
+      *out_index = server->thread_streams[i].stream;
+      current_stream.server = server;
+      current_stream.client_id = server->id;
+      current_stream.stream = *out_index;
+      return CUBE_OK;
+    }
+  }
+  if (server->thread_stream_count == server->thread_stream_capacity) {
+    size_t capacity = server->thread_stream_capacity ? server->thread_stream_capacity * 2 : 8;
+    cube_thread_stream_t *grown = realloc(server->thread_streams, capacity * sizeof *grown);
+    if (!grown) return cube_status_make(CUBE_STATUS_GENERIC, "%s: out of host memory", operation);
+    server->thread_streams = grown;
+    server->thread_stream_capacity = capacity;
+  }
+  uint32_t index = 0;
+  cube_status_t status = cube_server_stream_open(server, false, &index);
+  if (cube_status_is_ok(status)) {
+    server->thread_streams[server->thread_stream_count++] = (cube_thread_stream_t){self, index};
+    *out_index = index;
+  }
+  return status;
+}
+
+cube_status_t cube_server_wait_stream(cube_server_t *server, uint32_t stream) {
+  // The lock is not held across the wait: other threads keep enqueuing.
+  pthread_mutex_lock(&server->lock);
+  cube_bstream_t *bstream = server->streams[stream].live ? server->streams[stream].backend : NULL;
+  uint64_t ticket = server->streams[stream].ticket;
+  pthread_mutex_unlock(&server->lock);
+  if (!bstream) return CUBE_OK;
+  cube_status_t status = server->device->vtable->stream_sync(server->device, bstream);
+  pthread_mutex_lock(&server->lock);
+  status = cube_server_note(server, status);
+  if (cube_status_is_ok(status) && server->streams[stream].completed < ticket) {
+    server->streams[stream].completed = ticket;
+  }
+  pthread_mutex_unlock(&server->lock);
+  return status;
+}
+
+//===--- Handles and bindings ---===//
+
+// Handle bits: [client id:16][generation:16][slot + 1:32]. Slot + 1 keeps 0
+// from ever being a valid handle.
+static cube_handle_t handle_pack(uint32_t server, uint32_t generation, uint32_t slot) {
+  return (cube_handle_t){((uint64_t)(server & 0xffff) << 48) |
+                         ((uint64_t)(generation & 0xffff) << 32) | (uint64_t)(slot + 1)};
+}
+static uint32_t handle_client(cube_handle_t h) {
+  return (uint32_t)(h.bits >> 48);
+}
+static uint32_t handle_generation(cube_handle_t h) {
+  return (uint32_t)(h.bits >> 32) & 0xffff;
+}
+static uint32_t handle_slot(cube_handle_t h) {
+  return (uint32_t)(h.bits & 0xffffffffu) - 1;
+}
+
+cube_handle_t cube_server_handle(const cube_server_t *server, uint32_t index) {
+  return handle_pack(server->id, server->slots[index].generation, index);
+}
+
+// The live slot |handle| names, or the error that says why not.
+cube_status_t cube_server_slot(cube_server_t *server, cube_handle_t handle, const char *operation,
+                               const char *what, uint32_t *out_index) {
+  if (handle.bits == 0) {
+    return cube_status_make(CUBE_STATUS_VALIDATION, "%s: %s is the null handle", operation, what);
+  }
+  if (handle_client(handle) != (server->id & 0xffff)) {
+    return cube_status_make(CUBE_STATUS_FOREIGN_HANDLE,
+                            "%s: %s is a handle of client #%u, used on client #%u (%s)", operation,
+                            what, handle_client(handle), server->id, server->name);
+  }
+  uint32_t index = handle_slot(handle);
+  if (index >= server->slot_count || !server->slots[index].live ||
+      (server->slots[index].generation & 0xffff) != handle_generation(handle)) {
+    return cube_status_make(CUBE_STATUS_IO_NOT_FOUND,
+                            "%s: %s (handle 0x%016llx) was released or never existed on %s",
+                            operation, what, (unsigned long long)handle.bits, server->name);
+  }
+  *out_index = index;
+  return CUBE_OK;
+}
+
+cube_status_t cube_server_resolve(cube_server_t *server, cube_binding_t binding,
+                                  const char *operation, const char *what, cube_resolved_t *out) {
+  uint32_t index = 0;
+  cube_status_t status = cube_server_slot(server, binding.handle, operation, what, &index);
+  if (!cube_status_is_ok(status)) return status;
+  cube_slot_t *slot = &server->slots[index];
+  uint64_t size = binding.size;
+  if (size == CUBE_WHOLE) size = binding.offset <= slot->size ? slot->size - binding.offset : 0;
+  uint64_t end = 0;
+  if (binding.offset > slot->size || !cube_add_u64(binding.offset, size, &end) ||
+      end > slot->size) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "%s: %s slice [offset %llu, size %llu] is out of range for a buffer of "
+                            "%llu bytes",
+                            operation, what, (unsigned long long)binding.offset,
+                            (unsigned long long)size, (unsigned long long)slot->size);
+  }
+  *out = (cube_resolved_t){.slot = slot,
+                           .slot_index = index,
+                           .offset = binding.offset,
+                           .size = size,
+                           .address = slot->slice.address + binding.offset};
+  return CUBE_OK;
+}
+
+cube_status_t cube_server_order(cube_server_t *server, uint32_t stream, cube_slot_t *slot) {
+  if (slot->last_stream == stream || slot->last_stream == 0) return CUBE_OK;
+  cube_stream_state_t *other = &server->streams[slot->last_stream];
+  if (!other->live || other->completed >= slot->last_ticket) return CUBE_OK;
+  const cube_backend_vtable_t *vt = server->device->vtable;
+  cube_bevent_t *event = NULL;
+  cube_status_t status =
+      cube_server_note(server, vt->event_record(server->device, other->backend, false, &event));
+  if (cube_status_is_ok(status)) {
+    status = cube_server_note(
+        server, vt->event_wait(server->device, server->streams[stream].backend, event));
+    vt->event_release(server->device, event);
+  }
+  return status;
+}
+
+void cube_server_used(cube_server_t *server, uint32_t stream, cube_slot_t *slot) {
+  (void)server;
+  if (slot) {
+    slot->last_stream = stream;
+    slot->last_ticket = server->streams[stream].ticket;
+  }
+}
+
+cube_status_t cube_server_ensure_written(cube_server_t *server, cube_slot_t *const *slots,
+                                         size_t count) {
+  (void)server;
+  // One report per distinct failure, in the order found.
+  cube_status_t found[CUBE_MAX_BUFFERS + 1];
+  const cube_failure_t *failures[CUBE_MAX_BUFFERS + 1];
+  size_t distinct = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const cube_claim_t *claim = &slots[i]->claim;
+    if (!cube_claim_is_set(claim)) continue;
+    bool seen = false;
+    for (size_t j = 0; j < distinct && !seen; ++j) seen = failures[j] == claim->failure;
+    if (seen || distinct == CUBE_MAX_BUFFERS + 1) continue;
+    failures[distinct] = claim->failure;
+    found[distinct++] = cube_claim_status(claim);
+  }
+  if (distinct == 0) return CUBE_OK;
+  return cube_status_several(found, distinct);
+}

@@ -1,0 +1,231 @@
+// cubec core — staging: pooled host buffers (pinned on CUDA) the device
+// copies from and into, the caller's own staging buffers, and uploads of host
+// bytes in stream order through pipelined staging.
+//
+// Owns: the staging pool of every server. Must not touch: claims.
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/host_copy.h"
+#include "core/staging.h"
+
+typedef struct staging_block_t {
+  struct staging_block_t *next;
+  void *host;
+  uint64_t size;
+  bool free;
+  bool user;  // acquired by the caller through cube_staging_acquire
+} staging_block_t;
+
+typedef struct staging_give_t {
+  cube_server_t *server;
+  void *host;
+} staging_give_t;
+
+static pthread_mutex_t staging_lock = PTHREAD_MUTEX_INITIALIZER;
+
+// Staging blocks are kept per client in a list; sizes are rounded up to a
+// power of two (at least 64 KiB) so that blocks are reused across sizes.
+static uint64_t staging_round(uint64_t size) {
+  uint64_t rounded = 64 * 1024;
+  while (rounded < size && rounded < (1ull << 62)) rounded <<= 1;
+  return rounded;
+}
+
+// Takes a free block of |size| (rounded), waiting while |max_busy| blocks of
+// that size are in flight (0: never wait).
+static cube_status_t staging_take_bounded(cube_server_t *server, uint64_t size, uint32_t max_busy,
+                                          void **out_host) {
+  uint64_t rounded = staging_round(size);
+  staging_block_t *hit = NULL;
+  for (;;) {
+    uint32_t busy = 0;
+    pthread_mutex_lock(&staging_lock);
+    for (staging_block_t *b = server->staging; b && !hit; b = b->next) {
+      if (b->size != rounded) continue;
+      if (b->free) {
+        hit = b;
+      } else {
+        busy++;
+      }
+    }
+    if (hit) hit->free = false;
+    pthread_mutex_unlock(&staging_lock);
+    if (hit || max_busy == 0 || busy < max_busy) break;
+    // The device is still copying out of every block: the stream hands one
+    // back as soon as its copy completes.
+    struct timespec pause = {0, 5000};
+    nanosleep(&pause, NULL);
+  }
+  if (hit) {
+    *out_host = hit->host;
+    return CUBE_OK;
+  }
+  staging_block_t *block = calloc(1, sizeof *block);
+  if (!block)
+    return cube_status_make(CUBE_STATUS_IO_OUT_OF_MEMORY,
+                            "staging of %llu bytes: out of host memory", (unsigned long long)size);
+  cube_status_t status = server->device->vtable->host_alloc(server->device, rounded, &block->host);
+  if (!cube_status_is_ok(status)) {
+    free(block);
+    return status;
+  }
+  block->size = rounded;
+  pthread_mutex_lock(&staging_lock);
+  block->next = server->staging;
+  server->staging = block;
+  pthread_mutex_unlock(&staging_lock);
+  *out_host = block->host;
+  return CUBE_OK;
+}
+
+cube_status_t cube_staging_take(cube_server_t *server, uint64_t size, void **out_host) {
+  return staging_take_bounded(server, size, 0, out_host);
+}
+
+void cube_staging_give(cube_server_t *server, void *host) {
+  pthread_mutex_lock(&staging_lock);
+  for (staging_block_t *b = server->staging; b; b = b->next) {
+    if (b->host == host) b->free = true;
+  }
+  pthread_mutex_unlock(&staging_lock);
+}
+
+void cube_staging_drain(cube_server_t *server) {
+  pthread_mutex_lock(&staging_lock);
+  staging_block_t *b = server->staging;
+  server->staging = NULL;
+  pthread_mutex_unlock(&staging_lock);
+  while (b) {
+    staging_block_t *next = b->next;
+    server->device->vtable->host_free(server->device, b->host);
+    free(b);
+    b = next;
+  }
+}
+
+static void staging_give_callback(void *arg) {
+  staging_give_t *give = arg;
+  cube_staging_give(give->server, give->host);
+  free(give);
+}
+
+cube_status_t cube_staging_acquire(cube_client_t *client, uint64_t size, void **out_host) {
+  cube_server_t *server = cube_server_of(client);
+  if (!server || !out_host || size == 0) {
+    return cube_status_make(
+        CUBE_STATUS_VALIDATION,
+        "cube_staging_acquire: needs a client, out_host and a size > 0 (size=%llu)",
+        (unsigned long long)size);
+  }
+  cube_status_t status = cube_staging_take(server, size, out_host);
+  if (cube_status_is_ok(status)) {
+    pthread_mutex_lock(&staging_lock);
+    for (staging_block_t *b = server->staging; b; b = b->next) {
+      if (b->host == *out_host) b->user = true;
+    }
+    pthread_mutex_unlock(&staging_lock);
+  }
+  return status;
+}
+
+// Whether [host, host + size) lies inside a staging buffer the caller holds.
+bool cube_staging_held(cube_server_t *server, const void *host, uint64_t size) {
+  bool held = false;
+  const char *p = host;
+  pthread_mutex_lock(&staging_lock);
+  for (staging_block_t *b = server->staging; b && !held; b = b->next) {
+    const char *start = b->host;
+    held = b->user && !b->free && p >= start && size <= b->size &&
+           p - start <= (ptrdiff_t)(b->size - size);
+  }
+  pthread_mutex_unlock(&staging_lock);
+  return held;
+}
+
+cube_status_t cube_staging_release(cube_client_t *client, void *host) {
+  cube_server_t *server = cube_server_of(client);
+  if (!server || !host)
+    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_staging_release: NULL argument");
+  bool known = false;
+  pthread_mutex_lock(&staging_lock);
+  for (staging_block_t *b = server->staging; b; b = b->next) {
+    if (b->host == host && !b->free && b->user) {
+      known = true;
+      b->free = true;
+      b->user = false;
+    }
+  }
+  pthread_mutex_unlock(&staging_lock);
+  return known ? CUBE_OK
+               : cube_status_make(CUBE_STATUS_IO_NOT_FOUND,
+                                  "cube_staging_release: %p is not a staging buffer held from %s",
+                                  host, server->name);
+}
+
+// Chunks a contiguous host-to-device copy goes through staging in: while the
+// device copies chunk i out of one block, the host fills chunk i + 1 into
+// another (CUBE_STAGING_CHUNK bytes, CUBE_STAGING_BLOCKS blocks in flight).
+static uint64_t staging_chunk(void) {
+  return cube_env_u64("CUBE_STAGING_CHUNK", 16ull << 20);
+}
+
+// Hands |host| back to the pool once the stream passes this point; waits for
+// the stream when it cannot say so. When neither works the block stays out of
+// the pool (until teardown drains the streams): the device may still copy
+// out of it, and reusing it would hand that copy another write's bytes.
+static cube_status_t staging_return(cube_server_t *server, cube_bstream_t *bstream, void *host) {
+  const cube_backend_vtable_t *vt = server->device->vtable;
+  staging_give_t *give = malloc(sizeof *give);
+  cube_status_t status = CUBE_OK;
+  if (give) {
+    *give = (staging_give_t){server, host};
+    status = vt->host_callback(server->device, bstream, staging_give_callback, give);
+  }
+  if (!give || !cube_status_is_ok(status)) {
+    free(give);
+    cube_status_release(status);
+    status = cube_server_note(server, vt->stream_sync(server->device, bstream));
+    if (cube_status_is_ok(status)) cube_staging_give(server, host);
+  }
+  return status;
+}
+
+// Copies host bytes to the device through pooled staging, so the caller's
+// buffer is free once this returns. |strided| NULL: contiguous to |address|.
+cube_status_t cube_staging_upload(cube_server_t *server, uint32_t stream,
+                                  const cube_bcopy_t *strided, uint64_t address, const void *source,
+                                  uint64_t size) {
+  const cube_backend_vtable_t *vt = server->device->vtable;
+  cube_bstream_t *bstream = server->streams[stream].backend;
+  if (!strided && cube_staging_held(server, source, size)) {
+    // The caller's pinned staging: the device copies straight from it.
+    return cube_server_note(server,
+                            vt->copy_to_device(server->device, bstream, address, source, size));
+  }
+  uint64_t chunk = strided ? size : staging_chunk();
+  if (chunk == 0) chunk = size;
+  uint32_t blocks = (uint32_t)cube_env_u64("CUBE_STAGING_BLOCKS", 4);
+  cube_status_t status = CUBE_OK;
+  for (uint64_t done = 0; done < size && cube_status_is_ok(status);) {
+    uint64_t n = size - done < chunk ? size - done : chunk;
+    void *host = NULL;
+    status = staging_take_bounded(server, n, size > chunk ? blocks : 0, &host);
+    if (!cube_status_is_ok(status)) break;
+    cube_host_copy(host, (const char *)source + done, n);
+    if (strided) {
+      status = vt->copy_strided_to_device(server->device, bstream, strided, host);
+    } else {
+      status = vt->copy_to_device(server->device, bstream, address + done, host, n);
+    }
+    status = cube_server_note(server, status);
+    if (cube_status_is_ok(status)) {
+      status = staging_return(server, bstream, host);
+    } else {
+      cube_staging_give(server, host);
+    }
+    done += n;
+  }
+  return status;
+}

@@ -1,0 +1,64 @@
+// cubec core — explicit streams: create, the calling thread's current one,
+// destroy.
+#include "core/server.h"
+
+cube_status_t cube_stream_create(cube_client_t *client, cube_stream_t *out_stream) {
+  cube_server_t *server = cube_server_of(client);
+  if (!out_stream)
+    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_stream_create: out_stream is NULL");
+  cube_status_t status = cube_server_enter(server, "cube_stream_create");
+  if (!cube_status_is_ok(status)) return status;
+  uint32_t index = 0;
+  status = cube_server_stream_open(server, true, &index);
+  if (cube_status_is_ok(status)) *out_stream = index;
+  cube_server_leave(server);
+  return status;
+}
+
+cube_status_t cube_stream_current(cube_client_t *client, cube_stream_t *out_stream) {
+  cube_server_t *server = cube_server_of(client);
+  if (!out_stream)
+    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_stream_current: out_stream is NULL");
+  cube_status_t status = cube_server_enter(server, "cube_stream_current");
+  if (!cube_status_is_ok(status)) return status;
+  uint32_t index = 0;
+  status = cube_server_stream(server, CUBE_STREAM_CURRENT, "cube_stream_current", &index);
+  if (cube_status_is_ok(status)) *out_stream = index;
+  cube_server_leave(server);
+  return status;
+}
+
+cube_status_t cube_stream_destroy(cube_client_t *client, cube_stream_t stream) {
+  cube_server_t *server = cube_server_of(client);
+  cube_status_t status = cube_server_enter(server, "cube_stream_destroy");
+  if (!cube_status_is_ok(status)) return status;
+  if (stream == CUBE_STREAM_CURRENT || stream > CUBE_MAX_STREAMS || !server->streams[stream].live ||
+      !server->streams[stream].explicit_stream) {
+    status = cube_status_make(CUBE_STATUS_VALIDATION,
+                              "cube_stream_destroy: stream %u is not a live explicit stream of %s",
+                              stream, server->name);
+  } else if (server->streams[stream].capturing) {
+    status = cube_status_make(CUBE_STATUS_GENERIC,
+                              "cube_stream_destroy: stream %u is recording a graph", stream);
+  }
+  cube_stream_state_t s = {0};
+  if (cube_status_is_ok(status)) {
+    cube_server_flush_deferred(server);
+    s = server->streams[stream];
+    // Retire the id first, so no other thread enqueues behind the drain.
+    server->streams[stream].live = false;
+    server->streams[stream].progress = NULL;
+  }
+  cube_server_leave(server);
+  if (cube_status_is_ok(status)) {
+    // Memory freed on this stream waits on tickets the stream can no longer
+    // report: drain it, so every such ticket is reached.
+    status = server->device->vtable->stream_sync(server->device, s.backend);
+    if (s.progress) server->device->vtable->event_release(server->device, s.progress);
+    server->device->vtable->stream_destroy(server->device, s.backend);
+    pthread_mutex_lock(&server->lock);
+    status = cube_server_note(server, status);
+    pthread_mutex_unlock(&server->lock);
+  }
+  return status;
+}
