@@ -375,7 +375,7 @@ static inline void *cube__shared_take(cube__ctx_t *ctx, uint64_t *offset, uint64
                                       uint64_t align) {
   uint64_t start = (ctx->dynamic_shared_size + *offset + align - 1) & ~(align - 1);
   if (start + bytes > ctx->shared_size)
-    ctx->trap(ctx, "static shared memory exceeds the cube's arena");
+    ctx->trap(ctx, "out of memory: static shared memory exceeds the cube's arena");
   *offset = start + bytes - ctx->dynamic_shared_size;
   return ctx->shared + start;
 }

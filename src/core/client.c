@@ -105,6 +105,7 @@ cube_status_t cube_client_create(const cube_client_options_t *options, cube_clie
     server->hooks.flush_deferred = cube_launch_flush_deferred;
     server->hooks.work_failed[0] = cube_capture_note_failure;
     server->hooks.work_failed[1] = cube_profile_note_failure;
+    server->hooks.work_dropped = cube_info_cache_forget;
   }
   if (cube_status_is_ok(status)) {
     *out_client = cube_server_client(server);
@@ -142,7 +143,7 @@ void cube_client_release(cube_client_t *client) {
   }
   cube_graph_teardown(server);  // the streams drained: no replay is running
   cube_profile_teardown(server);
-  for (uint32_t i = 0; i < server->slot_count; ++i) cube_claim_clear(&server->slots[i].claim);
+  for (uint32_t i = 0; i < server->slot_count; ++i) cube_claim_drop(&server->slots[i].claim);
   cube_info_cache_clear(server);
   cube_mm_destroy(server->mm);
   cube_staging_drain(server);

@@ -1,4 +1,4 @@
-// cubec core — the failure store (see failure.h).
+// cubec core — the failure model (see failure.h).
 #include "core/failure.h"
 
 #include <stdatomic.h>
@@ -6,23 +6,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+struct cube_failure_t {
+  uint32_t refs;     // claims and holders keeping it; the static one ignores it
+  uint32_t claimed;  // claims on it now (buffers, and holders while they run)
+  uint64_t id;
+  cube_status_t root;  // NULL for the static TornDown failure
+  bool is_static;
+};
+
+struct cube_hop_t {
+  uint32_t refs;
+  struct cube_hop_t *next;
+  char what[96];  // "launch of 'add' skipped: ..."
+};
+
 static atomic_uint_fast64_t next_failure_id = 1;
 
-cube_failure_t *cube_failure_create(cube_status_t root) {
+// The failure a scope claims on entry and every fallback when memory runs out:
+// static, so claiming it costs a store, and never written after start-up.
+static cube_failure_t torn_down = {.is_static = true};
+
+static cube_failure_t *failure_create(cube_status_t root) {
   cube_failure_t *failure = calloc(1, sizeof *failure);
   if (!failure) {
     cube_status_release(root);
-    return NULL;
+    return &torn_down;
   }
   failure->id = atomic_fetch_add(&next_failure_id, 1);
   failure->root = root;
   return failure;
-}
-
-cube_failure_t *cube_failure_torn_down(void) {
-  static cube_failure_t torn_down = {.is_static = true};
-  torn_down.root = cube_status_torn_down();
-  return &torn_down;
 }
 
 static void failure_unref(cube_failure_t *failure) {
@@ -41,16 +53,23 @@ static void hop_unref(cube_hop_t *hop) {
   }
 }
 
-void cube_failure_drop_if_unclaimed(cube_failure_t *failure) {
-  if (failure && !failure->is_static && failure->refs == 0) {
-    cube_status_release(failure->root);
-    free(failure);
+// Replaces |claim| with (failure, chain). The new references are taken before
+// the old ones are dropped: |failure| or |chain| may be reachable only
+// through |claim|.
+static void claim_set(cube_claim_t *claim, cube_failure_t *failure, cube_hop_t *chain) {
+  if (failure && !failure->is_static) {
+    failure->refs++;
+    failure->claimed++;
   }
+  if (chain) chain->refs++;
+  cube_claim_drop(claim);
+  claim->failure = failure;
+  claim->chain = chain;
 }
 
-void cube_claim_clear_slow(cube_claim_t *claim) {
-  if (claim->failure) {
-    if (!claim->failure->is_static) claim->failure->claimed--;
+void cube_claim_drop(cube_claim_t *claim) {
+  if (claim->failure && !claim->failure->is_static) {
+    claim->failure->claimed--;
     failure_unref(claim->failure);
   }
   hop_unref(claim->chain);
@@ -58,39 +77,156 @@ void cube_claim_clear_slow(cube_claim_t *claim) {
   claim->chain = NULL;
 }
 
-void cube_claim_set(cube_claim_t *claim, cube_failure_t *failure, cube_hop_t *chain) {
-  // Take the new references before dropping the old ones: |failure| or
-  // |chain| may be reachable only through |claim|.
-  if (failure && !failure->is_static) {
-    failure->refs++;
-    failure->claimed++;
-  }
-  if (chain) chain->refs++;
-  cube_claim_clear(claim);
-  claim->failure = failure;
-  claim->chain = chain;
+uint64_t cube_claim_failure_id(const cube_claim_t *claim) {
+  return claim->failure ? claim->failure->id : 0;
 }
 
-void cube_claim_extend(cube_claim_t *claim, const cube_claim_t *source, const char *what) {
-  cube_hop_t *hop = malloc(sizeof *hop);
-  if (!hop) {  // Out of memory: keep the failure, lose only this hop's text.
-    cube_claim_set(claim, source->failure, source->chain);
-    return;
+//===--- Inputs ---===//
+
+const cube_claim_t *cube_failure_carried(const cube_claim_t *const *inputs, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    if (inputs[i] && cube_claim_is_set(inputs[i])) return inputs[i];
   }
-  hop->refs = 0;
-  hop->next = source->chain;
-  if (hop->next) hop->next->refs++;
-  snprintf(hop->what, sizeof hop->what, "%s", what);
-  cube_claim_set(claim, source->failure, hop);
+  return NULL;
 }
 
-cube_status_t cube_claim_status(const cube_claim_t *claim) {
+// UNWRITTEN for one set claim.
+static cube_status_t claim_status(const cube_claim_t *claim) {
   const char *hops[64];
   size_t count = 0;
   for (const cube_hop_t *hop = claim->chain; hop && count < 64; hop = hop->next) {
     hops[count++] = hop->what;
   }
-  cube_failure_t *failure = claim->failure;
-  return cube_status_unwritten(failure->id, failure->claimed, hops, count,
-                               cube_status_retain(failure->root));
+  const cube_failure_t *failure = claim->failure;
+  cube_status_t root =
+      failure->is_static ? cube_status_torn_down() : cube_status_retain(failure->root);
+  return cube_status_unwritten(failure->id, failure->claimed, hops, count, root);
+}
+
+cube_status_t cube_failure_check(const cube_claim_t *const *claims, size_t count) {
+  enum { kMaxDistinct = 32 };
+  cube_status_t found[kMaxDistinct];
+  const cube_failure_t *failures[kMaxDistinct];
+  size_t distinct = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const cube_claim_t *claim = claims[i];
+    if (!claim || !cube_claim_is_set(claim)) continue;
+    bool seen = false;
+    for (size_t j = 0; j < distinct && !seen; ++j) seen = failures[j] == claim->failure;
+    if (seen || distinct == kMaxDistinct) continue;
+    failures[distinct] = claim->failure;
+    found[distinct++] = claim_status(claim);
+  }
+  if (distinct == 0) return CUBE_OK;
+  return cube_status_several(found, distinct);
+}
+
+//===--- Write scopes ---===//
+
+void cube_write_scope_open(cube_write_scope_t *scope, cube_scope_output_t *storage,
+                           uint32_t capacity, bool tracking) {
+  *scope = (cube_write_scope_t){
+      .outputs = storage, .count = 0, .capacity = capacity, .tracking = tracking};
+}
+
+void cube_write_scope_add(cube_write_scope_t *scope, cube_claim_t *claim, bool whole) {
+  if (scope->count == scope->capacity) return;  // a caller's bug: sized by its own bound
+  cube_scope_output_t *out = &scope->outputs[scope->count++];
+  out->claim = claim;
+  out->whole = whole;
+  out->prior = (cube_claim_t){0};
+  if (scope->tracking) {
+    // The prior claim moves aside (its references with it); the provisional
+    // one is static, so entering costs two stores.
+    out->prior = *claim;
+    claim->failure = &torn_down;
+    claim->chain = NULL;
+  }
+}
+
+void cube_write_scope_commit(cube_write_scope_t *scope) {
+  // In reverse: an output added twice gets back what it held before the
+  // first add, not the provisional claim of the second.
+  for (uint32_t i = scope->count; i-- > 0;) {
+    cube_scope_output_t *out = &scope->outputs[i];
+    if (out->whole) {
+      cube_claim_drop(&out->prior);
+      cube_claim_drop(out->claim);
+    } else if (scope->tracking) {
+      cube_claim_drop(out->claim);  // the provisional claim
+      *out->claim = out->prior;
+    }
+    out->prior = (cube_claim_t){0};
+  }
+  scope->count = 0;
+}
+
+uint64_t cube_write_scope_fail(cube_write_scope_t *scope, cube_status_t error) {
+  cube_charge_t charge;
+  cube_failure_charge_begin(&charge, error, NULL);
+  for (uint32_t i = scope->count; i-- > 0;) {
+    cube_scope_output_t *out = &scope->outputs[i];
+    cube_claim_drop(&out->prior);
+    cube_failure_charge(&charge, out->claim);
+  }
+  uint64_t id = cube_failure_charge_id(&charge);
+  cube_failure_charge_end(&charge);
+  scope->count = 0;
+  return id;
+}
+
+//===--- Skips ---===//
+
+void cube_failure_skip_begin(cube_skip_t *skip, const cube_claim_t *carried, const char *what) {
+  *skip = (cube_skip_t){0};
+  claim_set(&skip->source, carried->failure, carried->chain);
+  cube_hop_t *hop = malloc(sizeof *hop);
+  if (hop) {        // Out of memory: the failure is kept, only this hop's text is lost.
+    hop->refs = 1;  // the skip's own reference, dropped at the end
+    hop->next = skip->source.chain;
+    if (hop->next) hop->next->refs++;
+    snprintf(hop->what, sizeof hop->what, "%s", what);
+  }
+  skip->hop = hop;
+}
+
+void cube_failure_skip_charge(cube_skip_t *skip, cube_claim_t *claim) {
+  claim_set(claim, skip->source.failure, skip->hop ? skip->hop : skip->source.chain);
+}
+
+void cube_failure_skip_end(cube_skip_t *skip) {
+  hop_unref(skip->hop);
+  cube_claim_drop(&skip->source);
+  skip->hop = NULL;
+}
+
+//===--- Charges ---===//
+
+void cube_failure_charge_begin(cube_charge_t *charge, cube_status_t error, const char *later_what) {
+  *charge = (cube_charge_t){0};
+  claim_set(&charge->failure, failure_create(cube_status_retain(error)), NULL);
+  snprintf(charge->later_what, sizeof charge->later_what, "%s",
+           later_what ? later_what : "work not run after a failure");
+}
+
+void cube_failure_charge(cube_charge_t *charge, cube_claim_t *claim) {
+  claim_set(claim, charge->failure.failure, NULL);
+}
+
+void cube_failure_charge_later(cube_charge_t *charge, cube_claim_t *claim) {
+  if (!charge->later_begun) {
+    cube_failure_skip_begin(&charge->later, &charge->failure, charge->later_what);
+    charge->later_begun = true;
+  }
+  cube_failure_skip_charge(&charge->later, claim);
+}
+
+uint64_t cube_failure_charge_id(const cube_charge_t *charge) {
+  return cube_claim_failure_id(&charge->failure);
+}
+
+void cube_failure_charge_end(cube_charge_t *charge) {
+  if (charge->later_begun) cube_failure_skip_end(&charge->later);
+  charge->later_begun = false;
+  cube_claim_drop(&charge->failure);
 }

@@ -1,4 +1,5 @@
-// cubec core — the failure store: failures, claims and skip chains.
+// cubec core — the failure model: the one module that creates failures and
+// sets, extends or clears claims.
 //
 // Owns: the rule that no read returns bytes failed work left stale. Each
 // failure gets an id; a buffer that failed work was going to write *claims*
@@ -6,66 +7,129 @@
 // claim the same failure one hop further from the root. A read, sync, check
 // or get_resource of a claimed buffer answers UNWRITTEN with the chain.
 //
-// Must not touch: the backend or memory. Not thread-safe: the server lock
-// guards every call.
+// Every producer of buffers (launch, host write, strided write, copy, graph
+// replay and end-capture, collectives, tensor-map launches) goes through the
+// same calls:
+//   1. cube_failure_carried over its inputs: an input carrying a failure
+//      skips the work (cube_failure_skip_*), and nothing runs;
+//   2. a write scope over its outputs (cube_write_scope_*): open before the
+//      work is enqueued (outputs claim the provisional TornDown, so a scope
+//      interrupted half-way leaves them claimed, never trusted), commit once it
+//      is enqueued (releases what whole-buffer writes cover), or fail it;
+//   3. failures found later (a late failure reported at completion, a failed
+//      wait, a failed graph): a charge (cube_failure_charge_*) claims each
+//      buffer the failed work was writing, and work that did not run after it
+//      one hop further.
+//
+// Must not touch: the backend, memory, streams. Not thread-safe: the server
+// lock guards every call. Depends on nothing but the status type, so it is
+// unit-tested alone (tests/core/test_failure_model.c).
 #ifndef CUBE_CORE_FAILURE_H_
 #define CUBE_CORE_FAILURE_H_
 
-#include "core/backend.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
-typedef struct cube_failure_t {
-  uint32_t refs;     // claims and hops holding it; static failures ignore it
-  uint32_t claimed;  // buffers claiming it now
-  uint64_t id;
-  cube_status_t root;
-  bool is_static;
-} cube_failure_t;
+#include "base/visibility.h"
+#include "cube/status.h"
 
-// One skip between a claimed buffer and the root, newest first.
-typedef struct cube_hop_t {
-  uint32_t refs;
-  struct cube_hop_t *next;
-  char what[96];  // "launch 'add' skipped"
-} cube_hop_t;
+typedef struct cube_failure_t cube_failure_t;
+typedef struct cube_hop_t cube_hop_t;
 
+// What a buffer claims. All zero: the buffer is trustworthy. Read it only
+// through the calls below.
 typedef struct cube_claim_t {
-  cube_failure_t *failure;  // NULL: the buffer is trustworthy
-  cube_hop_t *chain;        // skips from this buffer back toward the root
+  cube_failure_t *failure;
+  cube_hop_t *chain;  // skips from this buffer back toward the root, newest first
 } cube_claim_t;
-
-// A new failure owning |root| (taken). NULL only when memory ran out, in
-// which case the caller falls back to cube_failure_torn_down().
-CUBE_INTERNAL cube_failure_t *cube_failure_create(cube_status_t root);
-// Frees a failure nothing claimed (the failed work had no outputs).
-CUBE_INTERNAL void cube_failure_drop_if_unclaimed(cube_failure_t *failure);
-// The static, allocation-free failure a write scope claims on entry.
-CUBE_INTERNAL cube_failure_t *cube_failure_torn_down(void);
 
 static inline bool cube_claim_is_set(const cube_claim_t *claim) {
   return claim->failure != 0;
 }
-// Replaces |claim| with (failure, chain); chain may be NULL.
-CUBE_INTERNAL void cube_claim_set(cube_claim_t *claim, cube_failure_t *failure, cube_hop_t *chain);
-// Replaces |claim| with |source|'s failure one hop further ("<what>").
-CUBE_INTERNAL void cube_claim_extend(cube_claim_t *claim, const cube_claim_t *source,
-                                     const char *what);
-CUBE_INTERNAL void cube_claim_clear_slow(cube_claim_t *claim);
-// Every launch clears the provisional claims of its outputs: a clean or
-// static claim is dropped inline, only a real one pays the call.
-static inline void cube_claim_clear(cube_claim_t *claim) {
-  if (claim->chain || (claim->failure && !claim->failure->is_static)) {
-    cube_claim_clear_slow(claim);
-  } else {
-    claim->failure = 0;
-  }
-}
-// Opens a write scope on an unclaimed buffer: the provisional TornDown claim,
-// static, so entering costs a store.
-static inline void cube_claim_provisional(cube_claim_t *claim, cube_failure_t *torn_down) {
-  claim->failure = torn_down;
-  claim->chain = 0;
-}
-// UNWRITTEN for one claim (never NULL for a set claim).
-CUBE_INTERNAL cube_status_t cube_claim_status(const cube_claim_t *claim);
+// The id of the failure |claim| carries (0 when clean).
+CUBE_INTERNAL uint64_t cube_claim_failure_id(const cube_claim_t *claim);
+// Drops whatever |claim| holds: the buffer goes away (handle release,
+// teardown). Not a release by a write: that is a scope's commit.
+CUBE_INTERNAL void cube_claim_drop(cube_claim_t *claim);
+
+//===--- Inputs ---===//
+
+// The first of |count| input claims (entries may be NULL) that carries a
+// failure, or NULL: work with such an input must not run.
+CUBE_INTERNAL const cube_claim_t *cube_failure_carried(const cube_claim_t *const *inputs,
+                                                       size_t count);
+// The claim check of a read, sync, check or get_resource over |count| claims:
+// NULL, one UNWRITTEN (the failure, how many buffers claim it, the chain and
+// the root), or SEVERAL (one member per distinct failure, in the order found).
+CUBE_INTERNAL cube_status_t cube_failure_check(const cube_claim_t *const *claims, size_t count);
+
+//===--- Write scopes ---===//
+
+typedef struct cube_scope_output_t {
+  cube_claim_t *claim;
+  cube_claim_t prior;  // what it claimed before a partial write
+  bool whole;          // the work writes every byte of the buffer
+} cube_scope_output_t;
+
+typedef struct cube_write_scope_t {
+  cube_scope_output_t *outputs;  // caller's storage, |capacity| entries
+  uint32_t count, capacity;
+  bool tracking;  // false: failure tracking is off (measurement only)
+} cube_write_scope_t;
+
+// A scope over at most |capacity| outputs kept in |storage|. |tracking|
+// false (CUBE_FAILURE_TRACKING=off) opens nothing provisional.
+CUBE_INTERNAL void cube_write_scope_open(cube_write_scope_t *scope, cube_scope_output_t *storage,
+                                         uint32_t capacity, bool tracking);
+// Adds an output: it claims the provisional TornDown (static: no allocation)
+// until the scope settles. A whole-buffer output's earlier claim is dropped at
+// commit; a partial one's is set aside and comes back at commit, since the
+// bytes outside the write are exactly as stale as they were.
+CUBE_INTERNAL void cube_write_scope_add(cube_write_scope_t *scope, cube_claim_t *claim, bool whole);
+// The work was enqueued: whole outputs are released, partial outputs get back
+// what they claimed before.
+CUBE_INTERNAL void cube_write_scope_commit(cube_write_scope_t *scope);
+// The work failed: every output claims one new failure owning |error|
+// (retained), or TornDown when memory ran out. Returns the failure's id.
+CUBE_INTERNAL uint64_t cube_write_scope_fail(cube_write_scope_t *scope, cube_status_t error);
+
+//===--- Skips ---===//
+
+typedef struct cube_skip_t {
+  cube_claim_t source;  // the carried failure, held while the skip charges
+  cube_hop_t *hop;      // one hop shared by every output, or NULL (out of memory)
+} cube_skip_t;
+
+// Work is skipped because |carried| (an input's claim, or a failure's own
+// claim) carries a failure; "<what>" names the skipped work in the chain.
+CUBE_INTERNAL void cube_failure_skip_begin(cube_skip_t *skip, const cube_claim_t *carried,
+                                           const char *what);
+// An output of the skipped work claims the carried failure one hop further.
+CUBE_INTERNAL void cube_failure_skip_charge(cube_skip_t *skip, cube_claim_t *claim);
+CUBE_INTERNAL void cube_failure_skip_end(cube_skip_t *skip);
+
+//===--- Charges: failures found after the work was enqueued ---===//
+
+typedef struct cube_charge_t {
+  cube_claim_t failure;  // the new failure, held while the charge runs
+  cube_skip_t later;     // work after it that did not run (begun on first use)
+  bool later_begun;
+  char later_what[96];
+} cube_charge_t;
+
+// A new failure owning |error| (retained; TornDown when memory ran out).
+// |later_what| names the work after it that did not run ("launch not run:
+// stream 3 stopped at a failure"), or NULL when there is none.
+CUBE_INTERNAL void cube_failure_charge_begin(cube_charge_t *charge, cube_status_t error,
+                                             const char *later_what);
+// A buffer the failed work was writing claims the failure.
+CUBE_INTERNAL void cube_failure_charge(cube_charge_t *charge, cube_claim_t *claim);
+// A buffer that work after the failure, which did not run, was writing claims
+// the failure one hop further.
+CUBE_INTERNAL void cube_failure_charge_later(cube_charge_t *charge, cube_claim_t *claim);
+// Returns the failure's id (for messages).
+CUBE_INTERNAL uint64_t cube_failure_charge_id(const cube_charge_t *charge);
+CUBE_INTERNAL void cube_failure_charge_end(cube_charge_t *charge);
 
 #endif  // CUBE_CORE_FAILURE_H_

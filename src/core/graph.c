@@ -53,6 +53,9 @@ struct cube_graph_t {
   uint32_t streams[GRAPH_STREAMS];
   uint32_t stream_count;
   bool many_streams;
+  // A replay's write scope, one entry per pin (allocated with the graph, so a
+  // replay allocates nothing).
+  cube_scope_output_t *scope;
 };
 
 //===--- Pin sets ---===//
@@ -146,13 +149,13 @@ static void pinset_release(cube_server_t *server, pinset_t *set) {
 
 // Every buffer |set| writes claims a new failure whose root is |error|.
 static void claim_write_set(cube_server_t *server, pinset_t *set, cube_status_t error) {
-  cube_failure_t *failure = cube_failure_create(cube_status_retain(error));
-  if (!failure) failure = cube_failure_torn_down();
+  cube_charge_t charge;
+  cube_failure_charge_begin(&charge, error, NULL);
   for (size_t i = 0; i < set->count; ++i) {
     if (set->pins[i].writes && pin_live(server, &set->pins[i]))
-      cube_claim_set(&server->slots[set->pins[i].slot].claim, failure, NULL);
+      cube_failure_charge(&charge, &server->slots[set->pins[i].slot].claim);
   }
-  cube_failure_drop_if_unclaimed(failure);
+  cube_failure_charge_end(&charge);
 }
 
 //===--- Hooks the launch path and handles call ---===//
@@ -225,6 +228,7 @@ void cube_graph_teardown(cube_server_t *server) {
     server->graphs = g->next;
     vt->graph_destroy(server->device, g->backend);
     pinset_release(server, &g->set);
+    free(g->scope);
     free(g);
   }
 }
@@ -342,9 +346,14 @@ cube_status_t cube_graph_end_capture(cube_client_t *client, cube_stream_t stream
     struct cube_graph_t *graph = NULL;
     if (cube_status_is_ok(status)) {
       graph = calloc(1, sizeof *graph);
-      if (!graph)
+      size_t pins = capture->set.count ? capture->set.count : 1;
+      if (graph) graph->scope = malloc(pins * sizeof *graph->scope);
+      if (!graph || !graph->scope) {
+        if (graph) free(graph);
+        graph = NULL;
         status = cube_status_make(CUBE_STATUS_GENERIC,
                                   "cube_graph_end_capture: out of host memory (stream %u)", index);
+      }
     }
     if (cube_status_is_ok(status)) {
       graph->id = ++server->next_graph_id;
@@ -373,9 +382,10 @@ cube_status_t cube_graph_end_capture(cube_client_t *client, cube_stream_t stream
 static const cube_claim_t *replay_carried(cube_server_t *server, const struct cube_graph_t *g) {
   for (size_t i = 0; i < g->set.count && server->track_failures; ++i) {
     const pin_t *pin = &g->set.pins[i];
-    if (pin->reads && !pin->writes && pin_live(server, pin) &&
-        cube_claim_is_set(&server->slots[pin->slot].claim))
-      return &server->slots[pin->slot].claim;
+    if (!pin->reads || pin->writes || !pin_live(server, pin)) continue;
+    const cube_claim_t *input = &server->slots[pin->slot].claim;
+    const cube_claim_t *carried = cube_failure_carried(&input, 1);
+    if (carried) return carried;
   }
   return NULL;
 }
@@ -404,19 +414,27 @@ cube_status_t cube_graph_replay(cube_client_t *client, cube_stream_t stream, cub
   if (carried) {
     char what[96];
     snprintf(what, sizeof what, "replay of graph %llu skipped: an input carried failure #%llu",
-             (unsigned long long)id, (unsigned long long)carried->failure->id);
-    cube_claim_t source = {0};
-    cube_claim_set(&source, carried->failure, carried->chain);
+             (unsigned long long)id, (unsigned long long)cube_claim_failure_id(carried));
+    cube_skip_t skip;
+    cube_failure_skip_begin(&skip, carried, what);
     for (size_t i = 0; i < g->set.count; ++i) {
       if (g->set.pins[i].writes && pin_live(server, &g->set.pins[i]))
-        cube_claim_extend(&server->slots[g->set.pins[i].slot].claim, &source, what);
+        cube_failure_skip_charge(&skip, &server->slots[g->set.pins[i].slot].claim);
     }
-    cube_claim_clear(&source);
+    cube_failure_skip_end(&skip);
     status = cube_status_skipped();
     cube_server_work_failed(server, index, status);
     cube_server_leave(server);
     return status;
   }
+  // The write set claims TornDown until the replay is enqueued.
+  cube_write_scope_t scope;
+  cube_write_scope_open(&scope, g->scope, (uint32_t)g->set.count, server->track_failures);
+  for (size_t i = 0; i < g->set.count; ++i) {
+    if (g->set.pins[i].writes && pin_live(server, &g->set.pins[i]))
+      cube_write_scope_add(&scope, &server->slots[g->set.pins[i].slot].claim, true);
+  }
+  cube_server_tag(server, index);
   for (size_t i = 0; i < g->set.count && cube_status_is_ok(status); ++i) {
     if (pin_live(server, &g->set.pins[i]))
       status = cube_server_order(server, index, &server->slots[g->set.pins[i].slot]);
@@ -436,14 +454,16 @@ cube_status_t cube_graph_replay(cube_client_t *client, cube_stream_t stream, cub
     server->streams[index].ticket++;
     for (size_t i = 0; i < g->set.count; ++i) {
       pin_t *pin = &g->set.pins[i];
-      if (pin_live(server, pin)) {
+      if (pin_live(server, pin) && pin->writes) {
+        cube_server_wrote(server, index, &server->slots[pin->slot]);
+      } else if (pin_live(server, pin)) {
         cube_server_used(server, index, &server->slots[pin->slot]);
-        if (pin->writes) cube_claim_clear(&server->slots[pin->slot].claim);
       } else if (pin->orphaned) {
         pin->last_stream = index;
         pin->last_ticket = server->streams[index].ticket;
       }
     }
+    cube_write_scope_commit(&scope);
     bool known = false;
     for (uint32_t i = 0; i < g->stream_count; ++i) known |= g->streams[i] == index;
     if (!known && g->stream_count < GRAPH_STREAMS) {
@@ -452,7 +472,7 @@ cube_status_t cube_graph_replay(cube_client_t *client, cube_stream_t stream, cub
       g->many_streams = true;
     }
   } else {
-    claim_write_set(server, &g->set, status);
+    cube_write_scope_fail(&scope, status);
     cube_server_work_failed(server, index, status);
   }
   cube_server_leave(server);
@@ -508,6 +528,7 @@ cube_status_t cube_graph_destroy(cube_client_t *client, cube_stream_t stream, cu
   if (!cube_status_is_ok(status)) claim_write_set(server, &g->set, status);
   server->device->vtable->graph_destroy(server->device, g->backend);
   pinset_release(server, &g->set);
+  free(g->scope);
   free(g);
   pthread_mutex_unlock(&server->lock);
   return status;

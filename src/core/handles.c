@@ -54,7 +54,9 @@ cube_status_t cube_handle_create(cube_client_t *client, cube_stream_t stream, ui
     slot->slice = slice;
     slot->last_stream = stream_index;
     slot->last_ticket = server->streams[stream_index].ticket;
-    slot->claim = (cube_claim_t){0};
+    slot->write_stream = 0;
+    slot->write_ticket = 0;
+    slot->claim = (cube_claim_t){0};  // dropped when the slot was released
     *out_handle = cube_server_handle(server, index);
   }
   cube_server_leave(server);
@@ -80,7 +82,7 @@ cube_status_t cube_handle_release(cube_client_t *client, cube_handle_t handle) {
     // A capture or graph still using the memory takes it (graph.c).
     if (!cube_graph_adopt_slot(server, index))
       cube_mm_free(server->mm, &slot->slice, slot->last_stream, slot->last_ticket);
-    cube_claim_clear(&slot->claim);
+    cube_claim_drop(&slot->claim);
     slot->live = false;
     slot->generation++;
     slot->next_free = server->free_slot;

@@ -153,6 +153,8 @@ cube_status_t cube_info_cache_get(cube_server_t *server, uint32_t stream, const 
     if (cube_status_is_ok(status)) {
       memcpy(slot->data, words, count * 8ull);
       status = cube_staging_upload(server, stream, NULL, slot->slice.address, words, count * 8ull);
+      slot->upload_stream = stream;
+      slot->upload_ticket = server->streams[stream].ticket + 1;  // the launch's tag
       server->info_uploads++;
     }
     if (!cube_status_is_ok(status)) {
@@ -169,4 +171,17 @@ cube_status_t cube_info_cache_get(cube_server_t *server, uint32_t stream, const 
   hit->last_ticket = server->streams[stream].ticket + 1;  // the launch about to use it
   *out_entry = hit;
   return status;
+}
+
+void cube_info_cache_forget(cube_server_t *server, uint32_t stream, uint64_t first) {
+  // An upload that did not run left the device copy unwritten: the entry must
+  // not match again (it goes at the next eviction).
+  for (uint32_t i = 0; i < server->info_cache_count; ++i) {
+    cube_info_entry_t *e = &server->info_cache[i];
+    if (e->upload_stream == stream && e->upload_ticket >= first) {
+      e->hash = 0;
+      e->words = 0;
+      e->stamp = 0;
+    }
+  }
 }

@@ -24,6 +24,10 @@ CUBE_INTERNAL cube_status_t cube_info_pack(const cube_kernel_t *kernel,
 CUBE_INTERNAL cube_status_t cube_info_cache_get(cube_server_t *server, uint32_t stream,
                                                 const uint64_t *words, uint32_t count,
                                                 cube_info_entry_t **out_entry);
+// Entries uploaded on |stream| from ticket |first| on were not uploaded (a
+// late failure dropped that work): they never match again. The
+// work-dropped hook. Lock held.
+CUBE_INTERNAL void cube_info_cache_forget(cube_server_t *server, uint32_t stream, uint64_t first);
 // Releases every entry (teardown).
 CUBE_INTERNAL void cube_info_cache_clear(cube_server_t *server);
 

@@ -60,11 +60,14 @@ static cube_status_t write_one(cube_server_t *server, uint32_t stream, const cub
   if (size == 0) return CUBE_OK;
 
   // The scope opens: the destination claims the provisional TornDown until
-  // the copy is enqueued. What it claimed before is kept aside: a partial
-  // write leaves the bytes outside it exactly as stale as they were.
-  cube_claim_t prior = r.slot->claim;
-  r.slot->claim = (cube_claim_t){0};
-  cube_claim_set(&r.slot->claim, cube_failure_torn_down(), NULL);
+  // the copy is enqueued. A partial write leaves the bytes outside it exactly
+  // as stale as they were, so it does not release an earlier claim.
+  cube_scope_output_t storage[1];
+  cube_write_scope_t scope;
+  cube_write_scope_open(&scope, storage, 1, server->track_failures);
+  cube_write_scope_add(&scope, &r.slot->claim,
+                       r.offset == 0 && r.size == r.slot->size && desc->rank == 0);
+  cube_server_tag(server, stream);
   status = cube_server_order(server, stream, r.slot);
   if (cube_status_is_ok(status)) {
     cube_bcopy_t copy = {r.address, desc->rank, desc->shape, desc->strides, desc->elem_size};
@@ -76,20 +79,12 @@ static cube_status_t write_one(cube_server_t *server, uint32_t stream, const cub
     // the copy before a later chunk failed, and the memory must not be given
     // back or reused before that part has run.
     server->streams[stream].ticket++;
-    cube_server_used(server, stream, r.slot);
+    cube_server_wrote(server, stream, r.slot);
   }
   if (cube_status_is_ok(status)) {
-    bool whole = r.offset == 0 && r.size == r.slot->size && desc->rank == 0;
-    cube_claim_clear(&r.slot->claim);
-    if (whole) {
-      cube_claim_clear(&prior);
-    } else {
-      r.slot->claim = prior;
-    }
+    cube_write_scope_commit(&scope);
   } else {
-    cube_claim_clear(&prior);
-    cube_failure_t *failure = cube_failure_create(cube_status_retain(status));
-    cube_claim_set(&r.slot->claim, failure ? failure : cube_failure_torn_down(), NULL);
+    cube_write_scope_fail(&scope, status);
     cube_server_work_failed(server, stream, status);
   }
   return status;
@@ -240,24 +235,61 @@ static void read_settle(cube_server_t *server, cube_status_t waited, void *stagi
   }
 }
 
+// After a failed wait for a read of |binding|: the failure is settled, so a
+// source it left unwritten claims it now, and the read answers that claim
+// (UNWRITTEN) instead of the stream's error. Returns whether it did (then
+// |*status| is replaced). Lock not held.
+static bool read_answers_claim(cube_server_t *server, cube_binding_t binding,
+                               cube_status_t *status) {
+  bool claimed = false;
+  pthread_mutex_lock(&server->lock);
+  cube_resolved_t r;
+  cube_status_t found = server->poison ? CUBE_OK : cube_server_resolve(server, binding, "", "", &r);
+  if (!server->poison && cube_status_is_ok(found)) {
+    found = cube_server_ensure_written(server, &r.slot, 1);
+    claimed = !cube_status_is_ok(found);
+  }
+  pthread_mutex_unlock(&server->lock);
+  if (claimed) {
+    cube_status_release(*status);
+    *status = found;
+  } else {
+    cube_status_release(found);
+  }
+  return claimed;
+}
+
 cube_status_t cube_read(cube_client_t *client, cube_stream_t stream, cube_binding_t binding,
                         void *destination, uint64_t size) {
   cube_server_t *server = cube_server_of(client);
-  uint32_t index = 0;
-  cube_status_t status = cube_server_begin(server, stream, "cube_read", &index);
-  if (!cube_status_is_ok(status)) return status;
-  cube_copy_desc_t desc = {.binding = binding};
-  void *staging = NULL;
-  if (cube_status_is_ok(status))
+  cube_status_t status = CUBE_OK;
+  // A wait that fails for a late failure of other work on the stream (not
+  // this source's writer) is settled by then: the read tries once more.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    uint32_t index = 0;
+    cube_status_release(status);
+    status = cube_server_begin(server, stream, "cube_read", &index);
+    if (!cube_status_is_ok(status)) return status;
+    // A writer on another stream that has not completed is waited for: its
+    // failure must be known before the claim check says the bytes are good.
+    cube_server_wait_writers(server, index, &binding, 1);
+    cube_copy_desc_t desc = {.binding = binding};
+    void *staging = NULL;
     status = read_enqueue(server, index, &desc, destination, size, "cube_read", &staging);
-  cube_server_leave(server);
-  if (cube_status_is_ok(status)) status = cube_server_wait_stream(server, index);
-  if (staging) read_settle(server, status, staging, destination, size);
+    cube_server_leave(server);
+    if (!cube_status_is_ok(status)) return status;
+    status = cube_server_wait_stream(server, index);
+    if (staging) read_settle(server, status, staging, destination, size);
+    if (cube_status_is_ok(status) || read_answers_claim(server, binding, &status)) break;
+    if (cube_status_is_device_poisoned(status)) break;
+  }
   return status;
 }
 
 struct cube_future_t {
   cube_server_t *server;
+  uint32_t stream;
+  cube_binding_t source;  // answers its claim if the wait fails late
   cube_bevent_t *event;
   cube_status_t status;  // the answer once known
   bool done;
@@ -296,8 +328,11 @@ cube_status_t cube_read_async(cube_client_t *client, cube_stream_t stream,
     }
   }
   if (cube_status_is_ok(status)) {
+    cube_server_wait_writers(server, index, &desc->binding, 1);
     status =
         read_enqueue(server, index, desc, destination, size, "cube_read_async", &future->staging);
+    future->stream = index;
+    future->source = desc->binding;
     future->destination = destination;
     future->size = size;
   }
@@ -326,9 +361,13 @@ cube_status_t cube_future_wait(cube_future_t *future) {
     cube_status_t status = server->device->vtable->event_sync(server->device, future->event);
     pthread_mutex_lock(&server->lock);
     future->status = cube_server_note(server, status);
+    // A late failure before the copy: settled here, so the source answers it.
+    if (!cube_status_is_ok(status) && !server->poison) cube_server_settle(server, future->stream);
     pthread_mutex_unlock(&server->lock);
     if (future->staging)
       read_settle(server, future->status, future->staging, future->destination, future->size);
+    if (!cube_status_is_ok(future->status))
+      read_answers_claim(server, future->source, &future->status);
     future->staging = NULL;
     future->done = true;
   }
@@ -380,19 +419,26 @@ cube_status_t cube_copy(cube_client_t *client, cube_stream_t stream, cube_bindin
     cube_server_leave(server);
     return status;
   }
-  if (cube_claim_is_set(&src.slot->claim)) {
-    // Stale bytes must not travel: the destination claims the source's
-    // failure, one hop further, exactly as a skipped launch's outputs do.
+  // Stale bytes must not travel: the destination claims the source's
+  // failure, one hop further, exactly as a skipped launch's outputs do.
+  const cube_claim_t *input = &src.slot->claim;
+  const cube_claim_t *carried = server->track_failures ? cube_failure_carried(&input, 1) : NULL;
+  if (carried) {
     if (dst.slot != src.slot) {
-      cube_claim_t carried = {0};
-      cube_claim_set(&carried, src.slot->claim.failure, src.slot->claim.chain);
-      cube_claim_extend(&dst.slot->claim, &carried, "copy skipped: its source carried a failure");
-      cube_claim_clear(&carried);
+      cube_skip_t skip;
+      cube_failure_skip_begin(&skip, carried, "copy skipped: its source carried a failure");
+      cube_failure_skip_charge(&skip, &dst.slot->claim);
+      cube_failure_skip_end(&skip);
     }
     cube_server_leave(server);
     return cube_status_skipped();
   }
   if (src.size > 0) {
+    cube_scope_output_t storage[1];
+    cube_write_scope_t scope;
+    cube_write_scope_open(&scope, storage, 1, server->track_failures);
+    cube_write_scope_add(&scope, &dst.slot->claim, dst.offset == 0 && dst.size == dst.slot->size);
+    cube_server_tag(server, index);
     status = cube_server_order(server, index, src.slot);
     if (cube_status_is_ok(status)) status = cube_server_order(server, index, dst.slot);
     if (cube_status_is_ok(status)) {
@@ -406,11 +452,10 @@ cube_status_t cube_copy(cube_client_t *client, cube_stream_t stream, cube_bindin
     if (cube_status_is_ok(status)) {
       server->streams[index].ticket++;
       cube_server_used(server, index, src.slot);
-      cube_server_used(server, index, dst.slot);
-      if (dst.offset == 0 && dst.size == dst.slot->size) cube_claim_clear(&dst.slot->claim);
+      cube_server_wrote(server, index, dst.slot);
+      cube_write_scope_commit(&scope);
     } else {
-      cube_failure_t *failure = cube_failure_create(cube_status_retain(status));
-      cube_claim_set(&dst.slot->claim, failure ? failure : cube_failure_torn_down(), NULL);
+      cube_write_scope_fail(&scope, status);
       cube_server_work_failed(server, index, status);
     }
   }

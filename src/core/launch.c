@@ -118,17 +118,6 @@ static cube_status_t fits_device(cube_server_t *server, const cube_kernel_t *ker
   return status;
 }
 
-// Claims every written buffer with a new failure owning |error| (retained).
-static void claim_outputs(cube_resolved_t *resolved, const io_answer_t *io, size_t count,
-                          cube_status_t error) {
-  cube_failure_t *failure = cube_failure_create(cube_status_retain(error));
-  if (!failure) failure = cube_failure_torn_down();
-  for (size_t i = 0; i < count; ++i) {
-    if (resolved[i].slot && (io[i] & IO_W)) cube_claim_set(&resolved[i].slot->claim, failure, NULL);
-  }
-  cube_failure_drop_if_unclaimed(failure);
-}
-
 static cube_status_t launch_locked(cube_server_t *server, uint32_t stream, cube_kernel_t *kernel,
                                    cube_cube_count_t count, const cube_kernel_args_t *args,
                                    cube_launch_mode_t mode);
@@ -199,147 +188,138 @@ void cube_launch_drop_deferred(cube_server_t *server) {
   }
 }
 
-static cube_status_t launch_body(cube_server_t *server, uint32_t stream, cube_kernel_t *kernel,
-                                 cube_cube_count_t count, const cube_kernel_args_t *args,
-                                 cube_launch_mode_t mode) {
-  const size_t n = args->buffer_count;
-  cube_resolved_t resolved[CUBE_MAX_BUFFERS];
-  for (size_t i = 0; i < n; ++i) resolved[i].slot = NULL;
-  io_answer_t io[CUBE_MAX_BUFFERS];
-  uint64_t lengths[CUBE_MAX_BUFFERS];
-  cube_status_t status = CUBE_OK;
+//===--- The launch path, phase by phase ---===//
 
-  // 1. Arguments: a bad one is the caller's error, and nothing is claimed.
+// One launch on its way through the phases. Lock held throughout.
+typedef struct launch_t {
+  cube_server_t *server;
+  uint32_t stream;
+  cube_kernel_t *kernel;
+  const cube_kernel_args_t *args;
+  cube_launch_mode_t mode;
+  size_t n;  // buffers
+  cube_resolved_t resolved[CUBE_MAX_BUFFERS];
+  uint64_t lengths[CUBE_MAX_BUFFERS];
+  io_answer_t io[CUBE_MAX_BUFFERS];
+  // The cube count: static, or read back from |count_buffer| by cube_launch
+  // before the lock was taken for this launch (|count.count| holds it then).
+  cube_cube_count_t count;
+  bool dynamic;
+  cube_resolved_t count_buffer;
+  cube_compiled_t *compiled;
+} launch_t;
+
+// 1. Arguments: a bad one is the caller's error, and nothing is claimed.
+static cube_status_t launch_resolve(launch_t *l) {
   // Static names: formatting one per buffer would cost more than the rest of
   // the launch path.
   static const char *const kBufferNames[CUBE_MAX_BUFFERS] = {
       "buffer 0",  "buffer 1",  "buffer 2",  "buffer 3", "buffer 4",  "buffer 5",
       "buffer 6",  "buffer 7",  "buffer 8",  "buffer 9", "buffer 10", "buffer 11",
       "buffer 12", "buffer 13", "buffer 14", "buffer 15"};
-  for (size_t i = 0; i < n && cube_status_is_ok(status); ++i) {
-    status = cube_server_resolve(server, args->buffers[i].binding, kernel->name, kBufferNames[i],
-                                 &resolved[i]);
-    lengths[i] = resolved[i].size;
+  cube_status_t status = CUBE_OK;
+  for (size_t i = 0; i < l->n; ++i) l->resolved[i].slot = NULL;
+  for (size_t i = 0; i < l->n && cube_status_is_ok(status); ++i) {
+    status = cube_server_resolve(l->server, l->args->buffers[i].binding, l->kernel->name,
+                                 kBufferNames[i], &l->resolved[i]);
+    l->lengths[i] = l->resolved[i].size;
   }
-  cube_resolved_t count_buffer = {0};
-  if (cube_status_is_ok(status) && count.dynamic) {
-    status = cube_server_resolve(server, count.binding, kernel->name, "the cube-count buffer",
-                                 &count_buffer);
-    if (cube_status_is_ok(status) && count_buffer.size < 12) {
+  if (cube_status_is_ok(status) && l->dynamic) {
+    status = cube_server_resolve(l->server, l->count.binding, l->kernel->name,
+                                 "the cube-count buffer", &l->count_buffer);
+    if (cube_status_is_ok(status) && l->count_buffer.size < 12) {
       status = cube_status_make(
           CUBE_STATUS_VALIDATION,
           "launch of '%s': the cube-count buffer holds %llu bytes, needs 12 (x, y, z as u32)",
-          kernel->name, (unsigned long long)count_buffer.size);
+          l->kernel->name, (unsigned long long)l->count_buffer.size);
     }
   }
-  if (!cube_status_is_ok(status)) return status;
+  return status;
+}
 
-  // 2. Compile first (memoized): the compiled kernel says what it writes.
-  cube_compiled_t *compiled = cube_kernel_cache_find(server, kernel);
-  if (mode == CUBE_LAUNCH_QUEUE && !compiled)
-    return queue_launch(server, stream, kernel, count, args);
-  status = cube_kernel_cache_get(server, kernel, compiled, &compiled);
-  if (!cube_status_is_ok(status)) {
-    // No compiled answer: the caller's declaration decides, so only the
-    // declared outputs claim the error. A dry run claims nothing.
-    if (mode != CUBE_LAUNCH_COMPILE_ONLY) {
-      for (size_t i = 0; i < n; ++i) io[i] = io_of(NULL, i, args->buffers[i].io);
-      claim_outputs(resolved, io, n, status);
-    }
-    return status;
+// Every written buffer claims a new failure owning |error|: the launch will
+// not write them.
+static void launch_fail(launch_t *l, cube_status_t error) {
+  cube_scope_output_t storage[CUBE_MAX_BUFFERS];
+  cube_write_scope_t scope;
+  cube_write_scope_open(&scope, storage, CUBE_MAX_BUFFERS, false);
+  for (size_t i = 0; i < l->n; ++i) {
+    if (l->resolved[i].slot && (l->io[i] & IO_W))
+      cube_write_scope_add(&scope, &l->resolved[i].slot->claim, true);
   }
-  for (size_t i = 0; i < n; ++i) io[i] = io_of(compiled->info.io, i, args->buffers[i].io);
-  if (mode == CUBE_LAUNCH_COMPILE_ONLY) return fits_device(server, kernel, compiled);
+  cube_write_scope_fail(&scope, error);
+}
 
-  // 3. The cube count; a dynamic count buffer is checked like any input.
-  cube_dim3_t grid = count.count;
-  cube_slot_t *inputs[CUBE_MAX_BUFFERS + 1];
-  size_t input_count = 0;
-  if (count.dynamic) inputs[input_count++] = count_buffer.slot;
-  for (size_t i = 0; i < n; ++i) {
-    if (io[i] & IO_R) inputs[input_count++] = resolved[i].slot;
+// 2. Compile (memoized): the compiled kernel says what it writes. A compile
+// that fails claims only the outputs the caller declared; a dry run claims
+// nothing.
+static cube_status_t launch_compile(launch_t *l) {
+  cube_status_t status = cube_kernel_cache_get(l->server, l->kernel, l->compiled, &l->compiled);
+  const char *answer = cube_status_is_ok(status) ? l->compiled->info.io : NULL;
+  for (size_t i = 0; i < l->n; ++i) l->io[i] = io_of(answer, i, l->args->buffers[i].io);
+  if (!cube_status_is_ok(status) && l->mode != CUBE_LAUNCH_COMPILE_ONLY) launch_fail(l, status);
+  return status;
+}
+
+// 3. An input carrying a failure (a dynamic count buffer is an input too)
+// skips the launch: its outputs claim the same failure, one hop further.
+// Returns whether it skipped.
+static bool launch_skip(launch_t *l) {
+  if (!l->server->track_failures) return false;
+  const cube_claim_t *inputs[CUBE_MAX_BUFFERS + 1];
+  size_t count = 0;
+  if (l->dynamic) inputs[count++] = &l->count_buffer.slot->claim;
+  for (size_t i = 0; i < l->n; ++i) {
+    if (l->io[i] & IO_R) inputs[count++] = &l->resolved[i].slot->claim;
   }
-  // 4. An input carrying a failure skips the launch: its outputs claim the
-  // same failure, one hop further from the root.
-  const cube_claim_t *carried = NULL;
-  for (size_t i = 0; i < input_count && !carried && server->track_failures; ++i) {
-    if (cube_claim_is_set(&inputs[i]->claim)) carried = &inputs[i]->claim;
+  const cube_claim_t *carried = cube_failure_carried(inputs, count);
+  if (!carried) return false;
+  char what[96];
+  snprintf(what, sizeof what, "launch of '%s' skipped: an input carried failure #%llu",
+           l->kernel->name, (unsigned long long)cube_claim_failure_id(carried));
+  cube_skip_t skip;
+  cube_failure_skip_begin(&skip, carried, what);
+  for (size_t i = 0; i < l->n; ++i) {
+    if (l->io[i] & IO_W) cube_failure_skip_charge(&skip, &l->resolved[i].slot->claim);
   }
-  if (carried) {
-    if (!count.dynamic && (grid.x == 0 || grid.y == 0 || grid.z == 0)) return CUBE_OK;
-    char what[96];
-    snprintf(what, sizeof what, "launch of '%s' skipped: an input carried failure #%llu",
-             kernel->name, (unsigned long long)carried->failure->id);
-    cube_claim_t source = {0};
-    cube_claim_set(&source, carried->failure, carried->chain);
-    for (size_t i = 0; i < n; ++i) {
-      if (io[i] & IO_W) cube_claim_extend(&resolved[i].slot->claim, &source, what);
-    }
-    cube_claim_clear(&source);
-    return cube_status_skipped();
+  cube_failure_skip_end(&skip);
+  return true;
+}
+
+// 4. The dispatch, in its write scope: outputs claim TornDown until it is
+// enqueued; a failure on the way claims them with the real error.
+static cube_status_t launch_dispatch(launch_t *l) {
+  cube_server_t *server = l->server;
+  const uint32_t stream = l->stream;
+  const cube_dim3_t grid = l->count.count;
+  cube_scope_output_t storage[CUBE_MAX_BUFFERS];
+  cube_write_scope_t scope;
+  cube_write_scope_open(&scope, storage, CUBE_MAX_BUFFERS, server->track_failures);
+  for (size_t i = 0; i < l->n; ++i) {
+    if (l->io[i] & IO_W) cube_write_scope_add(&scope, &l->resolved[i].slot->claim, true);
   }
-  if (count.dynamic && server->streams[stream].capturing) {
-    // Graphs: the count is read back on the host, which a window cannot record.
-    status = cube_status_make(CUBE_STATUS_GENERIC,
-                              "launch of '%s': a dynamic cube count cannot be recorded in a "
-                              "capture window (stream %u)",
-                              kernel->name, stream);
-    claim_outputs(resolved, io, n, status);
-    return status;
-  }
-  if (count.dynamic) {
-    uint32_t xyz[3] = {0, 0, 0};
-    const cube_backend_vtable_t *vt = server->device->vtable;
-    status = cube_server_order(server, stream, count_buffer.slot);
-    if (cube_status_is_ok(status)) {
-      status =
-          cube_server_note(server, vt->copy_to_host(server->device, server->streams[stream].backend,
-                                                    xyz, count_buffer.address, sizeof xyz));
-    }
-    if (cube_status_is_ok(status)) {
-      status = cube_server_note(server,
-                                vt->stream_sync(server->device, server->streams[stream].backend));
-    }
-    if (!cube_status_is_ok(status)) {
-      claim_outputs(resolved, io, n, status);
-      return status;
-    }
-    server->streams[stream].ticket++;
-    grid = (cube_dim3_t){xyz[0], xyz[1], xyz[2]};
-  }
-  // 5. Zero cubes enqueue nothing and leave every claim where it was.
-  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return CUBE_OK;
+  cube_status_t status = CUBE_OK;
   const cube_device_properties_t *p = &server->device->properties;
   if (grid.x > p->max_cube_count.x || grid.y > p->max_cube_count.y ||
       grid.z > p->max_cube_count.z) {
     status = cube_status_make(
         CUBE_STATUS_LAUNCH_UNKNOWN,
-        "launch of '%s': cube count (%u, %u, %u) exceeds the maximum (%u, %u, %u)", kernel->name,
+        "launch of '%s': cube count (%u, %u, %u) exceeds the maximum (%u, %u, %u)", l->kernel->name,
         grid.x, grid.y, grid.z, p->max_cube_count.x, p->max_cube_count.y, p->max_cube_count.z);
   }
-
-  // 6. The write scope: outputs claim TornDown until the dispatch is enqueued.
-  cube_failure_t *torn_down = cube_failure_torn_down();
-  cube_claim_t prior[CUBE_MAX_BUFFERS];
-  for (size_t i = 0; i < n; ++i) {
-    prior[i] = (cube_claim_t){0};
-    if ((io[i] & IO_W) && !(io[i] & IO_R) && server->track_failures) {
-      prior[i] = resolved[i].slot->claim;
-      cube_claim_provisional(&resolved[i].slot->claim, torn_down);
-    }
-  }
-  if (cube_status_is_ok(status)) status = fits_device(server, kernel, compiled);
+  if (cube_status_is_ok(status)) status = fits_device(server, l->kernel, l->compiled);
   uint64_t words[CUBE_INFO_MAX_WORDS];
   uint32_t info_words = 0, static_words = 0;
   if (cube_status_is_ok(status)) {
-    status = cube_info_pack(kernel, args, lengths, words, &info_words, &static_words);
+    status = cube_info_pack(l->kernel, l->args, l->lengths, words, &info_words, &static_words);
   }
   uint64_t addresses[CUBE_MAX_BUFFERS];
   // A capture window orders nothing now: each replay orders itself.
-  bool capturing = server->streams[stream].capturing;
-  for (size_t i = 0; i < n && cube_status_is_ok(status); ++i) {
-    addresses[i] = resolved[i].address;
-    if (!capturing) status = cube_server_order(server, stream, resolved[i].slot);
+  const bool capturing = server->streams[stream].capturing;
+  if (cube_status_is_ok(status)) cube_server_tag(server, stream);
+  for (size_t i = 0; i < l->n && cube_status_is_ok(status); ++i) {
+    addresses[i] = l->resolved[i].address;
+    if (!capturing) status = cube_server_order(server, stream, l->resolved[i].slot);
   }
   uint64_t dynamic_address = 0;
   if (cube_status_is_ok(status) && info_words > static_words &&
@@ -354,12 +334,12 @@ static cube_status_t launch_body(cube_server_t *server, uint32_t stream, cube_ke
   }
   if (cube_status_is_ok(status)) {
     cube_dispatch_t dispatch = {.dynamic_info_address = dynamic_address,
-                                .kernel = compiled->backend,
+                                .kernel = l->compiled->backend,
                                 .cube_count = grid,
-                                .cube_dim = kernel->cube_dim,
-                                .dynamic_shared_memory = kernel->dynamic_shared_memory,
+                                .cube_dim = l->kernel->cube_dim,
+                                .dynamic_shared_memory = l->kernel->dynamic_shared_memory,
                                 .buffers = addresses,
-                                .buffer_count = (uint32_t)n,
+                                .buffer_count = (uint32_t)l->n,
                                 .info = words,
                                 .info_words = info_words,
                                 .static_words = static_words};
@@ -367,25 +347,53 @@ static cube_status_t launch_body(cube_server_t *server, uint32_t stream, cube_ke
     status =
         cube_server_note(server, server->device->vtable->dispatch(
                                      server->device, server->streams[stream].backend, &dispatch));
-    if (mark) cube_profile_after_work(server, stream, mark, kernel->name, 0, status);
+    if (mark) cube_profile_after_work(server, stream, mark, l->kernel->name, 0, status);
   }
-  // 7. Settle the scope.
+  // Settle the scope: a launch that lands into a claimed output releases it.
   if (cube_status_is_ok(status)) {
     server->streams[stream].ticket++;
-    for (size_t i = 0; i < n; ++i) {
-      cube_server_used(server, stream, resolved[i].slot);
+    cube_write_scope_commit(&scope);
+    for (size_t i = 0; i < l->n; ++i) {
+      if (l->io[i] & IO_W) {
+        cube_server_wrote(server, stream, l->resolved[i].slot);
+      } else {
+        cube_server_used(server, stream, l->resolved[i].slot);
+      }
       if (capturing)
-        cube_capture_note_buffer(server, stream, resolved[i].slot_index, io[i] & IO_R,
-                                 io[i] & IO_W);
-      // A launch that lands into a claimed output releases the claim.
-      if (io[i] & IO_W) cube_claim_clear(&resolved[i].slot->claim);
-      if (prior[i].failure) cube_claim_clear(&prior[i]);
+        cube_capture_note_buffer(server, stream, l->resolved[i].slot_index, l->io[i] & IO_R,
+                                 l->io[i] & IO_W);
     }
   } else {
-    for (size_t i = 0; i < n; ++i) cube_claim_clear(&prior[i]);
-    claim_outputs(resolved, io, n, status);
+    cube_write_scope_fail(&scope, status);
   }
   return status;
+}
+
+static cube_status_t launch_body(launch_t *l) {
+  cube_status_t status = launch_resolve(l);
+  if (!cube_status_is_ok(status)) return status;
+  l->compiled = cube_kernel_cache_find(l->server, l->kernel);
+  if (l->mode == CUBE_LAUNCH_QUEUE && !l->compiled)
+    return queue_launch(l->server, l->stream, l->kernel, l->count, l->args);
+  status = launch_compile(l);
+  if (!cube_status_is_ok(status)) return status;
+  if (l->mode == CUBE_LAUNCH_COMPILE_ONLY) return fits_device(l->server, l->kernel, l->compiled);
+  const cube_dim3_t grid = l->count.count;
+  const bool empty = grid.x == 0 || grid.y == 0 || grid.z == 0;
+  // Zero cubes enqueue nothing and leave every claim where it was.
+  if (empty && !l->dynamic) return CUBE_OK;
+  if (launch_skip(l)) return cube_status_skipped();
+  if (l->dynamic && l->server->streams[l->stream].capturing) {
+    // Graphs: the count is read back on the host, which a window cannot record.
+    status = cube_status_make(CUBE_STATUS_GENERIC,
+                              "launch of '%s': a dynamic cube count cannot be recorded in a "
+                              "capture window (stream %u)",
+                              l->kernel->name, l->stream);
+    launch_fail(l, status);
+    return status;
+  }
+  if (empty) return CUBE_OK;
+  return launch_dispatch(l);
 }
 
 // Graphs and profiling: a failed launch fails the capture window it was
@@ -393,9 +401,64 @@ static cube_status_t launch_body(cube_server_t *server, uint32_t stream, cube_ke
 static cube_status_t launch_locked(cube_server_t *server, uint32_t stream, cube_kernel_t *kernel,
                                    cube_cube_count_t count, const cube_kernel_args_t *args,
                                    cube_launch_mode_t mode) {
-  cube_status_t status = launch_body(server, stream, kernel, count, args, mode);
+  launch_t l = {.server = server,
+                .stream = stream,
+                .kernel = kernel,
+                .args = args,
+                .mode = mode,
+                .n = args->buffer_count,
+                .count = count,
+                .dynamic = count.dynamic};
+  cube_status_t status = launch_body(&l);
   if (!cube_status_is_ok(status) && mode != CUBE_LAUNCH_COMPILE_ONLY)
     cube_server_work_failed(server, stream, status);
+  return status;
+}
+
+// Reads a dynamic cube count back for a launch on |stream|: the copy is
+// ordered after the count buffer's writer and waited for with the lock
+// released (no call waits on the device holding it). On success |*count|
+// holds the count read, still marked dynamic so the launch checks the buffer
+// like an input. A count buffer that carries a failure is not read: the
+// launch skips. Lock held on entry and exit.
+static cube_status_t read_dynamic_count(cube_server_t *server, uint32_t stream,
+                                        const cube_kernel_t *kernel, cube_cube_count_t *count) {
+  cube_resolved_t r;
+  cube_status_t status =
+      cube_server_resolve(server, count->binding, kernel->name, "the cube-count buffer", &r);
+  if (!cube_status_is_ok(status) || r.size < 12 || cube_claim_is_set(&r.slot->claim)) {
+    cube_status_release(status);  // the launch path reports it
+    return CUBE_OK;
+  }
+  if (server->streams[stream].capturing) return CUBE_OK;  // refused by the launch path
+  uint32_t xyz[3] = {0, 0, 0};
+  const cube_backend_vtable_t *vt = server->device->vtable;
+  cube_server_tag(server, stream);
+  status = cube_server_order(server, stream, r.slot);
+  if (cube_status_is_ok(status)) {
+    status =
+        cube_server_note(server, vt->copy_to_host(server->device, server->streams[stream].backend,
+                                                  xyz, r.address, sizeof xyz));
+  }
+  if (cube_status_is_ok(status)) {
+    server->streams[stream].ticket++;
+    cube_server_used(server, stream, r.slot);
+    pthread_mutex_unlock(&server->lock);
+    status = cube_server_wait_stream(server, stream);
+    pthread_mutex_lock(&server->lock);
+  }
+  if (cube_status_is_ok(status)) {
+    count->count = (cube_dim3_t){xyz[0], xyz[1], xyz[2]};
+  } else {
+    // The count's own writer may have failed late: the launch skips on its
+    // claim then.
+    cube_status_t again = cube_server_resolve(server, count->binding, "", "", &r);
+    if (cube_status_is_ok(again) && cube_claim_is_set(&r.slot->claim)) {
+      cube_status_release(status);
+      status = CUBE_OK;
+    }
+    cube_status_release(again);
+  }
   return status;
 }
 
@@ -411,12 +474,46 @@ cube_status_t cube_launch(cube_client_t *client, cube_stream_t stream, cube_kern
                             kernel->name, (int)mode);
   }
   cube_status_t status = validate_args(kernel, args);
+  if (cube_status_is_ok(status) && count.dynamic && mode == CUBE_LAUNCH_QUEUE) {
+    // Its count would be read back at flush time, inside another call that
+    // holds the server lock: no call waits on the device holding it.
+    status = cube_status_make(CUBE_STATUS_VALIDATION,
+                              "cube_launch of '%s': a queued launch cannot take a dynamic cube "
+                              "count; launch it with CUBE_LAUNCH_EXECUTE",
+                              kernel->name);
+  }
   if (!cube_status_is_ok(status)) return status;
   status = cube_server_enter(server, "cube_launch");
   if (!cube_status_is_ok(status)) return status;
   if (mode != CUBE_LAUNCH_QUEUE) cube_launch_flush_deferred(server);
   uint32_t index = 0;
   status = cube_server_stream(server, stream, "cube_launch", &index);
+  if (cube_status_is_ok(status) && count.dynamic && mode == CUBE_LAUNCH_EXECUTE) {
+    count.count = (cube_dim3_t){0, 0, 0};
+    status = read_dynamic_count(server, index, kernel, &count);
+    if (!cube_status_is_ok(status) && server->streams[index].live) {
+      // The count could not be read: the launch cannot run, and says so on
+      // what it would have written.
+      launch_t l = {.server = server,
+                    .stream = index,
+                    .kernel = kernel,
+                    .args = args,
+                    .mode = mode,
+                    .n = args->buffer_count,
+                    .count = count,
+                    .dynamic = true};
+      cube_status_t resolved = launch_resolve(&l);
+      if (cube_status_is_ok(resolved)) {
+        l.compiled = cube_kernel_cache_find(server, kernel);
+        for (size_t i = 0; i < l.n; ++i) {
+          l.io[i] = io_of(l.compiled ? l.compiled->info.io : NULL, i, args->buffers[i].io);
+        }
+        launch_fail(&l, status);
+        cube_server_work_failed(server, index, status);
+      }
+      cube_status_release(resolved);
+    }
+  }
   if (cube_status_is_ok(status)) status = launch_locked(server, index, kernel, count, args, mode);
   cube_server_leave(server);
   return status;

@@ -223,7 +223,9 @@ cube_status_t cube_server_wait_stream(cube_server_t *server, uint32_t stream) {
   cube_status_t status = server->device->vtable->stream_sync(server->device, bstream);
   pthread_mutex_lock(&server->lock);
   status = cube_server_note(server, status);
-  if (cube_status_is_ok(status) && server->streams[stream].completed < ticket) {
+  if (!cube_status_is_ok(status) && !server->poison) {
+    cube_server_settle(server, stream);
+  } else if (cube_status_is_ok(status) && server->streams[stream].completed < ticket) {
     server->streams[stream].completed = ticket;
   }
   pthread_mutex_unlock(&server->lock);
@@ -316,29 +318,89 @@ cube_status_t cube_server_order(cube_server_t *server, uint32_t stream, cube_slo
 }
 
 void cube_server_used(cube_server_t *server, uint32_t stream, cube_slot_t *slot) {
-  (void)server;
   if (slot) {
     slot->last_stream = stream;
     slot->last_ticket = server->streams[stream].ticket;
   }
 }
 
+void cube_server_wrote(cube_server_t *server, uint32_t stream, cube_slot_t *slot) {
+  if (slot) {
+    slot->last_stream = slot->write_stream = stream;
+    slot->last_ticket = slot->write_ticket = server->streams[stream].ticket;
+  }
+}
+
+//===--- Late failures ---===//
+
+void cube_server_tag(cube_server_t *server, uint32_t stream) {
+  cube_stream_state_t *s = &server->streams[stream];
+  server->device->vtable->stream_tag(server->device, s->backend, s->ticket + 1);
+}
+
+bool cube_server_settle(cube_server_t *server, uint32_t stream) {
+  cube_stream_state_t *s = &server->streams[stream];
+  if (!s->live) return false;
+  uint64_t tag = 0;
+  cube_status_t failure =
+      server->device->vtable->stream_take_failure(server->device, s->backend, &tag);
+  if (!failure) return false;
+  cube_server_note(server, failure);
+  char later[96];
+  snprintf(later, sizeof later, "work on stream %u not run: the stream stopped at a failure",
+           stream);
+  cube_charge_t charge;
+  cube_failure_charge_begin(&charge, failure, later);
+  for (uint32_t i = 0; i < server->slot_count; ++i) {
+    cube_slot_t *slot = &server->slots[i];
+    if (!slot->live || slot->write_stream != stream || slot->write_ticket < tag) continue;
+    if (slot->write_ticket == tag) {
+      cube_failure_charge(&charge, &slot->claim);
+    } else {
+      cube_failure_charge_later(&charge, &slot->claim);
+    }
+  }
+  cube_failure_charge_end(&charge);
+  if (server->hooks.work_dropped) server->hooks.work_dropped(server, stream, tag);
+  cube_server_work_failed(server, stream, failure);
+  // Everything queued so far ran or was dropped: none of it touches memory
+  // any more.
+  s->completed = s->ticket;
+  cube_status_release(failure);
+  return true;
+}
+
+void cube_server_wait_writers(cube_server_t *server, uint32_t stream,
+                              const cube_binding_t *bindings, size_t count) {
+  // Bounded: each round waits for one stream; writers that keep coming from
+  // other threads are left to the device-side order.
+  for (int round = 0; round < 8; ++round) {
+    uint32_t writer = 0;
+    for (size_t i = 0; i < count && !writer; ++i) {
+      uint32_t index = 0;
+      cube_status_t status = cube_server_slot(server, bindings[i].handle, "", "", &index);
+      if (!cube_status_is_ok(status)) {
+        cube_status_release(status);  // the caller's resolve reports it
+        continue;
+      }
+      const cube_slot_t *slot = &server->slots[index];
+      uint32_t w = slot->write_stream;
+      if (w && w != stream && server->streams[w].live &&
+          server->streams[w].completed < slot->write_ticket)
+        writer = w;
+    }
+    if (!writer) return;
+    pthread_mutex_unlock(&server->lock);
+    cube_status_release(cube_server_wait_stream(server, writer));  // settles what failed
+    pthread_mutex_lock(&server->lock);
+  }
+}
+
 cube_status_t cube_server_ensure_written(cube_server_t *server, cube_slot_t *const *slots,
                                          size_t count) {
   (void)server;
-  // One report per distinct failure, in the order found.
-  cube_status_t found[CUBE_MAX_BUFFERS + 1];
-  const cube_failure_t *failures[CUBE_MAX_BUFFERS + 1];
-  size_t distinct = 0;
-  for (size_t i = 0; i < count; ++i) {
-    const cube_claim_t *claim = &slots[i]->claim;
-    if (!cube_claim_is_set(claim)) continue;
-    bool seen = false;
-    for (size_t j = 0; j < distinct && !seen; ++j) seen = failures[j] == claim->failure;
-    if (seen || distinct == CUBE_MAX_BUFFERS + 1) continue;
-    failures[distinct] = claim->failure;
-    found[distinct++] = cube_claim_status(claim);
-  }
-  if (distinct == 0) return CUBE_OK;
-  return cube_status_several(found, distinct);
+  const cube_claim_t *claims[CUBE_MAX_BUFFERS + 1];
+  if (count > CUBE_MAX_BUFFERS + 1) count = CUBE_MAX_BUFFERS + 1;
+  for (size_t i = 0; i < count; ++i) claims[i] = &slots[i]->claim;
+  return cube_failure_check(claims, count);
 }

@@ -60,8 +60,10 @@ typedef struct cube_slot_t {
   bool live;
   uint64_t size;
   cube_mm_slice_t slice;
-  uint32_t last_stream;  // stream index that last used the buffer
-  uint64_t last_ticket;  // that stream's ticket after the use
+  uint32_t last_stream;   // stream index that last used the buffer
+  uint64_t last_ticket;   // that stream's ticket after the use
+  uint32_t write_stream;  // the stream of the last work that wrote it (0: none)
+  uint64_t write_ticket;  // that work's ticket: pending until the stream completes it
   cube_claim_t claim;
   uint32_t next_free;
   uint32_t graph_pins;  // captures and graphs using the memory (graph.c)
@@ -94,7 +96,9 @@ typedef struct cube_info_entry_t {
   uint32_t last_stream;
   uint64_t last_ticket;
   uint64_t stamp;
-  uint32_t pins;  // captures and graphs whose launches read it: never evicted
+  uint32_t pins;           // captures and graphs whose launches read it: never evicted
+  uint32_t upload_stream;  // where it was uploaded, and the ticket of the upload
+  uint64_t upload_ticket;
 } cube_info_entry_t;
 
 //===--- Hooks: how the layers above are reached from the bottom ---===//
@@ -107,6 +111,9 @@ typedef struct cube_server_hooks_t {
   // on it records the failure, open profiling windows are invalidated
   // (graph.c, profile.c). Lock held.
   void (*work_failed[2])(cube_server_t *server, uint32_t stream, cube_status_t status);
+  // Work on |stream| from ticket |first| on did not run (a late failure was
+  // settled): what it uploaded is not there (info.c). Lock held.
+  void (*work_dropped)(cube_server_t *server, uint32_t stream, uint64_t first);
 } cube_server_hooks_t;
 
 typedef struct cube_thread_stream_t {
@@ -239,6 +246,31 @@ CUBE_INTERNAL cube_status_t cube_server_order(cube_server_t *server, uint32_t st
                                               cube_slot_t *slot);
 // Marks an operation enqueued on |stream| that used |slot| (may be NULL).
 CUBE_INTERNAL void cube_server_used(cube_server_t *server, uint32_t stream, cube_slot_t *slot);
+// The same for an operation that wrote |slot|: its write is pending until
+// |stream| is known to have completed it, and a late failure of that work
+// claims the slot (cube_server_settle).
+CUBE_INTERNAL void cube_server_wrote(cube_server_t *server, uint32_t stream, cube_slot_t *slot);
+
+//===--- Late failures ---===//
+//
+// Work fails late when its failure surfaces after the call that queued it
+// returned (a CPU trap, an injected late fault). The backend then halts the
+// stream (core/backend.h); the core settles: the slots the failed work was
+// writing claim its error, and the slots of work queued after it on the
+// stream, which did not run, claim it one hop further. Every piece of work is
+// tagged with the ticket it will get, so the backend can say which failed.
+
+// Tags the work about to be enqueued on |stream| with the ticket it will get.
+CUBE_INTERNAL void cube_server_tag(cube_server_t *server, uint32_t stream);
+// Takes |stream|'s late failure from the backend, if any, and settles it.
+// Returns whether there was one. Lock held.
+CUBE_INTERNAL bool cube_server_settle(cube_server_t *server, uint32_t stream);
+// Waits, with the lock released, for every pending write of the slots
+// |bindings| name on streams other than |stream|, so that the claim check
+// that follows sees what that work left. Lock held on entry and exit; slot
+// pointers resolved before are stale after it.
+CUBE_INTERNAL void cube_server_wait_writers(cube_server_t *server, uint32_t stream,
+                                            const cube_binding_t *bindings, size_t count);
 // The claim check over |count| resolved slots: NULL, one UNWRITTEN, or SEVERAL.
 CUBE_INTERNAL cube_status_t cube_server_ensure_written(cube_server_t *server,
                                                        cube_slot_t *const *slots, size_t count);

@@ -30,12 +30,24 @@ cube_status_t cube_sync(cube_client_t *client, cube_stream_t stream, const cube_
   if (!cube_status_is_ok(status)) return status;
   if (cube_status_is_ok(status)) status = cube_server_refuse_capturing(server, index, "cube_sync");
   cube_server_leave(server);
-  // The barrier first, so a device fault counts; then the claim check.
-  if (cube_status_is_ok(status)) status = cube_server_wait_stream(server, index);
+  if (!cube_status_is_ok(status)) return status;
+  if (count > 0 && !bindings)
+    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_sync: bindings is NULL");
+  // The barrier first, so a device fault counts (a late failure of work on
+  // the stream is settled into what it was writing); then the writers of the
+  // handles on other streams; then the claim check.
+  cube_status_t waited = cube_server_wait_stream(server, index);
+  if (cube_status_is_device_poisoned(waited)) return waited;
+  pthread_mutex_lock(&server->lock);
+  cube_server_wait_writers(server, index, bindings, count);
+  status = check_bindings(server, bindings, count, "cube_sync");
+  pthread_mutex_unlock(&server->lock);
+  // A handle the failure left unwritten answers it; otherwise the barrier's
+  // own answer (a failure no handle given reports is still reported once).
   if (cube_status_is_ok(status)) {
-    pthread_mutex_lock(&server->lock);
-    status = check_bindings(server, bindings, count, "cube_sync");
-    pthread_mutex_unlock(&server->lock);
+    status = waited;
+  } else {
+    cube_status_release(waited);
   }
   return status;
 }
@@ -73,6 +85,7 @@ cube_status_t cube_get_resource(cube_client_t *client, cube_stream_t stream, cub
   cube_status_t status = cube_server_begin(server, stream, "cube_get_resource", &index);
   if (!cube_status_is_ok(status)) return status;
   cube_resolved_t r;
+  cube_server_wait_writers(server, index, &binding, 1);
   if (cube_status_is_ok(status))
     status = cube_server_resolve(server, binding, "cube_get_resource", "the binding", &r);
   // A buffer a failed launch never filled reports the failure rather than

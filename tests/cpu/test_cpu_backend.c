@@ -659,15 +659,38 @@ static void expect_trap(cube_backend_device_t *device, const char *name, const c
   uint64_t words[8], lengths[1] = {N * 4}, buffers[1] = {page};
   uint32_t w = build_info(words, 0, NULL, 1, lengths);
   for (int round = 0; round < 2; ++round) {
+    device->vtable->stream_tag(device, stream, 40 + (uint64_t)round);
     dispatch(device, stream, kernel, (cube_dim3_t){4, 1, 1}, (cube_dim3_t){32, 1, 1}, buffers, 1,
              words, w);
+    // Work queued after the failure is not run until the failure is taken.
+    float marker = 7.0f + (float)round;
+    device->vtable->stream_tag(device, stream, 50);
+    ASSERT_OK(device->vtable->copy_to_device(device, stream, page, &marker, sizeof marker));
     cube_status_t status = device->vtable->stream_sync(device, stream);
-    assert_int_equal(cube_status_code(status), CUBE_STATUS_LAUNCH_UNKNOWN);
+    // The arena ran out: out of memory, not an unknown launch failure.
+    assert_int_equal(cube_status_code(status), CUBE_STATUS_LAUNCH_OUT_OF_MEMORY);
     assert_non_null(strstr(cube_status_message(status), name));
     assert_non_null(strstr(cube_status_message(status), "shared memory"));
     cube_status_release(status);
-    // Reported once: the stream goes on.
+    float seen = 0.0f;
+    memcpy(&seen, (void *)(uintptr_t)page, sizeof seen);
+    assert_true(seen != marker);  // the copy after the trap was dropped
+    // Halted until taken: a second sync answers the same failure.
+    status = device->vtable->stream_sync(device, stream);
+    assert_int_equal(cube_status_code(status), CUBE_STATUS_LAUNCH_OUT_OF_MEMORY);
+    cube_status_release(status);
+    uint64_t tag = 0;
+    status = device->vtable->stream_take_failure(device, stream, &tag);
+    assert_int_equal(cube_status_code(status), CUBE_STATUS_LAUNCH_OUT_OF_MEMORY);
+    assert_int_equal(tag, 40 + (uint64_t)round);  // the tag of the work that failed
+    cube_status_release(status);
+    assert_null(device->vtable->stream_take_failure(device, stream, &tag));
+    // Taken: the stream goes on.
     ASSERT_OK(device->vtable->stream_sync(device, stream));
+    ASSERT_OK(device->vtable->copy_to_device(device, stream, page, &marker, sizeof marker));
+    ASSERT_OK(device->vtable->stream_sync(device, stream));
+    memcpy(&seen, (void *)(uintptr_t)page, sizeof seen);
+    assert_true(seen == marker);
   }
   device->vtable->kernel_release(device, kernel);
   device->vtable->stream_destroy(device, stream);

@@ -152,6 +152,16 @@ static cube_status_t map_stacks(cube_cpu_cube_t *cube) {
   return status;
 }
 
+cube_status_t cube_cpu_launch_status(const cube_cpu_launch_t *launch, const char *context) {
+  if (!atomic_load(&launch->trapped)) return CUBE_OK;
+  bool oom = strncmp(launch->trap_message, CUBE_CPU_TRAP_OOM, strlen(CUBE_CPU_TRAP_OOM)) == 0;
+  return cube_status_make(oom ? CUBE_STATUS_LAUNCH_OUT_OF_MEMORY : CUBE_STATUS_LAUNCH_UNKNOWN,
+                          "%s of kernel '%s' (cube count %ux%ux%u, cube dim %ux%ux%u) trapped: %s",
+                          context, launch->kernel->name, launch->cube_count.x, launch->cube_count.y,
+                          launch->cube_count.z, launch->cube_dim.x, launch->cube_dim.y,
+                          launch->cube_dim.z, launch->trap_message);
+}
+
 static void record_trap(cube_cpu_launch_t *launch, const char *what) {
   int expected = 0;
   if (atomic_compare_exchange_strong(&launch->trapped, &expected, 1)) {
@@ -170,7 +180,9 @@ static void begin_fibers(cube_cpu_cube_t *cube, bool native_is_unit0) {
   if (native_is_unit0) cube->started[0] = 1;
   cube_status_t status = map_stacks(cube);
   if (status != CUBE_OK) {
-    record_trap(cube->launch, cube_status_message(status));
+    char what[CUBE_CPU_TRAP_MESSAGE];
+    snprintf(what, sizeof what, "%s%s", CUBE_CPU_TRAP_OOM, cube_status_message(status));
+    record_trap(cube->launch, what);
     cube_status_release(status);
     cube->aborted = true;
     longjmp(cube->abort, 1);

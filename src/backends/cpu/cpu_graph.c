@@ -8,6 +8,7 @@
 // records are read-only once captured: replays on several streams may run
 // at once. Graphs are refcounted: a queued replay keeps its graph alive past
 // graph_destroy.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,15 +65,10 @@ cube_status_t cube_cpu_graph_run(cube_cpu_device_t *device, cube_cpu_exec_t *exe
     atomic_init(&launch.trapped, 0);
     launch.trap_message[0] = '\0';
     cube_cpu_launch_run(device, exec, &launch);
-    if (atomic_load(&launch.trapped)) {
-      // Later launches would read what this one left unwritten: stop.
-      status = cube_status_make(CUBE_STATUS_LAUNCH_UNKNOWN,
-                                "cpu graph replay, launch %u of %u: kernel '%s' (cube count "
-                                "%ux%ux%u, cube dim %ux%ux%u) trapped: %s",
-                                i + 1, graph->count, g->kernel->name, g->cube_count.x,
-                                g->cube_count.y, g->cube_count.z, g->cube_dim.x, g->cube_dim.y,
-                                g->cube_dim.z, launch.trap_message);
-    }
+    // A trap stops the replay: later launches would read what it left.
+    char context[64];
+    snprintf(context, sizeof context, "cpu graph replay, launch %u of %u", i + 1, graph->count);
+    status = cube_cpu_launch_status(&launch, context);
   }
   return status;
 }

@@ -18,6 +18,10 @@
 #define CUBE_CPU_INLINE_INFO 96
 #define CUBE_CPU_MAX_UNITS 1024
 #define CUBE_CPU_TRAP_MESSAGE 256
+// A trap whose message starts with this ran out of memory (a fiber stack, the
+// shared arena): LAUNCH_OUT_OF_MEMORY rather than LAUNCH_UNKNOWN. The
+// dialect's arena trap uses the same words.
+#define CUBE_CPU_TRAP_OOM "out of memory: "
 
 struct cube__ctx_t;  // the kernel ABI, defined in cube/dialect.h (CPU branch)
 typedef struct cube_cpu_device_t cube_cpu_device_t;
@@ -133,6 +137,10 @@ typedef struct cube_cpu_pool_t {
 
 CUBE_INTERNAL cube_status_t cube_cpu_pool_initialize(cube_cpu_device_t *device, uint32_t workers);
 CUBE_INTERNAL void cube_cpu_pool_deinitialize(cube_cpu_device_t *device);
+// The status a run of |launch| left: a trap is LAUNCH_UNKNOWN (out of memory:
+// LAUNCH_OUT_OF_MEMORY) naming |context|, the kernel, its dims and the trap.
+CUBE_INTERNAL cube_status_t cube_cpu_launch_status(const cube_cpu_launch_t *launch,
+                                                   const char *context);
 // Runs every cube of |launch|, on |exec| (the stream thread) and the pool.
 CUBE_INTERNAL void cube_cpu_launch_run(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
                                        cube_cpu_launch_t *launch);

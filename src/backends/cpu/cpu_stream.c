@@ -4,8 +4,10 @@
 // A stream is a FIFO of fixed-size tasks behind one mutex; its thread runs
 // them in order. Tasks are recycled through a per-stream free list, so an
 // enqueue is a lock, a copy into a recycled task and a signal only when the
-// thread sleeps. Errors of asynchronous work (a kernel trap) are kept on the
-// stream and returned by the next stream_sync, as CUDA reports them.
+// thread sleeps. Errors of asynchronous work (a kernel trap) halt the stream
+// (core/backend.h, stream_take_failure): later copies, dispatches and replays
+// are dropped, events are reached marked failed and callbacks still run,
+// until the core takes the failure and settles what that work was writing.
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,8 @@ typedef enum task_kind_t {
 typedef struct cube_cpu_task_t {
   struct cube_cpu_task_t *next;
   task_kind_t kind;
+  uint64_t seq;  // 1-based position in the stream
+  uint64_t tag;  // the core's tag of the operation that queued it
   union {
     struct {
       void *destination;
@@ -61,6 +65,9 @@ typedef struct cube_cpu_task_t {
 struct cube_bevent_t {
   atomic_uint refs;
   atomic_bool done;
+  // Reached by a halted stream (work before it was dropped): set before
+  // |done|, read after it.
+  cube_status_t failure;
   bool timed;
   uint64_t timestamp;  // CLOCK_MONOTONIC ns when the stream reached it
   pthread_mutex_t lock;
@@ -81,7 +88,14 @@ struct cube_bstream_t {
   uint32_t sync_waiters;
   bool idle;
   bool stop;
-  cube_status_t pending_error;  // reported by the next stream_sync
+  uint64_t tag;  // carried by the tasks queued from now on (stream_tag)
+  // Late failures: once a task fails the stream halts until the core takes
+  // the failure; tasks with seq <= drop_through are dropped as well.
+  bool halted;
+  cube_status_t failure;  // while halted
+  uint64_t failure_tag;
+  cube_status_t dropped_failure;  // what events in the dropped range report
+  uint64_t drop_through;
   pthread_t thread;
   cube_cpu_exec_t exec;
   // Graphs: while set, dispatches are recorded into it instead of queued.
@@ -92,13 +106,15 @@ struct cube_bstream_t {
 
 static void event_release(cube_bevent_t *event) {
   if (atomic_fetch_sub(&event->refs, 1) == 1) {
+    cube_status_release(event->failure);
     pthread_cond_destroy(&event->reached);
     pthread_mutex_destroy(&event->lock);
     free(event);
   }
 }
 
-static void event_reach(cube_bevent_t *event) {
+static void event_reach(cube_bevent_t *event, cube_status_t failure) {
+  event->failure = cube_status_retain(failure);
   event->timestamp = cube_now_ns();
   pthread_mutex_lock(&event->lock);
   atomic_store(&event->done, true);
@@ -143,22 +159,21 @@ static cube_status_t task_run(cube_bstream_t *stream, cube_cpu_task_t *task) {
       task->u.callback.fn(task->u.callback.arg);
       break;
     case TASK_RECORD:
-      event_reach(task->u.event);
+      event_reach(task->u.event, CUBE_OK);
       break;
     case TASK_WAIT:
       event_block(task->u.event);
+      // Work this stream waited for failed: what follows here would read
+      // what that work left. The stream halts with the other's failure.
+      if (task->u.event->failure) {
+        status = cube_status_wrap(cube_status_retain(task->u.event->failure), CUBE_STATUS_GENERIC,
+                                  "cpu stream: work it waited for on another stream failed");
+      }
       break;
     case TASK_DISPATCH: {
       cube_cpu_launch_t *launch = &task->u.dispatch.launch;
       cube_cpu_launch_run(stream->device, &stream->exec, launch);
-      if (atomic_load(&launch->trapped)) {
-        status = cube_status_make(CUBE_STATUS_LAUNCH_UNKNOWN,
-                                  "cpu launch of kernel '%s' (cube count %ux%ux%u, cube dim "
-                                  "%ux%ux%u) trapped: %s",
-                                  launch->kernel->name, launch->cube_count.x, launch->cube_count.y,
-                                  launch->cube_count.z, launch->cube_dim.x, launch->cube_dim.y,
-                                  launch->cube_dim.z, launch->trap_message);
-      }
+      status = cube_cpu_launch_status(launch, "cpu launch");
       break;
     }
     case TASK_GRAPH:
@@ -181,18 +196,31 @@ static void *stream_main(void *arg) {
     cube_cpu_task_t *task = stream->head;
     stream->head = task->next;
     if (stream->head == NULL) stream->tail = NULL;
+
+    // A halted stream (or a range the core already settled) runs no work:
+    // events are reached marked failed, callbacks still run.
+    cube_status_t dropped = stream->halted                      ? stream->failure
+                            : task->seq <= stream->drop_through ? stream->dropped_failure
+                                                                : CUBE_OK;
+    dropped = cube_status_retain(dropped);
     pthread_mutex_unlock(&stream->lock);
 
-    cube_status_t error = task_run(stream, task);
+    cube_status_t error = CUBE_OK;
+    if (dropped == CUBE_OK) {
+      error = task_run(stream, task);
+    } else if (task->kind == TASK_RECORD) {
+      event_reach(task->u.event, dropped);
+    } else if (task->kind == TASK_CALLBACK) {
+      task->u.callback.fn(task->u.callback.arg);
+    }
+    cube_status_release(dropped);
     task_release_resources(&stream->device->base, task);
 
     pthread_mutex_lock(&stream->lock);
     if (error != CUBE_OK) {
-      if (stream->pending_error == CUBE_OK) {
-        stream->pending_error = error;
-      } else {
-        cube_status_release(error);  // the first error is the one reported
-      }
+      stream->halted = true;
+      stream->failure = error;
+      stream->failure_tag = task->tag;
     }
     if (stream->free_count < FREE_LIST_MAX) {
       task->next = stream->free_list;
@@ -235,7 +263,8 @@ static void task_submit(cube_bstream_t *stream, cube_cpu_task_t *task) {
     stream->head = task;
   }
   stream->tail = task;
-  stream->enqueued++;
+  task->seq = ++stream->enqueued;
+  task->tag = stream->tag;
   if (stream->idle) pthread_cond_signal(&stream->work);
   pthread_mutex_unlock(&stream->lock);
 }
@@ -289,7 +318,8 @@ void cube_cpu_stream_destroy(cube_backend_device_t *device, cube_bstream_t *stre
     stream->free_list = task->next;
     free(task);
   }
-  cube_status_release(stream->pending_error);
+  cube_status_release(stream->failure);
+  cube_status_release(stream->dropped_failure);
   cube_cpu_exec_deinitialize(&stream->exec);
   pthread_cond_destroy(&stream->drained);
   pthread_cond_destroy(&stream->work);
@@ -304,8 +334,7 @@ cube_status_t cube_cpu_stream_sync(cube_backend_device_t *device, cube_bstream_t
   stream->sync_waiters++;
   while (stream->completed < target) pthread_cond_wait(&stream->drained, &stream->lock);
   stream->sync_waiters--;
-  cube_status_t status = stream->pending_error;
-  stream->pending_error = CUBE_OK;
+  cube_status_t status = stream->halted ? cube_status_retain(stream->failure) : CUBE_OK;
   pthread_mutex_unlock(&stream->lock);
   return status;
 }
@@ -317,14 +346,30 @@ cube_status_t cube_cpu_stream_flush(cube_backend_device_t *device, cube_bstream_
 }
 
 void cube_cpu_stream_tag(cube_backend_device_t *device, cube_bstream_t *stream, uint64_t tag) {
-  (void)device, (void)stream, (void)tag;
+  (void)device;
+  // Only the core's enqueues read it, under the server lock that orders them.
+  stream->tag = tag;
 }
 
 cube_status_t cube_cpu_stream_take_failure(cube_backend_device_t *device, cube_bstream_t *stream,
                                            uint64_t *out_tag) {
-  (void)device, (void)stream;
+  (void)device;
+  pthread_mutex_lock(&stream->lock);
+  cube_status_t failure = CUBE_OK;
   *out_tag = 0;
-  return CUBE_OK;
+  if (stream->halted) {
+    failure = stream->failure;
+    *out_tag = stream->failure_tag;
+    stream->failure = CUBE_OK;
+    stream->halted = false;
+    // Everything queued so far was settled as not run: drop what is still
+    // in the queue, run what comes after.
+    stream->drop_through = stream->enqueued;
+    cube_status_release(stream->dropped_failure);
+    stream->dropped_failure = cube_status_retain(failure);
+  }
+  pthread_mutex_unlock(&stream->lock);
+  return failure;
 }
 
 //===--- Events ---===//
@@ -341,6 +386,7 @@ cube_status_t cube_cpu_event_record(cube_backend_device_t *device, cube_bstream_
   } else {
     atomic_init(&event->refs, 2);  // the caller's and the queued marker's
     atomic_init(&event->done, false);
+    event->failure = CUBE_OK;
     event->timed = timed;
     event->timestamp = 0;
     pthread_mutex_init(&event->lock, NULL);
@@ -356,7 +402,8 @@ cube_status_t cube_cpu_event_wait(cube_backend_device_t *device, cube_bstream_t 
                                   cube_bevent_t *event) {
   (void)device;
   cube_status_t status = CUBE_OK;
-  if (atomic_load(&event->done)) return status;  // nothing to wait for
+  // Reached: nothing to wait for, unless it failed (the wait halts then).
+  if (atomic_load(&event->done) && event->failure == CUBE_OK) return status;
   cube_cpu_task_t *task = task_begin(stream, TASK_WAIT);
   if (task == NULL) {
     status = cube_status_make(CUBE_STATUS_GENERIC, "cpu event_wait: out of host memory");
@@ -371,7 +418,7 @@ cube_status_t cube_cpu_event_wait(cube_backend_device_t *device, cube_bstream_t 
 cube_status_t cube_cpu_event_sync(cube_backend_device_t *device, cube_bevent_t *event) {
   (void)device;
   event_block(event);
-  return CUBE_OK;
+  return cube_status_retain(event->failure);
 }
 
 cube_status_t cube_cpu_event_query(cube_backend_device_t *device, cube_bevent_t *event,
