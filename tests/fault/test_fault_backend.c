@@ -258,7 +258,19 @@ static void fake_graph_destroy(cube_backend_device_t *device, cube_bgraph_t *gra
   free(graph);
 }
 
+static void fake_stream_tag(cube_backend_device_t *device, cube_bstream_t *stream, uint64_t tag) {
+  (void)device, (void)stream, (void)tag;
+}
+static cube_status_t fake_stream_take_failure(cube_backend_device_t *device, cube_bstream_t *stream,
+                                              uint64_t *out_tag) {
+  (void)device, (void)stream;
+  *out_tag = 0;
+  return CUBE_OK;
+}
+
 static const cube_backend_vtable_t fake_vtable = {
+    .stream_tag = fake_stream_tag,
+    .stream_take_failure = fake_stream_take_failure,
     .name = "fake",
     .destroy = fake_destroy,
     .stream_create = fake_stream_create,
@@ -346,9 +358,17 @@ static void count_callback(void *arg) {
 
 // Makes one call of |kind| through |device| and releases what it made. The
 // outputs of a failed call must read as "nothing made".
+// The fault device's own view of the fake's stream 0x10 (streams are the
+// wrapper's objects: the fault device keeps the halt state of late faults).
+static cube_bstream_t *adopt_fake_stream(cube_backend_device_t *device) {
+  cube_bstream_t *stream = NULL;
+  assert_null(cube_fault_stream_adopt(device, (cube_bstream_t *)(uintptr_t)0x10, &stream));
+  return stream;
+}
+
 static cube_status_t call_kind(cube_backend_device_t *device, kind_t kind) {
   const cube_backend_vtable_t *vt = device->vtable;
-  cube_bstream_t *stream = (cube_bstream_t *)(uintptr_t)0x10;
+  cube_bstream_t *stream = adopt_fake_stream(device);
   cube_status_t status = CUBE_OK;
   switch (kind) {
     case KIND_PAGE_ALLOC: {
@@ -428,6 +448,7 @@ static cube_status_t call_kind(cube_backend_device_t *device, kind_t kind) {
     default:
       fail();
   }
+  cube_fault_stream_disown(device, stream);
   return status;
 }
 
@@ -629,7 +650,7 @@ static void every_copy_slot_counts_as_copy(void **state) {
   fake_device_t *inner;
   cube_backend_device_t *device = wrap("copy:4:launch,event:3:oom,sync:2:oom,graph:3:oom", &inner);
   const cube_backend_vtable_t *vt = device->vtable;
-  cube_bstream_t *stream = (cube_bstream_t *)(uintptr_t)0x10;
+  cube_bstream_t *stream = adopt_fake_stream(device);
   char bytes[16] = {0};
   uint64_t shape[1] = {2}, strides[1] = {1};
   cube_bcopy_t layout = {
@@ -677,6 +698,7 @@ static void every_copy_slot_counts_as_copy(void **state) {
   assert_int_equal(cube_fault_calls(device, "any"), 15);
   assert_int_equal(cube_fault_calls(device, "bogus"), 0);
   assert_int_equal(cube_fault_injected(device), 4);
+  cube_fault_stream_disown(device, stream);
   device->vtable->destroy(device);
 }
 
@@ -786,12 +808,14 @@ typedef struct worker_t {
 
 static void *dispatch_worker(void *arg) {
   worker_t *worker = arg;
+  cube_bstream_t *stream = adopt_fake_stream(worker->device);
   for (int i = 0; i < 1000; ++i) {
     cube_dispatch_t dispatch = {.cube_count = {1, 1, 1}, .cube_dim = {1, 1, 1}};
-    cube_status_t status = worker->device->vtable->dispatch(worker->device, NULL, &dispatch);
+    cube_status_t status = worker->device->vtable->dispatch(worker->device, stream, &dispatch);
     worker->failures += status != NULL;
     cube_status_release(status);
   }
+  cube_fault_stream_disown(worker->device, stream);
   return NULL;
 }
 

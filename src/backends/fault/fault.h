@@ -3,8 +3,10 @@
 //
 // Plan grammar (see README.md): comma-separated rules KIND:N:ERROR or
 // KIND:N+:ERROR. KIND is page_alloc, host_alloc, compile, dispatch, copy,
-// event, sync, stream, callback, graph or any; ERROR is oom, compile, launch
-// or poison. "" (or NULL) passes every call through.
+// event, sync, stream, callback, graph or any; ERROR is oom, compile, launch,
+// poison or late (dispatch, copy and graph replay: accepted, part of the
+// outputs written, the rest garbage, and a failure at completion that halts
+// the stream). "" (or NULL) passes every call through.
 #ifndef CUBE_BACKENDS_FAULT_FAULT_H_
 #define CUBE_BACKENDS_FAULT_FAULT_H_
 
@@ -24,5 +26,13 @@ CUBE_INTERNAL bool cube_fault_is_fault_device(cube_backend_device_t *device);
 // malformed plan is VALIDATION and leaves the old plan and counters as they
 // were. VALIDATION too if |device| is not a fault device.
 CUBE_INTERNAL cube_status_t cube_fault_set_plan(cube_backend_device_t *device, const char *plan);
+
+// Tests that drive the vtable directly: wraps an inner stream (not created
+// through the fault device) as the fault device's stream, without counting a
+// call; disown frees the wrapper only, leaving the inner stream alone.
+CUBE_INTERNAL cube_status_t cube_fault_stream_adopt(cube_backend_device_t *device,
+                                                    cube_bstream_t *inner,
+                                                    cube_bstream_t **out_stream);
+CUBE_INTERNAL void cube_fault_stream_disown(cube_backend_device_t *device, cube_bstream_t *stream);
 
 #endif  // CUBE_BACKENDS_FAULT_FAULT_H_

@@ -1,6 +1,9 @@
 // cubec fault backend: forwards every slot to an inner backend, failing the
-// calls its plan names. It holds no runtime rule: it only fails calls, and a
-// failed call never reaches the inner backend, so there is nothing to undo.
+// calls its plan names. It holds no runtime rule: it only fails calls. A call
+// failed up front never reaches the inner backend, so there is nothing to
+// undo; a call failed late ("late") is accepted, runs part of its work, and
+// fails at completion: its stream halts as core/backend.h says a stream with
+// a late failure does, until the core takes the failure.
 #include <ctype.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -42,14 +45,14 @@ typedef enum cube_fault_error_t {
   CUBE_FAULT_ERROR_COMPILE,
   CUBE_FAULT_ERROR_LAUNCH,
   CUBE_FAULT_ERROR_POISON,
+  CUBE_FAULT_ERROR_LATE,
   CUBE_FAULT_ERROR_COUNT,
 } cube_fault_error_t;
 
 static const char *const cube_fault_error_names[CUBE_FAULT_ERROR_COUNT] = {
-    [CUBE_FAULT_ERROR_OOM] = "oom",
-    [CUBE_FAULT_ERROR_COMPILE] = "compile",
-    [CUBE_FAULT_ERROR_LAUNCH] = "launch",
-    [CUBE_FAULT_ERROR_POISON] = "poison",
+    [CUBE_FAULT_ERROR_OOM] = "oom",       [CUBE_FAULT_ERROR_COMPILE] = "compile",
+    [CUBE_FAULT_ERROR_LAUNCH] = "launch", [CUBE_FAULT_ERROR_POISON] = "poison",
+    [CUBE_FAULT_ERROR_LATE] = "late",
 };
 
 typedef struct cube_fault_rule_t {
@@ -69,7 +72,34 @@ typedef struct cube_fault_device_t {
   uint64_t calls[CUBE_FAULT_KIND_COUNT];
   uint64_t injected;
   bool poisoned;  // sticky, as a real CUDA sticky error
+  // Kernels' IO answers (kernel -> "rwx..."), so a late dispatch knows
+  // which buffers it half-writes.
+  struct cube_fault_kernel_t *kernels;
 } cube_fault_device_t;
+
+typedef struct cube_fault_kernel_t {
+  struct cube_fault_kernel_t *next;
+  cube_bkernel_t *kernel;
+  char *io;
+} cube_fault_kernel_t;
+
+// The stream the core sees: the inner stream and the halt state of a late
+// failure (core/backend.h, stream_take_failure).
+typedef struct cube_fault_stream_t {
+  cube_bstream_t *inner;
+  pthread_mutex_t lock;  // guards what follows
+  uint64_t tag;
+  bool halted;
+  cube_status_t failure;
+  uint64_t failure_tag;
+} cube_fault_stream_t;
+
+// The event the core sees: the inner event, and the failure of the stream it
+// was recorded on while halted.
+typedef struct cube_fault_event_t {
+  cube_bevent_t *inner;
+  cube_status_t failure;
+} cube_fault_event_t;
 
 static const cube_backend_vtable_t cube_fault_vtable;
 #define CUBE_BACKEND_PREFIX cube_fault
@@ -142,7 +172,7 @@ static bool cube_fault_parse_rule(const char *begin, const char *end, cube_fault
     if (cube_fault_token_equals(error_begin, error_end, cube_fault_error_names[i])) error = i;
   }
   if (error < 0) {
-    *out_why = "unknown ERROR (oom, compile, launch, poison)";
+    *out_why = "unknown ERROR (oom, compile, launch, poison, late)";
     return false;
   }
   *out_rule = (cube_fault_rule_t){
@@ -211,6 +241,7 @@ static cube_status_code_t cube_fault_code(cube_fault_kind_t kind, cube_fault_err
                  : CUBE_STATUS_IO_OUT_OF_MEMORY;
     case CUBE_FAULT_ERROR_COMPILE:
       return CUBE_STATUS_COMPILE_REFUSED;
+    case CUBE_FAULT_ERROR_LATE:
     case CUBE_FAULT_ERROR_LAUNCH:
       switch (kind) {
         case CUBE_FAULT_DISPATCH:
@@ -245,8 +276,13 @@ static bool cube_fault_rule_matches(const cube_fault_rule_t *rule, uint64_t call
 }
 
 // Counts a failable call of |kind| and answers the injected failure for it,
-// or CUBE_OK to let the call through to the inner backend.
-static cube_status_t cube_fault_check(cube_fault_device_t *fault, cube_fault_kind_t kind) {
+// or CUBE_OK to let the call through to the inner backend. A late failure is
+// answered through |out_late| (NULL: the kind cannot fail late, the failure is
+// made up front): the call goes through, and the status is its failure at
+// completion.
+static cube_status_t cube_fault_check_late(cube_fault_device_t *fault, cube_fault_kind_t kind,
+                                           bool *out_late) {
+  if (out_late) *out_late = false;
   bool inject = false;
   bool sticky = false;
   cube_fault_error_t error = CUBE_FAULT_ERROR_POISON;
@@ -283,8 +319,19 @@ static cube_status_t cube_fault_check(cube_fault_device_t *fault, cube_fault_kin
     return cube_status_make(code, "injected fault: %s call #%llu (compile)\ninjected compile error",
                             kind_name, (unsigned long long)call);
   }
+  if (error == CUBE_FAULT_ERROR_LATE && out_late) {
+    *out_late = true;
+    return cube_status_make(code,
+                            "injected late fault: %s call #%llu failed at completion, after "
+                            "writing part of its outputs",
+                            kind_name, (unsigned long long)call);
+  }
   return cube_status_make(code, "injected fault: %s call #%llu (%s)", kind_name,
                           (unsigned long long)call, cube_fault_error_names[error]);
+}
+
+static cube_status_t cube_fault_check(cube_fault_device_t *fault, cube_fault_kind_t kind) {
+  return cube_fault_check_late(fault, kind, NULL);
 }
 
 //===--- Slots ---===//
@@ -308,49 +355,159 @@ CUBE_BACKEND_SLOTS(CUBE_FAULT_FORWARD_S, CUBE_FAULT_FORWARD_V)
 void cube_fault_destroy(cube_backend_device_t *device) {
   cube_fault_device_t *fault = cube_fault_cast(device);
   if (fault->inner) fault->inner->vtable->destroy(fault->inner);
+  while (fault->kernels) {
+    cube_fault_kernel_t *k = fault->kernels;
+    fault->kernels = k->next;
+    free(k->io);
+    free(k);
+  }
   pthread_mutex_destroy(&fault->lock);
   free(fault->rules);
   free(fault);
 }
 
+//===--- Streams: the halt state of late failures ---===//
+
+static cube_fault_stream_t *fault_stream(cube_bstream_t *stream) {
+  return (cube_fault_stream_t *)(void *)stream;
+}
+static cube_bstream_t *inner_stream(cube_bstream_t *stream) {
+  return fault_stream(stream)->inner;
+}
+static cube_fault_event_t *fault_event(cube_bevent_t *event) {
+  return (cube_fault_event_t *)(void *)event;
+}
+
+// The failure work queued on |stream| now would find (retained), or NULL.
+static cube_status_t stream_halted(cube_bstream_t *stream) {
+  cube_fault_stream_t *s = fault_stream(stream);
+  pthread_mutex_lock(&s->lock);
+  cube_status_t failure = s->halted ? cube_status_retain(s->failure) : CUBE_OK;
+  pthread_mutex_unlock(&s->lock);
+  return failure;
+}
+
+// Halts |stream| with |failure| (taken) at its current tag, unless it is
+// halted already.
+static void stream_halt(cube_bstream_t *stream, cube_status_t failure) {
+  cube_fault_stream_t *s = fault_stream(stream);
+  pthread_mutex_lock(&s->lock);
+  if (!s->halted) {
+    s->halted = true;
+    s->failure = failure;
+    s->failure_tag = s->tag;
+    failure = CUBE_OK;
+  }
+  pthread_mutex_unlock(&s->lock);
+  cube_status_release(failure);
+}
+
+// Work queued on a halted stream is dropped: accepted, never run.
+static bool stream_drops(cube_bstream_t *stream) {
+  cube_status_t failure = stream_halted(stream);
+  bool drops = failure != CUBE_OK;
+  cube_status_release(failure);
+  return drops;
+}
+
 cube_status_t cube_fault_stream_create(cube_backend_device_t *device, cube_bstream_t **out_stream) {
   *out_stream = NULL;
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_STREAM);
-  if (!status) status = cube_fault_fwd_stream_create(device, out_stream);
+  cube_fault_stream_t *s = status ? NULL : calloc(1, sizeof *s);
+  if (!status && !s) {
+    status = cube_status_make(CUBE_STATUS_GENERIC, "fault stream_create: out of host memory");
+  }
+  if (!status) status = cube_fault_fwd_stream_create(device, &s->inner);
+  if (!status) {
+    pthread_mutex_init(&s->lock, NULL);
+    *out_stream = (cube_bstream_t *)(void *)s;
+  } else {
+    free(s);
+  }
   return status;
 }
 
 void cube_fault_stream_destroy(cube_backend_device_t *device, cube_bstream_t *stream) {
-  cube_fault_fwd_stream_destroy(device, stream);
+  cube_fault_stream_t *s = fault_stream(stream);
+  cube_fault_fwd_stream_destroy(device, s->inner);
+  cube_status_release(s->failure);
+  pthread_mutex_destroy(&s->lock);
+  free(s);
 }
 
 cube_status_t cube_fault_stream_sync(cube_backend_device_t *device, cube_bstream_t *stream) {
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_SYNC);
-  if (!status) status = cube_fault_fwd_stream_sync(device, stream);
-  return status;
+  if (!status) status = cube_fault_fwd_stream_sync(device, inner_stream(stream));
+  cube_status_t halted = status ? CUBE_OK : stream_halted(stream);
+  return status ? status : halted;
 }
 
 cube_status_t cube_fault_stream_flush(cube_backend_device_t *device, cube_bstream_t *stream) {
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_SYNC);
-  if (!status) status = cube_fault_fwd_stream_flush(device, stream);
+  if (!status) status = cube_fault_fwd_stream_flush(device, inner_stream(stream));
   return status;
 }
 
 void cube_fault_stream_tag(cube_backend_device_t *device, cube_bstream_t *stream, uint64_t tag) {
-  cube_fault_fwd_stream_tag(device, stream, tag);
+  cube_fault_stream_t *s = fault_stream(stream);
+  s->tag = tag;  // the core's enqueues are ordered by its lock
+  cube_fault_fwd_stream_tag(device, s->inner, tag);
 }
 
 cube_status_t cube_fault_stream_take_failure(cube_backend_device_t *device, cube_bstream_t *stream,
                                              uint64_t *out_tag) {
-  return cube_fault_fwd_stream_take_failure(device, stream, out_tag);
+  cube_fault_stream_t *s = fault_stream(stream);
+  // The inner stream failed first if at all: nothing was forwarded to it
+  // after this stream halted. Taking it settles everything after it, ours too.
+  cube_status_t failure = cube_fault_fwd_stream_take_failure(device, s->inner, out_tag);
+  pthread_mutex_lock(&s->lock);
+  if (!failure && s->halted) {
+    failure = s->failure;
+    *out_tag = s->failure_tag;
+  } else {
+    cube_status_release(s->failure);
+  }
+  s->failure = CUBE_OK;
+  s->halted = false;
+  pthread_mutex_unlock(&s->lock);
+  return failure;
 }
+
+cube_status_t cube_fault_stream_adopt(cube_backend_device_t *device, cube_bstream_t *inner,
+                                      cube_bstream_t **out_stream) {
+  (void)device;
+  cube_fault_stream_t *s = calloc(1, sizeof *s);
+  if (!s) return cube_status_make(CUBE_STATUS_GENERIC, "fault stream_adopt: out of host memory");
+  s->inner = inner;
+  pthread_mutex_init(&s->lock, NULL);
+  *out_stream = (cube_bstream_t *)(void *)s;
+  return CUBE_OK;
+}
+
+void cube_fault_stream_disown(cube_backend_device_t *device, cube_bstream_t *stream) {
+  (void)device;
+  cube_fault_stream_t *s = fault_stream(stream);
+  cube_status_release(s->failure);
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+}
+
+//===--- Events ---===//
 
 cube_status_t cube_fault_event_record(cube_backend_device_t *device, cube_bstream_t *stream,
                                       bool timed, cube_bevent_t **out_event) {
   *out_event = NULL;
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_EVENT);
+  cube_fault_event_t *e = status ? NULL : calloc(1, sizeof *e);
+  if (!status && !e) {
+    status = cube_status_make(CUBE_STATUS_GENERIC, "fault event_record: out of host memory");
+  }
+  if (!status) status = cube_fault_fwd_event_record(device, inner_stream(stream), timed, &e->inner);
   if (!status) {
-    status = cube_fault_fwd_event_record(device, stream, timed, out_event);
+    e->failure = stream_halted(stream);  // the work before it was dropped
+    *out_event = (cube_bevent_t *)(void *)e;
+  } else {
+    free(e);
   }
   return status;
 }
@@ -358,13 +515,22 @@ cube_status_t cube_fault_event_record(cube_backend_device_t *device, cube_bstrea
 cube_status_t cube_fault_event_wait(cube_backend_device_t *device, cube_bstream_t *stream,
                                     cube_bevent_t *event) {
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_EVENT);
-  if (!status) status = cube_fault_fwd_event_wait(device, stream, event);
+  cube_fault_event_t *e = fault_event(event);
+  if (!status) status = cube_fault_fwd_event_wait(device, inner_stream(stream), e->inner);
+  if (!status && e->failure) {
+    // What follows on |stream| would read what the failed work left.
+    stream_halt(stream, cube_status_wrap(cube_status_retain(e->failure), CUBE_STATUS_GENERIC,
+                                         "fault stream: work it waited for on another stream "
+                                         "failed"));
+  }
   return status;
 }
 
 cube_status_t cube_fault_event_sync(cube_backend_device_t *device, cube_bevent_t *event) {
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_EVENT);
-  if (!status) status = cube_fault_fwd_event_sync(device, event);
+  cube_fault_event_t *e = fault_event(event);
+  if (!status) status = cube_fault_fwd_event_sync(device, e->inner);
+  if (!status) status = cube_status_retain(e->failure);
   return status;
 }
 
@@ -372,9 +538,7 @@ cube_status_t cube_fault_event_query(cube_backend_device_t *device, cube_bevent_
                                      bool *out_done) {
   *out_done = false;
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_EVENT);
-  if (!status) {
-    status = cube_fault_fwd_event_query(device, event, out_done);
-  }
+  if (!status) status = cube_fault_fwd_event_query(device, fault_event(event)->inner, out_done);
   return status;
 }
 
@@ -383,14 +547,20 @@ cube_status_t cube_fault_event_elapsed(cube_backend_device_t *device, cube_beven
   *out_nanoseconds = 0;
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_EVENT);
   if (!status) {
-    status = cube_fault_fwd_event_elapsed(device, start, end, out_nanoseconds);
+    status = cube_fault_fwd_event_elapsed(device, fault_event(start)->inner,
+                                          fault_event(end)->inner, out_nanoseconds);
   }
   return status;
 }
 
 void cube_fault_event_release(cube_backend_device_t *device, cube_bevent_t *event) {
-  cube_fault_fwd_event_release(device, event);
+  cube_fault_event_t *e = fault_event(event);
+  cube_fault_fwd_event_release(device, e->inner);
+  cube_status_release(e->failure);
+  free(e);
 }
+
+//===--- Storage ---===//
 
 cube_status_t cube_fault_page_alloc(cube_backend_device_t *device, uint64_t size,
                                     uint64_t *out_address) {
@@ -424,30 +594,64 @@ void cube_fault_host_free(cube_backend_device_t *device, void *host) {
   cube_fault_fwd_host_free(device, host);
 }
 
+// Garbage a late fault leaves in the part of an output it did not write.
+static const unsigned char cube_fault_garbage[4096] = {[0 ... 4095] = 0xcd};
+
+// Queues garbage over [address + from, address + to) on |stream|.
+static void fill_garbage(cube_backend_device_t *device, cube_bstream_t *stream, uint64_t address,
+                         uint64_t from, uint64_t to) {
+  for (uint64_t at = from; at < to;) {
+    uint64_t n = to - at < sizeof cube_fault_garbage ? to - at : sizeof cube_fault_garbage;
+    cube_status_release(
+        cube_fault_fwd_copy_to_device(device, stream, address + at, cube_fault_garbage, n));
+    at += n;
+  }
+}
+
+// A copy: up front failures never reach the inner backend; a late one copies
+// the first half, leaves garbage in the rest of a device destination, and
+// fails at completion.
+static cube_status_t copy_checked(cube_backend_device_t *device, cube_bstream_t *stream,
+                                  bool *out_late) {
+  cube_status_t status = cube_fault_check_late(cube_fault_cast(device), CUBE_FAULT_COPY, out_late);
+  if (*out_late) stream_halt(stream, status);
+  return *out_late ? CUBE_OK : status;
+}
+
 cube_status_t cube_fault_copy_to_device(cube_backend_device_t *device, cube_bstream_t *stream,
                                         uint64_t destination, const void *source, uint64_t size) {
-  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_COPY);
-  if (!status) {
-    status = cube_fault_fwd_copy_to_device(device, stream, destination, source, size);
-  }
+  if (stream_drops(stream)) return cube_fault_check(cube_fault_cast(device), CUBE_FAULT_COPY);
+  bool late = false;
+  cube_status_t status = copy_checked(device, stream, &late);
+  if (status) return status;
+  cube_bstream_t *inner = inner_stream(stream);
+  uint64_t part = late ? size / 2 : size;
+  status = part ? cube_fault_fwd_copy_to_device(device, inner, destination, source, part) : CUBE_OK;
+  if (late) fill_garbage(device, inner, destination, part, size);
   return status;
 }
 
 cube_status_t cube_fault_copy_to_host(cube_backend_device_t *device, cube_bstream_t *stream,
                                       void *destination, uint64_t source, uint64_t size) {
-  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_COPY);
-  if (!status) {
-    status = cube_fault_fwd_copy_to_host(device, stream, destination, source, size);
-  }
-  return status;
+  if (stream_drops(stream)) return cube_fault_check(cube_fault_cast(device), CUBE_FAULT_COPY);
+  bool late = false;
+  cube_status_t status = copy_checked(device, stream, &late);
+  if (status) return status;
+  uint64_t part = late ? size / 2 : size;
+  return part ? cube_fault_fwd_copy_to_host(device, inner_stream(stream), destination, source, part)
+              : CUBE_OK;
 }
 
 cube_status_t cube_fault_copy_device(cube_backend_device_t *device, cube_bstream_t *stream,
                                      uint64_t destination, uint64_t source, uint64_t size) {
-  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_COPY);
-  if (!status) {
-    status = cube_fault_fwd_copy_device(device, stream, destination, source, size);
-  }
+  if (stream_drops(stream)) return cube_fault_check(cube_fault_cast(device), CUBE_FAULT_COPY);
+  bool late = false;
+  cube_status_t status = copy_checked(device, stream, &late);
+  if (status) return status;
+  cube_bstream_t *inner = inner_stream(stream);
+  uint64_t part = late ? size / 2 : size;
+  status = part ? cube_fault_fwd_copy_device(device, inner, destination, source, part) : CUBE_OK;
+  if (late) fill_garbage(device, inner, destination, part, size);
   return status;
 }
 
@@ -455,59 +659,129 @@ cube_status_t cube_fault_copy_strided_to_device(cube_backend_device_t *device,
                                                 cube_bstream_t *stream,
                                                 const cube_bcopy_t *destination,
                                                 const void *source) {
-  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_COPY);
+  if (stream_drops(stream)) return cube_fault_check(cube_fault_cast(device), CUBE_FAULT_COPY);
+  bool late = false;
+  cube_status_t status = copy_checked(device, stream, &late);
   if (!status) {
-    status = cube_fault_fwd_copy_strided_to_device(device, stream, destination, source);
+    status =
+        cube_fault_fwd_copy_strided_to_device(device, inner_stream(stream), destination, source);
   }
   return status;
 }
 
 cube_status_t cube_fault_copy_strided_to_host(cube_backend_device_t *device, cube_bstream_t *stream,
                                               void *destination, const cube_bcopy_t *source) {
-  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_COPY);
+  if (stream_drops(stream)) return cube_fault_check(cube_fault_cast(device), CUBE_FAULT_COPY);
+  bool late = false;
+  cube_status_t status = copy_checked(device, stream, &late);
   if (!status) {
-    status = cube_fault_fwd_copy_strided_to_host(device, stream, destination, source);
+    status = cube_fault_fwd_copy_strided_to_host(device, inner_stream(stream), destination, source);
   }
   return status;
 }
 
 cube_status_t cube_fault_host_callback(cube_backend_device_t *device, cube_bstream_t *stream,
                                        void (*fn)(void *arg), void *arg) {
+  // Callbacks run on a halted stream too (they hand back staging).
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_CALLBACK);
-  if (!status) {
-    status = cube_fault_fwd_host_callback(device, stream, fn, arg);
-  }
+  if (!status) status = cube_fault_fwd_host_callback(device, inner_stream(stream), fn, arg);
   return status;
 }
+
+//===--- Kernels ---===//
 
 cube_status_t cube_fault_compile(cube_backend_device_t *device,
                                  const cube_compile_request_t *request, cube_bkernel_t **out_kernel,
                                  cube_kernel_info_t *out_info) {
   *out_kernel = NULL;
-  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_COMPILE);
+  cube_fault_device_t *fault = cube_fault_cast(device);
+  cube_status_t status = cube_fault_check(fault, CUBE_FAULT_COMPILE);
   if (status) {
     memset(out_info, 0, sizeof(*out_info));
     out_info->io = "";
   } else {
     status = cube_fault_fwd_compile(device, request, out_kernel, out_info);
   }
+  if (!status) {
+    // Remembered for late dispatches; without memory they write garbage
+    // into every buffer, which over-names and is still exact.
+    cube_fault_kernel_t *k = malloc(sizeof *k);
+    char *io = k ? strdup(out_info->io ? out_info->io : "") : NULL;
+    if (k && io) {
+      pthread_mutex_lock(&fault->lock);
+      *k = (cube_fault_kernel_t){.next = fault->kernels, .kernel = *out_kernel, .io = io};
+      fault->kernels = k;
+      pthread_mutex_unlock(&fault->lock);
+    } else {
+      free(k);
+      free(io);
+    }
+  }
   return status;
 }
 
 void cube_fault_kernel_release(cube_backend_device_t *device, cube_bkernel_t *kernel) {
+  cube_fault_device_t *fault = cube_fault_cast(device);
+  pthread_mutex_lock(&fault->lock);
+  for (cube_fault_kernel_t **link = &fault->kernels; *link; link = &(*link)->next) {
+    if ((*link)->kernel == kernel) {
+      cube_fault_kernel_t *k = *link;
+      *link = k->next;
+      free(k->io);
+      free(k);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&fault->lock);
   cube_fault_fwd_kernel_release(device, kernel);
+}
+
+// Whether buffer |index| of |kernel| is written (unknown: yes).
+static bool kernel_writes(cube_fault_device_t *fault, cube_bkernel_t *kernel, uint32_t index) {
+  bool writes = true;
+  pthread_mutex_lock(&fault->lock);
+  for (cube_fault_kernel_t *k = fault->kernels; k; k = k->next) {
+    if (k->kernel == kernel) {
+      writes = index >= strlen(k->io) || k->io[index] == 'w' || k->io[index] == 'x';
+      break;
+    }
+  }
+  pthread_mutex_unlock(&fault->lock);
+  return writes;
 }
 
 cube_status_t cube_fault_dispatch(cube_backend_device_t *device, cube_bstream_t *stream,
                                   const cube_dispatch_t *dispatch) {
-  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_DISPATCH);
-  if (!status) status = cube_fault_fwd_dispatch(device, stream, dispatch);
+  if (stream_drops(stream)) return cube_fault_check(cube_fault_cast(device), CUBE_FAULT_DISPATCH);
+  cube_fault_device_t *fault = cube_fault_cast(device);
+  bool late = false;
+  cube_status_t status = cube_fault_check_late(fault, CUBE_FAULT_DISPATCH, &late);
+  cube_bstream_t *inner = inner_stream(stream);
+  if (late) {
+    // The kernel runs, then garbage lands over the second half of what it
+    // wrote: torn outputs, and a failure at completion.
+    cube_status_t ran = cube_fault_fwd_dispatch(device, inner, dispatch);
+    if (!ran) {
+      uint32_t scalars = (uint32_t)(dispatch->info[0] >> 56);
+      for (uint32_t b = 0; b < dispatch->buffer_count; ++b) {
+        if (!kernel_writes(fault, dispatch->kernel, b)) continue;
+        uint64_t length = dispatch->info[1 + scalars + b];
+        fill_garbage(device, inner, dispatch->buffers[b], length / 2, length);
+      }
+    }
+    cube_status_release(ran);
+    stream_halt(stream, status);
+    return CUBE_OK;
+  }
+  if (!status) status = cube_fault_fwd_dispatch(device, inner, dispatch);
   return status;
 }
 
+//===--- Graphs ---===//
+
 cube_status_t cube_fault_capture_begin(cube_backend_device_t *device, cube_bstream_t *stream) {
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_GRAPH);
-  if (!status) status = cube_fault_fwd_capture_begin(device, stream);
+  if (!status) status = cube_fault_fwd_capture_begin(device, inner_stream(stream));
   return status;
 }
 
@@ -517,7 +791,7 @@ cube_status_t cube_fault_capture_end(cube_backend_device_t *device, cube_bstream
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_GRAPH);
   // A failed end still ends the capture (as cuStreamEndCapture does): end it
   // inside and drop what was recorded, or the stream would record forever.
-  cube_status_t ended = cube_fault_fwd_capture_end(device, stream, out_graph);
+  cube_status_t ended = cube_fault_fwd_capture_end(device, inner_stream(stream), out_graph);
   if (status && *out_graph) {
     cube_fault_fwd_graph_destroy(device, *out_graph);
     *out_graph = NULL;
@@ -532,10 +806,16 @@ cube_status_t cube_fault_capture_end(cube_backend_device_t *device, cube_bstream
 
 cube_status_t cube_fault_graph_replay(cube_backend_device_t *device, cube_bstream_t *stream,
                                       cube_bgraph_t *graph) {
-  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_GRAPH);
-  if (!status) {
-    status = cube_fault_fwd_graph_replay(device, stream, graph);
+  if (stream_drops(stream)) return cube_fault_check(cube_fault_cast(device), CUBE_FAULT_GRAPH);
+  bool late = false;
+  cube_status_t status = cube_fault_check_late(cube_fault_cast(device), CUBE_FAULT_GRAPH, &late);
+  if (late) {
+    // The replay runs; its failure surfaces at completion.
+    cube_status_release(cube_fault_fwd_graph_replay(device, inner_stream(stream), graph));
+    stream_halt(stream, status);
+    return CUBE_OK;
   }
+  if (!status) status = cube_fault_fwd_graph_replay(device, inner_stream(stream), graph);
   return status;
 }
 
