@@ -106,8 +106,9 @@ typedef struct cube_bcopy_t {
 //                        wraps the other stream's.
 //   event_sync           blocks until |event| is reached; answers the failure
 //                        of a failed event.
-//   event_query          whether |event| is reached (failed counts as
-//                        reached), without blocking.
+//   event_query          whether |event| is reached, without blocking; a
+//                        failed event is reached and answers its failure
+//                        (so nobody takes work before it as completed).
 //   event_elapsed        device nanoseconds between two timed, reached events.
 // Storage
 //   page_alloc / page_free   device memory pages (address 0 is never returned).

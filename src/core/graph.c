@@ -437,7 +437,8 @@ cube_status_t cube_graph_replay(cube_client_t *client, cube_stream_t stream, cub
   cube_server_tag(server, index);
   for (size_t i = 0; i < g->set.count && cube_status_is_ok(status); ++i) {
     if (pin_live(server, &g->set.pins[i]))
-      status = cube_server_order(server, index, &server->slots[g->set.pins[i].slot]);
+      status = cube_server_order(server, index, &server->slots[g->set.pins[i].slot],
+                                 g->set.pins[i].writes);
   }
   if (cube_status_is_ok(status)) {
     void *mark = server->profiler ? cube_profile_before_work(server, index, true) : NULL;

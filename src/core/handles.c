@@ -56,6 +56,7 @@ cube_status_t cube_handle_create(cube_client_t *client, cube_stream_t stream, ui
     slot->last_ticket = server->streams[stream_index].ticket;
     slot->write_stream = 0;
     slot->write_ticket = 0;
+    memset(slot->users, 0, sizeof slot->users);
     slot->claim = (cube_claim_t){0};  // dropped when the slot was released
     *out_handle = cube_server_handle(server, index);
   }
@@ -78,10 +79,17 @@ cube_status_t cube_handle_release(cube_client_t *client, cube_handle_t handle) {
   if (cube_status_is_ok(status)) {
     cube_slot_t *slot = &server->slots[index];
     // Stream order protects the memory: the manager reuses it at once on the
-    // stream that used it last, and elsewhere only after that use completes.
-    // A capture or graph still using the memory takes it (graph.c).
-    if (!cube_graph_adopt_slot(server, index))
-      cube_mm_free(server->mm, &slot->slice, slot->last_stream, slot->last_ticket);
+    // stream that used it last, and elsewhere only after that use completes
+    // (every stream still using it is made to wait for first). A capture or
+    // graph still using the memory takes it (graph.c). Memory whose uses
+    // could not be fenced stays out of the pools until teardown.
+    uint32_t fence_stream = 0;
+    uint64_t fence_ticket = 0;
+    bool fenced = cube_server_fence(server, slot, &fence_stream, &fence_ticket);
+    slot->last_stream = fence_stream;
+    slot->last_ticket = fence_ticket;
+    if (!cube_graph_adopt_slot(server, index) && fenced)
+      cube_mm_free(server->mm, &slot->slice, fence_stream, fence_ticket);
     cube_claim_drop(&slot->claim);
     slot->live = false;
     slot->generation++;

@@ -68,7 +68,7 @@ static cube_status_t write_one(cube_server_t *server, uint32_t stream, const cub
   cube_write_scope_add(&scope, &r.slot->claim,
                        r.offset == 0 && r.size == r.slot->size && desc->rank == 0);
   cube_server_tag(server, stream);
-  status = cube_server_order(server, stream, r.slot);
+  status = cube_server_order(server, stream, r.slot, true);
   if (cube_status_is_ok(status)) {
     cube_bcopy_t copy = {r.address, desc->rank, desc->shape, desc->strides, desc->elem_size};
     void *mark = server->profiler ? cube_profile_before_work(server, stream, false) : NULL;
@@ -196,7 +196,10 @@ static cube_status_t read_enqueue(cube_server_t *server, uint32_t stream,
   if (cube_status_is_ok(status) && size > 0 && !destination) {
     status = cube_status_make(CUBE_STATUS_VALIDATION, "%s: destination is NULL", operation);
   }
-  if (cube_status_is_ok(status) && size > 0) status = cube_server_order(server, stream, r.slot);
+  if (cube_status_is_ok(status) && size > 0) {
+    cube_server_tag(server, stream);
+    status = cube_server_order(server, stream, r.slot, false);
+  }
   if (cube_status_is_ok(status) && size > 0) {
     const cube_backend_vtable_t *vt = server->device->vtable;
     cube_bstream_t *bstream = server->streams[stream].backend;
@@ -439,8 +442,8 @@ cube_status_t cube_copy(cube_client_t *client, cube_stream_t stream, cube_bindin
     cube_write_scope_open(&scope, storage, 1, server->track_failures);
     cube_write_scope_add(&scope, &dst.slot->claim, dst.offset == 0 && dst.size == dst.slot->size);
     cube_server_tag(server, index);
-    status = cube_server_order(server, index, src.slot);
-    if (cube_status_is_ok(status)) status = cube_server_order(server, index, dst.slot);
+    status = cube_server_order(server, index, src.slot, false);
+    if (cube_status_is_ok(status)) status = cube_server_order(server, index, dst.slot, true);
     if (cube_status_is_ok(status)) {
       void *mark = server->profiler ? cube_profile_before_work(server, index, false) : NULL;
       status = cube_server_note(server, server->device->vtable->copy_device(

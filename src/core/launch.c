@@ -319,7 +319,8 @@ static cube_status_t launch_dispatch(launch_t *l) {
   if (cube_status_is_ok(status)) cube_server_tag(server, stream);
   for (size_t i = 0; i < l->n && cube_status_is_ok(status); ++i) {
     addresses[i] = l->resolved[i].address;
-    if (!capturing) status = cube_server_order(server, stream, l->resolved[i].slot);
+    if (!capturing)
+      status = cube_server_order(server, stream, l->resolved[i].slot, l->io[i] & IO_W);
   }
   uint64_t dynamic_address = 0;
   if (cube_status_is_ok(status) && info_words > static_words &&
@@ -354,14 +355,16 @@ static cube_status_t launch_dispatch(launch_t *l) {
     server->streams[stream].ticket++;
     cube_write_scope_commit(&scope);
     for (size_t i = 0; i < l->n; ++i) {
-      if (l->io[i] & IO_W) {
+      if (capturing) {
+        // Recorded, not run: the buffers' last use stays the real one, which
+        // each replay orders itself after (and then becomes).
+        cube_capture_note_buffer(server, stream, l->resolved[i].slot_index, l->io[i] & IO_R,
+                                 l->io[i] & IO_W);
+      } else if (l->io[i] & IO_W) {
         cube_server_wrote(server, stream, l->resolved[i].slot);
       } else {
         cube_server_used(server, stream, l->resolved[i].slot);
       }
-      if (capturing)
-        cube_capture_note_buffer(server, stream, l->resolved[i].slot_index, l->io[i] & IO_R,
-                                 l->io[i] & IO_W);
     }
   } else {
     cube_write_scope_fail(&scope, status);
@@ -434,7 +437,7 @@ static cube_status_t read_dynamic_count(cube_server_t *server, uint32_t stream,
   uint32_t xyz[3] = {0, 0, 0};
   const cube_backend_vtable_t *vt = server->device->vtable;
   cube_server_tag(server, stream);
-  status = cube_server_order(server, stream, r.slot);
+  status = cube_server_order(server, stream, r.slot, false);
   if (cube_status_is_ok(status)) {
     status =
         cube_server_note(server, vt->copy_to_host(server->device, server->streams[stream].backend,

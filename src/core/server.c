@@ -81,6 +81,13 @@ static cube_status_t stream_refresh(cube_server_t *server, cube_stream_state_t *
     status = cube_server_note(
         server, s->backend ? server->device->vtable->event_query(server->device, s->progress, &done)
                            : CUBE_OK);
+    if (done && !cube_status_is_ok(status) && !server->poison) {
+      // Reached by a halted stream: the work before it failed late. Its
+      // tickets are not completed work: settle them (which completes them).
+      cube_server_settle(server, (uint32_t)(s - server->streams));
+      cube_status_release(status);
+      status = CUBE_OK;
+    }
     if (cube_status_is_ok(status) && done) {
       if (s->progress_ticket > s->completed) s->completed = s->progress_ticket;
       server->device->vtable->event_release(server->device, s->progress);
@@ -156,7 +163,10 @@ cube_status_t cube_server_stream_open(cube_server_t *server, bool explicit_strea
     s->live = true;
     s->explicit_stream = explicit_stream;
     s->capturing = false;
-    s->ticket = s->completed = 0;
+    // Tickets go on from the slot's last stream (destroyed drained, so all
+    // of them completed): the memory manager remembers how far a stream
+    // index got, and a new stream there must not look already past it.
+    s->completed = s->ticket;
     s->progress = NULL;
     *out_index = index;
   }
@@ -301,14 +311,12 @@ cube_status_t cube_server_resolve(cube_server_t *server, cube_binding_t binding,
   return CUBE_OK;
 }
 
-cube_status_t cube_server_order(cube_server_t *server, uint32_t stream, cube_slot_t *slot) {
-  if (slot->last_stream == stream || slot->last_stream == 0) return CUBE_OK;
-  cube_stream_state_t *other = &server->streams[slot->last_stream];
-  if (!other->live || other->completed >= slot->last_ticket) return CUBE_OK;
+// |stream| waits on the device for everything |other| has enqueued so far.
+static cube_status_t order_after(cube_server_t *server, uint32_t stream, uint32_t other) {
   const cube_backend_vtable_t *vt = server->device->vtable;
   cube_bevent_t *event = NULL;
-  cube_status_t status =
-      cube_server_note(server, vt->event_record(server->device, other->backend, false, &event));
+  cube_status_t status = cube_server_note(
+      server, vt->event_record(server->device, server->streams[other].backend, false, &event));
   if (cube_status_is_ok(status)) {
     status = cube_server_note(
         server, vt->event_wait(server->device, server->streams[stream].backend, event));
@@ -317,10 +325,66 @@ cube_status_t cube_server_order(cube_server_t *server, uint32_t stream, cube_slo
   return status;
 }
 
+// Whether |s| may still run work enqueued up to |ticket|.
+static bool stream_pending(const cube_server_t *server, uint32_t s, uint64_t ticket) {
+  return s && server->streams[s].live && server->streams[s].completed < ticket;
+}
+
+cube_status_t cube_server_order(cube_server_t *server, uint32_t stream, cube_slot_t *slot,
+                                bool writes) {
+  // After the last writer: what it writes is read or overwritten here. This
+  // is also how a late failure of that writer reaches this stream.
+  uint32_t w = slot->write_stream;
+  cube_status_t status = CUBE_OK;
+  bool after_w = w != stream && stream_pending(server, w, slot->write_ticket);
+  if (after_w) status = order_after(server, stream, w);
+  if (!writes || !cube_status_is_ok(status)) return status;
+  // A write also waits for every stream that used the buffer since (each
+  // may still be reading it).
+  for (uint32_t word = 0; word < CUBE_MAX_STREAMS / 64 && cube_status_is_ok(status); ++word) {
+    for (uint64_t bits = slot->users[word]; bits && cube_status_is_ok(status); bits &= bits - 1) {
+      uint32_t s = word * 64 + (uint32_t)__builtin_ctzll(bits) + 1;
+      if (s != stream && !(after_w && s == w) &&
+          stream_pending(server, s, server->streams[s].ticket))
+        status = order_after(server, stream, s);
+    }
+  }
+  return status;
+}
+
+bool cube_server_fence(cube_server_t *server, cube_slot_t *slot, uint32_t *out_stream,
+                       uint64_t *out_ticket) {
+  bool covered = true;
+  uint32_t last = slot->last_stream;
+  if (!stream_pending(server, last, slot->last_ticket)) last = 0;
+  // The last use covers the others only if every other user is done, or is
+  // made to wait for (a device-side wait that the memory's fence then covers).
+  for (uint32_t word = 0; word < CUBE_MAX_STREAMS / 64; ++word) {
+    for (uint64_t bits = slot->users[word]; bits; bits &= bits - 1) {
+      uint32_t s = word * 64 + (uint32_t)__builtin_ctzll(bits) + 1;
+      if (s == last || !stream_pending(server, s, server->streams[s].ticket)) continue;
+      if (!last) {
+        last = s;
+        continue;
+      }
+      cube_status_t status = order_after(server, last, s);
+      if (cube_status_is_ok(status)) {
+        server->streams[last].ticket++;
+      } else {
+        covered = false;
+      }
+      cube_status_release(status);
+    }
+  }
+  *out_stream = last ? last : slot->last_stream;
+  *out_ticket = last ? server->streams[last].ticket : slot->last_ticket;
+  return covered;
+}
 void cube_server_used(cube_server_t *server, uint32_t stream, cube_slot_t *slot) {
   if (slot) {
     slot->last_stream = stream;
     slot->last_ticket = server->streams[stream].ticket;
+    slot->users[(stream - 1) / 64] |= 1ull << ((stream - 1) % 64);
   }
 }
 
@@ -328,6 +392,9 @@ void cube_server_wrote(cube_server_t *server, uint32_t stream, cube_slot_t *slot
   if (slot) {
     slot->last_stream = slot->write_stream = stream;
     slot->last_ticket = slot->write_ticket = server->streams[stream].ticket;
+    // Every earlier use was waited for (cube_server_order): only this one counts.
+    memset(slot->users, 0, sizeof slot->users);
+    slot->users[(stream - 1) / 64] = 1ull << ((stream - 1) % 64);
   }
 }
 

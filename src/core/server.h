@@ -64,6 +64,9 @@ typedef struct cube_slot_t {
   uint64_t last_ticket;   // that stream's ticket after the use
   uint32_t write_stream;  // the stream of the last work that wrote it (0: none)
   uint64_t write_ticket;  // that work's ticket: pending until the stream completes it
+  // Streams that used it since that write (bit s - 1 for stream s): a write
+  // waits for each of them.
+  uint64_t users[CUBE_MAX_STREAMS / 64];
   cube_claim_t claim;
   uint32_t next_free;
   uint32_t graph_pins;  // captures and graphs using the memory (graph.c)
@@ -240,10 +243,17 @@ CUBE_INTERNAL cube_status_t cube_server_slot(cube_server_t *server, cube_handle_
                                              uint32_t *out_index);
 // The handle value of slot |index| as it is now.
 CUBE_INTERNAL cube_handle_t cube_server_handle(const cube_server_t *server, uint32_t index);
-// Orders |stream| after the last use of |slot| on another stream (device-side
-// wait on an event). Lock held.
+// Orders work about to be enqueued on |stream| after what it must follow on
+// other streams (device-side waits on events): the last writer of |slot|,
+// and, when the work |writes| it, every stream that used it since. Lock held.
 CUBE_INTERNAL cube_status_t cube_server_order(cube_server_t *server, uint32_t stream,
-                                              cube_slot_t *slot);
+                                              cube_slot_t *slot, bool writes);
+// The one (stream, ticket) after which nothing touches |slot| any more, for
+// the memory manager's free: several streams still using it are made to
+// wait for each other first. False when that wait could not be enqueued: the
+// memory must not be reused then (it stays out until teardown). Lock held.
+CUBE_INTERNAL bool cube_server_fence(cube_server_t *server, cube_slot_t *slot, uint32_t *out_stream,
+                                     uint64_t *out_ticket);
 // Marks an operation enqueued on |stream| that used |slot| (may be NULL).
 CUBE_INTERNAL void cube_server_used(cube_server_t *server, uint32_t stream, cube_slot_t *slot);
 // The same for an operation that wrote |slot|: its write is pending until

@@ -1,18 +1,27 @@
 // Model-based test: random short programs of allocate / write (whole or a
-// slice) / launch (an elementwise kernel family with declared IO) / read /
-// free / sync, each under a random fault plan, run against a reference
-// model of which buffers are trustworthy and what they hold. The model
+// slice) / launch (an elementwise kernel family with declared IO) / copy /
+// graph capture and replay / read / free / sync, each under a random fault
+// plan (late faults among them), on several streams (the main thread's
+// default stream, two explicit streams, and another thread's default
+// stream), run against a reference model of which buffers are trustworthy
+// and what they hold. The model
 // tracks per buffer either its exact contents or "claimed" (by a failed
 // write or launch, or by the skip rule: a launch reading a claimed buffer
 // leaves its outputs claimed). After every read: a trustworthy buffer reads
 // back exactly the model's bytes (or the read itself fails on an injected
 // fault, never UNWRITTEN); a claimed buffer answers UNWRITTEN, never bytes.
+// A late fault ("KIND:N:late") surfaces only at a later wait: the model does
+// not predict when, so an UNWRITTEN rooted in an injected late fault is
+// accepted where it thought the buffer clean, and from then on the model
+// holds the buffer claimed. Bytes a read returns are always checked: work
+// that ran on what a late failure left would read back wrong.
 //
 // Seeded: the base seed is printed; CUBE_TEST_SEED overrides it and
 // CUBE_MODEL_PROGRAMS the number of programs. A failing program is printed,
 // then shrunk (ops removed one at a time while it still fails, each retry
 // on a fresh client) and the shortest failing program printed.
 #include <inttypes.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,7 +40,7 @@
 
 static const cube_stream_t S = CUBE_STREAM_CURRENT;
 
-enum { SLOTS = 6, MAX_N = 256, MAX_OPS = 24, PROGRAMS_PER_CLIENT = 100 };
+enum { SLOTS = 6, MAX_N = 256, MAX_OPS = 24, PROGRAMS_PER_CLIENT = 100, STREAMS = 4 };
 
 typedef enum op_kind_t {
   OP_ALLOC,
@@ -40,10 +49,15 @@ typedef enum op_kind_t {
   OP_LAUNCH,
   OP_READ,
   OP_FREE,
-  OP_SYNC
+  OP_SYNC,
+  OP_COPY,
+  OP_GRAPH,
 } op_kind_t;
-static const char *const kOpNames[] = {"alloc", "write", "write_slice", "launch",
-                                       "read",  "free",  "sync"};
+static const char *const kOpNames[] = {"alloc", "write", "write_slice", "launch", "read",
+                                       "free",  "sync",  "copy",        "graph"};
+// Where an op runs: the main thread's default stream, two explicit streams,
+// and the default stream of a second thread.
+static const char *const kStreamNames[STREAMS] = {"main", "A", "B", "thread"};
 
 typedef enum kfn_t { K_ADD, K_SCALE, K_INC, K_FILL, K_COUNT } kfn_t;
 static const char *const kKernelNames[] = {"md_add", "md_scale", "md_inc", "md_fill"};
@@ -75,6 +89,7 @@ typedef struct op_t {
   uint16_t len;       // slices: floats
   uint32_t seed;      // values
   uint8_t sync_mask;  // sync: which slots
+  uint8_t stream;     // kStreamNames
 } op_t;
 
 typedef struct program_t {
@@ -94,6 +109,7 @@ typedef struct mbuf_t {
 
 typedef struct run_t {
   cube_client_t *client;
+  cube_stream_t streams[STREAMS];  // [1] and [2]; the others are thread defaults
   bool poisoned;
   mbuf_t buf[SLOTS];
   char why[512];  // the first violation
@@ -114,8 +130,9 @@ static void values(uint32_t seed, float *out, uint32_t n) {
 
 static void gen_plan(uint64_t *st, char *plan, size_t cap) {
   static const char *const kinds[] = {"dispatch", "copy",     "page_alloc", "any",  "any",
-                                      "event",    "callback", "host_alloc", "sync", "compile"};
-  static const char *const classes[] = {"oom", "compile", "launch"};
+                                      "event",    "callback", "host_alloc", "sync", "compile",
+                                      "graph",    "dispatch", "copy"};
+  static const char *const classes[] = {"oom", "compile", "launch", "late", "late"};
   plan[0] = '\0';
   if (cth_rand_below(st, 10) < 3) return;  // no faults
   uint32_t rules = 1 + cth_rand_below(st, 3);
@@ -123,7 +140,7 @@ static void gen_plan(uint64_t *st, char *plan, size_t cap) {
   for (uint32_t r = 0; r < rules; ++r) {
     const char *kind = kinds[cth_rand_below(st, sizeof kinds / sizeof kinds[0])];
     uint32_t limit = strcmp(kind, "any") == 0 ? 40 : 8;
-    const char *cls = cth_rand_below(st, 40) == 0 ? "poison" : classes[cth_rand_below(st, 3)];
+    const char *cls = cth_rand_below(st, 40) == 0 ? "poison" : classes[cth_rand_below(st, 5)];
     used += (size_t)snprintf(plan + used, cap - used, "%s%s:%u:%s", r ? "," : "", kind,
                              1 + cth_rand_below(st, limit), cls);
   }
@@ -145,6 +162,9 @@ static void gen_program(uint64_t seed, program_t *p) {
       if (live[s]) live_slots[live_count++] = s;
     uint32_t r = cth_rand_below(&st, 100);
     op.seed = (uint32_t)cth_rand_next(&st);
+    // Mostly the main stream, so the others' work stays interleaved with it.
+    uint32_t where = cth_rand_below(&st, 10);
+    op.stream = (uint8_t)(where < 5 ? 0 : where < 7 ? 1 : where < 9 ? 2 : 3);
     if (live_count < 2 || (r < 12 && live_count < SLOTS)) {
       op.kind = OP_ALLOC;
       uint8_t s = 0;
@@ -157,8 +177,10 @@ static void gen_program(uint64_t seed, program_t *p) {
       op.a = live_slots[cth_rand_below(&st, live_count)];
       op.b = live_slots[cth_rand_below(&st, live_count)];
       op.c = live_slots[cth_rand_below(&st, live_count)];
-      if (r < 24) {
+      if (r < 20) {
         op.kind = OP_WRITE;
+      } else if (r < 24) {
+        op.kind = r < 22 ? OP_COPY : OP_GRAPH;
       } else if (r < 32) {
         op.kind = OP_WRITE_SLICE;
         op.n = (uint16_t)cth_rand_below(&st, n[op.a]);
@@ -188,7 +210,7 @@ static void print_program(const program_t *p, FILE *out) {
   fprintf(out, "program seed %" PRIu64 ", plan '%s', %zu ops:\n", p->seed, p->plan, p->count);
   for (size_t i = 0; i < p->count; ++i) {
     const op_t *op = &p->ops[i];
-    fprintf(out, "  %2zu: %-11s", i, kOpNames[op->kind]);
+    fprintf(out, "  %2zu: %-6s %-11s", i, kStreamNames[op->stream], kOpNames[op->kind]);
     switch (op->kind) {
       case OP_ALLOC:
         fprintf(out, " slot %u, %u floats (values seed %u)\n", op->a, op->n, op->seed);
@@ -214,11 +236,21 @@ static void print_program(const program_t *p, FILE *out) {
       case OP_FREE:
         fprintf(out, " slot %u\n", op->a);
         break;
+      case OP_COPY:
+        fprintf(out, " slot %u -> slot %u\n", op->a, op->c);
+        break;
+      case OP_GRAPH:
+        fprintf(out, " capture and replay md_scale a=%u out=%u\n", op->a, op->c);
+        break;
     }
   }
 }
 
 //===--- Execution against the model ---===//
+
+// CUBE_MODEL_TRACE=1: every call's status is printed (for replaying one
+// failing program).
+static bool g_trace;
 
 static void violation(run_t *r, size_t at, const op_t *op, cube_status_t st, const char *what) {
   if (r->failed) return;
@@ -238,12 +270,48 @@ static bool injected_root(cube_status_t st) {
       if (!injected_root(cube_status_member(root, i))) return false;
     return true;
   }
-  return strncmp(cube_status_message(root), "injected fault:", 15) == 0;
+  // A skip (an input carried a failure the model knows of) counts as one.
+  return root == cube_status_skipped() ||
+         strncmp(cube_status_message(root), "injected fault:", 15) == 0 ||
+         strncmp(cube_status_message(root), "injected late fault:", 20) == 0;
+}
+
+// Whether every root of |st| is an injected late fault (which the model does
+// not predict: see the top of the file).
+static bool late_root(cube_status_t st) {
+  cube_status_t root = cube_status_root(st);
+  size_t members = cube_status_member_count(root);
+  if (members) {
+    for (size_t i = 0; i < members; ++i)
+      if (!late_root(cube_status_member(root, i))) return false;
+    return true;
+  }
+  return strncmp(cube_status_message(root), "injected late fault:", 20) == 0;
+}
+
+static cube_stream_t op_stream(const run_t *r, const op_t *op) {
+  return op->stream == 1 || op->stream == 2 ? r->streams[op->stream] : CUBE_STREAM_CURRENT;
+}
+
+// A buffer the model held clean answered UNWRITTEN: acceptable only for a
+// late fault, which the model learns of now. Returns whether it was that.
+static bool learn_late_claim(run_t *r, mbuf_t *b) {
+  cube_binding_t binding = cube_handle_binding(b->h);
+  cube_status_t st = cube_check(r->client, CUBE_STREAM_CURRENT, &binding, 1);
+  bool late = cube_status_code(st) == CUBE_STATUS_UNWRITTEN && late_root(st);
+  cube_status_release(st);
+  if (late) b->claimed = true;
+  return late;
 }
 
 // An error is acceptable only when it comes from an injected fault. Notes
 // poisoning. Releases |st|; returns whether it was OK.
 static bool settle(run_t *r, size_t at, const op_t *op, cube_status_t st) {
+  if (g_trace) {
+    char *text = cube_status_to_string(st);
+    fprintf(stderr, "    op %zu %s: %s\n", at, kOpNames[op->kind], text ? text : "OK");
+    free(text);
+  }
   if (cube_status_is_ok(st)) return true;
   r->faults_seen++;
   if (cube_status_is_device_poisoned(st)) r->poisoned = true;
@@ -266,15 +334,16 @@ static void claim(mbuf_t *b) {
 
 static void exec_op(run_t *r, size_t at, const op_t *op) {
   mbuf_t *A = &r->buf[op->a], *B = &r->buf[op->b], *C = &r->buf[op->c];
+  const cube_stream_t on = op_stream(r, op);
   float tmp[MAX_N];
   switch (op->kind) {
     case OP_ALLOC: {
       if (A->live) return;
       cube_handle_t h = {0};
-      if (!settle(r, at, op, cube_handle_create(r->client, S, (uint64_t)op->n * 4, &h))) return;
+      if (!settle(r, at, op, cube_handle_create(r->client, on, (uint64_t)op->n * 4, &h))) return;
       *A = (mbuf_t){.live = true, .h = h, .n = op->n};
       values(op->seed, A->v, A->n);
-      if (!settle(r, at, op, cube_write(r->client, S, cube_handle_binding(h), A->v, A->n * 4ull)))
+      if (!settle(r, at, op, cube_write(r->client, on, cube_handle_binding(h), A->v, A->n * 4ull)))
         claim(A);
       return;
     }
@@ -282,7 +351,7 @@ static void exec_op(run_t *r, size_t at, const op_t *op) {
       if (!A->live) return;
       values(op->seed, tmp, A->n);
       if (settle(r, at, op,
-                 cube_write(r->client, S, cube_handle_binding(A->h), tmp, A->n * 4ull))) {
+                 cube_write(r->client, on, cube_handle_binding(A->h), tmp, A->n * 4ull))) {
         memcpy(A->v, tmp, A->n * 4ull);
         A->claimed = false;  // a whole write releases the claim
       } else {
@@ -293,7 +362,7 @@ static void exec_op(run_t *r, size_t at, const op_t *op) {
       if (!A->live || op->n + op->len > A->n || op->len == 0) return;
       values(op->seed, tmp, op->len);
       cube_binding_t b = cube_handle_slice(A->h, op->n * 4ull, op->len * 4ull);
-      if (settle(r, at, op, cube_write(r->client, S, b, tmp, op->len * 4ull))) {
+      if (settle(r, at, op, cube_write(r->client, on, b, tmp, op->len * 4ull))) {
         memcpy(A->v + op->n, tmp, op->len * 4ull);
         // A slice that covers every byte is a whole write and releases the
         // claim; a partial one leaves it (bytes outside stay untrusted).
@@ -338,13 +407,15 @@ static void exec_op(run_t *r, size_t at, const op_t *op) {
       bool carried = false;
       for (size_t i = 0; i < nin; ++i) carried |= ins[i]->claimed;
       cube_status_t st =
-          cube_launch(r->client, S, g_kernels[op->kernel],
+          cube_launch(r->client, on, g_kernels[op->kernel],
                       cube_count_static((out->n + 63) / 64, 1, 1), &args, CUBE_LAUNCH_EXECUTE);
       if (carried && st == CUBE_OK) {
         violation(r, at, op, st, "a launch reading a claimed buffer ran (expected SKIPPED)");
       }
       if (!carried && st == cube_status_skipped()) {
-        violation(r, at, op, st, "a launch with trustworthy inputs was skipped");
+        bool learned = false;
+        for (size_t i = 0; i < nin; ++i) learned |= learn_late_claim(r, ins[i]);
+        if (!learned) violation(r, at, op, st, "a launch with trustworthy inputs was skipped");
       }
       if (settle(r, at, op, st)) {
         for (uint32_t i = 0; i < out->n; ++i) {
@@ -378,8 +449,8 @@ static void exec_op(run_t *r, size_t at, const op_t *op) {
       if (off + len > A->n) return;
       float *got = malloc(len * 4ull);
       memset(got, 0xDD, len * 4ull);
-      cube_status_t st =
-          cube_read(r->client, S, cube_handle_slice(A->h, off * 4ull, len * 4ull), got, len * 4ull);
+      cube_status_t st = cube_read(r->client, on, cube_handle_slice(A->h, off * 4ull, len * 4ull),
+                                   got, len * 4ull);
       r->reads_checked++;
       if (A->claimed) {
         r->reads_claimed++;
@@ -399,7 +470,8 @@ static void exec_op(run_t *r, size_t at, const op_t *op) {
           violation(r, at, op, st, what);
         }
       } else if (cube_status_code(st) == CUBE_STATUS_UNWRITTEN) {
-        violation(r, at, op, st, "a read of a trustworthy buffer answered UNWRITTEN");
+        if (!late_root(st) || !learn_late_claim(r, A))
+          violation(r, at, op, st, "a read of a trustworthy buffer answered UNWRITTEN");
       }
       if (cube_status_is_ok(st)) {
         free(got);
@@ -419,14 +491,82 @@ static void exec_op(run_t *r, size_t at, const op_t *op) {
           any_claimed |= r->buf[s].claimed;
         }
       }
-      cube_status_t st = cube_sync(r->client, S, b, nb);
+      cube_status_t st = cube_sync(r->client, on, b, nb);
       cube_status_code_t code = cube_status_code(st);
       bool unwritten = code == CUBE_STATUS_UNWRITTEN || code == CUBE_STATUS_SEVERAL;
       if (any_claimed && cube_status_is_ok(st))
         violation(r, at, op, st, "sync over a claimed buffer answered OK");
-      if (!any_claimed && unwritten)
-        violation(r, at, op, st, "sync over trustworthy buffers answered UNWRITTEN");
+      if (!any_claimed && unwritten) {
+        bool learned = false;
+        for (int s2 = 0; s2 < SLOTS && late_root(st); ++s2) {
+          if ((op->sync_mask >> s2 & 1) && r->buf[s2].live)
+            learned |= learn_late_claim(r, &r->buf[s2]);
+        }
+        if (!learned) violation(r, at, op, st, "sync over trustworthy buffers answered UNWRITTEN");
+      }
       settle(r, at, op, st);
+      return;
+    }
+    case OP_COPY: {
+      if (!A->live || !C->live || A == C) return;
+      uint32_t m = A->n < C->n ? A->n : C->n;
+      cube_status_t st = cube_copy(r->client, on, cube_handle_slice(A->h, 0, m * 4ull),
+                                   cube_handle_slice(C->h, 0, m * 4ull));
+      bool carried = A->claimed;
+      if (carried && st == CUBE_OK)
+        violation(r, at, op, st, "a copy from a claimed buffer ran (expected SKIPPED)");
+      if (!carried && st == cube_status_skipped() && !learn_late_claim(r, A))
+        violation(r, at, op, st, "a copy from a trustworthy buffer was skipped");
+      if (settle(r, at, op, st)) {
+        memcpy(C->v, A->v, m * 4ull);
+        if (m == C->n) C->claimed = false;  // covers the whole destination
+      } else {
+        claim(C);
+      }
+      return;
+    }
+    case OP_GRAPH: {
+      // md_scale a -> out, captured after its warm-up run and replayed once.
+      if (!A->live || !C->live || A == C) return;
+      cube_kernel_buffer_t bufs[2] = {cth_arg(A->h, CUBE_IO_READ), cth_arg(C->h, CUBE_IO_WRITE)};
+      cube_kernel_args_t args = {bufs, 2, NULL, 0};
+      cube_cube_count_t count = cube_count_static((C->n + 63) / 64, 1, 1);
+      for (uint32_t i = 0; i < C->n; ++i) tmp[i] = i < A->n ? A->v[i] * 2.0f : -1.0f;
+      if (!settle(r, at, op, cube_graph_prepare(r->client, on))) return;
+      cube_status_t st = cube_launch(r->client, on, g_kernels[K_SCALE], count, &args,
+                                     CUBE_LAUNCH_EXECUTE);  // the warm-up
+      if (A->claimed && st == CUBE_OK)
+        violation(r, at, op, st, "a warm-up reading a claimed buffer ran (expected SKIPPED)");
+      if (!A->claimed && st == cube_status_skipped() && !learn_late_claim(r, A))
+        violation(r, at, op, st, "a warm-up with trustworthy inputs was skipped");
+      if (settle(r, at, op, st)) {
+        memcpy(C->v, tmp, C->n * 4ull);
+        C->claimed = false;
+      } else {
+        claim(C);
+      }
+      if (!settle(r, at, op, cube_graph_begin_capture(r->client, on))) return;
+      // Recorded, not run: a failure here fails the capture.
+      settle(r, at, op,
+             cube_launch(r->client, on, g_kernels[K_SCALE], count, &args, CUBE_LAUNCH_EXECUTE));
+      cube_graph_t graph = 0;
+      if (!settle(r, at, op, cube_graph_end_capture(r->client, on, &graph))) {
+        claim(C);  // a failed end claims the graph's write set
+        return;
+      }
+      st = cube_graph_replay(r->client, on, graph);
+      if (A->claimed && st == CUBE_OK)
+        violation(r, at, op, st, "a replay reading a claimed buffer ran (expected SKIPPED)");
+      if (!A->claimed && st == cube_status_skipped() && !learn_late_claim(r, A))
+        violation(r, at, op, st, "a replay with trustworthy inputs was skipped");
+      if (settle(r, at, op, st)) {
+        memcpy(C->v, tmp, C->n * 4ull);  // a replay that lands releases the write set
+        C->claimed = false;
+      } else {
+        claim(C);
+      }
+      // Destroy waits for the replay: a failed wait claims the write set.
+      if (!settle(r, at, op, cube_graph_destroy(r->client, on, graph))) claim(C);
       return;
     }
     case OP_FREE:
@@ -439,6 +579,51 @@ static void exec_op(run_t *r, size_t at, const op_t *op) {
       A->live = false;
       return;
   }
+}
+
+// The second thread: ops on its default stream run there, one at a time.
+typedef struct worker_t {
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
+  run_t *run;
+  const op_t *op;  // the op to run, NULL when idle
+  size_t at;
+  bool stop;
+  bool ready;  // its default stream exists (made before the plan arms)
+  cube_client_t *client;
+} worker_t;
+
+static void *worker_main(void *arg) {
+  worker_t *w = arg;
+  cube_stream_t own = 0;
+  cube_status_release(cube_stream_current(w->client, &own));
+  pthread_mutex_lock(&w->lock);
+  w->ready = true;
+  pthread_cond_broadcast(&w->wake);
+  for (;;) {
+    while (!w->op && !w->stop) pthread_cond_wait(&w->wake, &w->lock);
+    if (w->stop) break;
+    pthread_mutex_unlock(&w->lock);
+    exec_op(w->run, w->at, w->op);
+    pthread_mutex_lock(&w->lock);
+    w->op = NULL;
+    pthread_cond_broadcast(&w->wake);
+  }
+  pthread_mutex_unlock(&w->lock);
+  return NULL;
+}
+
+static void exec_on(run_t *r, worker_t *w, size_t at, const op_t *op) {
+  if (op->stream != 3) {
+    exec_op(r, at, op);
+    return;
+  }
+  pthread_mutex_lock(&w->lock);
+  w->run = r, w->at = at, w->op = op;
+  pthread_cond_broadcast(&w->wake);
+  while (w->op) pthread_cond_wait(&w->wake, &w->lock);
+  pthread_mutex_unlock(&w->lock);
 }
 
 static cube_client_t *new_client(void) {
@@ -470,11 +655,32 @@ static cube_client_t *new_client(void) {
 static bool run_program(cube_client_t **client, const program_t *p, run_t *stats, char *why,
                         size_t why_cap) {
   run_t r = {.client = *client};
+  // Its explicit streams and its second thread, made before the plan arms.
+  assert_true(cube_status_consume_ok(cube_stream_create(r.client, &r.streams[1])));
+  assert_true(cube_status_consume_ok(cube_stream_create(r.client, &r.streams[2])));
+  worker_t w = {.op = NULL, .client = r.client};
+  pthread_mutex_init(&w.lock, NULL);
+  pthread_cond_init(&w.wake, NULL);
+  assert_int_equal(pthread_create(&w.thread, NULL, worker_main, &w), 0);
+  pthread_mutex_lock(&w.lock);
+  while (!w.ready) pthread_cond_wait(&w.wake, &w.lock);
+  pthread_mutex_unlock(&w.lock);
   cube_status_t st = cube_fault_set_plan(cube_server_of(r.client)->device, p->plan);
   assert_true(cube_status_is_ok(st));
-  for (size_t i = 0; i < p->count; ++i) exec_op(&r, i, &p->ops[i]);
+  for (size_t i = 0; i < p->count; ++i) exec_on(&r, &w, i, &p->ops[i]);
   // Teardown of the program: release every live handle, without faults.
   cube_status_release(cube_fault_set_plan(cube_server_of(r.client)->device, ""));
+  pthread_mutex_lock(&w.lock);
+  w.stop = true;
+  pthread_cond_broadcast(&w.wake);
+  pthread_mutex_unlock(&w.lock);
+  pthread_join(w.thread, NULL);
+  pthread_cond_destroy(&w.wake);
+  pthread_mutex_destroy(&w.lock);
+  for (int k = 1; k <= 2; ++k) {
+    // A poisoned device refuses; its release frees the stream anyway.
+    cube_status_release(cube_stream_destroy(r.client, r.streams[k]));
+  }
   for (int s = 0; s < SLOTS; ++s) {
     if (!r.buf[s].live) continue;
     cube_status_t rel = cube_handle_release(r.client, r.buf[s].h);
@@ -512,7 +718,10 @@ static bool fails_in_context_once(uint64_t base, uint64_t first, uint64_t histor
     gen_program(base + first + i, &h);
     run_program(&client, &h, NULL, NULL, 0);
   }
+  bool trace = g_trace;
+  g_trace = getenv("CUBE_MODEL_TRACE") != NULL && getenv("CUBE_MODEL_REPLAY") != NULL;
   bool ok = run_program(&client, p, NULL, why, cap);
+  g_trace = trace;
   cube_client_release(client);
   return !ok;
 }
@@ -565,6 +774,21 @@ static void shrink_and_report(uint64_t base, uint64_t first, uint64_t history,
 
 static void test_model(void **state) {
   (void)state;
+  g_trace = false;  // only the replayed program is traced
+  // CUBE_MODEL_REPLAY=FIRST:HISTORY:SEED replays one program (SEED) after the
+  // HISTORY programs a client ran from seed FIRST (what a report prints).
+  const char *replay = getenv("CUBE_MODEL_REPLAY");
+  if (replay && replay[0]) {
+    unsigned long long first = 0, history = 0, seed = 0;
+    assert_int_equal(sscanf(replay, "%llu:%llu:%llu", &first, &history, &seed), 3);
+    program_t p;
+    gen_program(seed, &p);
+    print_program(&p, stderr);
+    char why[512] = "";
+    bool failed = fails_in_context_once(first, 0, history, &p, why, sizeof why);
+    fprintf(stderr, "replay: %s %s\n", failed ? "FAILED" : "passed", why);
+    return;
+  }
   uint64_t base = (uint64_t)time(NULL) * 1000003u;
   const char *env = getenv("CUBE_TEST_SEED");
   if (env && env[0]) base = strtoull(env, NULL, 0);

@@ -425,7 +425,7 @@ cube_status_t cube_cpu_event_query(cube_backend_device_t *device, cube_bevent_t 
                                    bool *out_done) {
   (void)device;
   *out_done = atomic_load(&event->done);
-  return CUBE_OK;
+  return *out_done ? cube_status_retain(event->failure) : CUBE_OK;
 }
 
 cube_status_t cube_cpu_event_elapsed(cube_backend_device_t *device, cube_bevent_t *start,

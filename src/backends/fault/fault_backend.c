@@ -539,6 +539,7 @@ cube_status_t cube_fault_event_query(cube_backend_device_t *device, cube_bevent_
   *out_done = false;
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_EVENT);
   if (!status) status = cube_fault_fwd_event_query(device, fault_event(event)->inner, out_done);
+  if (!status && *out_done) status = cube_status_retain(fault_event(event)->failure);
   return status;
 }
 
