@@ -43,6 +43,11 @@ typedef struct cube_status_s *cube_status_t;
   X(SKIPPED, SERVER, "skipped")                                              \
   X(SEVERAL, SERVER, "several failures")                                     \
   X(UNAVAILABLE, SERVER, "backend unavailable")                              \
+  X(HOST_OUT_OF_MEMORY, SERVER, "out of host memory")                        \
+  X(CAPTURE_REFUSED, SERVER, "refused while the stream records a graph")     \
+  X(CAPTURE_STATE, SERVER, "graph capture out of order")                     \
+  X(CAPTURE_FAILED, SERVER, "graph capture failed")                          \
+  X(GRAPH_UNKNOWN, SERVER, "unknown graph")                                  \
   /* LaunchError */                                                          \
   X(LAUNCH_OUT_OF_MEMORY, LAUNCH, "out of memory during launch")             \
   X(LAUNCH_DEVICE_POISONED, LAUNCH, "device poisoned during launch")         \

@@ -10,9 +10,9 @@
 // slot at the null backend's (cube_null_<slot>, below).
 //
 // Errors: a slot returns a cube_status_t. A sticky device fault is returned
-// with a DEVICE_POISONED code of the right family (DEVICE_POISONED,
-// LAUNCH_DEVICE_POISONED, COMPILE_DEVICE_POISONED, IO_DEVICE_POISONED); the
-// core then poisons the device. Out of memory is IO_OUT_OF_MEMORY, never
+// as DEVICE_POISONED with the driver's text, whatever the call; the core,
+// which knows which call it made, names the family (LAUNCH_, IO_,
+// COMPILE_DEVICE_POISONED) and poisons the device. Out of memory is IO_OUT_OF_MEMORY, never
 // IO_BUFFER_TOO_BIG (that is reserved for sizes that can never fit).
 #ifndef CUBE_CORE_BACKEND_H_
 #define CUBE_CORE_BACKEND_H_

@@ -77,7 +77,8 @@ cube_status_t cube_client_create(const cube_client_options_t *options, cube_clie
   cube_server_t *server = calloc(1, sizeof *server);
   cube_backend_device_t *device = NULL;
   if (!server)
-    status = cube_status_make(CUBE_STATUS_GENERIC, "cube_client_create: out of host memory");
+    status =
+        cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "cube_client_create: out of host memory");
   if (cube_status_is_ok(status)) status = factory->create_device(options->device_index, &device);
   const char *plan = options->fault_plan ? options->fault_plan : getenv("CUBE_FAULT");
   bool faulty = plan && plan[0];

@@ -252,7 +252,7 @@ cube_status_t cube_graph_prepare(cube_client_t *client, cube_stream_t stream) {
   cube_status_t status = cube_server_begin(server, stream, "cube_graph_prepare", &index);
   if (!cube_status_is_ok(status)) return status;
   if (cube_status_is_ok(status) && server->streams[index].capturing) {
-    status = cube_status_make(CUBE_STATUS_GENERIC,
+    status = cube_status_make(CUBE_STATUS_CAPTURE_STATE,
                               "cube_graph_prepare: stream %u is already recording a graph", index);
   }
   // The warm-up run that follows fills the pools and the info cache, so the
@@ -270,11 +270,11 @@ cube_status_t cube_graph_begin_capture(cube_client_t *client, cube_stream_t stre
   cube_stream_state_t *s = cube_status_is_ok(status) ? &server->streams[index] : NULL;
   if (s && s->capturing) {
     status = cube_status_make(
-        CUBE_STATUS_GENERIC,
+        CUBE_STATUS_CAPTURE_STATE,
         "cube_graph_begin_capture: stream %u is already recording a graph (captures do not nest)",
         index);
   } else if (s && !s->graph_prepared) {
-    status = cube_status_make(CUBE_STATUS_GENERIC,
+    status = cube_status_make(CUBE_STATUS_CAPTURE_STATE,
                               "cube_graph_begin_capture: stream %u was not prepared: call "
                               "cube_graph_prepare, run the work once (warm-up), then begin",
                               index);
@@ -283,7 +283,7 @@ cube_status_t cube_graph_begin_capture(cube_client_t *client, cube_stream_t stre
   if (cube_status_is_ok(status)) {
     capture = calloc(1, sizeof *capture);
     if (!capture)
-      status = cube_status_make(CUBE_STATUS_GENERIC,
+      status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
                                 "cube_graph_begin_capture: out of host memory (stream %u)", index);
   }
   if (cube_status_is_ok(status)) {
@@ -318,7 +318,7 @@ cube_status_t cube_graph_end_capture(cube_client_t *client, cube_stream_t stream
   status = cube_server_stream(server, stream, "cube_graph_end_capture", &index);
   cube_stream_state_t *s = cube_status_is_ok(status) ? &server->streams[index] : NULL;
   if (s && !s->capturing) {
-    status = cube_status_make(CUBE_STATUS_GENERIC,
+    status = cube_status_make(CUBE_STATUS_CAPTURE_STATE,
                               "cube_graph_end_capture: stream %u is not recording a graph", index);
     s = NULL;
   }
@@ -332,13 +332,13 @@ cube_status_t cube_graph_end_capture(cube_client_t *client, cube_stream_t stream
     status = cube_server_note(
         server, server->device->vtable->capture_end(server->device, s->backend, &backend));
     if (cube_status_is_ok(status) && capture->failure) {
-      status = cube_status_wrap(cube_status_retain(capture->failure), CUBE_STATUS_GENERIC,
+      status = cube_status_wrap(cube_status_retain(capture->failure), CUBE_STATUS_CAPTURE_FAILED,
                                 "cube_graph_end_capture: work recorded on stream %u failed, so the "
                                 "graph would not hold what it was given",
                                 index);
     }
     if (cube_status_is_ok(status) && capture->set.incomplete) {
-      status = cube_status_make(CUBE_STATUS_GENERIC,
+      status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
                                 "cube_graph_end_capture: out of host memory recording the buffers "
                                 "of stream %u's graph",
                                 index);
@@ -351,7 +351,7 @@ cube_status_t cube_graph_end_capture(cube_client_t *client, cube_stream_t stream
       if (!graph || !graph->scope) {
         if (graph) free(graph);
         graph = NULL;
-        status = cube_status_make(CUBE_STATUS_GENERIC,
+        status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
                                   "cube_graph_end_capture: out of host memory (stream %u)", index);
       }
     }
@@ -400,7 +400,7 @@ cube_status_t cube_graph_replay(cube_client_t *client, cube_stream_t stream, cub
     g = graph_find(server, id, NULL);
     if (!g)
       status = cube_status_make(
-          CUBE_STATUS_GENERIC,
+          CUBE_STATUS_GRAPH_UNKNOWN,
           "cube_graph_replay: graph %llu is unknown on %s (never captured, or destroyed)",
           (unsigned long long)id, server->name);
   }
@@ -442,9 +442,10 @@ cube_status_t cube_graph_replay(cube_client_t *client, cube_stream_t stream, cub
   }
   if (cube_status_is_ok(status)) {
     void *mark = server->profiler ? cube_profile_before_work(server, index, true) : NULL;
-    status =
-        cube_server_note(server, server->device->vtable->graph_replay(
-                                     server->device, server->streams[index].backend, g->backend));
+    status = cube_server_note_in(server,
+                                 server->device->vtable->graph_replay(
+                                     server->device, server->streams[index].backend, g->backend),
+                                 CUBE_STATUS_FAMILY_LAUNCH);
     if (mark) {
       char name[48];
       snprintf(name, sizeof name, "graph %llu", (unsigned long long)id);

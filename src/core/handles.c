@@ -29,7 +29,8 @@ cube_status_t cube_handle_create(cube_client_t *client, cube_stream_t stream, ui
     uint32_t capacity = server->slot_capacity ? server->slot_capacity * 2 : 256;
     cube_slot_t *grown = realloc(server->slots, (size_t)capacity * sizeof *grown);
     if (!grown) {
-      status = cube_status_make(CUBE_STATUS_GENERIC, "cube_handle_create: out of host memory");
+      status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                                "cube_handle_create: out of host memory");
     } else {
       server->slots = grown;
       server->slot_capacity = capacity;

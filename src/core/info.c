@@ -120,7 +120,7 @@ cube_status_t cube_info_cache_get(cube_server_t *server, uint32_t stream, const 
   // Graphs: a capture window uploads nothing (its upload would be recorded
   // from staging that is handed back); the warm-up run fills the cache.
   if (!hit && server->streams[stream].capturing) {
-    return cube_status_make(CUBE_STATUS_GENERIC,
+    return cube_status_make(CUBE_STATUS_CAPTURE_REFUSED,
                             "launch on stream %u: its shape metadata (%u words) was not seen "
                             "before the capture window; run the same work once between "
                             "cube_graph_prepare and cube_graph_begin_capture",
@@ -147,9 +147,11 @@ cube_status_t cube_info_cache_get(cube_server_t *server, uint32_t stream, const 
     }
     *slot = (cube_info_entry_t){.hash = hash, .words = count};
     slot->data = malloc(count * 8ull);
-    status = slot->data ? cube_server_note(server, cube_mm_reserve(server->mm, count * 8ull, stream,
-                                                                   &slot->slice))
-                        : cube_status_make(CUBE_STATUS_GENERIC, "info cache: out of host memory");
+    status =
+        slot->data
+            ? cube_server_note(server,
+                               cube_mm_reserve(server->mm, count * 8ull, stream, &slot->slice))
+            : cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "info cache: out of host memory");
     if (cube_status_is_ok(status)) {
       memcpy(slot->data, words, count * 8ull);
       status = cube_staging_upload(server, stream, NULL, slot->slice.address, words, count * 8ull);

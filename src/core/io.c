@@ -214,7 +214,7 @@ static cube_status_t read_enqueue(cube_server_t *server, uint32_t stream,
     } else if (cube_status_is_ok(status)) {
       status = vt->copy_to_host(server->device, bstream, target, r.address, size);
     }
-    status = cube_server_note(server, status);
+    status = cube_server_note_in(server, status, CUBE_STATUS_FAMILY_IO);
     if (!cube_status_is_ok(status) && *out_staging) {
       cube_staging_give(server, *out_staging);  // nothing was enqueued into it
       *out_staging = NULL;
@@ -310,7 +310,8 @@ cube_status_t cube_read_async(cube_client_t *client, cube_stream_t stream,
   }
   *out_future = NULL;
   cube_future_t *future = calloc(1, sizeof *future);
-  if (!future) return cube_status_make(CUBE_STATUS_GENERIC, "cube_read_async: out of host memory");
+  if (!future)
+    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "cube_read_async: out of host memory");
   cube_status_t status = cube_server_enter(server, "cube_read_async");
   if (!cube_status_is_ok(status)) {
     free(future);
@@ -446,9 +447,11 @@ cube_status_t cube_copy(cube_client_t *client, cube_stream_t stream, cube_bindin
     if (cube_status_is_ok(status)) status = cube_server_order(server, index, dst.slot, true);
     if (cube_status_is_ok(status)) {
       void *mark = server->profiler ? cube_profile_before_work(server, index, false) : NULL;
-      status = cube_server_note(server, server->device->vtable->copy_device(
-                                            server->device, server->streams[index].backend,
-                                            dst.address, src.address, src.size));
+      status = cube_server_note_in(
+          server,
+          server->device->vtable->copy_device(server->device, server->streams[index].backend,
+                                              dst.address, src.address, src.size),
+          CUBE_STATUS_FAMILY_IO);
       if (mark)
         cube_profile_after_work(server, index, mark, "copy (device to device)", src.size, status);
     }

@@ -82,7 +82,8 @@ cube_status_t cube_kernel_create(const cube_kernel_desc_t *desc, cube_kernel_t *
       free(kernel->options);
       free(kernel);
     }
-    return cube_status_make(CUBE_STATUS_GENERIC, "cube_kernel_create: out of host memory");
+    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                            "cube_kernel_create: out of host memory");
   }
   atomic_init(&kernel->refs, 1);
   kernel->language = desc->language;

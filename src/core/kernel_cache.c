@@ -68,7 +68,7 @@ cube_status_t cube_kernel_cache_get(cube_server_t *server, cube_kernel_t *kernel
     size_t capacity = server->compiled_capacity ? server->compiled_capacity * 2 : 16;
     cube_compiled_t *grown = realloc(server->compiled, capacity * sizeof *grown);
     if (!grown)
-      return cube_status_make(CUBE_STATUS_GENERIC, "compiling '%s': out of host memory",
+      return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "compiling '%s': out of host memory",
                               kernel->name);
     server->compiled = grown;
     server->compiled_capacity = capacity;
@@ -81,9 +81,10 @@ cube_status_t cube_kernel_cache_get(cube_server_t *server, cube_kernel_t *kernel
                                     .cube_dim = kernel->cube_dim,
                                     .options = kernel->options};
   uint64_t start = cube_now_ns();
-  cube_status_t status = cube_server_note(
+  cube_status_t status = cube_server_note_in(
       server,
-      server->device->vtable->compile(server->device, &request, &entry->backend, &entry->info));
+      server->device->vtable->compile(server->device, &request, &entry->backend, &entry->info),
+      CUBE_STATUS_FAMILY_COMPILATION);
   double seconds = (double)(cube_now_ns() - start) * 1e-9;
   if (!cube_status_is_ok(status)) {
     entry->backend = NULL;

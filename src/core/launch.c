@@ -129,8 +129,8 @@ static cube_status_t queue_launch(cube_server_t *server, uint32_t stream, cube_k
   if (!p || (args->scalar_count && !scalars)) {
     free(p);
     free(scalars);
-    return cube_status_make(CUBE_STATUS_GENERIC, "queued launch of '%s': out of host memory",
-                            kernel->name);
+    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                            "queued launch of '%s': out of host memory", kernel->name);
   }
   p->kernel = cube_kernel_retain(kernel);
   p->stream = stream;
@@ -345,9 +345,10 @@ static cube_status_t launch_dispatch(launch_t *l) {
                                 .info_words = info_words,
                                 .static_words = static_words};
     void *mark = server->profiler ? cube_profile_before_work(server, stream, true) : NULL;
-    status =
-        cube_server_note(server, server->device->vtable->dispatch(
-                                     server->device, server->streams[stream].backend, &dispatch));
+    status = cube_server_note_in(server,
+                                 server->device->vtable->dispatch(
+                                     server->device, server->streams[stream].backend, &dispatch),
+                                 CUBE_STATUS_FAMILY_LAUNCH);
     if (mark) cube_profile_after_work(server, stream, mark, l->kernel->name, 0, status);
   }
   // Settle the scope: a launch that lands into a claimed output releases it.
@@ -388,7 +389,7 @@ static cube_status_t launch_body(launch_t *l) {
   if (launch_skip(l)) return cube_status_skipped();
   if (l->dynamic && l->server->streams[l->stream].capturing) {
     // Graphs: the count is read back on the host, which a window cannot record.
-    status = cube_status_make(CUBE_STATUS_GENERIC,
+    status = cube_status_make(CUBE_STATUS_CAPTURE_REFUSED,
                               "launch of '%s': a dynamic cube count cannot be recorded in a "
                               "capture window (stream %u)",
                               l->kernel->name, l->stream);
@@ -439,9 +440,10 @@ static cube_status_t read_dynamic_count(cube_server_t *server, uint32_t stream,
   cube_server_tag(server, stream);
   status = cube_server_order(server, stream, r.slot, false);
   if (cube_status_is_ok(status)) {
-    status =
-        cube_server_note(server, vt->copy_to_host(server->device, server->streams[stream].backend,
-                                                  xyz, r.address, sizeof xyz));
+    status = cube_server_note_in(server,
+                                 vt->copy_to_host(server->device, server->streams[stream].backend,
+                                                  xyz, r.address, sizeof xyz),
+                                 CUBE_STATUS_FAMILY_IO);
   }
   if (cube_status_is_ok(status)) {
     server->streams[stream].ticket++;

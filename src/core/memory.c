@@ -30,7 +30,7 @@ cube_status_t cube_memory_cleanup(cube_client_t *client, cube_stream_t stream) {
   status = cube_server_stream(server, stream, "cube_memory_cleanup", &index);
   if (cube_status_is_ok(status) && server->capturing_streams) {
     status =
-        cube_status_make(CUBE_STATUS_GENERIC,
+        cube_status_make(CUBE_STATUS_CAPTURE_REFUSED,
                          "cube_memory_cleanup: refused while a stream records a graph (releasing "
                          "memory waits on the device, which would abort the capture)");
   }

@@ -91,7 +91,7 @@ void cube_profile_stream_captures(cube_server_t *server, uint32_t stream) {
   struct cube_profiler_t *p = server->profiler;
   for (window_t *w = p ? p->windows : NULL; w; w = w->next) {
     if (w->stream == stream && !w->failure) {
-      w->failure = cube_status_make(CUBE_STATUS_GENERIC,
+      w->failure = cube_status_make(CUBE_STATUS_CAPTURE_REFUSED,
                                     "a graph capture began on stream %u inside the window: "
                                     "recorded launches do not run, so nothing can be timed",
                                     stream);

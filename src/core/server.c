@@ -50,6 +50,29 @@ cube_status_t cube_server_note(cube_server_t *server, cube_status_t status) {
   return status;
 }
 
+cube_status_t cube_server_note_in(cube_server_t *server, cube_status_t status,
+                                  cube_status_family_t family) {
+  return cube_server_family(server, cube_server_note(server, status), family);
+}
+
+cube_status_t cube_server_family(const cube_server_t *server, cube_status_t status,
+                                 cube_status_family_t family) {
+  if (cube_status_code(status) != CUBE_STATUS_DEVICE_POISONED) return status;
+  switch (family) {
+    case CUBE_STATUS_FAMILY_LAUNCH:
+      return cube_status_wrap(status, CUBE_STATUS_LAUNCH_DEVICE_POISONED,
+                              "launch on poisoned device %s", server->name);
+    case CUBE_STATUS_FAMILY_IO:
+      return cube_status_wrap(status, CUBE_STATUS_IO_DEVICE_POISONED, "io on poisoned device %s",
+                              server->name);
+    case CUBE_STATUS_FAMILY_COMPILATION:
+      return cube_status_wrap(status, CUBE_STATUS_COMPILE_DEVICE_POISONED,
+                              "compile on poisoned device %s", server->name);
+    default:
+      return status;
+  }
+}
+
 void cube_server_flush_deferred(cube_server_t *server) {
   if (server->hooks.flush_deferred) server->hooks.flush_deferred(server);
 }
@@ -65,7 +88,7 @@ void cube_server_work_failed(cube_server_t *server, uint32_t stream, cube_status
 cube_status_t cube_server_refuse_capturing(cube_server_t *server, uint32_t stream,
                                            const char *operation) {
   if (!server->streams[stream].capturing) return CUBE_OK;
-  return cube_status_make(CUBE_STATUS_GENERIC,
+  return cube_status_make(CUBE_STATUS_CAPTURE_REFUSED,
                           "%s: stream %u is recording a graph; a capture window records kernel "
                           "launches only (host writes, copies, reads, syncs, replays and profiling "
                           "wait until cube_graph_end_capture)",
@@ -127,8 +150,9 @@ static cube_status_t mm_page_alloc(void *context, uint64_t size, uint64_t *out_a
                             "page allocation of %llu bytes on poisoned device %s",
                             (unsigned long long)size, server->name);
   }
-  return cube_server_note(server,
-                          server->device->vtable->page_alloc(server->device, size, out_address));
+  return cube_server_note_in(server,
+                             server->device->vtable->page_alloc(server->device, size, out_address),
+                             CUBE_STATUS_FAMILY_IO);
 }
 
 static cube_status_t mm_page_free(void *context, uint64_t address) {
@@ -210,7 +234,8 @@ cube_status_t cube_server_stream(cube_server_t *server, cube_stream_t stream, co
   if (server->thread_stream_count == server->thread_stream_capacity) {
     size_t capacity = server->thread_stream_capacity ? server->thread_stream_capacity * 2 : 8;
     cube_thread_stream_t *grown = realloc(server->thread_streams, capacity * sizeof *grown);
-    if (!grown) return cube_status_make(CUBE_STATUS_GENERIC, "%s: out of host memory", operation);
+    if (!grown)
+      return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "%s: out of host memory", operation);
     server->thread_streams = grown;
     server->thread_stream_capacity = capacity;
   }

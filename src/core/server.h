@@ -203,6 +203,16 @@ CUBE_INTERNAL cube_status_t cube_server_begin(cube_server_t *server, cube_stream
 // Records a backend failure: a poisoning status poisons the device. Returns
 // |status| unchanged (for chaining).
 CUBE_INTERNAL cube_status_t cube_server_note(cube_server_t *server, cube_status_t status);
+// The same for the answer of a launch (LAUNCH), a copy or an allocation (IO)
+// or a compile (COMPILATION): a backend's plain DEVICE_POISONED comes back
+// as that family's poisoned code (LAUNCH_, IO_, COMPILE_DEVICE_POISONED),
+// wrapping the driver's text. The backends do not choose it: the core knows
+// which call it made.
+CUBE_INTERNAL cube_status_t cube_server_note_in(cube_server_t *server, cube_status_t status,
+                                                cube_status_family_t family);
+// Only the naming part of cube_server_note_in (no lock needed).
+CUBE_INTERNAL cube_status_t cube_server_family(const cube_server_t *server, cube_status_t status,
+                                               cube_status_family_t family);
 // The hooks.
 CUBE_INTERNAL void cube_server_flush_deferred(cube_server_t *server);
 CUBE_INTERNAL void cube_server_work_failed(cube_server_t *server, uint32_t stream,

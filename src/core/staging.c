@@ -66,7 +66,9 @@ static cube_status_t staging_take_bounded(cube_server_t *server, uint64_t size, 
   if (!block)
     return cube_status_make(CUBE_STATUS_IO_OUT_OF_MEMORY,
                             "staging of %llu bytes: out of host memory", (unsigned long long)size);
-  cube_status_t status = server->device->vtable->host_alloc(server->device, rounded, &block->host);
+  cube_status_t status = cube_server_family(
+      server, server->device->vtable->host_alloc(server->device, rounded, &block->host),
+      CUBE_STATUS_FAMILY_IO);
   if (!cube_status_is_ok(status)) {
     free(block);
     return status;
@@ -201,8 +203,9 @@ cube_status_t cube_staging_upload(cube_server_t *server, uint32_t stream,
   cube_bstream_t *bstream = server->streams[stream].backend;
   if (!strided && cube_staging_held(server, source, size)) {
     // The caller's pinned staging: the device copies straight from it.
-    return cube_server_note(server,
-                            vt->copy_to_device(server->device, bstream, address, source, size));
+    return cube_server_note_in(server,
+                               vt->copy_to_device(server->device, bstream, address, source, size),
+                               CUBE_STATUS_FAMILY_IO);
   }
   uint64_t chunk = strided ? size : staging_chunk();
   if (chunk == 0) chunk = size;
@@ -219,7 +222,7 @@ cube_status_t cube_staging_upload(cube_server_t *server, uint32_t stream,
     } else {
       status = vt->copy_to_device(server->device, bstream, address + done, host, n);
     }
-    status = cube_server_note(server, status);
+    status = cube_server_note_in(server, status, CUBE_STATUS_FAMILY_IO);
     if (cube_status_is_ok(status)) {
       status = staging_return(server, bstream, host);
     } else {

@@ -38,7 +38,7 @@ cube_status_t cube_stream_destroy(cube_client_t *client, cube_stream_t stream) {
                               "cube_stream_destroy: stream %u is not a live explicit stream of %s",
                               stream, server->name);
   } else if (server->streams[stream].capturing) {
-    status = cube_status_make(CUBE_STATUS_GENERIC,
+    status = cube_status_make(CUBE_STATUS_CAPTURE_REFUSED,
                               "cube_stream_destroy: stream %u is recording a graph", stream);
   }
   cube_stream_state_t s = {0};

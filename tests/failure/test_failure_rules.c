@@ -737,6 +737,38 @@ static void test_write_staging_not_reused_while_copy_queued(void **state) {
   cube_client_release(client);
 }
 
+// A backend says "poisoned" whatever the call; the core names the family by
+// the call it made: a launch, a copy, a compile.
+static void test_core_names_the_poisoned_family(void **state) {
+  (void)state;
+  static const struct {
+    const char *plan;
+    cube_status_code_t code;
+  } cases[] = {
+      {"dispatch:1:poison", CUBE_STATUS_LAUNCH_DEVICE_POISONED},
+      {"compile:1:poison", CUBE_STATUS_COMPILE_DEVICE_POISONED},
+      {"copy:3:poison", CUBE_STATUS_IO_DEVICE_POISONED},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+    cube_client_t *client = CTH_CLIENT(CUBE_BACKEND_CPU, cases[c].plan);
+    cube_kernel_t *kernel = copy_kernel("fr_copy");
+    cube_handle_t x = filled(client, 1.0f);  // copy 1
+    cube_handle_t y = filled(client, 2.0f);  // copy 2
+    cube_status_t st =
+        cases[c].code == CUBE_STATUS_IO_DEVICE_POISONED
+            ? cube_write(client, S, cube_handle_binding(x), &(float[N]){0}, BYTES)
+            : launch_xy(client, kernel, x, y, cube_count_static(1, 1, 1), CUBE_LAUNCH_EXECUTE);
+    assert_int_equal(cube_status_code(st), cases[c].code);
+    assert_true(cube_status_is_device_poisoned(st));
+    assert_int_equal(cube_status_code(cube_status_root(st)), CUBE_STATUS_DEVICE_POISONED);
+    cube_status_release(st);
+    // From then on every call answers the device's poison.
+    CTH_EXPECT_RELEASE(cube_sync(client, S, NULL, 0), CUBE_STATUS_DEVICE_POISONED, NULL);
+    cube_kernel_release(kernel);
+    cube_client_release(client);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_compile_failure_claims_only_declared_outputs, setup,
@@ -757,6 +789,7 @@ int main(void) {
       cmocka_unit_test(test_failed_write_claims_destination),
       cmocka_unit_test(test_classification_through_reads),
       cmocka_unit_test(test_write_staging_not_reused_while_copy_queued),
+      cmocka_unit_test(test_core_names_the_poisoned_family),
   };
   return cmocka_run_group_tests_name("failure_rules", tests, NULL, NULL);
 }

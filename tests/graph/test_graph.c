@@ -153,7 +153,7 @@ static void test_lifecycle_replay_runs_recorded_work(void **state) {
   expect_floats(f.client, f.y, 1.0f);
   CTH_OK(cube_graph_destroy(f.client, S, graph));
   // Destroyed: unknown from now on; a second destroy is a no-op.
-  CTH_EXPECT_RELEASE(cube_graph_replay(f.client, S, graph), CUBE_STATUS_GENERIC, "unknown");
+  CTH_EXPECT_RELEASE(cube_graph_replay(f.client, S, graph), CUBE_STATUS_GRAPH_UNKNOWN, "unknown");
   CTH_OK(cube_graph_destroy(f.client, S, graph));
   CTH_OK(cube_graph_destroy(f.client, S, 987654));
   fixture_close(&f);
@@ -181,20 +181,23 @@ static void test_state_machine_refusals(void **state) {
   (void)state;
   fixture_t f;
   fixture_open(&f, "");
-  CTH_EXPECT_RELEASE(cube_graph_begin_capture(f.client, S), CUBE_STATUS_GENERIC, "not prepared");
+  CTH_EXPECT_RELEASE(cube_graph_begin_capture(f.client, S), CUBE_STATUS_CAPTURE_STATE,
+                     "not prepared");
   cube_graph_t graph = 1;
-  CTH_EXPECT_RELEASE(cube_graph_end_capture(f.client, S, &graph), CUBE_STATUS_GENERIC,
+  CTH_EXPECT_RELEASE(cube_graph_end_capture(f.client, S, &graph), CUBE_STATUS_CAPTURE_STATE,
                      "not recording");
   assert_true(graph == 0);
   CTH_OK(cube_graph_prepare(f.client, S));
   CTH_OK(cube_graph_begin_capture(f.client, S));
-  CTH_EXPECT_RELEASE(cube_graph_begin_capture(f.client, S), CUBE_STATUS_GENERIC,
+  CTH_EXPECT_RELEASE(cube_graph_begin_capture(f.client, S), CUBE_STATUS_CAPTURE_STATE,
                      "already recording");
-  CTH_EXPECT_RELEASE(cube_graph_prepare(f.client, S), CUBE_STATUS_GENERIC, "already recording");
+  CTH_EXPECT_RELEASE(cube_graph_prepare(f.client, S), CUBE_STATUS_CAPTURE_STATE,
+                     "already recording");
   CTH_OK(cube_graph_end_capture(f.client, S, &graph));  // an empty graph is a graph
   CTH_OK(cube_graph_replay(f.client, S, graph));
   // prepare is consumed by begin.
-  CTH_EXPECT_RELEASE(cube_graph_begin_capture(f.client, S), CUBE_STATUS_GENERIC, "not prepared");
+  CTH_EXPECT_RELEASE(cube_graph_begin_capture(f.client, S), CUBE_STATUS_CAPTURE_STATE,
+                     "not prepared");
   CTH_OK(cube_graph_destroy(f.client, S, graph));
   fixture_close(&f);
 }
@@ -209,18 +212,19 @@ static void test_window_refuses_sync_read_write_copy_profile(void **state) {
   CTH_OK(work(&f, S));
   float host[N] = {0};
   CTH_EXPECT_RELEASE(cube_read(f.client, S, cube_handle_binding(f.y), host, BYTES),
-                     CUBE_STATUS_GENERIC, "cube_read");
-  CTH_EXPECT_RELEASE(cube_sync(f.client, S, NULL, 0), CUBE_STATUS_GENERIC, "cube_sync");
+                     CUBE_STATUS_CAPTURE_REFUSED, "cube_read");
+  CTH_EXPECT_RELEASE(cube_sync(f.client, S, NULL, 0), CUBE_STATUS_CAPTURE_REFUSED, "cube_sync");
   CTH_EXPECT_RELEASE(cube_write(f.client, S, cube_handle_binding(f.x), host, BYTES),
-                     CUBE_STATUS_GENERIC, "cube_write");
+                     CUBE_STATUS_CAPTURE_REFUSED, "cube_write");
   CTH_EXPECT_RELEASE(cube_copy(f.client, S, cube_handle_binding(f.x), cube_handle_binding(f.y)),
-                     CUBE_STATUS_GENERIC, "cube_copy");
+                     CUBE_STATUS_CAPTURE_REFUSED, "cube_copy");
   cube_profile_token_t token = 0;
-  CTH_EXPECT_RELEASE(cube_profile_start(f.client, S, &token), CUBE_STATUS_GENERIC,
+  CTH_EXPECT_RELEASE(cube_profile_start(f.client, S, &token), CUBE_STATUS_CAPTURE_REFUSED,
                      "cube_profile_start");
-  CTH_EXPECT_RELEASE(cube_profile_start_at_launch(f.client, S, &token), CUBE_STATUS_GENERIC,
+  CTH_EXPECT_RELEASE(cube_profile_start_at_launch(f.client, S, &token), CUBE_STATUS_CAPTURE_REFUSED,
                      "cube_profile_start_at_launch");
-  CTH_EXPECT_RELEASE(cube_memory_cleanup(f.client, S), CUBE_STATUS_GENERIC, "cube_memory_cleanup");
+  CTH_EXPECT_RELEASE(cube_memory_cleanup(f.client, S), CUBE_STATUS_CAPTURE_REFUSED,
+                     "cube_memory_cleanup");
   // A page the pools do not hold yet may not be taken.
   cube_handle_t big = {0};
   CTH_EXPECT_RELEASE(cube_handle_create(f.client, S, 1ull << 30, &big),
@@ -318,7 +322,7 @@ static void test_failed_launch_in_window_fails_end_capture(void **state) {
   CTH_EXPECT_RELEASE(inc(f.client, S, broken, f.x, f.y), CUBE_STATUS_COMPILE_REFUSED, NULL);
   cube_graph_t graph = 0;
   cube_status_t status = CTH_EXPECT(cube_graph_end_capture(f.client, S, &graph),
-                                    CUBE_STATUS_GENERIC, "cube_graph_end_capture");
+                                    CUBE_STATUS_CAPTURE_FAILED, "cube_graph_end_capture");
   assert_non_null(cube_status_find(status, CUBE_STATUS_COMPILE_REFUSED));
   cube_status_release(status);
   assert_true(graph == 0);
@@ -351,9 +355,9 @@ static void test_dynamic_count_refused_in_window(void **state) {
   cube_kernel_args_t args = {bufs, 2, NULL, 0};
   CTH_EXPECT_RELEASE(cube_launch(f.client, S, f.inc, cube_count_dynamic(cube_handle_binding(f.z)),
                                  &args, CUBE_LAUNCH_EXECUTE),
-                     CUBE_STATUS_GENERIC, "dynamic cube count");
+                     CUBE_STATUS_CAPTURE_REFUSED, "dynamic cube count");
   cube_graph_t graph = 0;
-  CTH_EXPECT_RELEASE(cube_graph_end_capture(f.client, S, &graph), CUBE_STATUS_GENERIC, NULL);
+  CTH_EXPECT_RELEASE(cube_graph_end_capture(f.client, S, &graph), CUBE_STATUS_CAPTURE_FAILED, NULL);
   fixture_close(&f);
 }
 
@@ -442,7 +446,7 @@ static void test_destroy_wait_failure_claims_write_set(void **state) {
                      CUBE_STATUS_UNWRITTEN, "injected fault: sync call");
   expect_floats(f.client, f.x, 10.0f);
   // The graph is gone all the same.
-  CTH_EXPECT_RELEASE(cube_graph_replay(f.client, S, graph), CUBE_STATUS_GENERIC, "unknown");
+  CTH_EXPECT_RELEASE(cube_graph_replay(f.client, S, graph), CUBE_STATUS_GRAPH_UNKNOWN, "unknown");
   fixture_close(&f);
 }
 

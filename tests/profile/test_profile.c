@@ -220,7 +220,7 @@ static void test_refused_on_recording_stream(void **state) {
   CTH_OK(cube_profile_start(f.client, S, &open_before));
   CTH_OK(cube_graph_prepare(f.client, S));
   CTH_OK(cube_graph_begin_capture(f.client, S));
-  CTH_EXPECT_RELEASE(cube_profile_start(f.client, S, &token), CUBE_STATUS_GENERIC,
+  CTH_EXPECT_RELEASE(cube_profile_start(f.client, S, &token), CUBE_STATUS_CAPTURE_REFUSED,
                      "cube_profile_start");
   uint64_t ns = 0;
   CTH_EXPECT_RELEASE(cube_profile_end(f.client, S, open_before, &ns), CUBE_STATUS_PROFILE_SERVER,

@@ -16,23 +16,10 @@ atomic_uint cube_cuda_generation;
 
 //===--- Errors ---===//
 
-static cube_status_code_t cube_cuda_poison_code(cube_cuda_op_t op) {
-  switch (op) {
-    case CUBE_CUDA_OP_LAUNCH:
-      return CUBE_STATUS_LAUNCH_DEVICE_POISONED;
-    case CUBE_CUDA_OP_IO:
-      return CUBE_STATUS_IO_DEVICE_POISONED;
-    case CUBE_CUDA_OP_COMPILE:
-      return CUBE_STATUS_COMPILE_DEVICE_POISONED;
-    case CUBE_CUDA_OP_SERVER:
-    case CUBE_CUDA_OP_PROFILE:
-    default:
-      return CUBE_STATUS_DEVICE_POISONED;
-  }
-}
-
 static cube_status_code_t cube_cuda_result_code(CUresult result, cube_cuda_op_t op) {
-  if (cube_cuda_result_is_sticky(result)) return cube_cuda_poison_code(op);
+  // A sticky fault is "poisoned" whatever the call: the core, which knows what
+  // it asked for, names the family (launch, io, compile).
+  if (cube_cuda_result_is_sticky(result)) return CUBE_STATUS_DEVICE_POISONED;
   if (result == CUDA_ERROR_OUT_OF_MEMORY)
     return op == CUBE_CUDA_OP_LAUNCH ? CUBE_STATUS_LAUNCH_OUT_OF_MEMORY
                                      : CUBE_STATUS_IO_OUT_OF_MEMORY;
@@ -81,9 +68,10 @@ cube_status_t cube_cuda_error_at(cube_cuda_device_t *device, CUresult result, cu
 }
 
 cube_status_t cube_cuda_poisoned_status(cube_cuda_device_t *device, cube_cuda_op_t op) {
+  (void)op;
   int result = atomic_load(&device->poisoned);
   const char *where = atomic_load(&device->poison_described) ? device->poison_where : "";
-  return cube_status_make(cube_cuda_poison_code(op),
+  return cube_status_make(CUBE_STATUS_DEVICE_POISONED,
                           "cuda device %u is poisoned by %s (%d)%s%s; it answers nothing else",
                           device->index, cube_cuda_result_name(device->cu, result), result,
                           where[0] ? ", first seen at " : "", where);

@@ -256,18 +256,9 @@ static cube_status_code_t cube_fault_code(cube_fault_kind_t kind, cube_fault_err
       }
     case CUBE_FAULT_ERROR_POISON:
     default:
-      switch (kind) {
-        case CUBE_FAULT_DISPATCH:
-          return CUBE_STATUS_LAUNCH_DEVICE_POISONED;
-        case CUBE_FAULT_COMPILE:
-          return CUBE_STATUS_COMPILE_DEVICE_POISONED;
-        case CUBE_FAULT_PAGE_ALLOC:
-        case CUBE_FAULT_HOST_ALLOC:
-        case CUBE_FAULT_COPY:
-          return CUBE_STATUS_IO_DEVICE_POISONED;
-        default:
-          return CUBE_STATUS_DEVICE_POISONED;
-      }
+      // As a driver reports it: "poisoned", whatever the call (the core names
+      // the family).
+      return CUBE_STATUS_DEVICE_POISONED;
   }
 }
 
