@@ -41,6 +41,109 @@ void cube_client_options_initialize(cube_client_options_t *out_options) {
   out_options->backend = CUBE_BACKEND_DEFAULT;
 }
 
+//===--- Threads that exit: their default streams go with them ---===//
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static cube_server_t *registry;
+
+static void registry_add(cube_server_t *server) {
+  pthread_mutex_lock(&registry_lock);
+  server->registry_next = registry;
+  registry = server;
+  pthread_mutex_unlock(&registry_lock);
+}
+
+static void registry_remove(cube_server_t *server) {
+  pthread_mutex_lock(&registry_lock);
+  for (cube_server_t **link = &registry; *link; link = &(*link)->registry_next) {
+    if (*link == server) {
+      *link = server->registry_next;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&registry_lock);
+}
+
+// The servers this thread has a default stream on (by address and id: a
+// server freed and another made at the same address has another id).
+typedef struct thread_uses_t {
+  size_t count, capacity;
+  struct {
+    cube_server_t *server;
+    uint32_t id;
+  } use[];
+} thread_uses_t;
+
+static pthread_key_t thread_uses_key;
+static pthread_once_t thread_uses_once = PTHREAD_ONCE_INIT;
+
+// The server still alive, retained (so it is not freed under us), or NULL.
+static cube_server_t *registry_retain(cube_server_t *server, uint32_t id) {
+  cube_server_t *found = NULL;
+  pthread_mutex_lock(&registry_lock);
+  for (cube_server_t *s = registry; s && !found; s = s->registry_next) {
+    if (s != server || s->id != id) continue;
+    unsigned refs = atomic_load(&s->refs);
+    while (refs && !atomic_compare_exchange_weak(&s->refs, &refs, refs + 1)) {
+    }
+    if (refs) found = s;  // a server already at 0 is on its way out
+  }
+  pthread_mutex_unlock(&registry_lock);
+  return found;
+}
+
+// The thread-exit destructor: retires the thread's default stream on every
+// server still alive.
+static void thread_exits(void *arg) {
+  thread_uses_t *uses = arg;
+  pthread_t self = pthread_self();
+  for (size_t u = 0; u < uses->count; ++u) {
+    cube_server_t *server = registry_retain(uses->use[u].server, uses->use[u].id);
+    if (!server) continue;
+    pthread_mutex_lock(&server->lock);
+    for (size_t i = 0; i < server->thread_stream_count; ++i) {
+      if (!pthread_equal(server->thread_streams[i].thread, self)) continue;
+      uint32_t index = server->thread_streams[i].stream;
+      server->thread_streams[i] = server->thread_streams[--server->thread_stream_count];
+      // A stream recording a graph stays until the client goes.
+      if (server->streams[index].live && !server->streams[index].capturing)
+        cube_status_release(cube_server_stream_retire(server, index));
+      break;
+    }
+    pthread_mutex_unlock(&server->lock);
+    cube_client_release(cube_server_client(server));
+  }
+  free(uses);
+}
+
+static void thread_uses_init(void) {
+  // Without the key threads keep their streams until the client goes, as
+  // before: nothing is lost but the early retirement.
+  (void)pthread_key_create(&thread_uses_key, thread_exits);
+}
+
+// The thread-stream-opened hook: remembers that this thread has a default
+// stream on |server|.
+static void thread_uses_note(cube_server_t *server) {
+  pthread_once(&thread_uses_once, thread_uses_init);
+  thread_uses_t *uses = pthread_getspecific(thread_uses_key);
+  if (!uses || uses->count == uses->capacity) {
+    size_t capacity = uses ? uses->capacity * 2 : 4;
+    thread_uses_t *grown = realloc(uses, sizeof *grown + capacity * sizeof grown->use[0]);
+    if (!grown) return;  // the stream stays until the client goes
+    if (!uses) grown->count = 0;
+    grown->capacity = capacity;
+    uses = grown;
+    if (pthread_setspecific(thread_uses_key, uses) != 0) {
+      free(uses);
+      return;
+    }
+  }
+  uses->use[uses->count].server = server;
+  uses->use[uses->count].id = server->id;
+  uses->count++;
+}
+
 //===--- Clients ---===//
 
 static atomic_uint next_client_id = 1;
@@ -107,8 +210,10 @@ cube_status_t cube_client_create(const cube_client_options_t *options, cube_clie
     server->hooks.work_failed[0] = cube_capture_note_failure;
     server->hooks.work_failed[1] = cube_profile_note_failure;
     server->hooks.work_dropped = cube_info_cache_forget;
+    server->hooks.thread_stream_opened = thread_uses_note;
   }
   if (cube_status_is_ok(status)) {
+    registry_add(server);
     *out_client = cube_server_client(server);
   } else if (server) {
     if (server->device) {
@@ -130,6 +235,7 @@ cube_client_t *cube_client_retain(cube_client_t *client) {
 void cube_client_release(cube_client_t *client) {
   cube_server_t *server = cube_server_of(client);
   if (!server || atomic_fetch_sub(&server->refs, 1) != 1) return;
+  registry_remove(server);  // no exiting thread retains it from here on
   pthread_mutex_lock(&server->lock);
   if (!server->poison) cube_launch_flush_deferred(server);
   cube_launch_drop_deferred(server);

@@ -203,11 +203,37 @@ static _Thread_local struct {
   uint32_t stream;
 } current_stream __attribute__((tls_model("initial-exec")));
 
+cube_status_t cube_server_stream_retire(cube_server_t *server, uint32_t index) {
+  cube_stream_state_t *s = &server->streams[index];
+  const cube_backend_vtable_t *vt = server->device->vtable;
+  cube_server_flush_deferred(server);
+  s->retiring = true;
+  cube_bstream_t *backend = s->backend;
+  pthread_mutex_unlock(&server->lock);
+  // Memory freed on this stream waits on tickets it will no longer report:
+  // drain it, so that every such ticket is reached.
+  cube_status_t status = vt->stream_sync(server->device, backend);
+  pthread_mutex_lock(&server->lock);
+  status = cube_server_note(server, status);
+  // A late failure the drain found is settled before the stream goes: what
+  // its work was writing claims it (nobody could ask this stream later).
+  if (!cube_status_is_ok(status) && !server->poison) cube_server_settle(server, index);
+  if (s->progress) vt->event_release(server->device, s->progress);
+  s->progress = NULL;
+  s->completed = s->ticket;
+  s->live = false;
+  s->retiring = false;
+  pthread_mutex_unlock(&server->lock);
+  vt->stream_destroy(server->device, backend);  // drained: never hangs
+  pthread_mutex_lock(&server->lock);
+  return status;
+}
+
 cube_status_t cube_server_stream(cube_server_t *server, cube_stream_t stream, const char *operation,
                                  uint32_t *out_index) {
   if (stream != CUBE_STREAM_CURRENT) {
     if (stream > CUBE_MAX_STREAMS || !server->streams[stream].live ||
-        !server->streams[stream].explicit_stream) {
+        server->streams[stream].retiring || !server->streams[stream].explicit_stream) {
       return cube_status_make(CUBE_STATUS_VALIDATION, "%s: stream %u is not a live stream of %s",
                               operation, stream, server->name);
     }
@@ -243,6 +269,7 @@ cube_status_t cube_server_stream(cube_server_t *server, cube_stream_t stream, co
   cube_status_t status = cube_server_stream_open(server, false, &index);
   if (cube_status_is_ok(status)) {
     server->thread_streams[server->thread_stream_count++] = (cube_thread_stream_t){self, index};
+    if (server->hooks.thread_stream_opened) server->hooks.thread_stream_opened(server);
     *out_index = index;
   }
   return status;
@@ -455,9 +482,9 @@ bool cube_server_settle(cube_server_t *server, uint32_t stream) {
   cube_failure_charge_end(&charge);
   if (server->hooks.work_dropped) server->hooks.work_dropped(server, stream, tag);
   cube_server_work_failed(server, stream, failure);
-  // Everything queued so far ran or was dropped: none of it touches memory
-  // any more.
-  s->completed = s->ticket;
+  // Not a completion: the work before the failure may still run (the wait
+  // that found the failure may not have drained the stream). The next
+  // successful wait or reached event says how far the stream got.
   cube_status_release(failure);
   return true;
 }

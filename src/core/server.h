@@ -40,6 +40,7 @@ typedef struct cube_server_t cube_server_t;
 typedef struct cube_stream_state_t {
   cube_bstream_t *backend;
   bool live;
+  bool retiring;         // being drained before it goes: takes no new work
   bool explicit_stream;  // from cube_stream_create (not a thread default)
   bool capturing;
   // Graphs (graph.c): graph_prepare was called and no capture began since;
@@ -117,6 +118,9 @@ typedef struct cube_server_hooks_t {
   // Work on |stream| from ticket |first| on did not run (a late failure was
   // settled): what it uploaded is not there (info.c). Lock held.
   void (*work_dropped)(cube_server_t *server, uint32_t stream, uint64_t first);
+  // The calling thread got a default stream (client.c: it is retired when the
+  // thread exits). Lock held.
+  void (*thread_stream_opened)(cube_server_t *server);
 } cube_server_hooks_t;
 
 typedef struct cube_thread_stream_t {
@@ -126,6 +130,7 @@ typedef struct cube_thread_stream_t {
 
 // The public cube_client_t is this struct (cube_server_of converts).
 struct cube_server_t {
+  struct cube_server_t *registry_next;  // live servers (server.c), for exiting threads
   atomic_uint refs;
   uint32_t id;  // process-unique, stamped in every handle
   pthread_mutex_t lock;
@@ -228,6 +233,11 @@ CUBE_INTERNAL cube_status_t cube_server_stream(cube_server_t *server, cube_strea
 // Opens a new stream slot (explicit: from cube_stream_create). Lock held.
 CUBE_INTERNAL cube_status_t cube_server_stream_open(cube_server_t *server, bool explicit_stream,
                                                     uint32_t *out_index);
+// Drains stream |index|, settles a late failure the drain finds, and frees
+// it; the slot takes no new work meanwhile. Answers the drain's status. Lock
+// held on entry and exit, released while draining.
+CUBE_INTERNAL cube_status_t cube_server_stream_retire(cube_server_t *server, uint32_t index);
+
 // The refusal of |operation| on a stream recording a graph, or NULL: a
 // capture window records kernel launches only. Lock held.
 CUBE_INTERNAL cube_status_t cube_server_refuse_capturing(cube_server_t *server, uint32_t stream,

@@ -41,24 +41,7 @@ cube_status_t cube_stream_destroy(cube_client_t *client, cube_stream_t stream) {
     status = cube_status_make(CUBE_STATUS_CAPTURE_REFUSED,
                               "cube_stream_destroy: stream %u is recording a graph", stream);
   }
-  cube_stream_state_t s = {0};
-  if (cube_status_is_ok(status)) {
-    cube_server_flush_deferred(server);
-    s = server->streams[stream];
-    // Retire the id first, so no other thread enqueues behind the drain.
-    server->streams[stream].live = false;
-    server->streams[stream].progress = NULL;
-  }
+  if (cube_status_is_ok(status)) status = cube_server_stream_retire(server, stream);
   cube_server_leave(server);
-  if (cube_status_is_ok(status)) {
-    // Memory freed on this stream waits on tickets the stream can no longer
-    // report: drain it, so every such ticket is reached.
-    status = server->device->vtable->stream_sync(server->device, s.backend);
-    if (s.progress) server->device->vtable->event_release(server->device, s.progress);
-    server->device->vtable->stream_destroy(server->device, s.backend);
-    pthread_mutex_lock(&server->lock);
-    status = cube_server_note(server, status);
-    pthread_mutex_unlock(&server->lock);
-  }
   return status;
 }

@@ -681,6 +681,10 @@ static bool run_program(cube_client_t **client, const program_t *p, run_t *stats
     // A poisoned device refuses; its release frees the stream anyway.
     cube_status_release(cube_stream_destroy(r.client, r.streams[k]));
   }
+  // A poison no op answered (a swallowed callback, say) still ends the client.
+  cube_status_t after = cube_sync(r.client, CUBE_STREAM_CURRENT, NULL, 0);
+  if (cube_status_is_device_poisoned(after)) r.poisoned = true;
+  cube_status_release(after);
   for (int s = 0; s < SLOTS; ++s) {
     if (!r.buf[s].live) continue;
     cube_status_t rel = cube_handle_release(r.client, r.buf[s].h);
