@@ -18,11 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/visibility.h"
 #include "cube/status.h"
-
-#ifndef CUBE_INTERNAL
-#define CUBE_INTERNAL __attribute__((visibility("hidden")))
-#endif
 
 // How a value is parsed.
 typedef enum cube_config_kind_t {
@@ -122,7 +119,9 @@ enum {
   X(HOME, "HOME", PATH, 0, 0, 4000, CUBE_CONFIG_ABSOLUTE | CUBE_CONFIG_FOREIGN, NULL,              \
     "where the kernel cache lives when neither CUBE_CACHE_DIR nor XDG_CACHE_HOME is set")          \
   X(CUDA_HOME, "CUDA_HOME", PATH, 0, 0, 4000, CUBE_CONFIG_ABSOLUTE | CUBE_CONFIG_FOREIGN, NULL,    \
-    "raw CUDA C++ kernels: the toolkit whose include/ NVRTC is given")
+    "raw CUDA C++ kernels: the toolkit whose include/ NVRTC is given")                             \
+  X(TMPDIR, "TMPDIR", PATH, 0, 0, 3000, CUBE_CONFIG_ABSOLUTE | CUBE_CONFIG_FOREIGN, NULL,          \
+    "where a kernel is compiled when the kernel cache is in memory only (default: /tmp)")
 
 typedef enum cube_config_id_t {
 #define CUBE_CONFIG_X(id, name, kind, def, min, max, flags, choices, doc) CUBE_CONFIG_##id,

@@ -270,6 +270,7 @@ struct cube_kstore_t {
   bool shared;  // in the process registry
   char where[CUBE_CACHE_PATH_MAX];
   uint64_t max_bytes;
+  char tmpdir[3001];     // where scratch goes in memory only ("" for /tmp)
   cube_cache_dir_t dir;  // fd -1: memory only
   pthread_mutex_t lock;  // guards what follows
   uint64_t approx_bytes;
@@ -392,6 +393,10 @@ cube_status_t cube_kstore_acquire(const cube_config_t *config, cube_kstore_t **o
     atomic_fetch_add(&store->refs, 1);
   } else {
     store = store_new(where, max_bytes);
+    if (store) {
+      snprintf(store->tmpdir, sizeof store->tmpdir, "%s",
+               cube_config_text(config, CUBE_CONFIG_TMPDIR, ""));
+    }
     if (!store) {
       status = cube_status_make(CUBE_STATUS_GENERIC, "opening the kernel cache: out of memory");
     } else {
@@ -682,8 +687,7 @@ cube_status_t cube_kstore_scratch_open(cube_kstore_t *store, cube_kstore_scratch
     }
   }
   // In memory only (or the cache directory refused it): a private directory.
-  const char *tmp = getenv("TMPDIR");
-  if (!tmp || tmp[0] != '/' || strlen(tmp) > 3000) tmp = "/tmp";
+  const char *tmp = store && store->tmpdir[0] ? store->tmpdir : "/tmp";
   snprintf(out_scratch->path, sizeof out_scratch->path, "%s/cubec-build-XXXXXX", tmp);
   if (!mkdtemp(out_scratch->path)) {
     return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,

@@ -117,7 +117,8 @@ CUBE_INTERNAL void cube_kstore_forget(cube_kstore_t *store, const cube_kstore_ke
 
 // A private directory for one compile's files: inside the store's directory
 // (so a compile killed midway leaves nothing the next open does not
-// remove), or a mkdtemp directory under $TMPDIR (else /tmp) in memory only.
+// remove), or a mkdtemp directory under $TMPDIR (else /tmp) in memory only
+// (|store| may be NULL: no store at all).
 typedef struct cube_kstore_scratch_t {
   char path[CUBE_CACHE_PATH_MAX + 64];
   int parent_fd;  // where |name| lives (-1: path is a mkdtemp directory)

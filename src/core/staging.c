@@ -168,9 +168,10 @@ cube_status_t cube_staging_release(cube_client_t *client, void *host) {
 
 // Chunks a contiguous host-to-device copy goes through staging in: while the
 // device copies chunk i out of one block, the host fills chunk i + 1 into
-// another (CUBE_STAGING_CHUNK bytes, CUBE_STAGING_BLOCKS blocks in flight).
-static uint64_t staging_chunk(void) {
-  return cube_env_u64("CUBE_STAGING_CHUNK", 16ull << 20);
+// another (CUBE_STAGING_CHUNK bytes, CUBE_STAGING_BLOCKS blocks in flight;
+// read once at client creation, bounded there).
+static uint64_t staging_chunk(const cube_server_t *server) {
+  return cube_config_u64(&server->config, CUBE_CONFIG_STAGING_CHUNK);
 }
 
 // Hands |host| back to the pool once the stream passes this point; waits for
@@ -207,9 +208,9 @@ cube_status_t cube_staging_upload(cube_server_t *server, uint32_t stream,
                                vt->copy_to_device(server->device, bstream, address, source, size),
                                CUBE_STATUS_FAMILY_IO);
   }
-  uint64_t chunk = strided ? size : staging_chunk();
+  uint64_t chunk = strided ? size : staging_chunk(server);
   if (chunk == 0) chunk = size;
-  uint32_t blocks = (uint32_t)cube_env_u64("CUBE_STAGING_BLOCKS", 4);
+  uint32_t blocks = (uint32_t)cube_config_u64(&server->config, CUBE_CONFIG_STAGING_BLOCKS);
   cube_status_t status = CUBE_OK;
   for (uint64_t done = 0; done < size && cube_status_is_ok(status);) {
     uint64_t n = size - done < chunk ? size - done : chunk;

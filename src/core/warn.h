@@ -10,9 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#ifndef CUBE_INTERNAL
-#define CUBE_INTERNAL __attribute__((visibility("hidden")))
-#endif
+#include "base/visibility.h"
 
 CUBE_INTERNAL void cube_warn(const char *format, ...) __attribute__((format(printf, 1, 2)));
 // Warnings given so far in this process.
