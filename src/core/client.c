@@ -97,6 +97,11 @@ cube_status_t cube_client_create(const cube_client_options_t *options, cube_clie
   if (cube_status_is_ok(status) && faulty) {
     status = cube_fault_backend_wrap(device, plan, &device);
     if (!cube_status_is_ok(status)) device = NULL;  // the wrapper destroyed it
+    if (!cube_status_is_ok(status) && !options->fault_plan)
+      status = cube_status_wrap(status, CUBE_STATUS_VALIDATION,
+                                "cube_client_create: environment variable CUBE_FAULT='%.200s' is "
+                                "not a fault plan",
+                                plan);
   }
   if (cube_status_is_ok(status)) {
     server->device = device;
