@@ -69,6 +69,7 @@ typedef struct cube_cpu_context_t {
   size_t color;
   void *fake_stack;  // ASan's fake-stack save slot
   void *tsan_fiber;
+  unsigned valgrind_stack;  // the stack's id with valgrind (0: not registered)
 } cube_cpu_context_t;
 
 // Assembly (cpu_fiber_switch.S): saves the callee-saved state on the current
