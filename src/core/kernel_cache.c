@@ -14,6 +14,7 @@
 #include <xxhash.h>
 
 #include "base/util.h"
+#include "core/io_sets.h"
 #include "core/kernel_cache.h"
 #include "core/warn.h"
 
@@ -121,6 +122,14 @@ cube_status_t cube_kernel_build(cube_kstore_t *store, cube_backend_device_t *dev
     // Stored only once it loaded: an entry is a binary that worked.
     if (cube_status_is_ok(status)) cube_kstore_put(store, &key, request->name, binary, size);
     free(binary);
+  }
+  const char *why = NULL;
+  if (cube_status_is_ok(status) && !cube_io_sets_check(out_info->io, CUBE_MAX_BUFFERS, &why)) {
+    // What the binary says about its buffers decides claims: never trust a
+    // malformed answer.
+    status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                              "kernel '%s': its IO answer is malformed (%s)", request->name, why);
+    vt->kernel_release(device, *out_kernel);
   }
   if (cube_status_is_ok(status)) {
     out_info->from_disk_cache = from_disk;

@@ -329,15 +329,15 @@ static cube_status_t cube_fault_check(cube_fault_device_t *fault, cube_fault_kin
 
 // The forwarders, one per slot, generated from the slot list: each passes
 // its call to the inner device unchanged.
-#define CUBE_FAULT_FORWARD_S(name, params, args)             \
-  static inline cube_status_t cube_fault_fwd_##name params { \
-    device = cube_fault_cast(device)->inner;                 \
-    return device->vtable->name args;                        \
+#define CUBE_FAULT_FORWARD_S(name, params, args)                                     \
+  __attribute__((unused)) static inline cube_status_t cube_fault_fwd_##name params { \
+    device = cube_fault_cast(device)->inner;                                         \
+    return device->vtable->name args;                                                \
   }
-#define CUBE_FAULT_FORWARD_V(name, params, args)    \
-  static inline void cube_fault_fwd_##name params { \
-    device = cube_fault_cast(device)->inner;        \
-    device->vtable->name args;                      \
+#define CUBE_FAULT_FORWARD_V(name, params, args)                            \
+  __attribute__((unused)) static inline void cube_fault_fwd_##name params { \
+    device = cube_fault_cast(device)->inner;                                \
+    device->vtable->name args;                                              \
   }
 CUBE_BACKEND_SLOTS(CUBE_FAULT_FORWARD_S, CUBE_FAULT_FORWARD_V)
 #undef CUBE_FAULT_FORWARD_S
