@@ -312,7 +312,8 @@ static bool leftover_is_dead(int dirfd, const char *name, const struct stat *inf
 
 // At open: removes dead writers' leftovers and adds up the entries.
 static void clean_and_measure(cube_kstore_t *store) {
-  int fd = dup(store->dir.fd);
+  // A description of its own: a dup would share the read position.
+  int fd = openat(store->dir.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
   if (!dir) {
     if (fd >= 0) close(fd);
@@ -561,7 +562,8 @@ static void evict(cube_kstore_t *store) {
     close(lock);
     return;
   }
-  int fd = dup(store->dir.fd);
+  // A description of its own: a dup would share the read position.
+  int fd = openat(store->dir.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
   victim_t *victims = NULL;
   size_t count = 0, capacity = 0;
@@ -731,7 +733,8 @@ void cube_kstore_walk(cube_kstore_t *store, cube_kstore_walk_t what, cube_kstore
                       void *context, cube_kstore_report_t *out_report) {
   memset(out_report, 0, sizeof *out_report);
   if (!cube_kstore_on_disk(store)) return;
-  int fd = dup(store->dir.fd);
+  // A description of its own: a dup would share the read position.
+  int fd = openat(store->dir.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
   if (!dir) {
     if (fd >= 0) close(fd);
