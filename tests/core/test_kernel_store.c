@@ -13,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -489,6 +491,40 @@ static void where_follows_the_environment_order(void **state) {
   }
 }
 
+// A cache that cannot be written (a full disk: RLIMIT_FSIZE makes the write
+// fail) is one warning, a miss afterwards, and no temporary file left.
+static void unwritable_cache_is_one_warning(void **state) {
+  (void)state;
+  cube_kstore_t *store = open_store();
+  assert_true(cube_kstore_on_disk(store));
+  struct rlimit saved;
+  assert_int_equal(getrlimit(RLIMIT_FSIZE, &saved), 0);
+  struct rlimit small = {.rlim_cur = 1000, .rlim_max = saved.rlim_max};
+  void (*previous)(int) = signal(SIGXFSZ, SIG_IGN);
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+  uint64_t before = cube_warn_count();
+  unsigned char *payload = make_payload(1);
+  for (int i = 0; i < 3; ++i) {
+    char name[8];
+    snprintf(name, sizeof name, "w%d", i);
+    cube_kstore_key_t key;
+    make_key(&key, name);
+    cube_kstore_put(store, &key, name, payload, PAYLOAD_SIZE);
+    cube_kstore_key_free(&key);
+  }
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &saved), 0);
+  signal(SIGXFSZ, previous);
+  free(payload);
+  assert_int_equal(cube_warn_count(), before + 1);  // once per store, not per kernel
+  expect_warning(before, "cannot store kernel 'w0' (write");
+  cube_kstore_report_t report;
+  cube_kstore_walk(store, CUBE_KSTORE_WALK_INFO, NULL, NULL, &report);
+  assert_int_equal(report.entries, 0);
+  assert_int_equal(report.leftovers, 0);
+  cube_kstore_release(store);
+  assert_false(get_entry("w0", 1));
+}
+
 //===--- Eviction ---===//
 
 static void least_recently_used_evicted_past_the_cap(void **state) {
@@ -639,6 +675,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(untrusted_parent, setup, teardown),
       cmocka_unit_test_setup_teardown(not_a_directory_and_uncreatable, setup, teardown),
       cmocka_unit_test_setup_teardown(where_follows_the_environment_order, setup, teardown),
+      cmocka_unit_test_setup_teardown(unwritable_cache_is_one_warning, setup, teardown),
       cmocka_unit_test_setup_teardown(least_recently_used_evicted_past_the_cap, setup, teardown),
       cmocka_unit_test_setup_teardown(verify_clear_and_info, setup, teardown),
       cmocka_unit_test_setup_teardown(processes_share_one_directory, setup, teardown),
