@@ -305,7 +305,8 @@ cube_status_t cube_config_parse_value(cube_config_id_t id, const char *text,
   if (!numeric) {
     result.text = strdup(text);
     if (!result.text)
-      return cube_status_make(CUBE_STATUS_GENERIC, "reading %s: out of host memory", entry->name);
+      return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "reading %s: out of host memory",
+                              entry->name);
   }
   *out_value = result;
   return CUBE_OK;
@@ -350,7 +351,8 @@ cube_status_t cube_config_copy(const cube_config_t *config, cube_config_t *out_c
     if (config->at[id].text && cube_status_is_ok(status)) {
       out_copy->at[id].text = strdup(config->at[id].text);
       if (!out_copy->at[id].text)
-        status = cube_status_make(CUBE_STATUS_GENERIC, "copying the configuration: out of memory");
+        status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                                  "copying the configuration: out of memory");
     }
   }
   if (!cube_status_is_ok(status)) cube_config_release(out_copy);

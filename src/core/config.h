@@ -167,7 +167,7 @@ CUBE_INTERNAL cube_status_t cube_config_parse(cube_config_lookup_t lookup, void 
 // cube_config_parse over getenv.
 CUBE_INTERNAL cube_status_t cube_config_load(cube_config_t *out_config);
 CUBE_INTERNAL void cube_config_release(cube_config_t *config);
-// A deep copy (VALIDATION-free; GENERIC on out of memory).
+// A deep copy (HOST_OUT_OF_MEMORY on out of memory).
 CUBE_INTERNAL cube_status_t cube_config_copy(const cube_config_t *config, cube_config_t *out_copy);
 
 // Parses one value for entry |id| (what cube_config_parse does for each);

@@ -22,7 +22,6 @@ CUBE_INTERNAL unsigned cube_io_sets_of(const char *compiled, size_t index,
 // formed: at most |max_buffers| characters, each 'r', 'w', 'x' or 'd'. On
 // false |*out_why| names what was wrong. The core checks every answer a
 // backend reports before trusting it.
-CUBE_INTERNAL bool cube_io_sets_check(const char *answer, size_t max_buffers,
-                                      const char **out_why);
+CUBE_INTERNAL bool cube_io_sets_check(const char *answer, size_t max_buffers, const char **out_why);
 
 #endif  // CUBE_CORE_IO_SETS_H_

@@ -77,8 +77,8 @@ cube_status_t cube_kernel_build(cube_kstore_t *store, cube_backend_device_t *dev
   *out_info = (cube_kernel_info_t){.io = ""};
   char *target = malloc(CUBE_KERNEL_TARGET_MAX);
   if (!target)
-    return cube_status_make(CUBE_STATUS_GENERIC, "compiling kernel '%s': out of host memory",
-                            request->name);
+    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                            "compiling kernel '%s': out of host memory", request->name);
   target[0] = '\0';
   cube_status_t status = vt->kernel_target(device, request, target, CUBE_KERNEL_TARGET_MAX);
   target[CUBE_KERNEL_TARGET_MAX - 1] = '\0';
@@ -86,8 +86,8 @@ cube_status_t cube_kernel_build(cube_kstore_t *store, cube_backend_device_t *dev
   if (cube_status_is_ok(status)) {
     build_key(request, target, &key);
     if (key.failed)
-      status = cube_status_make(CUBE_STATUS_GENERIC, "compiling kernel '%s': out of host memory",
-                                request->name);
+      status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                                "compiling kernel '%s': out of host memory", request->name);
   }
   bool from_disk = false;
   if (cube_status_is_ok(status) && cube_kstore_on_disk(store)) {
@@ -214,11 +214,11 @@ cube_status_t cube_kernel_cache_get(cube_server_t *server, cube_kernel_t *kernel
                                     .cube_dim = kernel->cube_dim,
                                     .options = kernel->options};
   uint64_t start = cube_now_ns();
-  cube_status_t status = cube_server_note_in(
-      server,
-      cube_kernel_build(server->kernel_store, server->device, &request, &entry->backend,
-                        &entry->info),
-      CUBE_STATUS_FAMILY_COMPILATION);
+  cube_status_t status =
+      cube_server_note_in(server,
+                          cube_kernel_build(server->kernel_store, server->device, &request,
+                                            &entry->backend, &entry->info),
+                          CUBE_STATUS_FAMILY_COMPILATION);
   double seconds = (double)(cube_now_ns() - start) * 1e-9;
   if (!cube_status_is_ok(status)) {
     entry->backend = NULL;

@@ -369,7 +369,8 @@ cube_status_t cube_kstore_open_path(const char *path, uint64_t max_bytes,
   *out_store = NULL;
   cube_kstore_t *store = store_new(path ? path : "", max_bytes);
   if (!store)
-    return cube_status_make(CUBE_STATUS_GENERIC, "opening the kernel cache: out of host memory");
+    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                            "opening the kernel cache: out of host memory");
   if (path && max_bytes > 0) store_open_dir(store, path);
   *out_store = store;
   return CUBE_OK;
@@ -399,7 +400,8 @@ cube_status_t cube_kstore_acquire(const cube_config_t *config, cube_kstore_t **o
                cube_config_text(config, CUBE_CONFIG_TMPDIR, ""));
     }
     if (!store) {
-      status = cube_status_make(CUBE_STATUS_GENERIC, "opening the kernel cache: out of memory");
+      status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                                "opening the kernel cache: out of memory");
     } else {
       if (located) {
         store_open_dir(store, where);

@@ -93,7 +93,7 @@ typedef struct cube_kstore_t cube_kstore_t;
 // The store for |config|'s directory, shared by every client of the process
 // that uses the same directory (opened, checked and cleaned once). Never
 // fails for a directory problem (that is a warning, and a store in memory
-// only); GENERIC only when out of host memory.
+// only); HOST_OUT_OF_MEMORY only when out of host memory.
 CUBE_INTERNAL cube_status_t cube_kstore_acquire(const cube_config_t *config,
                                                 cube_kstore_t **out_store);
 // Opens a private store over an explicit directory (tests, the CLI).
