@@ -42,7 +42,10 @@ endef
 HAVE_CMAKE = $(shell command -v $(CMAKE) >/dev/null 2>&1 && echo yes)
 HAVE_CC = $(shell command -v $(CC) >/dev/null 2>&1 && echo yes)
 HAVE_CMOCKA = $(shell printf '\#include <cmocka.h>\n' | $(CC) -E -x c - >/dev/null 2>&1 && echo yes)
-MISSING_BUILD = $(if $(HAVE_CMAKE),,cmake) $(if $(HAVE_CC),,gcc) $(if $(shell command -v make),,make)
+# xxhash.h: the kernel cache's hash, used header-only (Debian's libxxhash-dev).
+HAVE_XXHASH = $(shell test -f /usr/include/xxhash.h && echo yes)
+MISSING_BUILD = $(if $(HAVE_CMAKE),,cmake) $(if $(HAVE_CC),,gcc) $(if $(shell command -v make),,make) \
+                $(if $(HAVE_XXHASH),,libxxhash-dev)
 
 deps:
 ifneq ($(strip $(MISSING_BUILD)),)

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "core/backend.h"
+#include "core/kernel_cache.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -28,13 +29,13 @@ static cube_bkernel_t *compile(cube_backend_device_t *device, const char *name,
       name, source, CUBE_KERNEL_DIALECT, {1, 1, 1}, getenv("BENCH_OPTS")};
   cube_bkernel_t *kernel = NULL;
   cube_kernel_info_t info;
-  if (check(device->vtable->compile(device, &request, &kernel, &info))) exit(1);
+  if (check(cube_kernel_build(NULL, device, &request, &kernel, &info))) exit(1);
   return kernel;
 }
 
 int main(void) {
   cube_backend_device_t *device = NULL;
-  if (check(cube_cpu_backend_factory.create_device(0, &device))) return 1;
+  if (check(cube_cpu_backend_factory.create_device(0, NULL, &device))) return 1;
   const cube_backend_vtable_t *vt = device->vtable;
   cube_bstream_t *stream = NULL;
   if (check(vt->stream_create(device, &stream))) return 1;

@@ -70,7 +70,7 @@ static cube_mm_t *make_mm(host_storage_t *storage) {
   properties.memory_size = 80 * GIB;
   properties.max_page_size = 20 * GIB;
   cube_mm_config_t config;
-  cube_mm_config_default(&properties, &config);
+  cube_mm_config_default(&properties, NULL, &config);
   cube_mm_storage_t callbacks = {storage, host_page_alloc, host_page_free, host_reached};
   cube_mm_t *mm = NULL;
   cube_status_t status = cube_mm_create(&config, &callbacks, &mm);

@@ -594,16 +594,12 @@ static int command_demo(cube_backend_kind_t backend) {
   const cube_device_properties_t *p = cube_client_properties(demo.client);
   printf("cubec demo on %s: %s (%" PRIu32 " cores)\n", cube_client_backend_name(demo.client),
          p->name, p->core_count);
-  // Where the CPU backend keeps compiled kernels, resolved as it does.
-  const char *cache_dir = getenv("CUBE_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME");
-  const char *home = getenv("HOME");
-  if (cache_dir && *cache_dir) {
-    printf("kernel disk cache: %s (CUBE_CACHE_DIR)\n", cache_dir);
-  } else if (xdg && *xdg) {
-    printf("kernel disk cache: %s/cubec (set CUBE_CACHE_DIR to move it)\n", xdg);
-  } else {
-    printf("kernel disk cache: %s/.cache/cubec (set CUBE_CACHE_DIR to move it)\n",
-           home ? home : "~");
+  // Where compiled kernels are kept, resolved as the core does.
+  cube_cache_report_t cache;
+  if (report_status("cube_cache_walk", cube_cache_walk(CUBE_CACHE_INFO, NULL, NULL, &cache))) {
+    printf("kernel disk cache: %s%s%s (set CUBE_CACHE_DIR to move it)\n",
+           cache.usable ? cache.directory : "none: ", cache.usable ? "" : cache.why,
+           cache.usable && cache.why[0] ? " (memory only)" : "");
   }
 
   cube_kernel_cache_stats_t before, after;
@@ -641,6 +637,8 @@ static int command_demo(cube_backend_kind_t backend) {
 
 //===--- main ---===//
 
+int cubec_command_cache(int argc, char **argv);  // cubec_cache.c
+
 static void print_usage(FILE *out) {
   fprintf(out,
           "usage: cubec <command> [options]\n"
@@ -650,16 +648,20 @@ static void print_usage(FILE *out) {
           "  demo [--backend B]     run the showcase kernels on a device and check them\n"
           "                         against the host (B: cpu | cuda; default: cuda when\n"
           "                         a GPU is present, else cpu)\n"
+          "  cache info|verify|clear   the on-disk kernel cache (cubec cache --help)\n"
           "  help, --help, -h       this text\n"
           "  version, --version     the library version\n"
           "\n"
           "environment:\n"
           "  CUBE_BACKEND           cpu | cuda: the default backend\n"
           "  CUBE_CACHE_DIR         the on-disk kernel cache (default ~/.cache/cubec)\n"
+          "  CUBE_CACHE_MAX_BYTES   its size cap (default 1g; 0: memory only)\n"
           "  CUBE_CC                the C compiler the CPU backend builds kernels with\n"
           "  CUBE_NVRTC_PATH        where to load NVRTC from\n"
           "  CUBE_FAULT             a fault plan for the fault-injection backend\n"
           "  CUBE_TRACE             demo: write a Chrome trace (JSON, Perfetto) there\n"
+          "\n"
+          "  (every variable: docs/config.md)\n"
           "\n"
           "exit status: 0 when every check passed, 1 on a failure, 2 on a usage error\n");
 }
@@ -718,6 +720,8 @@ int main(int argc, char **argv) {
     }
     return command_demo(backend);
   }
-  fprintf(stderr, "cubec: unknown command '%s' (commands: info, demo, help, version)\n", command);
+  if (strcmp(command, "cache") == 0) return cubec_command_cache(argc, argv);
+  fprintf(stderr, "cubec: unknown command '%s' (commands: info, demo, cache, help, version)\n",
+          command);
   return 2;
 }

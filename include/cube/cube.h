@@ -10,5 +10,6 @@
 #include "cube/graph.h"
 #include "cube/profile.h"
 #include "cube/collective.h"
+#include "cube/cache.h"
 
 #endif  // CUBE_CUBE_H_

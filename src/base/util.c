@@ -1,9 +1,6 @@
 // cubec — small shared helpers (see util.h).
 #include "base/util.h"
 
-#include <ctype.h>
-#include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -140,47 +137,4 @@ bool cube_add_u64(uint64_t a, uint64_t b, uint64_t *out) {
   if (__builtin_add_overflow(a, b, &result)) return false;
   *out = result;
   return true;
-}
-
-//===--- Environment ---===//
-
-uint64_t cube_env_u64(const char *name, uint64_t default_value) {
-  const char *text = cube_env_str(name);
-  if (!text) return default_value;
-  // strtoull accepts a sign and wraps negatives: refuse them first.
-  const char *p = text;
-  while (isspace((unsigned char)*p)) ++p;
-  if (!isdigit((unsigned char)*p)) return default_value;
-  errno = 0;
-  char *end = NULL;
-  unsigned long long value = strtoull(p, &end, 0);
-  if (errno != 0 || end == p) return default_value;
-  unsigned shift = 0;
-  switch (tolower((unsigned char)*end)) {
-    case 'k':
-      shift = 10;
-      break;
-    case 'm':
-      shift = 20;
-      break;
-    case 'g':
-      shift = 30;
-      break;
-    case 't':
-      shift = 40;
-      break;
-    default:
-      break;
-  }
-  if (shift) ++end;
-  while (isspace((unsigned char)*end)) ++end;
-  if (*end != '\0') return default_value;
-  uint64_t result = value;
-  if (shift && !cube_mul_u64(result, 1ull << shift, &result)) return default_value;
-  return result;
-}
-
-const char *cube_env_str(const char *name) {
-  const char *value = getenv(name);
-  return value && value[0] ? value : NULL;
 }

@@ -1,5 +1,6 @@
 // cubec — small shared helpers: a 128-bit content hash (kernel-cache keys),
-// a monotonic clock, overflow-checked arithmetic and environment lookups.
+// a monotonic clock and overflow-checked arithmetic. (The environment is
+// read by the configuration module, src/core/config.h, only.)
 #ifndef CUBE_BASE_UTIL_H_
 #define CUBE_BASE_UTIL_H_
 
@@ -53,15 +54,5 @@ CUBE_INTERNAL uint64_t cube_now_ns(void);
 // Each returns false, and leaves |*out| untouched, when the result overflows.
 CUBE_INTERNAL bool cube_mul_u64(uint64_t a, uint64_t b, uint64_t *out);
 CUBE_INTERNAL bool cube_add_u64(uint64_t a, uint64_t b, uint64_t *out);
-
-//===--- Environment ---===//
-
-// The value of |name| as an unsigned number (decimal, 0x hex, or with a
-// binary suffix k/m/g/t, case-insensitive: "64m" = 64 MiB), or |default_value|
-// when unset, empty, malformed or out of range.
-CUBE_INTERNAL uint64_t cube_env_u64(const char *name, uint64_t default_value);
-// The value of |name|, or NULL when it is unset or empty. Borrowed from the
-// environment: copy it before anyone may call setenv.
-CUBE_INTERNAL const char *cube_env_str(const char *name);
 
 #endif  // CUBE_BASE_UTIL_H_

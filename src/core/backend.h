@@ -20,6 +20,7 @@
 #include "cube/cube.h"
 
 #include "base/visibility.h"
+#include "core/config.h"
 
 typedef struct cube_backend_device_t cube_backend_device_t;  // a backend's device
 typedef struct cube_bstream_t cube_bstream_t;                // a backend queue
@@ -44,8 +45,11 @@ typedef struct cube_kernel_info_t {
   const char *io;
   uint32_t static_shared_memory;  // bytes the kernel declares statically
   uint32_t max_units_per_cube;    // what the compiled code allows (registers)
-  bool from_disk_cache;           // loaded rather than compiled
+  bool from_disk_cache;           // loaded rather than compiled (set by the core)
 } cube_kernel_info_t;
+
+// The size of a kernel_target description, NUL included.
+#define CUBE_KERNEL_TARGET_MAX 4096
 
 // One resolved dispatch: everything is a device address or a plain value.
 typedef struct cube_dispatch_t {
@@ -122,11 +126,27 @@ typedef struct cube_bcopy_t {
 //   host_callback        runs |fn(arg)| on the host once the stream reaches
 //                        this point (futures, deferred frees); |fn| must not
 //                        call back into the backend.
-// Kernels
-//   compile              compiles (or loads from the backend's on-disk cache);
-//                        a compile error or a source language the backend
-//                        cannot build is COMPILE_REFUSED with the log.
-//   kernel_release       drops a compiled kernel.
+// Kernels (the core keys, stores and loads every binary: core/kernel_cache.c)
+//   kernel_target        describes what kernel_compile would build for
+//                        |request| on this device (compiler and its identity,
+//                        flags, architecture): the backend's part of the
+//                        kernel-cache key, NUL-terminated, at most
+//                        CUBE_KERNEL_TARGET_MAX bytes. Refuses early what it
+//                        can never build: COMPILE_REFUSED for a language it
+//                        cannot compile, VALIDATION for options it does not
+//                        allow.
+//   kernel_compile       source to binary: builds |request| into bytes (a
+//                        shared object, a cubin or PTX) in a malloc'd block
+//                        the core frees; |scratch_dir| is a private empty
+//                        directory for the compiler's files, removed after.
+//                        A compile error is COMPILE_REFUSED with the log.
+//   kernel_load          binary to kernel: loads bytes kernel_compile made
+//                        (straight from it, or verified from the disk cache)
+//                        and says what the kernel declares about itself. What
+//                        runs is what was given: the bytes are not read again
+//                        from any file. COMPILE_REFUSED for bytes it cannot
+//                        load (the core then rebuilds once).
+//   kernel_release       drops a loaded kernel.
 //   dispatch             queues one resolved launch.
 // Graphs
 //   capture_begin / capture_end / graph_replay / graph_destroy   record the
@@ -198,10 +218,18 @@ typedef struct cube_bcopy_t {
      (cube_backend_device_t *device, cube_bstream_t *stream, void (*fn)(void *arg), void *arg), \
      (device, stream, fn, arg))                                                                 \
   /* Kernels */                                                                                 \
-  XS(compile,                                                                                   \
+  XS(kernel_target,                                                                             \
+     (cube_backend_device_t *device, const cube_compile_request_t *request, char *out_target,   \
+      size_t capacity),                                                                         \
+     (device, request, out_target, capacity))                                                   \
+  XS(kernel_compile,                                                                            \
      (cube_backend_device_t *device, const cube_compile_request_t *request,                     \
-      cube_bkernel_t **out_kernel, cube_kernel_info_t *out_info),                               \
-     (device, request, out_kernel, out_info))                                                   \
+      const char *scratch_dir, void **out_binary, size_t *out_size),                            \
+     (device, request, scratch_dir, out_binary, out_size))                                      \
+  XS(kernel_load,                                                                               \
+     (cube_backend_device_t *device, const cube_compile_request_t *request, const void *binary, \
+      size_t size, cube_bkernel_t **out_kernel, cube_kernel_info_t *out_info),                  \
+     (device, request, binary, size, out_kernel, out_info))                                     \
   XV(kernel_release, (cube_backend_device_t *device, cube_bkernel_t *kernel), (device, kernel)) \
   XS(dispatch,                                                                                  \
      (cube_backend_device_t *device, cube_bstream_t *stream, const cube_dispatch_t *dispatch),  \
@@ -262,7 +290,10 @@ typedef struct cube_backend_factory_t {
   const char *name;
   // Never fails for a missing vendor library: reports unavailable instead.
   void (*query)(cube_backend_info_t *out_info);
-  cube_status_t (*create_device)(uint32_t device_index, cube_backend_device_t **out_device);
+  // |config| is the creating client's configuration (core/config.h): a
+  // backend reads what it needs from it here and never the environment.
+  cube_status_t (*create_device)(uint32_t device_index, const cube_config_t *config,
+                                 cube_backend_device_t **out_device);
 } cube_backend_factory_t;
 
 CUBE_INTERNAL extern const cube_backend_factory_t cube_cpu_backend_factory;

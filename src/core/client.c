@@ -8,6 +8,7 @@
 
 #include "base/util.h"
 #include "core/graph.h"
+#include "core/host_copy.h"
 #include "core/info.h"
 #include "core/kernel_cache.h"
 #include "core/launch.h"
@@ -155,21 +156,30 @@ cube_status_t cube_client_create(const cube_client_options_t *options, cube_clie
   cube_client_options_t defaults;
   cube_client_options_initialize(&defaults);
   if (!options) options = &defaults;
+  // Every environment variable, read once, here (core/config.h).
+  cube_config_t config;
+  cube_status_t loaded = cube_config_load(&config);
+  if (!cube_status_is_ok(loaded))
+    return cube_status_wrap(loaded, CUBE_STATUS_VALIDATION,
+                            "cube_client_create: the environment holds a value cubec cannot use");
   cube_backend_kind_t kind = options->backend;
-  if (kind == CUBE_BACKEND_DEFAULT) kind = cube_backend_default();
+  if (kind == CUBE_BACKEND_DEFAULT) kind = cube_registry_default(&config);
   const cube_backend_factory_t *factory = cube_registry_factory(kind);
   if (!factory) {
+    cube_config_release(&config);
     return cube_status_make(CUBE_STATUS_VALIDATION, "cube_client_create: unknown backend kind %d",
                             (int)options->backend);
   }
   cube_backend_info_t info;
   cube_registry_query(kind, &info);
   if (!info.available) {
+    cube_config_release(&config);
     return cube_status_make(CUBE_STATUS_UNAVAILABLE,
                             "cube_client_create: the %s backend is unavailable: %s", factory->name,
                             info.detail ? info.detail : "");
   }
   if (options->device_index >= info.device_count) {
+    cube_config_release(&config);
     return cube_status_make(
         CUBE_STATUS_VALIDATION,
         "cube_client_create: device index %u out of range (the %s backend has %u)",
@@ -182,12 +192,19 @@ cube_status_t cube_client_create(const cube_client_options_t *options, cube_clie
   if (!server)
     status =
         cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "cube_client_create: out of host memory");
-  if (cube_status_is_ok(status)) status = factory->create_device(options->device_index, &device);
-  const char *plan = options->fault_plan ? options->fault_plan : getenv("CUBE_FAULT");
+  if (cube_status_is_ok(status))
+    status = factory->create_device(options->device_index, &config, &device);
+  const char *plan = options->fault_plan ? options->fault_plan
+                                         : cube_config_text(&config, CUBE_CONFIG_FAULT, NULL);
   bool faulty = plan && plan[0];
   if (cube_status_is_ok(status) && faulty) {
     status = cube_fault_backend_wrap(device, plan, &device);
     if (!cube_status_is_ok(status)) device = NULL;  // the wrapper destroyed it
+    if (!cube_status_is_ok(status) && !options->fault_plan)
+      status = cube_status_wrap(status, CUBE_STATUS_VALIDATION,
+                                "cube_client_create: environment variable CUBE_FAULT='%.200s' is "
+                                "not a fault plan",
+                                plan);
   }
   if (cube_status_is_ok(status)) {
     server->device = device;
@@ -199,13 +216,16 @@ cube_status_t cube_client_create(const cube_client_options_t *options, cube_clie
              options->device_index);
     server->properties_hash = cube_device_properties_hash(&server->device->properties);
     server->free_slot = UINT32_MAX;
-    const char *tracking = getenv("CUBE_FAILURE_TRACKING");
-    server->track_failures = !(tracking && strcmp(tracking, "off") == 0);
+    server->track_failures = cube_config_u64(&config, CUBE_CONFIG_FAILURE_TRACKING) != 0;
     pthread_mutex_init(&server->lock, NULL);
-    cube_mm_config_t config;
-    cube_mm_config_default(&server->device->properties, &config);
+    cube_mm_config_t mm_config;
+    cube_mm_config_default(&server->device->properties, &config, &mm_config);
     cube_mm_storage_t storage = cube_server_storage(server);
-    status = cube_mm_create(&config, &storage, &server->mm);
+    status = cube_mm_create(&mm_config, &storage, &server->mm);
+    cube_host_copy_configure(&config);
+    if (cube_status_is_ok(status)) status = cube_kstore_acquire(&config, &server->kernel_store);
+    server->config = config;  // the server owns it from here
+    config = (cube_config_t){0};
     server->hooks.flush_deferred = cube_launch_flush_deferred;
     server->hooks.work_failed[0] = cube_capture_note_failure;
     server->hooks.work_failed[1] = cube_profile_note_failure;
@@ -217,12 +237,16 @@ cube_status_t cube_client_create(const cube_client_options_t *options, cube_clie
     *out_client = cube_server_client(server);
   } else if (server) {
     if (server->device) {
+      if (server->mm) cube_mm_destroy(server->mm);
+      cube_kstore_release(server->kernel_store);
+      cube_config_release(&server->config);
       pthread_mutex_destroy(&server->lock);
       server->device->vtable->destroy(server->device);
     }
     free(server);
   }
   if (device) device->vtable->destroy(device);
+  cube_config_release(&config);
   return status;
 }
 
@@ -255,6 +279,8 @@ void cube_client_release(cube_client_t *client) {
   cube_mm_destroy(server->mm);
   cube_staging_drain(server);
   cube_kernel_cache_clear(server);
+  cube_kstore_release(server->kernel_store);
+  cube_config_release(&server->config);
   free(server->slots);
   free(server->thread_streams);
   cube_status_release(server->poison);

@@ -71,9 +71,20 @@ static void *worker(void *arg) {
   return NULL;
 }
 
+// CUBE_COPY_THREADS of the first client created (0: not configured yet).
+static atomic_uint_fast64_t g_configured_threads;
+
+void cube_host_copy_configure(const cube_config_t *config) {
+  if (!cube_config_is_set(config, CUBE_CONFIG_COPY_THREADS)) return;
+  uint_fast64_t none = 0;
+  atomic_compare_exchange_strong(&g_configured_threads, &none,
+                                 cube_config_u64(config, CUBE_CONFIG_COPY_THREADS));
+}
+
 static void start_pool(void) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  uint64_t wanted = cube_env_u64("CUBE_COPY_THREADS", cores > 1 ? (uint64_t)cores / 2 : 1);
+  uint64_t wanted = atomic_load(&g_configured_threads);
+  if (wanted == 0) wanted = cores > 1 ? (uint64_t)cores / 2 : 1;
   if (wanted > MAX_THREADS) wanted = MAX_THREADS;
   // The caller copies too: the pool adds wanted - 1 threads.
   for (uint64_t i = 1; i < wanted; ++i) {

@@ -13,5 +13,8 @@
 // memcpy, on several threads when |size| is large (CUBE_COPY_THREADS, default
 // half the cores, at most 8). Thread-safe; the pool starts on first use.
 CUBE_INTERNAL void cube_host_copy(void *destination, const void *source, size_t size);
+// Takes CUBE_COPY_THREADS from |config| if it is set and no client
+// configured the (process-wide) pool before; the pool starts on first use.
+CUBE_INTERNAL void cube_host_copy_configure(const cube_config_t *config);
 
 #endif  // CUBE_CORE_HOST_COPY_H_

@@ -228,13 +228,16 @@ static cube_status_t read_enqueue(cube_server_t *server, uint32_t stream,
 }
 
 // After the wait for a staged read: copy out and hand the staging back when
-// the wait succeeded; otherwise keep the staging out of the pool (the copy
-// into it may still be queued) and leave the caller's memory untouched.
-static void read_settle(cube_server_t *server, cube_status_t waited, void *staging,
+// the wait succeeded; otherwise leave the caller's memory untouched and hand
+// the staging back only once the stream has run past the copy (it may still
+// be queued), so failed reads do not pile blocks up.
+static void read_settle(cube_server_t *server, uint32_t stream, cube_status_t waited, void *staging,
                         void *destination, uint64_t size) {
   if (cube_status_is_ok(waited)) {
     cube_host_copy(destination, staging, size);
     cube_staging_give(server, staging);
+  } else {
+    cube_staging_give_when_done(server, stream, staging);
   }
 }
 
@@ -282,7 +285,7 @@ cube_status_t cube_read(cube_client_t *client, cube_stream_t stream, cube_bindin
     cube_server_leave(server);
     if (!cube_status_is_ok(status)) return status;
     status = cube_server_wait_stream(server, index);
-    if (staging) read_settle(server, status, staging, destination, size);
+    if (staging) read_settle(server, index, status, staging, destination, size);
     if (cube_status_is_ok(status) || read_answers_claim(server, binding, &status)) break;
     if (cube_status_is_device_poisoned(status)) break;
   }
@@ -351,8 +354,9 @@ cube_status_t cube_read_async(cube_client_t *client, cube_stream_t stream,
     future->server = server;
     *out_future = future;
   } else {
-    // An enqueued copy whose event could not be recorded: its staging stays
-    // out of the pool (quarantined until teardown).
+    // An enqueued copy whose event could not be recorded: its staging goes
+    // back once the stream has run past the copy.
+    if (future->staging) cube_staging_give_when_done(server, index, future->staging);
     free(future);
   }
   return status;
@@ -369,7 +373,8 @@ cube_status_t cube_future_wait(cube_future_t *future) {
     if (!cube_status_is_ok(status) && !server->poison) cube_server_settle(server, future->stream);
     pthread_mutex_unlock(&server->lock);
     if (future->staging)
-      read_settle(server, future->status, future->staging, future->destination, future->size);
+      read_settle(server, future->stream, future->status, future->staging, future->destination,
+                  future->size);
     if (!cube_status_is_ok(future->status))
       read_answers_claim(server, future->source, &future->status);
     future->staging = NULL;

@@ -28,3 +28,22 @@ unsigned cube_io_sets_of(const char *compiled, size_t index, cube_buffer_io_t de
       return CUBE_IO_SET_READ | CUBE_IO_SET_WRITE;
   }
 }
+
+bool cube_io_sets_check(const char *answer, size_t max_buffers, const char **out_why) {
+  if (!answer) {
+    *out_why = "no answer";
+    return false;
+  }
+  size_t length = strnlen(answer, max_buffers + 1);
+  if (length > max_buffers) {
+    *out_why = "more buffers than a kernel may declare";
+    return false;
+  }
+  for (size_t i = 0; i < length; ++i) {
+    if (answer[i] != 'r' && answer[i] != 'w' && answer[i] != 'x' && answer[i] != 'd') {
+      *out_why = "a character other than r, w, x or d";
+      return false;
+    }
+  }
+  return true;
+}

@@ -18,4 +18,10 @@ enum { CUBE_IO_SET_READ = 1, CUBE_IO_SET_WRITE = 2 };
 CUBE_INTERNAL unsigned cube_io_sets_of(const char *compiled, size_t index,
                                        cube_buffer_io_t declared);
 
+// Whether |answer| (a loaded kernel's IO answer, from its binary) is well
+// formed: at most |max_buffers| characters, each 'r', 'w', 'x' or 'd'. On
+// false |*out_why| names what was wrong. The core checks every answer a
+// backend reports before trusting it.
+CUBE_INTERNAL bool cube_io_sets_check(const char *answer, size_t max_buffers, const char **out_why);
+
 #endif  // CUBE_CORE_IO_SETS_H_

@@ -1,13 +1,146 @@
 // cubec core — the compiled-kernel cache: each kernel compiled once per
-// device and remembered (a refusal too, so it is not retried), and the
+// device and remembered (a refusal too, so it is not retried), built through
+// the verified on-disk store (kernel_store.c) for every backend, and the
 // process-wide cache statistics.
 //
-// Owns: a server's compiled entries. Must not touch: claims or launches.
+// Owns: a server's compiled entries, the kernel-cache key. Must not touch:
+// claims or launches.
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include "base/util.h"
+#include "core/io_sets.h"
 #include "core/kernel_cache.h"
+#include "core/warn.h"
+
+// The dialect header's text, generated at build time (cmake/embed.cmake).
+CUBE_INTERNAL extern const char cube_dialect_source[];
+
+//===--- Building through the store ---===//
+
+#define CUBE_KERNEL_KEY_FORMAT "cubec-kernel-key-v1"
+
+static char g_dialect_hash[33];
+static pthread_once_t g_dialect_once = PTHREAD_ONCE_INIT;
+static void hash_dialect(void) {
+  XXH128_hash_t h = XXH3_128bits(cube_dialect_source, strlen(cube_dialect_source));
+  snprintf(g_dialect_hash, sizeof g_dialect_hash, "%016llx%016llx", (unsigned long long)h.high64,
+           (unsigned long long)h.low64);
+}
+
+// Everything that changes the binary, field by field: what the backend says
+// about its target (compiler, flags, architecture) and what the kernel is.
+static void build_key(const cube_compile_request_t *request, const char *target,
+                      cube_kstore_key_t *out_key) {
+  pthread_once(&g_dialect_once, hash_dialect);
+  char backend[32], number[64];
+  size_t word = strcspn(target, " ");
+  snprintf(backend, sizeof backend, "%.*s", (int)(word < sizeof backend ? word : 31), target);
+  *out_key = (cube_kstore_key_t){0};
+  cube_kstore_key_add_text(out_key, "format", CUBE_KERNEL_KEY_FORMAT);
+  cube_kstore_key_add_text(out_key, "backend", backend);
+  cube_kstore_key_add_text(out_key, "target", target);
+  snprintf(number, sizeof number, "%d", (int)request->language);
+  cube_kstore_key_add_text(out_key, "language", number);
+  cube_kstore_key_add_text(out_key, "name", request->name);
+  snprintf(number, sizeof number, "%u,%u,%u", request->cube_dim.x, request->cube_dim.y,
+           request->cube_dim.z);
+  cube_kstore_key_add_text(out_key, "cube_dim", number);
+  cube_kstore_key_add_text(out_key, "options", request->options);
+  cube_kstore_key_add_text(out_key, "dialect", g_dialect_hash);
+  cube_kstore_key_add_text(out_key, "source", request->source);
+}
+
+// Compiles |request| into a binary in a private scratch directory.
+static cube_status_t compile_binary(cube_kstore_t *store, cube_backend_device_t *device,
+                                    const cube_compile_request_t *request, void **out_binary,
+                                    size_t *out_size) {
+  cube_kstore_scratch_t scratch;
+  cube_status_t status = cube_kstore_scratch_open(store, &scratch);
+  if (cube_status_is_ok(status)) {
+    status = device->vtable->kernel_compile(device, request, scratch.path, out_binary, out_size);
+    cube_kstore_scratch_close(&scratch);
+  }
+  return status;
+}
+
+cube_status_t cube_kernel_build(cube_kstore_t *store, cube_backend_device_t *device,
+                                const cube_compile_request_t *request, cube_bkernel_t **out_kernel,
+                                cube_kernel_info_t *out_info) {
+  const cube_backend_vtable_t *vt = device->vtable;
+  *out_kernel = NULL;
+  *out_info = (cube_kernel_info_t){.io = ""};
+  char *target = malloc(CUBE_KERNEL_TARGET_MAX);
+  if (!target)
+    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                            "compiling kernel '%s': out of host memory", request->name);
+  target[0] = '\0';
+  cube_status_t status = vt->kernel_target(device, request, target, CUBE_KERNEL_TARGET_MAX);
+  target[CUBE_KERNEL_TARGET_MAX - 1] = '\0';
+  cube_kstore_key_t key = {0};
+  if (cube_status_is_ok(status)) {
+    build_key(request, target, &key);
+    if (key.failed)
+      status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                                "compiling kernel '%s': out of host memory", request->name);
+  }
+  bool from_disk = false;
+  if (cube_status_is_ok(status) && cube_kstore_on_disk(store)) {
+    void *binary = NULL;
+    size_t size = 0;
+    if (cube_kstore_get(store, &key, request->name, &binary, &size)) {
+      status = vt->kernel_load(device, request, binary, size, out_kernel, out_info);
+      from_disk = cube_status_is_ok(status);
+      if (!from_disk && !cube_status_is_device_poisoned(status)) {
+        // It verified, so it is what was stored; still it will not load
+        // (a library it needs is gone): build it afresh.
+        char *text = cube_status_to_string(status);
+        cube_warn(
+            "kernel cache '%s': the entry of kernel '%s' verified but does not load (%s); "
+            "it is removed and the kernel rebuilt",
+            cube_kstore_path(store), request->name, text ? text : "?");
+        free(text);
+        cube_status_release(status);
+        status = CUBE_OK;
+        cube_kstore_forget(store, &key);
+        *out_kernel = NULL;
+      }
+      free(binary);
+    }
+  }
+  if (cube_status_is_ok(status) && !from_disk) {
+    void *binary = NULL;
+    size_t size = 0;
+    status = compile_binary(store, device, request, &binary, &size);
+    if (cube_status_is_ok(status))
+      status = vt->kernel_load(device, request, binary, size, out_kernel, out_info);
+    // Stored only once it loaded: an entry is a binary that worked.
+    if (cube_status_is_ok(status)) cube_kstore_put(store, &key, request->name, binary, size);
+    free(binary);
+  }
+  const char *why = NULL;
+  if (cube_status_is_ok(status) && !cube_io_sets_check(out_info->io, CUBE_MAX_BUFFERS, &why)) {
+    // What the binary says about its buffers decides claims: never trust a
+    // malformed answer.
+    status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                              "kernel '%s': its IO answer is malformed (%s)", request->name, why);
+    vt->kernel_release(device, *out_kernel);
+  }
+  if (cube_status_is_ok(status)) {
+    out_info->from_disk_cache = from_disk;
+  } else {
+    *out_kernel = NULL;
+    *out_info = (cube_kernel_info_t){.io = ""};
+  }
+  cube_kstore_key_free(&key);
+  free(target);
+  return status;
+}
 
 //===--- Kernel cache statistics ---===//
 
@@ -81,10 +214,11 @@ cube_status_t cube_kernel_cache_get(cube_server_t *server, cube_kernel_t *kernel
                                     .cube_dim = kernel->cube_dim,
                                     .options = kernel->options};
   uint64_t start = cube_now_ns();
-  cube_status_t status = cube_server_note_in(
-      server,
-      server->device->vtable->compile(server->device, &request, &entry->backend, &entry->info),
-      CUBE_STATUS_FAMILY_COMPILATION);
+  cube_status_t status =
+      cube_server_note_in(server,
+                          cube_kernel_build(server->kernel_store, server->device, &request,
+                                            &entry->backend, &entry->info),
+                          CUBE_STATUS_FAMILY_COMPILATION);
   double seconds = (double)(cube_now_ns() - start) * 1e-9;
   if (!cube_status_is_ok(status)) {
     entry->backend = NULL;

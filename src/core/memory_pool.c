@@ -695,63 +695,8 @@ static cube_status_t mm_grow(cube_mm_t *mm, uint32_t pool_index, uint64_t padded
 
 //===--- Configuration ---===//
 
-// Bytes with an optional K/M/G/T suffix (binary), e.g. "64M", "2GiB", "4096".
-static bool mm_env_size(const char *name, uint64_t *out_value) {
-  const char *text = getenv(name);
-  if (!text || !*text) return false;
-  char *end = NULL;
-  errno = 0;
-  unsigned long long value = strtoull(text, &end, 10);
-  if (errno || end == text || text[0] == '-') return false;
-  unsigned shift = 0;
-  switch (*end) {
-    case 'k':
-    case 'K':
-      shift = 10;
-      end++;
-      break;
-    case 'm':
-    case 'M':
-      shift = 20;
-      end++;
-      break;
-    case 'g':
-    case 'G':
-      shift = 30;
-      end++;
-      break;
-    case 't':
-    case 'T':
-      shift = 40;
-      end++;
-      break;
-    default:
-      break;
-  }
-  if (shift && (strcmp(end, "iB") == 0 || strcmp(end, "B") == 0)) end += strlen(end);
-  if (*end == 'B' && !shift) end++;
-  if (*end) return false;
-  if (shift && value > (UINT64_MAX >> shift)) return false;
-  *out_value = (uint64_t)value << shift;
-  return true;
-}
-
-static bool mm_env_bool(const char *name, bool *out_value) {
-  const char *text = getenv(name);
-  if (!text) return false;
-  if (!strcmp(text, "1") || !strcmp(text, "true") || !strcmp(text, "on")) {
-    *out_value = true;
-    return true;
-  }
-  if (!strcmp(text, "0") || !strcmp(text, "false") || !strcmp(text, "off")) {
-    *out_value = false;
-    return true;
-  }
-  return false;
-}
-
 void cube_mm_config_default(const cube_device_properties_t *properties,
-                            cube_mm_config_t *out_config) {
+                            const cube_config_t *overrides, cube_mm_config_t *out_config) {
   cube_mm_config_t config = {
       .alignment = 256,
       .max_page_size = UINT64_C(1) << 40,
@@ -768,16 +713,20 @@ void cube_mm_config_default(const cube_device_properties_t *properties,
       config.max_page_size = properties->memory_size;
     }
   }
-  uint64_t value;
-  if (mm_env_size("CUBE_MM_MAX_PAGE_SIZE", &value) && value) config.max_page_size = value;
-  if (mm_env_size("CUBE_MM_ALIGNMENT", &value) && mm_is_pow2(value)) config.alignment = value;
+  // The CUBE_MM_* values, parsed and bounded by the configuration module.
+  const cube_config_t *o = overrides;
+  if (o && cube_config_is_set(o, CUBE_CONFIG_MM_MAX_PAGE_SIZE))
+    config.max_page_size = cube_config_u64(o, CUBE_CONFIG_MM_MAX_PAGE_SIZE);
+  if (o && cube_config_is_set(o, CUBE_CONFIG_MM_ALIGNMENT))
+    config.alignment = cube_config_u64(o, CUBE_CONFIG_MM_ALIGNMENT);
   if (config.memory_size && config.max_page_size > config.memory_size) {
     config.max_page_size = config.memory_size;
   }
   config.sliced_max_alloc = mm_min(MM_SLICED_MAX, config.max_page_size / MM_MEDIUM_SHARE);
-  if (mm_env_size("CUBE_MM_SLICED_MAX_ALLOC", &value)) config.sliced_max_alloc = value;
-  mm_env_bool("CUBE_MM_CLEANUP_ON_OOM", &config.cleanup_on_oom);
-  mm_env_bool("CUBE_MM_PASSTHROUGH", &config.passthrough);
+  if (o && cube_config_is_set(o, CUBE_CONFIG_MM_SLICED_MAX_ALLOC))
+    config.sliced_max_alloc = cube_config_u64(o, CUBE_CONFIG_MM_SLICED_MAX_ALLOC);
+  if (o) config.cleanup_on_oom = cube_config_u64(o, CUBE_CONFIG_MM_CLEANUP_ON_OOM) != 0;
+  if (o) config.passthrough = cube_config_u64(o, CUBE_CONFIG_MM_PASSTHROUGH) != 0;
   *out_config = config;
 }
 

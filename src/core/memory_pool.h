@@ -43,7 +43,7 @@ typedef struct cube_mm_slice_t {
 } cube_mm_slice_t;
 
 // Knobs; cube_mm_config_default fills them from the properties, then the
-// environment (CUBE_MM_* variables, docs/memory.md).
+// CUBE_MM_* values of a configuration (core/config.h, docs/config.md).
 typedef struct cube_mm_config_t {
   uint64_t alignment;         // slice alignment
   uint64_t max_page_size;     // largest page the pools take; larger = BufferTooBig
@@ -57,7 +57,9 @@ typedef struct cube_mm_config_t {
   bool passthrough;
 } cube_mm_config_t;
 
+// |overrides| may be NULL (the properties alone decide).
 CUBE_INTERNAL void cube_mm_config_default(const cube_device_properties_t *properties,
+                                          const cube_config_t *overrides,
                                           cube_mm_config_t *out_config);
 CUBE_INTERNAL cube_status_t cube_mm_create(const cube_mm_config_t *config,
                                            const cube_mm_storage_t *storage, cube_mm_t **out_mm);

@@ -19,13 +19,26 @@ const cube_backend_factory_t *cube_registry_factory(cube_backend_kind_t kind) {
   }
 }
 
-cube_backend_kind_t cube_backend_default(void) {
-  const char *env = getenv("CUBE_BACKEND");
-  if (env && strcmp(env, "cpu") == 0) return CUBE_BACKEND_CPU;
-  if (env && strcmp(env, "cuda") == 0) return CUBE_BACKEND_CUDA;
+cube_backend_kind_t cube_registry_default(const cube_config_t *config) {
+  // CUBE_BACKEND's choices are "auto|cpu|cuda" (core/config.h).
+  uint64_t choice = config ? cube_config_u64(config, CUBE_CONFIG_BACKEND) : 0;
+  if (choice == 1) return CUBE_BACKEND_CPU;
+  if (choice == 2) return CUBE_BACKEND_CUDA;
   cube_backend_info_t info;
   cube_registry_query(CUBE_BACKEND_CUDA, &info);
   return info.available && info.device_count > 0 ? CUBE_BACKEND_CUDA : CUBE_BACKEND_CPU;
+}
+
+cube_backend_kind_t cube_backend_default(void) {
+  // A value cubec cannot use reads as unset here; cube_client_create
+  // reports it.
+  cube_config_t config;
+  cube_status_t status = cube_config_load(&config);
+  bool loaded = cube_status_is_ok(status);
+  cube_status_release(status);
+  cube_backend_kind_t kind = cube_registry_default(loaded ? &config : NULL);
+  if (loaded) cube_config_release(&config);
+  return kind;
 }
 
 void cube_registry_query(cube_backend_kind_t kind, cube_backend_info_t *out_info) {

@@ -167,6 +167,10 @@ struct cube_server_t {
   struct cube_profiler_t *profiler;
   struct staging_block_t *staging;  // guarded by the staging lock (staging.c)
   cube_server_hooks_t hooks;
+  // The environment as read at creation (core/config.h) and the on-disk
+  // kernel store it names (shared by the clients of one directory).
+  cube_config_t config;
+  struct cube_kstore_t *kernel_store;
 };
 
 // A kernel object (kernel.c): immutable once created, shared by clients.

@@ -15,7 +15,8 @@ typedef struct staging_block_t {
   void *host;
   uint64_t size;
   bool free;
-  bool user;  // acquired by the caller through cube_staging_acquire
+  bool user;       // acquired by the caller through cube_staging_acquire
+  bool returning;  // a failed read's: comes back once its stream passes the copy
 } staging_block_t;
 
 typedef struct staging_give_t {
@@ -33,26 +34,39 @@ static uint64_t staging_round(uint64_t size) {
   return rounded;
 }
 
+// Failed reads whose blocks are on their way back: past this many of one
+// size, a new read waits for one (up to a second) instead of growing the pool
+// by as many blocks as its stream is behind.
+#define STAGING_MAX_RETURNING 4
+#define STAGING_RETURN_WAIT_NS 1000000000ull
+
 // Takes a free block of |size| (rounded), waiting while |max_busy| blocks of
-// that size are in flight (0: never wait).
+// that size are in flight (0: never wait), or while too many are returning.
 static cube_status_t staging_take_bounded(cube_server_t *server, uint64_t size, uint32_t max_busy,
                                           void **out_host) {
   uint64_t rounded = staging_round(size);
   staging_block_t *hit = NULL;
+  uint64_t started = 0;
   for (;;) {
-    uint32_t busy = 0;
+    uint32_t busy = 0, returning = 0;
     pthread_mutex_lock(&staging_lock);
     for (staging_block_t *b = server->staging; b && !hit; b = b->next) {
       if (b->size != rounded) continue;
       if (b->free) {
         hit = b;
-      } else {
-        busy++;
+      } else if (!b->user) {
+        busy++;  // a caller's own block never comes back by itself
+        returning += b->returning;
       }
     }
     if (hit) hit->free = false;
     pthread_mutex_unlock(&staging_lock);
-    if (hit || max_busy == 0 || busy < max_busy) break;
+    if (hit) break;
+    bool wait_busy = max_busy != 0 && busy >= max_busy;
+    bool wait_returning = returning >= STAGING_MAX_RETURNING;
+    if (!started) started = cube_now_ns();
+    if (wait_returning && !wait_busy && cube_now_ns() - started > STAGING_RETURN_WAIT_NS) break;
+    if (!wait_busy && !wait_returning) break;
     // The device is still copying out of every block: the stream hands one
     // back as soon as its copy completes.
     struct timespec pause = {0, 5000};
@@ -89,7 +103,10 @@ cube_status_t cube_staging_take(cube_server_t *server, uint64_t size, void **out
 void cube_staging_give(cube_server_t *server, void *host) {
   pthread_mutex_lock(&staging_lock);
   for (staging_block_t *b = server->staging; b; b = b->next) {
-    if (b->host == host) b->free = true;
+    if (b->host == host) {
+      b->free = true;
+      b->returning = false;
+    }
   }
   pthread_mutex_unlock(&staging_lock);
 }
@@ -111,6 +128,49 @@ static void staging_give_callback(void *arg) {
   staging_give_t *give = arg;
   cube_staging_give(give->server, give->host);
   free(give);
+}
+
+void cube_staging_give_when_done(cube_server_t *server, uint32_t stream, void *host) {
+  staging_give_t *give = malloc(sizeof *give);
+  if (!give) return;  // stays out of the pool until teardown
+  *give = (staging_give_t){server, host};
+  pthread_mutex_lock(&staging_lock);
+  for (staging_block_t *b = server->staging; b; b = b->next) {
+    if (b->host == host) b->returning = true;
+  }
+  pthread_mutex_unlock(&staging_lock);
+  cube_status_t status = CUBE_OK;
+  pthread_mutex_lock(&server->lock);
+  cube_stream_state_t *s = &server->streams[stream];
+  if (s->live) {
+    status = server->device->vtable->host_callback(server->device, s->backend,
+                                                   staging_give_callback, give);
+  } else {
+    status = cube_status_make(CUBE_STATUS_GENERIC, "the stream is gone");
+  }
+  pthread_mutex_unlock(&server->lock);
+  if (!cube_status_is_ok(status)) {
+    free(give);
+    // Quarantined until teardown; no longer on its way back.
+    pthread_mutex_lock(&staging_lock);
+    for (staging_block_t *b = server->staging; b; b = b->next) {
+      if (b->host == host) b->returning = false;
+    }
+    pthread_mutex_unlock(&staging_lock);
+  }
+  cube_status_release(status);
+}
+
+void cube_staging_count(cube_server_t *server, uint32_t *out_blocks, uint32_t *out_busy) {
+  uint32_t blocks = 0, busy = 0;
+  pthread_mutex_lock(&staging_lock);
+  for (staging_block_t *b = server->staging; b; b = b->next) {
+    blocks++;
+    busy += !b->free;
+  }
+  pthread_mutex_unlock(&staging_lock);
+  *out_blocks = blocks;
+  *out_busy = busy;
 }
 
 cube_status_t cube_staging_acquire(cube_client_t *client, uint64_t size, void **out_host) {
@@ -168,9 +228,10 @@ cube_status_t cube_staging_release(cube_client_t *client, void *host) {
 
 // Chunks a contiguous host-to-device copy goes through staging in: while the
 // device copies chunk i out of one block, the host fills chunk i + 1 into
-// another (CUBE_STAGING_CHUNK bytes, CUBE_STAGING_BLOCKS blocks in flight).
-static uint64_t staging_chunk(void) {
-  return cube_env_u64("CUBE_STAGING_CHUNK", 16ull << 20);
+// another (CUBE_STAGING_CHUNK bytes, CUBE_STAGING_BLOCKS blocks in flight;
+// read once at client creation, bounded there).
+static uint64_t staging_chunk(const cube_server_t *server) {
+  return cube_config_u64(&server->config, CUBE_CONFIG_STAGING_CHUNK);
 }
 
 // Hands |host| back to the pool once the stream passes this point; waits for
@@ -207,9 +268,9 @@ cube_status_t cube_staging_upload(cube_server_t *server, uint32_t stream,
                                vt->copy_to_device(server->device, bstream, address, source, size),
                                CUBE_STATUS_FAMILY_IO);
   }
-  uint64_t chunk = strided ? size : staging_chunk();
+  uint64_t chunk = strided ? size : staging_chunk(server);
   if (chunk == 0) chunk = size;
-  uint32_t blocks = (uint32_t)cube_env_u64("CUBE_STAGING_BLOCKS", 4);
+  uint32_t blocks = (uint32_t)cube_config_u64(&server->config, CUBE_CONFIG_STAGING_BLOCKS);
   cube_status_t status = CUBE_OK;
   for (uint64_t done = 0; done < size && cube_status_is_ok(status);) {
     uint64_t n = size - done < chunk ? size - done : chunk;

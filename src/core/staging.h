@@ -10,6 +10,14 @@ CUBE_INTERNAL cube_status_t cube_staging_take(cube_server_t *server, uint64_t si
                                               void **out_host);
 // Hands a block back to the pool. Thread-safe.
 CUBE_INTERNAL void cube_staging_give(cube_server_t *server, void *host);
+// Hands |host| back once |stream| has run past this point: a read whose wait
+// failed gives its block back when the device is done with it, not never.
+// When the stream cannot say so the block stays out of the pool until
+// teardown (the device may still copy into it). Takes the server lock.
+CUBE_INTERNAL void cube_staging_give_when_done(cube_server_t *server, uint32_t stream, void *host);
+// How many blocks the pool holds, and how many of them are not free (tests).
+CUBE_INTERNAL void cube_staging_count(cube_server_t *server, uint32_t *out_blocks,
+                                      uint32_t *out_busy);
 // Frees every block (teardown, after the streams drained).
 CUBE_INTERNAL void cube_staging_drain(cube_server_t *server);
 // Whether [host, host + size) lies inside a staging buffer the caller holds

@@ -93,32 +93,6 @@ static void checked_arithmetic(void **state) {
   assert_int_equal(out, 7);
 }
 
-static void environment_lookups(void **state) {
-  (void)state;
-  const char *name = "CUBE_TEST_UTIL_VALUE";
-  unsetenv(name);
-  assert_null(cube_env_str(name));
-  assert_int_equal(cube_env_u64(name, 17), 17);
-  setenv(name, "", 1);
-  assert_null(cube_env_str(name));
-  assert_int_equal(cube_env_u64(name, 17), 17);
-  setenv(name, "1234", 1);
-  assert_string_equal(cube_env_str(name), "1234");
-  assert_int_equal(cube_env_u64(name, 17), 1234);
-  setenv(name, "0x10", 1);
-  assert_int_equal(cube_env_u64(name, 17), 16);
-  setenv(name, "64m", 1);
-  assert_int_equal(cube_env_u64(name, 17), 64ull << 20);
-  setenv(name, "2G", 1);
-  assert_int_equal(cube_env_u64(name, 17), 2ull << 30);
-  static const char *bad[] = {"-1", "abc", "12q", "99999999999999999999", "16777216t", "4 k k"};
-  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
-    setenv(name, bad[i], 1);
-    if (cube_env_u64(name, 17) != 17) fail_msg("'%s' should read as the default", bad[i]);
-  }
-  unsetenv(name);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(hash_is_deterministic_and_split_independent),
@@ -126,7 +100,6 @@ int main(void) {
       cmocka_unit_test(hash_hex_is_32_lowercase_digits),
       cmocka_unit_test(clock_is_monotonic),
       cmocka_unit_test(checked_arithmetic),
-      cmocka_unit_test(environment_lookups),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,6 +4,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include "core/io_sets.h"
@@ -84,12 +85,26 @@ static void an_undeclared_resource_among_declared_ones_over_names(void **state) 
   assert_int_equal(read_set(NULL, declared, 2, set), 2);
 }
 
+static void a_malformed_answer_is_refused(void **state) {
+  (void)state;
+  const char *why = NULL;
+  assert_true(cube_io_sets_check("", 16, &why));
+  assert_true(cube_io_sets_check("rwxd", 16, &why));
+  assert_true(cube_io_sets_check("rrrrrrrrrrrrrrrr", 16, &why));
+  assert_false(cube_io_sets_check("rrrrrrrrrrrrrrrrr", 16, &why));
+  assert_non_null(strstr(why, "more buffers"));
+  assert_false(cube_io_sets_check("rq", 16, &why));
+  assert_non_null(strstr(why, "r, w, x or d"));
+  assert_false(cube_io_sets_check(NULL, 16, &why));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(buffer_io_drives_the_read_and_write_sets),
       cmocka_unit_test(missing_io_reads_as_everything_read_and_written),
       cmocka_unit_test(declared_io_answers_when_the_compiled_kernel_kept_none),
       cmocka_unit_test(an_undeclared_resource_among_declared_ones_over_names),
+      cmocka_unit_test(a_malformed_answer_is_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

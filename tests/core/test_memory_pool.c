@@ -1117,6 +1117,17 @@ static void test_fragmentation_shape_change(void **state) {
 
 //===--- Configuration ---===//
 
+// The CUBE_MM_* values as the configuration module hands them over (it
+// parses and bounds them; tests/core/test_config.c covers the parsing).
+static const char *const *g_mm_env;
+static const char *mm_lookup(void *context, const char *name) {
+  (void)context;
+  for (const char *const *p = g_mm_env; p && p[0]; p += 2) {
+    if (strcmp(p[0], name) == 0) return p[1];
+  }
+  return NULL;
+}
+
 static void test_config_from_properties_and_env(void **state) {
   (void)state;
   cube_device_properties_t properties;
@@ -1124,39 +1135,57 @@ static void test_config_from_properties_and_env(void **state) {
   properties.memory_alignment = 512;
   properties.max_page_size = 20 * GIB;
   properties.memory_size = 80 * GIB;
-  unsetenv("CUBE_MM_MAX_PAGE_SIZE");
-  unsetenv("CUBE_MM_SLICED_MAX_ALLOC");
-  unsetenv("CUBE_MM_ALIGNMENT");
-  unsetenv("CUBE_MM_CLEANUP_ON_OOM");
   cube_mm_config_t config;
-  cube_mm_config_default(&properties, &config);
+  cube_mm_config_default(&properties, NULL, &config);
   assert_int_equal(config.alignment, 512);
   assert_int_equal(config.max_page_size, 20 * GIB);
   assert_int_equal(config.memory_size, 80 * GIB);
   assert_int_equal(config.sliced_max_alloc, 8 * MIB);
   assert_true(config.cleanup_on_oom);
-  setenv("CUBE_MM_MAX_PAGE_SIZE", "2G", 1);
-  setenv("CUBE_MM_SLICED_MAX_ALLOC", "16MiB", 1);
-  setenv("CUBE_MM_ALIGNMENT", "1024", 1);
-  setenv("CUBE_MM_CLEANUP_ON_OOM", "0", 1);
-  cube_mm_config_default(&properties, &config);
+  static const char *const unset[] = {NULL};
+  cube_config_t env;
+  g_mm_env = unset;
+  assert_true(cube_status_consume_ok(cube_config_parse(mm_lookup, NULL, &env)));
+  cube_mm_config_default(&properties, &env, &config);
+  assert_int_equal(config.alignment, 512);
+  assert_int_equal(config.max_page_size, 20 * GIB);
+  assert_true(config.cleanup_on_oom);
+  cube_config_release(&env);
+  static const char *const set[] = {"CUBE_MM_MAX_PAGE_SIZE",
+                                    "2G",
+                                    "CUBE_MM_SLICED_MAX_ALLOC",
+                                    "16MiB",
+                                    "CUBE_MM_ALIGNMENT",
+                                    "1024",
+                                    "CUBE_MM_CLEANUP_ON_OOM",
+                                    "0",
+                                    NULL};
+  g_mm_env = set;
+  assert_true(cube_status_consume_ok(cube_config_parse(mm_lookup, NULL, &env)));
+  cube_mm_config_default(&properties, &env, &config);
   assert_int_equal(config.alignment, 1024);
   assert_int_equal(config.max_page_size, 2 * GIB);
   assert_int_equal(config.sliced_max_alloc, 16 * MIB);
   assert_false(config.cleanup_on_oom);
-  setenv("CUBE_MM_ALIGNMENT", "1000", 1);  // not a power of two: ignored
-  setenv("CUBE_MM_MAX_PAGE_SIZE", "lots", 1);
-  cube_mm_config_default(&properties, &config);
-  assert_int_equal(config.alignment, 512);
-  assert_int_equal(config.max_page_size, 20 * GIB);
-  unsetenv("CUBE_MM_MAX_PAGE_SIZE");
-  unsetenv("CUBE_MM_SLICED_MAX_ALLOC");
-  unsetenv("CUBE_MM_ALIGNMENT");
-  unsetenv("CUBE_MM_CLEANUP_ON_OOM");
+  cube_config_release(&env);
+  // Values the manager could not use never reach it: the configuration
+  // refuses them, naming the variable (they used to be ignored silently).
+  static const char *const bad_alignment[] = {"CUBE_MM_ALIGNMENT", "1000", NULL};
+  g_mm_env = bad_alignment;
+  cube_status_t status = cube_config_parse(mm_lookup, NULL, &env);
+  assert_int_equal(cube_status_code(status), CUBE_STATUS_VALIDATION);
+  assert_non_null(strstr(cube_status_message(status), "CUBE_MM_ALIGNMENT"));
+  cube_status_release(status);
+  static const char *const bad_page[] = {"CUBE_MM_MAX_PAGE_SIZE", "lots", NULL};
+  g_mm_env = bad_page;
+  status = cube_config_parse(mm_lookup, NULL, &env);
+  assert_int_equal(cube_status_code(status), CUBE_STATUS_VALIDATION);
+  assert_non_null(strstr(cube_status_message(status), "CUBE_MM_MAX_PAGE_SIZE"));
+  cube_status_release(status);
   // A page never exceeds the device.
   properties.max_page_size = 0;
   properties.memory_size = 1 * GIB;
-  cube_mm_config_default(&properties, &config);
+  cube_mm_config_default(&properties, NULL, &config);
   assert_int_equal(config.max_page_size, 1 * GIB);
   // A bad alignment is refused by create.
   fake_t fake;

@@ -22,9 +22,13 @@
 
 #include "backends/cpu/cpu_internal.h"
 #include "core/backend.h"
+#include "core/kernel_cache.h"
 #include "cube/dialect.h"
 
 static char g_cache_dir[256];
+// The core's kernel store over g_cache_dir: kernels are built the way the
+// core builds them (target, compile, load, through the verified store).
+static cube_kstore_t *g_store;
 
 static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
   (void)sb;
@@ -39,18 +43,23 @@ static int group_setup(void **state) {
   snprintf(g_cache_dir, sizeof(g_cache_dir), "/tmp/cube-cpu-test-XXXXXX");
   if (mkdtemp(g_cache_dir) == NULL) return -1;
   setenv("CUBE_CACHE_DIR", g_cache_dir, 1);
+  char kernels[300];
+  snprintf(kernels, sizeof kernels, "%s/kernels", g_cache_dir);
+  cube_status_t status = cube_kstore_open_path(kernels, 1ull << 30, &g_store);
+  if (!cube_status_consume_ok(status) || !cube_kstore_on_disk(g_store)) return -1;
   return 0;
 }
 
 static int group_teardown(void **state) {
   (void)state;
+  cube_kstore_release(g_store);
   nftw(g_cache_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
   return 0;
 }
 
 static int device_setup(void **state) {
   cube_backend_device_t *device = NULL;
-  cube_status_t status = cube_cpu_backend_factory.create_device(0, &device);
+  cube_status_t status = cube_cpu_backend_factory.create_device(0, NULL, &device);
   if (status != CUBE_OK) {
     cube_status_fprint(status, stderr);
     cube_status_release(status);
@@ -100,7 +109,7 @@ static cube_bkernel_t *compile(cube_backend_device_t *device, const char *name, 
                                     .options = NULL};
   cube_bkernel_t *kernel = NULL;
   cube_kernel_info_t info;
-  ASSERT_OK(device->vtable->compile(device, &request, &kernel, out_info ? out_info : &info));
+  ASSERT_OK(cube_kernel_build(g_store, device, &request, &kernel, out_info ? out_info : &info));
   return kernel;
 }
 
@@ -165,7 +174,7 @@ static void test_properties(void **state) {
   assert_true(info.available);
   assert_int_equal(info.device_count, 1);
   cube_backend_device_t *other = NULL;
-  cube_status_t status = cube_cpu_backend_factory.create_device(1, &other);
+  cube_status_t status = cube_cpu_backend_factory.create_device(1, NULL, &other);
   assert_int_equal(cube_status_code(status), CUBE_STATUS_VALIDATION);
   cube_status_release(status);
 }
@@ -524,7 +533,7 @@ static void test_compile_errors(void **state) {
                                     .cube_dim = {1, 1, 1}};
   cube_bkernel_t *kernel = NULL;
   cube_kernel_info_t info;
-  cube_status_t status = device->vtable->compile(device, &request, &kernel, &info);
+  cube_status_t status = cube_kernel_build(g_store, device, &request, &kernel, &info);
   assert_int_equal(cube_status_code(status), CUBE_STATUS_COMPILE_REFUSED);
   const char *message = cube_status_message(status);
   assert_non_null(strstr(message, "'broken'"));
@@ -535,7 +544,7 @@ static void test_compile_errors(void **state) {
 
   request.name = "wanted";
   request.source = "CUBE_KERNEL(other, OUT(float, y)) { y[0] = 1; }\n";
-  status = device->vtable->compile(device, &request, &kernel, &info);
+  status = cube_kernel_build(g_store, device, &request, &kernel, &info);
   assert_int_equal(cube_status_code(status), CUBE_STATUS_COMPILE_REFUSED);
   assert_non_null(strstr(cube_status_message(status), "entry point 'wanted' not found"));
   cube_status_release(status);
@@ -543,7 +552,7 @@ static void test_compile_errors(void **state) {
   request.name = "raw";
   request.source = "extern \"C\" __global__ void raw() {}";
   request.language = CUBE_KERNEL_CUDA;
-  status = device->vtable->compile(device, &request, &kernel, &info);
+  status = cube_kernel_build(g_store, device, &request, &kernel, &info);
   assert_int_equal(cube_status_code(status), CUBE_STATUS_COMPILE_REFUSED);
   assert_non_null(strstr(cube_status_message(status), "raw CUDA C++"));
   assert_non_null(strstr(cube_status_message(status), "'raw'"));
@@ -561,9 +570,9 @@ static void test_kernel_caches(void **state) {
   device->vtable->kernel_release(device, k2);
   device->vtable->kernel_release(device, k1);
 
-  // A fresh device (its own map) loads the object from disk.
+  // A fresh device (its own list of loaded kernels) loads the object from disk.
   cube_backend_device_t *fresh = NULL;
-  ASSERT_OK(cube_cpu_backend_factory.create_device(0, &fresh));
+  ASSERT_OK(cube_cpu_backend_factory.create_device(0, NULL, &fresh));
   cube_bkernel_t *k3 = compile(fresh, "cached", source, &second);
   assert_true(second.from_disk_cache);
   assert_string_equal(second.io, "w");
@@ -588,7 +597,7 @@ static void test_kernel_caches(void **state) {
                                     .cube_dim = {1, 1, 1},
                                     .options = "-O1 -DUNUSED_MACRO=1"};
   cube_bkernel_t *k4 = NULL;
-  ASSERT_OK(device->vtable->compile(device, &request, &k4, &second));
+  ASSERT_OK(cube_kernel_build(g_store, device, &request, &k4, &second));
   assert_false(second.from_disk_cache);
   device->vtable->kernel_release(device, k4);
 }
@@ -803,7 +812,7 @@ static void *compile_thread(void *arg) {
   cube_compile_request_t request = {
       .name = "racy", .source = source, .language = CUBE_KERNEL_DIALECT, .cube_dim = {1, 1, 1}};
   cube_kernel_info_t info;
-  c->status = c->device->vtable->compile(c->device, &request, &c->kernel, &info);
+  c->status = cube_kernel_build(g_store, c->device, &request, &c->kernel, &info);
   return NULL;
 }
 

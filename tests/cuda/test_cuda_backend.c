@@ -15,9 +15,11 @@
 
 #include <cmocka.h>
 
+#include "core/kernel_cache.h"
 #include "cuda/cuda_test.h"
 
 static cube_backend_device_t *g_device;
+static cube_kstore_t *g_store;  // the core's kernel store over g_cache_dir
 static char g_cache_dir[256];
 
 //===--- Kernels ---===//
@@ -99,7 +101,10 @@ static int group_setup(void **state) {
   snprintf(g_cache_dir, sizeof g_cache_dir, "/tmp/cube-cuda-test-XXXXXX");
   if (mkdtemp(g_cache_dir) == NULL) return -1;
   setenv("CUBE_CACHE_DIR", g_cache_dir, 1);
-  cube_status_t status = cube_cuda_backend_factory.create_device(0, &g_device);
+  char kernels[300];
+  snprintf(kernels, sizeof kernels, "%s/kernels", g_cache_dir);
+  if (!cube_status_consume_ok(cube_kstore_open_path(kernels, 1ull << 30, &g_store))) return -1;
+  cube_status_t status = cube_cuda_backend_factory.create_device(0, NULL, &g_device);
   if (status) {
     cube_status_fprint(status, stderr);
     cube_status_release(status);
@@ -112,6 +117,8 @@ static int group_teardown(void **state) {
   (void)state;
   if (g_device) g_device->vtable->destroy(g_device);
   g_device = NULL;
+  cube_kstore_release(g_store);
+  g_store = NULL;
   nftw(g_cache_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
   return 0;
 }
@@ -138,7 +145,7 @@ static cube_bkernel_t *compile(const char *name, const char *source,
                                cube_kernel_language_t language, cube_kernel_info_t *out_info) {
   cube_compile_request_t request = cuda_test_request(name, source, language, 256);
   cube_bkernel_t *kernel = NULL;
-  ASSERT_OK(vt()->compile(g_device, &request, &kernel, out_info));
+  ASSERT_OK(cube_kernel_build(g_store, g_device, &request, &kernel, out_info));
   assert_non_null(kernel);
   return kernel;
 }
@@ -230,7 +237,7 @@ static void test_query_again(void **state) {
   assert_string_equal(info.name, "cuda");
   assert_string_equal(info.detail, "");
   cube_backend_device_t *device = NULL;
-  ASSERT_CODE(cube_cuda_backend_factory.create_device(info.device_count, &device),
+  ASSERT_CODE(cube_cuda_backend_factory.create_device(info.device_count, NULL, &device),
               CUBE_STATUS_VALIDATION);
   assert_null(device);
 }
@@ -324,7 +331,7 @@ static void test_compile_errors(void **state) {
   cube_compile_request_t request = cuda_test_request("bad_kernel", kBad, CUBE_KERNEL_DIALECT, 64);
   cube_bkernel_t *kernel = NULL;
   cube_kernel_info_t info;
-  cube_status_t status = vt()->compile(g_device, &request, &kernel, &info);
+  cube_status_t status = cube_kernel_build(g_store, g_device, &request, &kernel, &info);
   assert_int_equal(cube_status_code(status), CUBE_STATUS_COMPILE_REFUSED);
   assert_null(kernel);
   const char *message = cube_status_message(status);
@@ -336,7 +343,7 @@ static void test_compile_errors(void **state) {
 
   // A module without the requested entry point.
   request = cuda_test_request("not_there", kRawFill, CUBE_KERNEL_CUDA, 32);
-  status = vt()->compile(g_device, &request, &kernel, &info);
+  status = cube_kernel_build(g_store, g_device, &request, &kernel, &info);
   assert_int_equal(cube_status_code(status), CUBE_STATUS_COMPILE_REFUSED);
   assert_non_null(strstr(cube_status_message(status), "not_there"));
   cube_status_release(status);
@@ -344,7 +351,8 @@ static void test_compile_errors(void **state) {
   // A bad option is refused with NVRTC's complaint.
   request = cuda_test_request("fill7", kRawFill, CUBE_KERNEL_CUDA, 32);
   request.options = "--this-option-does-not-exist";
-  ASSERT_CODE(vt()->compile(g_device, &request, &kernel, &info), CUBE_STATUS_COMPILE_REFUSED);
+  ASSERT_CODE(cube_kernel_build(g_store, g_device, &request, &kernel, &info),
+              CUBE_STATUS_COMPILE_REFUSED);
 }
 
 static void test_events(void **state) {

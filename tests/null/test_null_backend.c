@@ -68,7 +68,16 @@ static void every_slot_answers_unsupported(void **state) {
   expect_unsupported(cube_null_copy_strided_to_host(d, stream, buffer, &copy),
                      "copy_strided_to_host");
   expect_unsupported(cube_null_host_callback(d, stream, NULL, NULL), "host_callback");
-  expect_unsupported(cube_null_compile(d, &request, &kernel, &info), "compile");
+  char target[16] = "x";
+  expect_unsupported(cube_null_kernel_target(d, &request, target, sizeof target), "kernel_target");
+  assert_string_equal(target, "");
+  void *binary = (void *)(uintptr_t)1;
+  size_t binary_size = 1;
+  expect_unsupported(cube_null_kernel_compile(d, &request, "/tmp", &binary, &binary_size),
+                     "kernel_compile");
+  assert_null(binary);
+  assert_int_equal(binary_size, 0);
+  expect_unsupported(cube_null_kernel_load(d, &request, buffer, 4, &kernel, &info), "kernel_load");
   assert_null(kernel);
   assert_string_equal(info.io, "");
   expect_unsupported(cube_null_dispatch(d, stream, &dispatch), "dispatch");

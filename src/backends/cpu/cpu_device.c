@@ -9,9 +9,6 @@
 #include "base/util.h"
 
 #define CPU_ALIGNMENT 64
-#define CPU_DEFAULT_SHARED (64u * 1024u)
-#define CPU_DEFAULT_FIBER_STACK (64u * 1024u)
-#define CPU_MIN_FIBER_STACK (16u * 1024u)
 
 //===--- Device ---===//
 
@@ -56,7 +53,7 @@ static void cpu_name(char *out_name, size_t capacity) {
   fclose(file);
 }
 
-static void cpu_properties(cube_device_properties_t *out_properties) {
+static void cpu_properties(const cube_config_t *config, cube_device_properties_t *out_properties) {
   memset(out_properties, 0, sizeof(*out_properties));
   cpu_name(out_properties->name, sizeof(out_properties->name));
   out_properties->backend = CUBE_BACKEND_CPU;
@@ -66,8 +63,10 @@ static void cpu_properties(cube_device_properties_t *out_properties) {
   out_properties->max_units_per_cube = CUBE_CPU_MAX_UNITS;
   out_properties->max_cube_dim = (cube_dim3_t){1024, 1024, 64};
   out_properties->max_cube_count = (cube_dim3_t){UINT32_MAX, 65535, 65535};
+  // Bounded by the configuration (CUBE_CPU_SHARED_MEMORY).
   out_properties->max_shared_memory_per_cube =
-      cube_env_u64("CUBE_CPU_SHARED_MEMORY", CPU_DEFAULT_SHARED);
+      config ? cube_config_u64(config, CUBE_CONFIG_CPU_SHARED_MEMORY)
+             : cube_config_entry(CUBE_CONFIG_CPU_SHARED_MEMORY)->default_value;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   out_properties->core_count = cores > 0 ? (uint32_t)cores : 1;
   long pages = sysconf(_SC_PHYS_PAGES);
@@ -87,7 +86,13 @@ static void cpu_query(cube_backend_info_t *out_info) {
   out_info->detail = "";
 }
 
-static cube_status_t cpu_create_device(uint32_t device_index, cube_backend_device_t **out_device) {
+// A SIZE or COUNT of |config|, or its default without one.
+static uint64_t config_u64(const cube_config_t *config, cube_config_id_t id) {
+  return config ? cube_config_u64(config, id) : cube_config_entry(id)->default_value;
+}
+
+static cube_status_t cpu_create_device(uint32_t device_index, const cube_config_t *config,
+                                       cube_backend_device_t **out_device) {
   cube_status_t status = CUBE_OK;
   cube_cpu_device_t *cpu = NULL;
   if (device_index != 0) {
@@ -104,12 +109,20 @@ static cube_status_t cpu_create_device(uint32_t device_index, cube_backend_devic
   }
   if (status == CUBE_OK) {
     cpu->base.vtable = &cube_cpu_vtable;
-    cpu_properties(&cpu->base.properties);
-    uint64_t stack = cube_env_u64("CUBE_CPU_FIBER_STACK", CPU_DEFAULT_FIBER_STACK);
-    cpu->fiber_stack_size = stack < CPU_MIN_FIBER_STACK ? CPU_MIN_FIBER_STACK : (size_t)stack;
+    cpu_properties(config, &cpu->base.properties);
+    // Every value below is already within its bounds (core/config.h).
+    cpu->fiber_stack_size = (size_t)config_u64(config, CUBE_CONFIG_CPU_FIBER_STACK);
+    snprintf(cpu->cc, sizeof cpu->cc, "%s",
+             config ? cube_config_text(config, CUBE_CONFIG_CC, "cc") : "cc");
+    snprintf(cpu->march, sizeof cpu->march, "%s",
+             config ? cube_config_text(config, CUBE_CONFIG_CPU_MARCH, "native") : "native");
+    snprintf(cpu->tmpdir, sizeof cpu->tmpdir, "%s",
+             config ? cube_config_text(config, CUBE_CONFIG_TMPDIR, "") : "");
     pthread_mutex_init(&cpu->kernels_lock, NULL);
     // The stream thread running a launch works too: one worker fewer than cores.
-    uint64_t workers = cube_env_u64("CUBE_CPU_WORKERS", cpu->base.properties.core_count - 1);
+    uint64_t workers = cpu->base.properties.core_count - 1;
+    if (config && cube_config_is_set(config, CUBE_CONFIG_CPU_WORKERS))
+      workers = cube_config_u64(config, CUBE_CONFIG_CPU_WORKERS);
     if (workers > 1024) workers = 1024;
     status = cube_cpu_pool_initialize(cpu, (uint32_t)workers);
     if (status != CUBE_OK) {

@@ -31,9 +31,9 @@ typedef struct cube_cpu_cube_t cube_cpu_cube_t;
 //===--- Kernels ---===//
 
 struct cube_bkernel_t {
-  struct cube_bkernel_t *next;  // in the device's map (guarded by its lock)
+  struct cube_bkernel_t *next;  // in the device's list (guarded by its lock)
   atomic_uint refs;
-  char key[33];
+  char key[33];  // hash of the entry point and the bytes loaded
   char *name;
   char *io;
   void *library;
@@ -44,10 +44,15 @@ struct cube_bkernel_t {
   // Built without barrier support (its source never names SYNC_CUBE): cubes
   // run back to back on one context, with no fiber or per-cube setjmp.
   bool no_barrier;
-  bool from_disk;
+  // The memory file the library was loaded from, open while it is loaded
+  // (its /proc/self/fd name then stays unique); -1 for a private copy.
+  int memfd;
 };
 
 CUBE_INTERNAL void cube_cpu_kernel_retain(cube_bkernel_t *kernel);
+// VALIDATION unless every word of |options| is a compiler flag a kernel may
+// use (cpu_options.c).
+CUBE_INTERNAL cube_status_t cube_cpu_options_check(const char *kernel_name, const char *options);
 
 //===--- Fibers ---===//
 
@@ -64,6 +69,7 @@ typedef struct cube_cpu_context_t {
   size_t color;
   void *fake_stack;  // ASan's fake-stack save slot
   void *tsan_fiber;
+  unsigned valgrind_stack;  // the stack's id with valgrind (0: not registered)
 } cube_cpu_context_t;
 
 // Assembly (cpu_fiber_switch.S): saves the callee-saved state on the current
@@ -151,8 +157,13 @@ struct cube_cpu_device_t {
   cube_backend_device_t base;
   cube_cpu_pool_t pool;
   pthread_mutex_t kernels_lock;
-  cube_bkernel_t *kernels;
+  cube_bkernel_t *kernels;  // every kernel loaded here (unloaded at destroy)
   size_t fiber_stack_size;
+  // From the creating client's configuration: the compiler command
+  // (CUBE_CC) and the -march kernels are built for (CUBE_CPU_MARCH).
+  char cc[256];
+  char march[64];
+  char tmpdir[3001];  // TMPDIR: where a private copy of an object goes ("": /tmp)
 };
 
 //===--- The vtable's slots (cpu_device/stream/memory/kernel/graph.c) ---===//

@@ -1,14 +1,17 @@
 // cubec CPU backend — compiling dialect kernels with the system C compiler
-// into shared objects, a content-addressed on-disk cache of them, and the
-// device's map of loaded kernels.
+// into shared objects, loading them from their bytes, and the device's list
+// of loaded kernels.
 //
-// The cache key hashes everything that changes the object: the dialect
-// version and prelude, the source, the entry name, the flags and the
-// compiler's identity (first line of `$CC --version`). Objects are written
-// under a temporary name and renamed into place, so processes sharing a
-// cache directory never load a half-written file.
+// The core keys, stores and verifies every object (core/kernel_cache.c); the
+// backend's part of the key (kernel_target) is everything that changes the
+// object besides the kernel itself: the compiler command and its identity
+// (first line of `$CC --version`), every flag, and the host CPU that
+// -march=native compiles for. An object is loaded from the bytes it was
+// given (a memory file, else a private copy), never from a path another
+// process could change.
 #include <dlfcn.h>
 #include <errno.h>
+#include <sys/mman.h>
 #include <fcntl.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -25,11 +28,11 @@
 CUBE_INTERNAL extern const char cube_dialect_source[];
 extern char **environ;
 
-// -march=native: unit loops vectorize with the host's vector width. The key
-// carries the host CPU's identity (host_identity below), so a cache directory
-// shared between machines never serves one CPU's code to another.
-static const char *const kBaseFlags[] = {"-std=gnu11", "-O3",     "-march=native",
-                                         "-fPIC",      "-shared", "-w"};
+// -march=native (CUBE_CPU_MARCH): unit loops vectorize with the host's vector
+// width. The key carries the host CPU's identity (read_host_cpu below), so a
+// cache directory shared between machines never serves one CPU's code to
+// another.
+static const char *const kBaseFlags[] = {"-std=gnu11", "-O3", "-fPIC", "-shared", "-w"};
 // In an ASan build the kernels are instrumented too: with the pass-through
 // pool (CUBE_MM_PASSTHROUGH=1, one heap block per buffer) an access past a
 // buffer is reported where it happens, as compute-sanitizer does on CUDA.
@@ -84,9 +87,10 @@ static bool split_words(char *storage, char **argv, int *argc) {
 
 //===--- Running the compiler ---===//
 
-// Runs |argv| with stdout and stderr captured into |out_log| (capped).
+// Runs |argv| (in |cwd| unless NULL) with stdout and stderr captured into
+// |out_log| (capped).
 // Returns false (with errno's text in |out_log|) when it cannot start.
-static bool run_capture(char *const argv[], text_t *out_log, int *out_exit) {
+static bool run_capture(char *const argv[], const char *cwd, text_t *out_log, int *out_exit) {
   int fds[2];
   // Close-on-exec: a compiler spawned concurrently by another thread must not
   // inherit this pipe (its EOF would then wait for that other compiler).
@@ -100,6 +104,9 @@ static bool run_capture(char *const argv[], text_t *out_log, int *out_exit) {
   posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
   posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
   posix_spawn_file_actions_addclose(&actions, fds[1]);
+  // Compiled in its scratch directory with relative names: the object does
+  // not depend on where that directory was (same source, same bytes).
+  if (cwd) posix_spawn_file_actions_addchdir_np(&actions, cwd);
   pid_t pid;
   int rc = posix_spawnp(&pid, argv[0], &actions, NULL, argv, environ);
   posix_spawn_file_actions_destroy(&actions);
@@ -144,7 +151,7 @@ static cube_status_t compiler_identity(const char *cc, const char *kernel_name,
     argv[argc] = NULL;
     text_t log = {0};
     int exit_code = 0;
-    if (argc < 2 || !run_capture(argv, &log, &exit_code) || exit_code != 0) {
+    if (argc < 2 || !run_capture(argv, NULL, &log, &exit_code) || exit_code != 0) {
       status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
                                 "cpu compile of kernel '%s': cannot run the C compiler '%s' "
                                 "(set CUBE_CC): %s",
@@ -161,63 +168,271 @@ static cube_status_t compiler_identity(const char *cc, const char *kernel_name,
   return status;
 }
 
-//===--- Cache directory ---===//
+//===--- Flags ---===//
 
-static bool make_dirs(char *path) {
-  for (char *p = path + 1; *p != '\0'; ++p) {
-    if (*p != '/') continue;
-    *p = '\0';
-    bool ok = mkdir(path, 0700) == 0 || errno == EEXIST;
-    *p = '/';
-    if (!ok) return false;
+// The host CPU as /proc/cpuinfo describes it (model and feature flags): what
+// -march=native compiles for. Read once.
+static char host_cpu[4096];
+static pthread_once_t host_cpu_once = PTHREAD_ONCE_INIT;
+static void read_host_cpu(void) {
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  char line[4096];
+  size_t used = 0;
+  while (f && fgets(line, sizeof line, f) && used < sizeof host_cpu - 1) {
+    if (strncmp(line, "model name", 10) == 0 || strncmp(line, "flags", 5) == 0 ||
+        strncmp(line, "Features", 8) == 0 || strncmp(line, "CPU part", 8) == 0) {
+      size_t n = strlen(line);
+      if (n > sizeof host_cpu - 1 - used) n = sizeof host_cpu - 1 - used;
+      memcpy(host_cpu + used, line, n);
+      used += n;
+      if (strncmp(line, "flags", 5) == 0 || strncmp(line, "Features", 8) == 0) break;
+    }
   }
-  return mkdir(path, 0700) == 0 || errno == EEXIST;
+  host_cpu[used] = '\0';
+  if (f) fclose(f);
 }
 
-static cube_status_t cache_directory(const char *kernel_name, char out_dir[4096]) {
-  cube_status_t status = CUBE_OK;
-  const char *dir = cube_env_str("CUBE_CACHE_DIR");
-  const char *xdg = cube_env_str("XDG_CACHE_HOME");
-  const char *home = cube_env_str("HOME");
-  if (dir != NULL) {
-    snprintf(out_dir, 4096, "%s", dir);
-  } else if (xdg != NULL) {
-    snprintf(out_dir, 4096, "%s/cubec", xdg);
-  } else if (home != NULL) {
-    snprintf(out_dir, 4096, "%s/.cache/cubec", home);
-  } else {
-    snprintf(out_dir, 4096, "/tmp/cubec-cache-%u", (unsigned)getuid());
+// Every flag after the compiler command, blank-separated, into |out_flags|.
+static cube_status_t build_flags(const cube_cpu_device_t *cpu,
+                                 const cube_compile_request_t *request, char out_flags[1024]) {
+  out_flags[0] = '\0';
+  size_t used = 0;
+  for (size_t i = 0; i < sizeof(kBaseFlags) / sizeof(kBaseFlags[0]); ++i)
+    used += (size_t)snprintf(out_flags + used, 1024 - used, "%s ", kBaseFlags[i]);
+  used += (size_t)snprintf(out_flags + used, 1024 - used, "-march=%s %s", cpu->march,
+                           CUBE_CPU_KERNEL_SANITIZE);
+  // No barrier in the source: the unit loop needs no fiber check.
+  if (strstr(request->source, "SYNC_CUBE") == NULL)
+    used += (size_t)snprintf(out_flags + used, 1024 - used, "-DCUBE__NO_BARRIER ");
+  if (request->options != NULL) {
+    if (used + strlen(request->options) + 1 >= 1024) {
+      return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                              "cpu compile of kernel '%s': options too long (%zu bytes)",
+                              request->name, strlen(request->options));
+    }
+    snprintf(out_flags + used, 1024 - used, "%s", request->options);
   }
-  if (!make_dirs(out_dir)) {
-    status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
-                              "cpu compile of kernel '%s': cannot create the kernel cache "
-                              "directory '%s': %s",
-                              kernel_name, out_dir, strerror(errno));
+  return CUBE_OK;
+}
+
+cube_status_t cube_cpu_kernel_target(cube_backend_device_t *device,
+                                     const cube_compile_request_t *request, char *out_target,
+                                     size_t capacity) {
+  cube_cpu_device_t *cpu = (cube_cpu_device_t *)device;
+  if (request->language == CUBE_KERNEL_CUDA) {
+    return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                            "the cpu backend cannot build raw CUDA C++ (kernel '%s'); write it "
+                            "in the cubec dialect",
+                            request->name);
+  }
+  cube_status_t status = cube_cpu_options_check(request->name, request->options);
+  char flags[1024], identity[256];
+  if (status == CUBE_OK) status = build_flags(cpu, request, flags);
+  if (status == CUBE_OK) status = compiler_identity(cpu->cc, request->name, identity);
+  if (status == CUBE_OK) {
+    pthread_once(&host_cpu_once, read_host_cpu);
+    char host[CUBE_HASH128_HEX_SIZE];
+    cube_hash128_hex(cube_hash128(host_cpu, strlen(host_cpu)), host);
+    int n = snprintf(out_target, capacity, "cpu cc=%s identity=%s host=%s flags=%s", cpu->cc,
+                     identity, host, flags);
+    if (n < 0 || (size_t)n >= capacity) {
+      status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                                "cpu compile of kernel '%s': the compiler command and flags are "
+                                "too long",
+                                request->name);
+    }
   }
   return status;
 }
 
-//===--- Loading ---===//
+//===--- Compiling: source to bytes ---===//
+
+// Reads the regular file |path| whole into a malloc'd block.
+static cube_status_t read_object(const char *name, const char *path, void **out_bytes,
+                                 size_t *out_size) {
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat info;
+  cube_status_t status = CUBE_OK;
+  unsigned char *bytes = NULL;
+  if (fd < 0 || fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                              "cpu compile of kernel '%s': the compiler left no object at '%s': "
+                              "%s",
+                              name, path, fd < 0 ? strerror(errno) : "not a regular file");
+  } else {
+    size_t size = (size_t)info.st_size, done = 0;
+    bytes = malloc(size ? size : 1);
+    if (!bytes) {
+      status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                                "cpu compile of kernel '%s': out of host memory", name);
+    }
+    while (status == CUBE_OK && done < size) {
+      ssize_t n = read(fd, bytes + done, size - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                                  "cpu compile of kernel '%s': cannot read '%s': %s", name, path,
+                                  n < 0 ? strerror(errno) : "shorter than it was");
+      } else {
+        done += (size_t)n;
+      }
+    }
+    if (status == CUBE_OK) {
+      *out_bytes = bytes;
+      *out_size = size;
+      bytes = NULL;
+    }
+  }
+  free(bytes);
+  if (fd >= 0) close(fd);
+  return status;
+}
+
+cube_status_t cube_cpu_kernel_compile(cube_backend_device_t *device,
+                                      const cube_compile_request_t *request,
+                                      const char *scratch_dir, void **out_binary,
+                                      size_t *out_size) {
+  cube_cpu_device_t *cpu = (cube_cpu_device_t *)device;
+  *out_binary = NULL;
+  *out_size = 0;
+  char flags[1024];
+  cube_status_t status = build_flags(cpu, request, flags);
+  char source_path[CUBE_KERNEL_TARGET_MAX + 32], object_path[CUBE_KERNEL_TARGET_MAX + 32];
+  snprintf(source_path, sizeof(source_path), "%s/kernel.c", scratch_dir);
+  snprintf(object_path, sizeof(object_path), "%s/kernel.so", scratch_dir);
+
+  text_t text = {0};
+  text_puts(&text, cube_dialect_source);
+  text_puts(&text, "\n#line 1 \"");
+  text_puts(&text, request->name);
+  text_puts(&text, ".cube\"\n");
+  text_puts(&text, request->source);
+  text_puts(&text, "\n");
+  FILE *file = status != CUBE_OK || text.failed ? NULL : fopen(source_path, "wx");
+  if (status == CUBE_OK && file == NULL) {
+    status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                              "cpu compile of kernel '%s': cannot write '%s': %s", request->name,
+                              source_path, text.failed ? "out of memory" : strerror(errno));
+  } else if (file != NULL) {
+    bool written = fwrite(text.data, 1, text.length, file) == text.length;
+    if (fclose(file) != 0 || !written) {
+      status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                                "cpu compile of kernel '%s': cannot write '%s': %s", request->name,
+                                source_path, strerror(errno));
+    }
+  }
+  free(text.data);
+
+  if (status == CUBE_OK) {
+    char cc_storage[256], flag_storage[1024];
+    char *argv[ARGV_MAX];
+    int argc = 0;
+    snprintf(cc_storage, sizeof(cc_storage), "%s", cpu->cc);
+    snprintf(flag_storage, sizeof(flag_storage), "%s", flags);
+    split_words(cc_storage, argv, &argc);
+    bool fits = split_words(flag_storage, argv, &argc);
+    argv[argc++] = "-o";
+    argv[argc++] = "kernel.so";
+    argv[argc++] = "kernel.c";
+    argv[argc++] = "-lm";
+    argv[argc] = NULL;
+    text_t log = {0};
+    int exit_code = 0;
+    if (!fits) {
+      status =
+          cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                           "cpu compile of kernel '%s': too many compiler options", request->name);
+    } else if (!run_capture(argv, scratch_dir, &log, &exit_code)) {
+      status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                                "cpu compile of kernel '%s': cannot run the C compiler '%s': %s",
+                                request->name, cpu->cc, log.data ? log.data : "");
+    } else if (exit_code != 0) {
+      status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                                "cpu compile of kernel '%s': %s exited with status %d: %s",
+                                request->name, cpu->cc, exit_code, log.data ? log.data : "");
+    }
+    free(log.data);
+  }
+  if (status == CUBE_OK) status = read_object(request->name, object_path, out_binary, out_size);
+  return status;
+}
+
+//===--- Loading: bytes to kernel ---===//
 
 typedef void (*loop_fn_t)(struct cube__ctx_t *);
 typedef void (*unit_fn_t)(struct cube__ctx_t *, uint32_t, uint32_t, uint32_t);
 
-// Loads |path| into a fresh kernel. |*out_load_failed| tells a library that
-// would not load (a stale or broken cache file) from a missing entry point.
-static cube_status_t load_kernel(const char *path, const char *name, const char *key,
-                                 cube_bkernel_t **out_kernel, bool *out_load_failed) {
+static bool write_all(int fd, const void *bytes, size_t size) {
+  const unsigned char *p = bytes;
+  while (size > 0) {
+    ssize_t n = write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    size -= (size_t)n;
+  }
+  return true;
+}
+
+// dlopens exactly |bytes|. Through a memory file (kept open while the library
+// is loaded, so no other load can meet the same /proc/self/fd name), else a
+// private copy (mkstemp, 0600, unlinked once loaded).
+static void *open_library(const char *name, const void *bytes, size_t size, const char *tmpdir,
+                          int *out_memfd, char *out_error, size_t error_capacity) {
+  *out_memfd = -1;
+  char path[64];
+  void *library = NULL;
+  int fd = memfd_create(name, MFD_CLOEXEC);
+  if (fd >= 0) {
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    (void)dlerror();  // what dlerror says below is about these calls
+    // A name still loaded (an unloaded kernel's library kept by the loader)
+    // would hand back that library: then take the private copy instead.
+    void *stale = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    if (stale) {
+      dlclose(stale);
+    } else if (write_all(fd, bytes, size)) {
+      library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+      if (library) *out_memfd = fd;
+    }
+    if (!library) {
+      const char *error = dlerror();
+      snprintf(out_error, error_capacity, "%s", error ? error : "cannot write a memory file");
+      close(fd);
+      if (error) return NULL;  // the loader said no: a copy would fare no better
+    }
+  }
+  if (!library) {
+    const char *tmp = tmpdir[0] ? tmpdir : "/tmp";
+    char copy[4096 + 32];
+    snprintf(copy, sizeof copy, "%s/cubec-kernel-XXXXXX", tmp);
+    int copy_fd = mkstemp(copy);
+    bool written = copy_fd >= 0 && write_all(copy_fd, bytes, size);
+    if (copy_fd >= 0) close(copy_fd);
+    if (written) library = dlopen(copy, RTLD_NOW | RTLD_LOCAL);
+    if (!library) {
+      const char *error = written ? dlerror() : NULL;
+      snprintf(out_error, error_capacity, "%s",
+               error ? error : "cannot write a private copy of the object");
+    }
+    if (copy_fd >= 0) unlink(copy);
+  }
+  return library;
+}
+
+// Loads |bytes| into a fresh kernel.
+static cube_status_t load_kernel(const cube_cpu_device_t *cpu, const void *bytes, size_t size,
+                                 const char *name, const char *key, cube_bkernel_t **out_kernel) {
   cube_status_t status = CUBE_OK;
-  char symbol[512];
-  *out_load_failed = false;
-  void *library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  char symbol[512], error[512] = "";
+  int memfd = -1;
+  void *library = open_library(name, bytes, size, cpu->tmpdir, &memfd, error, sizeof error);
   void *loop = NULL, *unit = NULL;
   const char *io = NULL;
   if (library == NULL) {
-    *out_load_failed = true;
-    const char *error = dlerror();
-    status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
-                              "cpu compile of kernel '%s': cannot load '%s': %s", name, path,
-                              error ? error : "unknown dlopen error");
+    status =
+        cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                         "cpu compile of kernel '%s': cannot load its object: %s", name, error);
   } else {
     snprintf(symbol, sizeof(symbol), "%s__cube_loop", name);
     loop = dlsym(library, symbol);
@@ -249,6 +464,7 @@ static cube_status_t load_kernel(const char *path, const char *name, const char 
     atomic_init(&kernel->uses_barrier, 0);
     snprintf(kernel->key, sizeof(kernel->key), "%s", key);
     kernel->library = library;
+    kernel->memfd = memfd;
     char mark[300];
     snprintf(mark, sizeof(mark), "%s__cube_no_barrier", name);
     kernel->no_barrier = dlsym(library, mark) != NULL;
@@ -262,137 +478,8 @@ static cube_status_t load_kernel(const char *path, const char *name, const char 
       free(kernel);
     }
     if (library != NULL) dlclose(library);
+    if (memfd >= 0) close(memfd);
   }
-  return status;
-}
-
-//===--- Compiling ---===//
-
-typedef struct compile_job_t {
-  const cube_compile_request_t *request;
-  char cc[256];
-  char flags[1024];  // for the key: every flag after the compiler
-  char identity[256];
-  char dir[4096];
-  char key[CUBE_HASH128_HEX_SIZE];
-  char object[4200];
-} compile_job_t;
-
-// The host CPU as /proc/cpuinfo describes it (model and feature flags): what
-// -march=native compiles for. Read once.
-static char host_cpu[4096];
-static pthread_once_t host_cpu_once = PTHREAD_ONCE_INIT;
-static void read_host_cpu(void) {
-  FILE *f = fopen("/proc/cpuinfo", "r");
-  char line[4096];
-  size_t used = 0;
-  while (f && fgets(line, sizeof line, f) && used < sizeof host_cpu - 1) {
-    if (strncmp(line, "model name", 10) == 0 || strncmp(line, "flags", 5) == 0 ||
-        strncmp(line, "Features", 8) == 0 || strncmp(line, "CPU part", 8) == 0) {
-      size_t n = strlen(line);
-      if (n > sizeof host_cpu - 1 - used) n = sizeof host_cpu - 1 - used;
-      memcpy(host_cpu + used, line, n);
-      used += n;
-      if (strncmp(line, "flags", 5) == 0 || strncmp(line, "Features", 8) == 0) break;
-    }
-  }
-  host_cpu[used] = '\0';
-  if (f) fclose(f);
-}
-
-static void compute_key(compile_job_t *job) {
-  pthread_once(&host_cpu_once, read_host_cpu);
-  cube_hash128_state_t state;
-  cube_hash128_init(&state);
-  char version[32];
-  snprintf(version, sizeof(version), "%d", CUBE_DIALECT_VERSION);
-  const char *fields[] = {"cubec-cpu-kernel",
-                          version,
-                          cube_dialect_source,
-                          job->request->source,
-                          job->request->name,
-                          job->flags,
-                          job->identity,
-                          job->cc,
-                          host_cpu};
-  for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); ++i) {
-    uint64_t length = strlen(fields[i]);  // lengths keep field boundaries unambiguous
-    cube_hash128_update(&state, &length, sizeof(length));
-    cube_hash128_update(&state, fields[i], length);
-  }
-  cube_hash128_hex(cube_hash128_final(&state), job->key);
-}
-
-static cube_status_t compile_object(compile_job_t *job) {
-  const cube_compile_request_t *request = job->request;
-  cube_status_t status = CUBE_OK;
-  static atomic_uint counter;
-  unsigned serial = atomic_fetch_add(&counter, 1);
-  char source_path[4200], temp_object[4300];
-  snprintf(source_path, sizeof(source_path), "%s/%s.%d.%u.c", job->dir, job->key, (int)getpid(),
-           serial);
-  snprintf(temp_object, sizeof(temp_object), "%s/%s.%d.%u.so.tmp", job->dir, job->key,
-           (int)getpid(), serial);
-
-  text_t text = {0};
-  text_puts(&text, cube_dialect_source);
-  text_puts(&text, "\n#line 1 \"");
-  text_puts(&text, request->name);
-  text_puts(&text, ".cube\"\n");
-  text_puts(&text, request->source);
-  text_puts(&text, "\n");
-  FILE *file = text.failed ? NULL : fopen(source_path, "w");
-  if (file == NULL) {
-    status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
-                              "cpu compile of kernel '%s': cannot write '%s': %s", request->name,
-                              source_path, text.failed ? "out of memory" : strerror(errno));
-  } else {
-    bool written = fwrite(text.data, 1, text.length, file) == text.length;
-    if (fclose(file) != 0 || !written) {
-      status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
-                                "cpu compile of kernel '%s': cannot write '%s': %s", request->name,
-                                source_path, strerror(errno));
-    }
-  }
-  free(text.data);
-
-  if (status == CUBE_OK) {
-    char cc_storage[256], flag_storage[1024];
-    char *argv[ARGV_MAX];
-    int argc = 0;
-    snprintf(cc_storage, sizeof(cc_storage), "%s", job->cc);
-    snprintf(flag_storage, sizeof(flag_storage), "%s", job->flags);
-    split_words(cc_storage, argv, &argc);
-    bool fits = split_words(flag_storage, argv, &argc);
-    argv[argc++] = "-o";
-    argv[argc++] = temp_object;
-    argv[argc++] = source_path;
-    argv[argc++] = "-lm";
-    argv[argc] = NULL;
-    text_t log = {0};
-    int exit_code = 0;
-    if (!fits) {
-      status =
-          cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
-                           "cpu compile of kernel '%s': too many compiler options", request->name);
-    } else if (!run_capture(argv, &log, &exit_code)) {
-      status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
-                                "cpu compile of kernel '%s': cannot run the C compiler '%s': %s",
-                                request->name, job->cc, log.data ? log.data : "");
-    } else if (exit_code != 0) {
-      status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
-                                "cpu compile of kernel '%s': %s exited with status %d: %s",
-                                request->name, job->cc, exit_code, log.data ? log.data : "");
-    } else if (rename(temp_object, job->object) != 0) {
-      status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
-                                "cpu compile of kernel '%s': cannot move the object into the "
-                                "cache as '%s': %s",
-                                request->name, job->object, strerror(errno));
-    }
-    free(log.data);
-  }
-  unlink(source_path);
-  if (status != CUBE_OK) unlink(temp_object);
   return status;
 }
 
@@ -405,87 +492,37 @@ static cube_bkernel_t *map_find(cube_cpu_device_t *device, const char *key) {
 
 static void kernel_free(cube_bkernel_t *kernel) {
   dlclose(kernel->library);
+  // Only now: while the library was loaded its /proc/self/fd name was in use.
+  if (kernel->memfd >= 0) close(kernel->memfd);
   free(kernel->name);
   free(kernel->io);
   free(kernel);
 }
 
-cube_status_t cube_cpu_compile(cube_backend_device_t *device, const cube_compile_request_t *request,
-                               cube_bkernel_t **out_kernel, cube_kernel_info_t *out_info) {
+cube_status_t cube_cpu_kernel_load(cube_backend_device_t *device,
+                                   const cube_compile_request_t *request, const void *binary,
+                                   size_t size, cube_bkernel_t **out_kernel,
+                                   cube_kernel_info_t *out_info) {
   cube_cpu_device_t *cpu = (cube_cpu_device_t *)device;
   cube_status_t status = CUBE_OK;
-  compile_job_t *job = NULL;
-  cube_bkernel_t *kernel = NULL;
-  bool compiled = false;
-  if (request->language == CUBE_KERNEL_CUDA) {
-    status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
-                              "the cpu backend cannot build raw CUDA C++ (kernel '%s'); write it "
-                              "in the cubec dialect",
-                              request->name);
-  }
-  if (status == CUBE_OK) {
-    job = calloc(1, sizeof(*job));
-    if (job == NULL) {
-      status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
-                                "cpu compile of kernel '%s': out of host memory", request->name);
-    }
-  }
-  if (status == CUBE_OK) {
-    job->request = request;
-    const char *cc = cube_env_str("CUBE_CC");
-    snprintf(job->cc, sizeof(job->cc), "%s", cc != NULL ? cc : "cc");
-    for (size_t i = 0; i < sizeof(kBaseFlags) / sizeof(kBaseFlags[0]); ++i) {
-      strncat(job->flags, kBaseFlags[i], sizeof(job->flags) - strlen(job->flags) - 1);
-      strncat(job->flags, " ", sizeof(job->flags) - strlen(job->flags) - 1);
-    }
-    strncat(job->flags, CUBE_CPU_KERNEL_SANITIZE, sizeof(job->flags) - strlen(job->flags) - 1);
-    // No barrier in the source: the unit loop needs no fiber check.
-    if (strstr(request->source, "SYNC_CUBE") == NULL) {
-      strncat(job->flags, "-DCUBE__NO_BARRIER ", sizeof(job->flags) - strlen(job->flags) - 1);
-    }
-    if (request->options != NULL) {
-      if (strlen(job->flags) + strlen(request->options) + 1 >= sizeof(job->flags)) {
-        status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
-                                  "cpu compile of kernel '%s': options too long (%zu bytes)",
-                                  request->name, strlen(request->options));
-      } else {
-        strcat(job->flags, request->options);
-      }
-    }
-  }
-  if (status == CUBE_OK) status = compiler_identity(job->cc, request->name, job->identity);
-  if (status == CUBE_OK) {
-    compute_key(job);
-    pthread_mutex_lock(&cpu->kernels_lock);
-    kernel = map_find(cpu, job->key);
-    if (kernel != NULL) atomic_fetch_add(&kernel->refs, 1);
-    pthread_mutex_unlock(&cpu->kernels_lock);
-  }
-  if (status == CUBE_OK && kernel == NULL) {
-    status = cache_directory(request->name, job->dir);
+  *out_kernel = NULL;
+  // The same bytes and entry point loaded twice on one device share one
+  // library.
+  cube_hash128_state_t state;
+  cube_hash128_init(&state);
+  cube_hash128_update(&state, request->name, strlen(request->name) + 1);
+  cube_hash128_update(&state, binary, size);
+  char key[CUBE_HASH128_HEX_SIZE];
+  cube_hash128_hex(cube_hash128_final(&state), key);
+  pthread_mutex_lock(&cpu->kernels_lock);
+  cube_bkernel_t *kernel = map_find(cpu, key);
+  if (kernel != NULL) atomic_fetch_add(&kernel->refs, 1);
+  pthread_mutex_unlock(&cpu->kernels_lock);
+  if (kernel == NULL) {
+    status = load_kernel(cpu, binary, size, request->name, key, &kernel);
     if (status == CUBE_OK) {
-      snprintf(job->object, sizeof(job->object), "%s/%s.so", job->dir, job->key);
-      bool load_failed = true;
-      if (access(job->object, R_OK) == 0) {
-        status = load_kernel(job->object, request->name, job->key, &kernel, &load_failed);
-        if (status != CUBE_OK && load_failed) {
-          // A broken cache file is rebuilt rather than reported.
-          cube_status_release(status);
-          status = CUBE_OK;
-        }
-      }
-      if (status == CUBE_OK && kernel == NULL) {
-        status = compile_object(job);
-        compiled = true;
-        if (status == CUBE_OK) {
-          status = load_kernel(job->object, request->name, job->key, &kernel, &load_failed);
-        }
-      }
-    }
-    if (status == CUBE_OK) {
-      kernel->from_disk = !compiled;
       pthread_mutex_lock(&cpu->kernels_lock);
-      cube_bkernel_t *existing = map_find(cpu, job->key);
+      cube_bkernel_t *existing = map_find(cpu, key);
       if (existing != NULL) {
         // Another thread loaded it meanwhile: share theirs.
         atomic_fetch_add(&existing->refs, 1);
@@ -505,10 +542,7 @@ cube_status_t cube_cpu_compile(cube_backend_device_t *device, const cube_compile
     out_info->io = kernel->io;
     out_info->static_shared_memory = 0;  // SHARED() is sized at run time on the CPU
     out_info->max_units_per_cube = CUBE_CPU_MAX_UNITS;
-    // Nothing was compiled by this call: loaded from disk or already loaded.
-    out_info->from_disk_cache = !compiled;
   }
-  free(job);
   return status;
 }
 

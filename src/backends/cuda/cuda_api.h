@@ -327,8 +327,12 @@ typedef struct cube_cuda_nccl_t {
 // process (thread-safe). Returns the table, or NULL with |*out_detail| (static
 // storage) saying which library or call failed and why.
 CUBE_INTERNAL const cube_cuda_driver_t *cube_cuda_driver(const char **out_detail);
-// Loads NVRTC once: $CUBE_NVRTC_PATH, else libnvrtc.so.13, .12, unversioned.
+// Loads NVRTC once: the preferred path (below), else libnvrtc.so.13, .12,
+// unversioned.
 CUBE_INTERNAL const cube_cuda_nvrtc_t *cube_cuda_nvrtc(const char **out_detail);
+// The library NVRTC is loaded from first (CUBE_NVRTC_PATH of the first
+// client's configuration); no effect once NVRTC was loaded.
+CUBE_INTERNAL void cube_cuda_nvrtc_prefer(const char *path);
 // Loads NCCL once (libnccl.so.2, major version 2 checked); NULL when absent.
 CUBE_INTERNAL const cube_cuda_nccl_t *cube_cuda_nccl(const char **out_detail);
 

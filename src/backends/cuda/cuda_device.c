@@ -197,9 +197,10 @@ static void cube_cuda_device_free(cube_cuda_device_t *device, bool release_conte
   free(device);
 }
 
-static cube_status_t cube_cuda_create_device(uint32_t device_index,
+static cube_status_t cube_cuda_create_device(uint32_t device_index, const cube_config_t *config,
                                              cube_backend_device_t **out_device) {
   *out_device = NULL;
+  if (config) cube_cuda_nvrtc_prefer(cube_config_text(config, CUBE_CONFIG_NVRTC_PATH, NULL));
   const char *detail = NULL;
   const cube_cuda_driver_t *cu = cube_cuda_driver(&detail);
   if (!cu) return cube_status_make(CUBE_STATUS_UNAVAILABLE, "cuda backend unavailable: %s", detail);
@@ -220,6 +221,9 @@ static cube_status_t cube_cuda_create_device(uint32_t device_index,
   device->base.capabilities = CUBE_BACKEND_CAP_DEVICE_INFO;
   device->cu = cu;
   device->index = device_index;
+  if (config)
+    snprintf(device->cuda_home, sizeof device->cuda_home, "%s",
+             cube_config_text(config, CUBE_CONFIG_CUDA_HOME, ""));
   atomic_init(&device->poisoned, 0);
   atomic_init(&device->poison_described, false);
   pthread_mutex_init(&device->event_lock, NULL);

@@ -37,6 +37,10 @@ typedef struct cube_cuda_device_t {
   // so they never touch the legacy stream or a capturing stream.
   pthread_mutex_t utility_lock;
   CUstream utility_stream;
+
+  // From the creating client's configuration: CUDA_HOME (raw CUDA C++ gets
+  // its include directory), "" when unset.
+  char cuda_home[4001];
 } cube_cuda_device_t;
 
 struct cube_bevent_t {

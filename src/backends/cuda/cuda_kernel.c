@@ -1,5 +1,6 @@
-// cubec CUDA backend — NVRTC compilation, the on-disk binary cache, module
-// loading and what a compiled kernel says about itself.
+// cubec CUDA backend — NVRTC compilation to a binary (cubin, or PTX), module
+// loading from a binary, and what a compiled kernel says about itself. The
+// core keys, verifies and stores the binaries (core/kernel_cache.c).
 //
 // Dialect sources are compiled as: the embedded text of include/cube/dialect.h,
 // then `#line 1 "<name>.cube"`, then the user source (so compiler messages
@@ -19,107 +20,8 @@
 // The dialect header's text, generated at build time (cmake/embed.cmake).
 extern const char cube_dialect_source[];
 
-#define CUBE_CUDA_CACHE_FORMAT "cubec-cuda-cache-v1"
 #define CUBE_CUDA_MAX_OPTIONS 64
 #define CUBE_CUDA_MAX_LOG (64u * 1024u)
-
-// Hashes |text| and its terminating NUL (so "ab","c" differs from "a","bc").
-static void cube_cuda_hash_string(cube_hash128_state_t *hash, const char *text) {
-  if (!text) text = "";
-  cube_hash128_update(hash, text, strlen(text) + 1);
-}
-
-//===--- On-disk cache ---===//
-
-// |out_dir| gets $CUBE_CACHE_DIR, else $XDG_CACHE_HOME/cubec, else
-// $HOME/.cache/cubec, else /tmp/cubec; then "/cuda".
-static void cube_cuda_cache_dir(char *out_dir, size_t size) {
-  const char *env = getenv("CUBE_CACHE_DIR");
-  if (env && env[0]) {
-    snprintf(out_dir, size, "%s/cuda", env);
-    return;
-  }
-  env = getenv("XDG_CACHE_HOME");
-  if (env && env[0]) {
-    snprintf(out_dir, size, "%s/cubec/cuda", env);
-    return;
-  }
-  env = getenv("HOME");
-  if (env && env[0]) {
-    snprintf(out_dir, size, "%s/.cache/cubec/cuda", env);
-    return;
-  }
-  snprintf(out_dir, size, "/tmp/cubec/cuda");
-}
-
-// mkdir -p; false when the directory cannot be made.
-static bool cube_cuda_make_dirs(const char *dir) {
-  char path[4096];
-  size_t length = strlen(dir);
-  if (length == 0 || length >= sizeof path) return false;
-  memcpy(path, dir, length + 1);
-  for (size_t i = 1; i <= length; ++i) {
-    if (path[i] != '/' && path[i] != '\0') continue;
-    char saved = path[i];
-    path[i] = '\0';
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) return false;
-    path[i] = saved;
-  }
-  return true;
-}
-
-typedef struct cube_cuda_cache_header_t {
-  char magic[24];  // CUBE_CUDA_CACHE_FORMAT, NUL-padded
-  uint32_t kind;   // 'C' cubin, 'P' ptx (NUL-terminated text)
-  uint32_t reserved;
-  uint64_t size;  // bytes of image that follow
-} cube_cuda_cache_header_t;
-
-// Reads a cached image; NULL when absent or malformed.
-static void *cube_cuda_cache_read(const char *path, size_t *out_size) {
-  *out_size = 0;
-  FILE *file = fopen(path, "rb");
-  if (!file) return NULL;
-  cube_cuda_cache_header_t header;
-  void *image = NULL;
-  if (fread(&header, sizeof header, 1, file) == 1 &&
-      strncmp(header.magic, CUBE_CUDA_CACHE_FORMAT, sizeof header.magic) == 0 &&
-      (header.kind == 'C' || header.kind == 'P') && header.size > 0 &&
-      header.size < ((uint64_t)1 << 32)) {
-    image = malloc((size_t)header.size + 1);
-    if (image && fread(image, (size_t)header.size, 1, file) == 1 && fgetc(file) == EOF) {
-      ((char *)image)[header.size] = '\0';
-      *out_size = (size_t)header.size;
-    } else {
-      free(image);
-      image = NULL;
-    }
-  }
-  fclose(file);
-  return image;
-}
-
-// Writes |image| under |path| through a temporary file and a rename, so that
-// readers never see a partial file. Failures are ignored (it is a cache).
-static void cube_cuda_cache_write(const char *dir, const char *path, const void *image, size_t size,
-                                  bool is_cubin) {
-  static atomic_uint counter;
-  if (!cube_cuda_make_dirs(dir)) return;
-  char temp[4300];
-  int length = snprintf(temp, sizeof temp, "%s.tmp.%ld.%u", path, (long)getpid(),
-                        atomic_fetch_add(&counter, 1));
-  if (length < 0 || (size_t)length >= sizeof temp) return;
-  FILE *file = fopen(temp, "wb");
-  if (!file) return;
-  cube_cuda_cache_header_t header;
-  memset(&header, 0, sizeof header);
-  snprintf(header.magic, sizeof header.magic, "%s", CUBE_CUDA_CACHE_FORMAT);
-  header.kind = is_cubin ? 'C' : 'P';
-  header.size = size;
-  bool ok = fwrite(&header, sizeof header, 1, file) == 1 && fwrite(image, size, 1, file) == 1;
-  ok = (fclose(file) == 0) && ok;
-  if (!ok || rename(temp, path) != 0) unlink(temp);
-}
 
 //===--- NVRTC ---===//
 
@@ -185,9 +87,9 @@ static cube_status_t cube_cuda_options_build(const cube_cuda_device_t *device,
       out_options->list[out_options->count++] = out_options->dims[d];
     }
   } else {
-    const char *home = getenv("CUDA_HOME");
+    const char *home = device->cuda_home;
     char candidate[4096] = "";
-    if (home && home[0]) snprintf(candidate, sizeof candidate, "%s/include", home);
+    if (home[0]) snprintf(candidate, sizeof candidate, "%s/include", home);
     if (!candidate[0] || !cube_cuda_dir_exists(candidate))
       snprintf(candidate, sizeof candidate, "/usr/local/cuda/include");
     if (cube_cuda_dir_exists(candidate)) {
@@ -417,81 +319,115 @@ static cube_status_t cube_cuda_load(cube_cuda_device_t *device,
   return CUBE_OK;
 }
 
-cube_status_t cube_cuda_compile(cube_backend_device_t *base, const cube_compile_request_t *request,
-                                cube_bkernel_t **out_kernel, cube_kernel_info_t *out_info) {
-  cube_cuda_device_t *device = cube_cuda_device(base);
-  *out_kernel = NULL;
-  memset(out_info, 0, sizeof *out_info);
-  cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_COMPILE);
-  if (status) return status;
+// The NVRTC options for |request| and the program text; both released with
+// cube_cuda_build_free.
+typedef struct cube_cuda_build_t {
+  const cube_cuda_nvrtc_t *rtc;
+  cube_cuda_options_t options;
+  char *text;
+} cube_cuda_build_t;
+
+static void cube_cuda_build_free(cube_cuda_build_t *build) {
+  free(build->options.storage);
+  free(build->text);
+}
+
+static cube_status_t cube_cuda_build_prepare(cube_cuda_device_t *device,
+                                             const cube_compile_request_t *request,
+                                             cube_cuda_build_t *out_build) {
+  memset(out_build, 0, sizeof *out_build);
   if (request->language != CUBE_KERNEL_DIALECT && request->language != CUBE_KERNEL_CUDA)
     return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
                             "cuda: kernel '%s' is in language %d, which this backend cannot build",
                             request->name, (int)request->language);
   const char *detail = NULL;
-  const cube_cuda_nvrtc_t *rtc = cube_cuda_nvrtc(&detail);
-  if (!rtc)
+  out_build->rtc = cube_cuda_nvrtc(&detail);
+  if (!out_build->rtc)
     return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
                             "cuda: cannot compile kernel '%s' without NVRTC: %s", request->name,
                             detail);
-
-  cube_cuda_options_t options;
-  status = cube_cuda_options_build(device, request, &options);
-  char *text = NULL;
+  cube_status_t status = cube_cuda_options_build(device, request, &out_build->options);
   if (!status) {
-    text = cube_cuda_program_text(request);
-    if (!text) status = cube_status_make(CUBE_STATUS_GENERIC, "cuda: out of host memory");
+    out_build->text = cube_cuda_program_text(request);
+    if (!out_build->text)
+      status = cube_status_make(CUBE_STATUS_GENERIC, "cuda: out of host memory");
   }
-  if (status) {
-    free(options.storage);
-    return status;
-  }
+  if (status) cube_cuda_build_free(out_build);
+  return status;
+}
 
-  // Cache key: format, language, entry point, full program text (prelude
-  // included), every option (arch included), NVRTC version.
-  cube_hash128_state_t hash;
-  cube_hash128_init(&hash);
-  cube_cuda_hash_string(&hash, CUBE_CUDA_CACHE_FORMAT);
-  int language = (int)request->language;
-  cube_hash128_update(&hash, &language, sizeof language);
-  cube_cuda_hash_string(&hash, request->name);
-  cube_cuda_hash_string(&hash, text);
-  for (int i = 0; i < options.count; ++i) cube_cuda_hash_string(&hash, options.list[i]);
-  int version[2] = {rtc->version_major, rtc->version_minor};
-  cube_hash128_update(&hash, version, sizeof version);
-  char hex[CUBE_HASH128_HEX_SIZE];
-  cube_hash128_hex(cube_hash128_final(&hash), hex);
-  char dir[4096], path[4200];
-  cube_cuda_cache_dir(dir, sizeof dir);
-  snprintf(path, sizeof path, "%s/%s.bin", dir, hex);
+cube_status_t cube_cuda_kernel_target(cube_backend_device_t *base,
+                                      const cube_compile_request_t *request, char *out_target,
+                                      size_t capacity) {
+  cube_cuda_device_t *device = cube_cuda_device(base);
+  // A poisoned device builds nothing: answer before NVRTC runs.
+  cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_COMPILE);
+  if (status) return status;
+  cube_cuda_build_t build;
+  status = cube_cuda_build_prepare(device, request, &build);
+  if (status) return status;
+  // The key's backend part: NVRTC's version and every option (the
+  // architecture included); the core adds the source and the dialect.
+  int used = snprintf(out_target, capacity, "cuda nvrtc=%d.%d options=", build.rtc->version_major,
+                      build.rtc->version_minor);
+  for (int i = 0; i < build.options.count && used >= 0 && (size_t)used < capacity; ++i)
+    used += snprintf(out_target + used, capacity - (size_t)used, "%s%s", i ? " " : "",
+                     build.options.list[i]);
+  if (used < 0 || (size_t)used >= capacity)
+    status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                              "cuda: kernel '%s' has more option text than a kernel key holds",
+                              request->name);
+  cube_cuda_build_free(&build);
+  return status;
+}
 
+cube_status_t cube_cuda_kernel_compile(cube_backend_device_t *base,
+                                       const cube_compile_request_t *request,
+                                       const char *scratch_dir, void **out_binary,
+                                       size_t *out_size) {
+  (void)scratch_dir;  // NVRTC compiles in memory
+  cube_cuda_device_t *device = cube_cuda_device(base);
+  *out_binary = NULL;
+  *out_size = 0;
+  cube_cuda_build_t build;
+  cube_status_t status = cube_cuda_build_prepare(device, request, &build);
+  if (status) return status;
+  void *image = NULL;
   size_t size = 0;
-  void *image = cube_cuda_cache_read(path, &size);
+  bool is_cubin = false;
+  status = cube_cuda_nvrtc_compile(build.rtc, request, build.text, &build.options, &image, &size,
+                                   &is_cubin);
+  cube_cuda_build_free(&build);
+  if (status) return status;
+  // PTX is text that cuModuleLoadData reads up to its NUL: the NUL is part of
+  // the binary. A cubin is an ELF image, taken as it is.
+  *out_binary = image;
+  *out_size = is_cubin ? size : size + 1;
+  return CUBE_OK;
+}
+
+cube_status_t cube_cuda_kernel_load(cube_backend_device_t *base,
+                                    const cube_compile_request_t *request, const void *binary,
+                                    size_t size, cube_bkernel_t **out_kernel,
+                                    cube_kernel_info_t *out_info) {
+  cube_cuda_device_t *device = cube_cuda_device(base);
+  *out_kernel = NULL;
+  memset(out_info, 0, sizeof *out_info);
+  out_info->io = "";
+  // cuModuleLoadData reads an ELF image by its headers and PTX up to its NUL:
+  // anything else would be read past its end.
+  static const unsigned char kElf[4] = {0x7f, 'E', 'L', 'F'};
+  bool elf = size >= 4 && memcmp(binary, kElf, 4) == 0;
+  bool ptx = !elf && size > 0 && memchr(binary, '\0', size) == (const char *)binary + size - 1;
+  if (!elf && !ptx)
+    return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                            "cuda: the binary of kernel '%s' (%zu bytes) is neither a cubin nor "
+                            "NUL-terminated PTX",
+                            request->name, size);
+  cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_COMPILE);
+  if (status) return status;
   cube_bkernel_t *kernel = NULL;
-  if (image) {
-    status = cube_cuda_load(device, request, image, &kernel);
-    free(image);
-    image = NULL;
-    if (status && !cube_status_is_device_poisoned(status)) {
-      // A stale or damaged entry: forget it and compile afresh.
-      cube_status_release(status);
-      status = CUBE_OK;
-      unlink(path);
-    } else if (!status) {
-      out_info->from_disk_cache = true;
-    }
-  }
-  if (!kernel && !status) {
-    bool is_cubin = false;
-    status = cube_cuda_nvrtc_compile(rtc, request, text, &options, &image, &size, &is_cubin);
-    if (!status) {
-      status = cube_cuda_load(device, request, image, &kernel);
-      if (!status) cube_cuda_cache_write(dir, path, image, is_cubin ? size : size + 1, is_cubin);
-    }
-    free(image);
-  }
-  free(text);
-  free(options.storage);
+  status = cube_cuda_load(device, request, binary, &kernel);
   if (status) return status;
   out_info->io = kernel->io;
   out_info->static_shared_memory = kernel->static_shared_memory;

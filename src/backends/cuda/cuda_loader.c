@@ -112,13 +112,21 @@ static const cube_cuda_nvrtc_t *cube_cuda_nvrtc_loaded;
 static char cube_cuda_nvrtc_detail[1024];
 static char cube_cuda_nvrtc_env_path[512];
 
+static pthread_mutex_t cube_cuda_nvrtc_prefer_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void cube_cuda_nvrtc_prefer(const char *path) {
+  // Before the first load only; the first client's choice holds.
+  pthread_mutex_lock(&cube_cuda_nvrtc_prefer_lock);
+  if (path && path[0] && !cube_cuda_nvrtc_env_path[0])
+    snprintf(cube_cuda_nvrtc_env_path, sizeof cube_cuda_nvrtc_env_path, "%s", path);
+  pthread_mutex_unlock(&cube_cuda_nvrtc_prefer_lock);
+}
+
 static void cube_cuda_nvrtc_load(void) {
-  const char *env = getenv("CUBE_NVRTC_PATH");
   const char *names[4] = {NULL, "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
-  if (env && env[0]) {
-    snprintf(cube_cuda_nvrtc_env_path, sizeof cube_cuda_nvrtc_env_path, "%s", env);
-    names[0] = cube_cuda_nvrtc_env_path;
-  }
+  pthread_mutex_lock(&cube_cuda_nvrtc_prefer_lock);
+  if (cube_cuda_nvrtc_env_path[0]) names[0] = cube_cuda_nvrtc_env_path;
+  pthread_mutex_unlock(&cube_cuda_nvrtc_prefer_lock);
   cube_cuda_nvrtc_t *table = &cube_cuda_nvrtc_table;
   char why[768];
   table->library = cube_cuda_open_first(names, 4, why, sizeof why, &table->path);

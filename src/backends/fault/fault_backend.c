@@ -329,15 +329,15 @@ static cube_status_t cube_fault_check(cube_fault_device_t *fault, cube_fault_kin
 
 // The forwarders, one per slot, generated from the slot list: each passes
 // its call to the inner device unchanged.
-#define CUBE_FAULT_FORWARD_S(name, params, args)             \
-  static inline cube_status_t cube_fault_fwd_##name params { \
-    device = cube_fault_cast(device)->inner;                 \
-    return device->vtable->name args;                        \
+#define CUBE_FAULT_FORWARD_S(name, params, args)                                     \
+  __attribute__((unused)) static inline cube_status_t cube_fault_fwd_##name params { \
+    device = cube_fault_cast(device)->inner;                                         \
+    return device->vtable->name args;                                                \
   }
-#define CUBE_FAULT_FORWARD_V(name, params, args)    \
-  static inline void cube_fault_fwd_##name params { \
-    device = cube_fault_cast(device)->inner;        \
-    device->vtable->name args;                      \
+#define CUBE_FAULT_FORWARD_V(name, params, args)                            \
+  __attribute__((unused)) static inline void cube_fault_fwd_##name params { \
+    device = cube_fault_cast(device)->inner;                                \
+    device->vtable->name args;                                              \
   }
 CUBE_BACKEND_SLOTS(CUBE_FAULT_FORWARD_S, CUBE_FAULT_FORWARD_V)
 #undef CUBE_FAULT_FORWARD_S
@@ -682,18 +682,30 @@ cube_status_t cube_fault_host_callback(cube_backend_device_t *device, cube_bstre
 
 //===--- Kernels ---===//
 
-cube_status_t cube_fault_compile(cube_backend_device_t *device,
-                                 const cube_compile_request_t *request, cube_bkernel_t **out_kernel,
-                                 cube_kernel_info_t *out_info) {
-  *out_kernel = NULL;
+// A compile fault is counted once per build, at its first step: whether the
+// build then loads a cached binary or compiles, call #N is the Nth kernel.
+cube_status_t cube_fault_kernel_target(cube_backend_device_t *device,
+                                       const cube_compile_request_t *request, char *out_target,
+                                       size_t capacity) {
+  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_COMPILE);
+  if (!status) status = cube_fault_fwd_kernel_target(device, request, out_target, capacity);
+  return status;
+}
+
+cube_status_t cube_fault_kernel_compile(cube_backend_device_t *device,
+                                        const cube_compile_request_t *request,
+                                        const char *scratch_dir, void **out_binary,
+                                        size_t *out_size) {
+  return cube_fault_fwd_kernel_compile(device, request, scratch_dir, out_binary, out_size);
+}
+
+cube_status_t cube_fault_kernel_load(cube_backend_device_t *device,
+                                     const cube_compile_request_t *request, const void *binary,
+                                     size_t size, cube_bkernel_t **out_kernel,
+                                     cube_kernel_info_t *out_info) {
   cube_fault_device_t *fault = cube_fault_cast(device);
-  cube_status_t status = cube_fault_check(fault, CUBE_FAULT_COMPILE);
-  if (status) {
-    memset(out_info, 0, sizeof(*out_info));
-    out_info->io = "";
-  } else {
-    status = cube_fault_fwd_compile(device, request, out_kernel, out_info);
-  }
+  cube_status_t status =
+      cube_fault_fwd_kernel_load(device, request, binary, size, out_kernel, out_info);
   if (!status) {
     // Remembered for late dispatches; without memory they write garbage
     // into every buffer, which over-names and is still exact.

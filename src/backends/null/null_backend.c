@@ -128,13 +128,30 @@ cube_status_t cube_null_host_callback(cube_backend_device_t *device, cube_bstrea
 
 //===--- Kernels ---===//
 
-cube_status_t cube_null_compile(cube_backend_device_t *device,
-                                const cube_compile_request_t *request, cube_bkernel_t **out_kernel,
-                                cube_kernel_info_t *out_info) {
+cube_status_t cube_null_kernel_target(cube_backend_device_t *device,
+                                      const cube_compile_request_t *request, char *out_target,
+                                      size_t capacity) {
   (void)request;
+  if (capacity) out_target[0] = '\0';
+  return unsupported(device, "kernel_target");
+}
+cube_status_t cube_null_kernel_compile(cube_backend_device_t *device,
+                                       const cube_compile_request_t *request,
+                                       const char *scratch_dir, void **out_binary,
+                                       size_t *out_size) {
+  (void)request, (void)scratch_dir;
+  *out_binary = NULL;
+  *out_size = 0;
+  return unsupported(device, "kernel_compile");
+}
+cube_status_t cube_null_kernel_load(cube_backend_device_t *device,
+                                    const cube_compile_request_t *request, const void *binary,
+                                    size_t size, cube_bkernel_t **out_kernel,
+                                    cube_kernel_info_t *out_info) {
+  (void)request, (void)binary, (void)size;
   *out_kernel = NULL;
   *out_info = (cube_kernel_info_t){.io = ""};
-  return unsupported(device, "compile");
+  return unsupported(device, "kernel_load");
 }
 void cube_null_kernel_release(cube_backend_device_t *device, cube_bkernel_t *kernel) {
   (void)device, (void)kernel;
