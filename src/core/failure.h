@@ -47,6 +47,11 @@ typedef struct cube_claim_t {
 static inline bool cube_claim_is_set(const cube_claim_t *claim) {
   return claim->failure != 0;
 }
+// A new buffer's claim: clean (the caller-owned storage of a fresh slot).
+static inline void cube_claim_initialize(cube_claim_t *claim) {
+  claim->failure = 0;
+  claim->chain = 0;
+}
 // The id of the failure |claim| carries (0 when clean).
 CUBE_INTERNAL uint64_t cube_claim_failure_id(const cube_claim_t *claim);
 // Drops whatever |claim| holds: the buffer goes away (handle release,

@@ -58,7 +58,7 @@ cube_status_t cube_handle_create(cube_client_t *client, cube_stream_t stream, ui
     slot->write_stream = 0;
     slot->write_ticket = 0;
     memset(slot->users, 0, sizeof slot->users);
-    slot->claim = (cube_claim_t){0};  // dropped when the slot was released
+    cube_claim_initialize(&slot->claim);  // dropped when the slot was released
     *out_handle = cube_server_handle(server, index);
   }
   cube_server_leave(server);
