@@ -2,6 +2,8 @@
 // (core/tensor_map.h).
 #include "core/tensor_map.h"
 
+#include "core/io_sets.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -423,10 +425,10 @@ static const char *format_name(cube_tensor_map_format_t format) {
 }
 
 cube_status_t cube_tensor_map_refusal(const cube_tensor_map_desc_t *desc,
-                                      const cube_device_properties_t *props, const char *kernel,
-                                      uint32_t index) {
-  // The CPU backend emulates TMA in the dialect: it has no hardware to miss.
-  if (props->backend == CUBE_BACKEND_CPU) return CUBE_OK;
+                                      const cube_device_properties_t *props, bool emulated,
+                                      const char *kernel, uint32_t index) {
+  // The CPU backend copies in the dialect: it has no hardware to miss.
+  if (emulated) return CUBE_OK;
   if (!props->supports_tma) {
     return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
                             "launch of '%s': tensor map %u: this device has no TMA (%s, compute "
@@ -488,9 +490,9 @@ void cube_tensor_map_convert(const cube_tensor_map_desc_t *desc, uint64_t addres
 
 cube_status_t cube_tensor_map_prepare(const cube_tensor_map_desc_t *desc, uint64_t address,
                                       uint64_t binding_size, const cube_device_properties_t *props,
-                                      const char *kernel, uint32_t index,
+                                      bool emulated, const char *kernel, uint32_t index,
                                       cube_tmap_encode_t *out_request) {
-  cube_status_t status = cube_tensor_map_refusal(desc, props, kernel, index);
+  cube_status_t status = cube_tensor_map_refusal(desc, props, emulated, kernel, index);
   if (!cube_status_is_ok(status)) return status;
   char message[160];
   if (cube_tensor_map_check(desc, address, binding_size, props, CUBE_TMAP_PRECHECK, message,
@@ -520,4 +522,70 @@ cube_status_t cube_tensor_map_explain(cube_status_t error, const cube_tensor_map
                           "launch of '%s': tensor map %u (%s, rank %u, %s): the driver refused it",
                           kernel, index, format_name(desc->format), desc->rank,
                           cube_tensor_map_dtype_name(desc->dtype));
+}
+
+//===--- A launch's maps ---===//
+
+cube_status_t cube_tensor_map_match(const char *kernel, const char *compiled,
+                                    const cube_kernel_args_t *args) {
+  if (!compiled || !compiled[0]) return CUBE_OK;  // raw CUDA C++: no declared signature
+  size_t declared = strlen(compiled);
+  for (size_t i = 0; i < args->buffer_count; ++i) {
+    bool given = args->buffers[i].tensor_map != NULL;
+    int wanted = cube_io_sets_is_map(compiled, i);
+    if (given && wanted == 0) {
+      return cube_status_make(CUBE_STATUS_VALIDATION,
+                              "launch of '%s': argument %zu is a tensor map, the kernel takes a "
+                              "buffer there",
+                              kernel, i);
+    }
+    if (!given && wanted == 1) {
+      return cube_status_make(CUBE_STATUS_VALIDATION,
+                              "launch of '%s': argument %zu is a buffer, the kernel takes a tensor "
+                              "map there (set the argument's tensor_map)",
+                              kernel, i);
+    }
+    if (given && wanted < 0) {
+      return cube_status_make(CUBE_STATUS_VALIDATION,
+                              "launch of '%s': argument %zu is a tensor map, the kernel declares "
+                              "%zu parameters",
+                              kernel, i, declared);
+    }
+  }
+  for (size_t i = args->buffer_count; i < declared; ++i) {
+    if (cube_io_sets_is_map(compiled, i) == 1) {
+      return cube_status_make(CUBE_STATUS_VALIDATION,
+                              "launch of '%s': the kernel takes a tensor map at parameter %zu, the "
+                              "launch passes %zu arguments",
+                              kernel, i, args->buffer_count);
+    }
+  }
+  return CUBE_OK;
+}
+
+cube_status_t cube_tensor_map_launch(cube_backend_device_t *device, const char *kernel,
+                                     const cube_kernel_args_t *args, const uint64_t *addresses,
+                                     const uint64_t *sizes, bool encode, cube_launch_maps_t *out) {
+  const bool emulated = (device->capabilities & CUBE_BACKEND_CAP_TENSOR_MAP_EMULATED) != 0;
+  const cube_device_properties_t *props = &device->properties;
+  out->mask = 0;
+  out->count = 0;
+  cube_status_t status = CUBE_OK;
+  for (size_t i = 0; i < args->buffer_count && cube_status_is_ok(status); ++i) {
+    const cube_tensor_map_desc_t *desc = args->buffers[i].tensor_map;
+    if (!desc) continue;
+    cube_tmap_encode_t request;
+    status = cube_tensor_map_prepare(desc, addresses[i], sizes[i], props, emulated, kernel,
+                                     (uint32_t)i, &request);
+    if (!cube_status_is_ok(status) || !encode) continue;
+    status = device->vtable->tensor_map_encode(device, &request, &out->maps[out->count]);
+    if (!cube_status_is_ok(status)) {
+      status =
+          cube_tensor_map_explain(status, desc, addresses[i], sizes[i], props, kernel, (uint32_t)i);
+    } else {
+      out->mask |= 1u << i;
+      out->count++;
+    }
+  }
+  return status;
 }

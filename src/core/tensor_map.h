@@ -12,6 +12,7 @@
 #define CUBE_CORE_TENSOR_MAP_H_
 
 #include "core/backend.h"
+#include "core/server.h"
 #include "core/tensor_map_types.h"
 
 // Which rules a check runs.
@@ -38,12 +39,13 @@ CUBE_INTERNAL bool cube_tensor_map_check(const cube_tensor_map_desc_t *desc, uin
                                          cube_tmap_pass_t pass, char *message, size_t capacity);
 
 // The device refusals (COMPILE_REFUSED, a refusal): no TMA on this device,
-// im2col-wide below compute capability 10.0. CUBE_OK otherwise. The CPU
-// backend emulates TMA and is refused nothing here (its encode refuses what
-// it cannot realise exactly).
+// im2col-wide below compute capability 10.0. CUBE_OK otherwise. A backend
+// that copies tensor maps itself (|emulated|: the CPU) is refused nothing
+// here; its encode refuses what it cannot realise exactly.
 CUBE_INTERNAL cube_status_t cube_tensor_map_refusal(const cube_tensor_map_desc_t *desc,
                                                     const cube_device_properties_t *props,
-                                                    const char *kernel, uint32_t index);
+                                                    bool emulated, const char *kernel,
+                                                    uint32_t index);
 
 // The seed's conversions: reversed shape, reversed strides with the
 // innermost dropped and scaled to bytes, reversed tile, element strides and
@@ -57,7 +59,8 @@ CUBE_INTERNAL void cube_tensor_map_convert(const cube_tensor_map_desc_t *desc, u
 CUBE_INTERNAL cube_status_t cube_tensor_map_prepare(const cube_tensor_map_desc_t *desc,
                                                     uint64_t address, uint64_t binding_size,
                                                     const cube_device_properties_t *props,
-                                                    const char *kernel, uint32_t index,
+                                                    bool emulated, const char *kernel,
+                                                    uint32_t index,
                                                     cube_tmap_encode_t *out_request);
 
 // After the backend's encode failed with |error| (taken): a refusal or a
@@ -69,6 +72,34 @@ CUBE_INTERNAL cube_status_t cube_tensor_map_explain(cube_status_t error,
                                                     uint64_t address, uint64_t binding_size,
                                                     const cube_device_properties_t *props,
                                                     const char *kernel, uint32_t index);
+
+//===--- A launch's maps (launch.c) ---===//
+
+// The encoded maps of one launch, in argument order.
+typedef struct cube_launch_maps_t {
+  uint32_t mask;  // bit i: argument i is a map
+  uint32_t count;
+  cube_tmap_t maps[CUBE_MAX_BUFFERS];
+} cube_launch_maps_t;
+
+// VALIDATION when a launch's arguments do not fit the kernel's declared
+// parameters: a map where the kernel takes a buffer, a buffer where it takes
+// a map, a map the kernel has no parameter for, a map parameter the launch
+// does not pass. |compiled| is the kernel's IO answer ("" or NULL: no
+// answer, nothing checked).
+CUBE_INTERNAL cube_status_t cube_tensor_map_match(const char *kernel, const char *compiled,
+                                                  const cube_kernel_args_t *args);
+
+// Prepares every map of a launch of |kernel| on |device| (arguments at
+// |addresses|, bindings of |sizes| bytes) and, when |encode|, encodes them
+// through the backend into |out|; a driver refusal is explained
+// (cube_tensor_map_explain). A dry run passes |encode| false: the checks,
+// no map. The caller notes the status (poison) and claims the outputs.
+CUBE_INTERNAL cube_status_t cube_tensor_map_launch(cube_backend_device_t *device,
+                                                   const char *kernel,
+                                                   const cube_kernel_args_t *args,
+                                                   const uint64_t *addresses, const uint64_t *sizes,
+                                                   bool encode, cube_launch_maps_t *out);
 
 // The largest box cubec lets a map move in one copy on |props| (bytes): the
 // device's shared memory per cube (opt-in where larger). The H200 refuses a

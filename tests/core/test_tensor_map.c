@@ -486,7 +486,7 @@ static void no_tma_is_a_refusal(void **state) {
   p.supports_tma = false;
   cube_tensor_map_desc_t d = tiled();
   cube_tmap_encode_t request;
-  cube_status_t st = cube_tensor_map_prepare(&d, ADDRESS, BINDING, &p, "copy", 1, &request);
+  cube_status_t st = cube_tensor_map_prepare(&d, ADDRESS, BINDING, &p, false, "copy", 1, &request);
   assert_int_equal(cube_status_code(st), CUBE_STATUS_COMPILE_REFUSED);
   assert_true(cube_status_is_refusal(st));
   assert_string_equal(
@@ -502,7 +502,7 @@ static void im2col_wide_below_10_is_a_refusal(void **state) {
   cube_tensor_map_desc_t d = im2col();
   d.format = CUBE_TENSOR_MAP_IM2COL_WIDE;
   cube_tmap_encode_t request;
-  cube_status_t st = cube_tensor_map_prepare(&d, ADDRESS, BINDING, &p, "conv", 0, &request);
+  cube_status_t st = cube_tensor_map_prepare(&d, ADDRESS, BINDING, &p, false, "conv", 0, &request);
   assert_int_equal(cube_status_code(st), CUBE_STATUS_COMPILE_REFUSED);
   assert_true(cube_status_is_refusal(st));
   assert_string_equal(cube_status_message(st),
@@ -511,10 +511,10 @@ static void im2col_wide_below_10_is_a_refusal(void **state) {
   cube_status_release(st);
   // On 10.0 it is judged by the rules.
   p.compute_capability_major = 10;
-  st = cube_tensor_map_prepare(&d, ADDRESS, BINDING, &p, "conv", 0, &request);
+  st = cube_tensor_map_prepare(&d, ADDRESS, BINDING, &p, false, "conv", 0, &request);
   assert_null(st);
   d.lower_corner_w = -40000;
-  st = cube_tensor_map_prepare(&d, ADDRESS, BINDING, &p, "conv", 0, &request);
+  st = cube_tensor_map_prepare(&d, ADDRESS, BINDING, &p, false, "conv", 0, &request);
   assert_int_equal(cube_status_code(st), CUBE_STATUS_LAUNCH_UNKNOWN);
   assert_string_equal(cube_status_message(st),
                       "launch of 'conv': tensor map 0: Lower corner must be in range [-32768, "
@@ -529,7 +529,7 @@ static void malformed_map_is_a_defect(void **state) {
   cube_tensor_map_desc_t d = tiled();
   d.tile[0] = 0;
   cube_tmap_encode_t request;
-  cube_status_t st = cube_tensor_map_prepare(&d, ADDRESS, BINDING, &p, "copy", 2, &request);
+  cube_status_t st = cube_tensor_map_prepare(&d, ADDRESS, BINDING, &p, false, "copy", 2, &request);
   assert_int_equal(cube_status_code(st), CUBE_STATUS_LAUNCH_UNKNOWN);
   assert_false(cube_status_is_refusal(st));
   assert_string_equal(cube_status_message(st),

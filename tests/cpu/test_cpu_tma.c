@@ -57,7 +57,7 @@ static cube__tmap_t encode(const cube_tensor_map_desc_t *desc, void *data, uint6
   cube_device_properties_t p = cpu_props();
   cube_tmap_encode_t request;
   cube_status_t st =
-      cube_tensor_map_prepare(desc, (uint64_t)(uintptr_t)data, size, &p, "test", 0, &request);
+      cube_tensor_map_prepare(desc, (uint64_t)(uintptr_t)data, size, &p, true, "test", 0, &request);
   if (st) cube_status_fprint(st, stderr);
   assert_null(st);
   cube_tmap_t blob;

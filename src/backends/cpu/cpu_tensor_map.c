@@ -49,3 +49,20 @@ cube_status_t cube_cpu_tensor_map_encode(cube_backend_device_t *device, const cu
   memcpy(out_map, &m, sizeof m);
   return CUBE_OK;
 }
+
+size_t cube_cpu_tensor_map_bytes(const cube_dispatch_t *dispatch) {
+  if (!dispatch->tensor_map_mask) return 0;
+  return (size_t)__builtin_popcount(dispatch->tensor_map_mask) * sizeof(cube_tmap_t) + 64;
+}
+
+void cube_cpu_tensor_map_place(const cube_dispatch_t *dispatch, void **buffers, void *storage) {
+  if (!dispatch->tensor_map_mask) return;
+  uintptr_t at = ((uintptr_t)storage + 63) & ~(uintptr_t)63;
+  cube_tmap_t *maps = (cube_tmap_t *)at;
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < dispatch->buffer_count; ++i) {
+    if (!(dispatch->tensor_map_mask & (1u << i))) continue;
+    maps[k] = dispatch->tensor_maps[k];
+    buffers[i] = &maps[k++];
+  }
+}
