@@ -1,6 +1,6 @@
 // cubec vs the raw CUDA driver, side by side in one process, on the first
-// GPU. Prints medians over repeated runs and the ratios against the issue's
-// targets. Without a usable GPU it says so and exits 0 (nothing measured).
+// GPU (TMA tensor-map rows in bench_cuda_tma.h). Prints medians over repeated runs and the ratios
+// against the targets. Without a usable GPU it says so and exits 0 (nothing measured).
 //
 //   ./build/bench/bench_cuda [--quick]
 //
@@ -98,6 +98,8 @@ static CUfunction raw_function(cube_client_t *client, cube_kernel_t *k) {
                     CUBE_LAUNCH_COMPILE_ONLY));
   return function_of(client, k);
 }
+
+#include "bench_cuda_tma.h"
 
 static void bench_launch(cube_client_t *client, const cube_cuda_driver_t *cu) {
   // Short batches, many of them, cubec and raw alternating which goes first:
@@ -451,6 +453,7 @@ int main(int argc, char **argv) {
   bench_launch(client, cu);
   bench_copies(client, cu);
   bench_copy_kernel(client, cu);
+  bench_tma(client, cu);
   cube_client_release(client);
   bench_compile();
   printf("\n%-44s %12s %12s %8s  %s\n", "benchmark", "cubec", "raw", "ratio", "target");
