@@ -109,10 +109,12 @@ static uint64_t elements_bytes(const dtype_info_t *info, uint64_t elements) {
   return (elements * info->bits + 7) / 8;
 }
 
-// The byte stride of dimension |d| (outermost first), wide enough never to wrap.
-static unsigned __int128 stride_bytes(const cube_tensor_map_desc_t *desc, const dtype_info_t *info,
-                                      uint32_t d) {
-  return (unsigned __int128)desc->strides[d] * info->size;
+// Whether the byte stride of dimension |d| (outermost first) is a multiple
+// of |align| (a power of two), computed without the product that may wrap:
+// the element size is a power of two too.
+static bool stride_aligned(const cube_tensor_map_desc_t *desc, const dtype_info_t *info, uint32_t d,
+                           uint64_t align) {
+  return ((desc->strides[d] % align) * info->size) % align == 0;
 }
 
 static bool desc_sizable(const cube_tensor_map_desc_t *desc) {
@@ -235,12 +237,12 @@ static bool check_generic(const cube_tensor_map_desc_t *desc, uint64_t address,
                 "Packed tensor map must have multiple of 2 for the innermost dimension");
   // globalStrides invariants: the outer strides in bytes.
   for (uint32_t d = 0; d + 1 < rank; ++d) {
-    if (stride_bytes(desc, info, d) % 16 != 0)
+    if (!stride_aligned(desc, info, d, 16))
       return fail(message, capacity, "Strides must be 16 byte aligned");
   }
   if (desc->interleave == CUBE_TENSOR_MAP_INTERLEAVE_32B) {
     for (uint32_t d = 0; d + 1 < rank; ++d) {
-      if (stride_bytes(desc, info, d) % 32 != 0)
+      if (!stride_aligned(desc, info, d, 32))
         return fail(message, capacity, "Strides must be 32 byte aligned when interleave is B32");
     }
   }
@@ -261,7 +263,7 @@ static bool check_generic(const cube_tensor_map_desc_t *desc, uint64_t address,
 
   //--- cubec's rules: what the driver refuses and the seed does not check.
   for (uint32_t d = 0; d + 1 < rank; ++d) {
-    if (stride_bytes(desc, info, d) >= ((unsigned __int128)1 << 40))
+    if (desc->strides[d] >= (1ull << 40) / info->size)  // stride * size >= 2^40
       return fail(message, capacity, "Strides must be < 2^40 bytes");
   }
   for (uint32_t d = 0; d < rank; ++d) {
@@ -275,12 +277,18 @@ static bool check_generic(const cube_tensor_map_desc_t *desc, uint64_t address,
   // any other stride would be dropped in silence.
   if (desc->strides[rank - 1] != 1) return fail(message, capacity, "Innermost stride must be 1");
   // A map must not reach past its binding (the next buffer of the page).
-  unsigned __int128 extent = (desc->shape[rank - 1] * (unsigned __int128)info->bits + 7) / 8;
-  for (uint32_t d = 0; d + 1 < rank; ++d)
-    extent += (unsigned __int128)(desc->shape[d] - 1) * stride_bytes(desc, info, d);
-  if (extent > binding_size) {
-    unsigned long long shown = extent > UINT64_MAX ? UINT64_MAX : (unsigned long long)extent;
-    return fail(message, capacity, "Tensor must fit in its binding: %llu bytes > %llu bytes", shown,
+  // Shapes are <= 2^32 and strides < 2^40 bytes here: a product may still
+  // wrap 64 bits, and then the tensor is larger than any binding.
+  uint64_t extent = (desc->shape[rank - 1] * info->bits + 7) / 8;
+  bool wrapped = false;
+  for (uint32_t d = 0; d + 1 < rank; ++d) {
+    uint64_t reach;
+    wrapped |= __builtin_mul_overflow(desc->shape[d] - 1, desc->strides[d] * info->size, &reach);
+    wrapped |= __builtin_add_overflow(extent, reach, &extent);
+  }
+  if (wrapped || extent > binding_size) {
+    return fail(message, capacity, "Tensor must fit in its binding: %llu bytes > %llu bytes",
+                (unsigned long long)(wrapped ? UINT64_MAX : extent),
                 (unsigned long long)binding_size);
   }
   return false;
