@@ -335,9 +335,10 @@ static cube_status_t launch_dispatch(launch_t *l) {
   cube_launch_maps_t maps;
   maps.mask = 0;
   if (cube_status_is_ok(status) && l->tensor_maps) {
-    status =
-        cube_server_note(server, cube_tensor_map_launch(server->device, l->kernel->name, l->args,
-                                                        addresses, l->lengths, true, &maps));
+    status = cube_server_note_in(server,
+                                 cube_tensor_map_launch(server->device, l->kernel->name, l->args,
+                                                        addresses, l->lengths, true, &maps),
+                                 CUBE_STATUS_FAMILY_LAUNCH);
   }
   uint64_t dynamic_address = 0;
   if (cube_status_is_ok(status) && info_words > static_words &&
