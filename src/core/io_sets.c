@@ -44,7 +44,7 @@ bool cube_io_sets_check(const char *answer, size_t max_buffers, const char **out
   for (size_t i = 0; i < length; ++i) {
     // Upper case: a tensor map's parameter (cube/dialect.h).
     if (!strchr("rwxdRWX", answer[i])) {
-      *out_why = "a character other than r, w, x, d (or R, W, X for a tensor map)";
+      *out_why = "a character other than r, w, x or d (or R, W, X: a tensor map)";
       return false;
     }
   }
