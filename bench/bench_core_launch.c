@@ -34,8 +34,9 @@ int main(void) {
   cube_handle_t x, y;
   CHECK(cube_handle_create(client, CUBE_STREAM_CURRENT, 4096, &x));
   CHECK(cube_handle_create(client, CUBE_STREAM_CURRENT, 4096, &y));
-  cube_kernel_buffer_t buffers[2] = {{cube_handle_binding(x), CUBE_IO_READ, 0, NULL, NULL},
-                                     {cube_handle_binding(y), CUBE_IO_READ_WRITE, 0, NULL, NULL}};
+  cube_kernel_buffer_t buffers[2] = {
+      {cube_handle_binding(x), CUBE_IO_READ, 0, NULL, NULL, NULL},
+      {cube_handle_binding(y), CUBE_IO_READ_WRITE, 0, NULL, NULL, NULL}};
   cube_scalar_t a = cube_scalar_f32(2);
   cube_kernel_args_t args = {buffers, 2, &a, 1};
   CHECK(cube_launch(client, CUBE_STREAM_CURRENT, empty, cube_count_static(1, 1, 1), NULL,

@@ -1,6 +1,6 @@
 // cubec vs the raw CUDA driver, side by side in one process, on the first
-// GPU. Prints medians over repeated runs and the ratios against the issue's
-// targets. Without a usable GPU it says so and exits 0 (nothing measured).
+// GPU (TMA tensor-map rows in bench_cuda_tma.h). Prints medians over repeated runs and the ratios
+// against the targets. Without a usable GPU it says so and exits 0 (nothing measured).
 //
 //   ./build/bench/bench_cuda [--quick]
 //
@@ -99,6 +99,8 @@ static CUfunction raw_function(cube_client_t *client, cube_kernel_t *k) {
   return function_of(client, k);
 }
 
+#include "bench_cuda_tma.h"
+
 static void bench_launch(cube_client_t *client, const cube_cuda_driver_t *cu) {
   // Short batches, many of them, cubec and raw alternating which goes first:
   // the machine's drift lands on both sides alike.
@@ -189,8 +191,9 @@ static void bench_launch(cube_client_t *client, const cube_cuda_driver_t *cu) {
   cube_kernel_t *saxpy = kernel("saxpy", kSaxpy, CUBE_KERNEL_DIALECT, 256);
   cube_kernel_t *axpy_raw = kernel("axpy_raw", kRawAxpy, CUBE_KERNEL_CUDA, 256);
   CUfunction raw = raw_function(client, axpy_raw);
-  cube_kernel_buffer_t buffers[2] = {{cube_handle_binding(x), CUBE_IO_READ, 0, NULL, NULL},
-                                     {cube_handle_binding(y), CUBE_IO_READ_WRITE, 0, NULL, NULL}};
+  cube_kernel_buffer_t buffers[2] = {
+      {cube_handle_binding(x), CUBE_IO_READ, 0, NULL, NULL, NULL},
+      {cube_handle_binding(y), CUBE_IO_READ_WRITE, 0, NULL, NULL, NULL}};
   cube_scalar_t a = cube_scalar_f32(0.5f);
   cube_kernel_args_t args = {buffers, 2, &a, 1};
   cube_cube_count_t count = cube_count_static((uint32_t)(n / 256), 1, 1);
@@ -354,8 +357,8 @@ static void bench_copy_kernel(cube_client_t *client, const cube_cuda_driver_t *c
   cube_kernel_t *dialect = kernel("copy_dialect", kCopy, CUBE_KERNEL_DIALECT, 256);
   cube_kernel_t *rawk = kernel("copy_raw", kRawCopy, CUBE_KERNEL_CUDA, 256);
   CUfunction raw = raw_function(client, rawk);
-  cube_kernel_buffer_t buffers[2] = {{cube_handle_binding(x), CUBE_IO_READ, 0, NULL, NULL},
-                                     {cube_handle_binding(y), CUBE_IO_WRITE, 0, NULL, NULL}};
+  cube_kernel_buffer_t buffers[2] = {{cube_handle_binding(x), CUBE_IO_READ, 0, NULL, NULL, NULL},
+                                     {cube_handle_binding(y), CUBE_IO_WRITE, 0, NULL, NULL, NULL}};
   cube_kernel_args_t args = {buffers, 2, NULL, 0};
   cube_cube_count_t count = cube_count_static((uint32_t)(n / 256), 1, 1);
   CHECK(cube_launch(client, CUBE_STREAM_CURRENT, dialect, count, &args, CUBE_LAUNCH_EXECUTE));
@@ -450,6 +453,7 @@ int main(int argc, char **argv) {
   bench_launch(client, cu);
   bench_copies(client, cu);
   bench_copy_kernel(client, cu);
+  bench_tma(client, cu);
   cube_client_release(client);
   bench_compile();
   printf("\n%-44s %12s %12s %8s  %s\n", "benchmark", "cubec", "raw", "ratio", "target");

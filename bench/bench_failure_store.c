@@ -47,9 +47,10 @@ int main(void) {
     CHECK(cube_handle_create(client, CUBE_STREAM_CURRENT, 4, &h[i]));
     CHECK(cube_write(client, CUBE_STREAM_CURRENT, cube_handle_binding(h[i]), &one, 4));
   }
-  cube_kernel_buffer_t buffers[3] = {{cube_handle_binding(h[0]), CUBE_IO_READ, 0, NULL, NULL},
-                                     {cube_handle_binding(h[1]), CUBE_IO_READ_WRITE, 0, NULL, NULL},
-                                     {cube_handle_binding(h[2]), CUBE_IO_WRITE, 0, NULL, NULL}};
+  cube_kernel_buffer_t buffers[3] = {
+      {cube_handle_binding(h[0]), CUBE_IO_READ, 0, NULL, NULL, NULL},
+      {cube_handle_binding(h[1]), CUBE_IO_READ_WRITE, 0, NULL, NULL, NULL},
+      {cube_handle_binding(h[2]), CUBE_IO_WRITE, 0, NULL, NULL, NULL}};
   cube_kernel_args_t args = {buffers, 3, NULL, 0};
   struct {
     const char *name;

@@ -83,8 +83,8 @@ static CUfunction function_of(cube_client_t *client, cube_kernel_t *k) {
 static void inc_work(cube_client_t *client, cube_kernel_t *k, cube_handle_t a, cube_handle_t b) {
   for (int i = 0; i < GRAPH_KERNELS; ++i) {
     cube_kernel_buffer_t bufs[2] = {
-        {cube_handle_binding(i % 2 ? b : a), CUBE_IO_READ, 0, NULL, NULL},
-        {cube_handle_binding(i % 2 ? a : b), CUBE_IO_WRITE, 0, NULL, NULL}};
+        {cube_handle_binding(i % 2 ? b : a), CUBE_IO_READ, 0, NULL, NULL, NULL},
+        {cube_handle_binding(i % 2 ? a : b), CUBE_IO_WRITE, 0, NULL, NULL, NULL}};
     cube_kernel_args_t args = {bufs, 2, NULL, 0};
     CHECK(cube_launch(client, S, k, cube_count_static(INC_N / 256, 1, 1), &args,
                       CUBE_LAUNCH_EXECUTE));
@@ -218,8 +218,8 @@ typedef struct decode_t {
 
 static void launch2(cube_client_t *client, cube_kernel_t *k, cube_handle_t p, cube_buffer_io_t pio,
                     cube_handle_t q, cube_buffer_io_t qio, uint32_t cubes) {
-  cube_kernel_buffer_t bufs[2] = {{cube_handle_binding(p), pio, 0, NULL, NULL},
-                                  {cube_handle_binding(q), qio, 0, NULL, NULL}};
+  cube_kernel_buffer_t bufs[2] = {{cube_handle_binding(p), pio, 0, NULL, NULL, NULL},
+                                  {cube_handle_binding(q), qio, 0, NULL, NULL, NULL}};
   cube_kernel_args_t args = {bufs, 2, NULL, 0};
   CHECK(cube_launch(client, S, k, cube_count_static(cubes, 1, 1), &args, CUBE_LAUNCH_EXECUTE));
 }
@@ -238,9 +238,9 @@ static void decode_step(cube_client_t *client, decode_t *d) {
   for (int l = 0; l < LAYERS; ++l) {
     launch2(client, d->scale, d->x, CUBE_IO_READ, d->h, CUBE_IO_WRITE, HIDDEN / 256);
     cube_kernel_buffer_t bufs[3] = {
-        {cube_handle_binding(d->w[l]), CUBE_IO_READ, 0, NULL, NULL},
-        {cube_handle_slice(d->h, 0, COLS * 4), CUBE_IO_READ, 0, NULL, NULL},
-        {cube_handle_binding(d->o), CUBE_IO_WRITE, 0, NULL, NULL}};
+        {cube_handle_binding(d->w[l]), CUBE_IO_READ, 0, NULL, NULL, NULL},
+        {cube_handle_slice(d->h, 0, COLS * 4), CUBE_IO_READ, 0, NULL, NULL, NULL},
+        {cube_handle_binding(d->o), CUBE_IO_WRITE, 0, NULL, NULL, NULL}};
     cube_scalar_t cols = cube_scalar_u32(COLS);
     cube_kernel_args_t args = {bufs, 3, &cols, 1};
     CHECK(cube_launch(client, S, d->gemv, cube_count_static(ROWS / 8, 1, 1), &args,

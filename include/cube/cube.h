@@ -7,6 +7,7 @@
 #include "cube/device.h"
 #include "cube/memory.h"
 #include "cube/kernel.h"
+#include "cube/tensor_map.h"
 #include "cube/graph.h"
 #include "cube/profile.h"
 #include "cube/collective.h"

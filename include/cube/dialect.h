@@ -169,9 +169,17 @@ typedef struct cube__ctx_t {
 } cube__ctx_t;
 
 #define CUBE__DEVICE static __device__ __forceinline__
-#define CUBE__BODY_ARG_(i, io, T, name) , name, i
+// A buffer is a pointer parameter; a tensor map (TMA section) a by-value
+// one whose address the body takes.
+#define CUBE__BODY_ARG_(i, io, T, name) , CUBE__ARG_REF_##io name, i
 #define CUBE__ENTRY_PARAM(i, t) CUBE__APPLY(CUBE__ENTRY_PARAM_, i, t)
-#define CUBE__ENTRY_PARAM_(i, io, T, name) CUBE__CONST_##io T *name,
+#define CUBE__ENTRY_PARAM_(i, io, T, name) CUBE__ENTRY_TYPE_##io(T) name,
+#define CUBE__ARG_REF_R
+#define CUBE__ARG_REF_W
+#define CUBE__ARG_REF_X
+#define CUBE__ENTRY_TYPE_R(T) const T *
+#define CUBE__ENTRY_TYPE_W(T) T *
+#define CUBE__ENTRY_TYPE_X(T) T *
 
 // |entry_params| and |args| come parenthesized: their commas must not split
 // this macro's arguments.
@@ -582,5 +590,501 @@ CUBE__DEVICE uint64_t cube__stride(const uint64_t *m, uint32_t d) {
   cube__shape(cube__meta(cube__ctx->info, cube__ctx->dynamic, name##__idx), (d))
 #define STRIDE(name, d) \
   cube__stride(cube__meta(cube__ctx->info, cube__ctx->dynamic, name##__idx), (d))
+
+//===--- TMA tensor maps (docs/tma.md) ---===//
+//
+// Kernels that move tiles with the Tensor Memory Accelerator. A map is a
+// signature parameter like a buffer, at the position of its launch argument
+// (a cube_kernel_buffer_t with a tensor_map, cube/tensor_map.h):
+//
+//   CUBE_KERNEL(copy, TENSOR_MAP_IN(src), TENSOR_MAP_OUT(dst)) { ... }
+//
+// On CUDA it arrives by value (a 128-byte __grid_constant__ CUtensorMap) and
+// the macros below are the sm_90 instructions (cp.async.bulk.tensor with an
+// mbarrier, inline PTX); the kernel needs compute capability 9.0. On the CPU
+// the same macros perform the same copy at once (OOB fill, element strides
+// and swizzle included), so a TMA kernel has a CPU oracle; what the CPU
+// cannot realise exactly it refuses at launch, or traps on.
+//
+// Coordinates are given outermost first, as shapes are (the macros reverse
+// them for the instruction). Shared-memory destinations must be 128-byte
+// aligned (SHARED_ALIGNED), 256/512/1024 with 32/64/128-byte swizzle.
+#define TENSOR_MAP_IN(name) (MR, cube__tmap_t, name)
+#define TENSOR_MAP_OUT(name) (MW, cube__tmap_t, name)
+#define TENSOR_MAP_INOUT(name) (MX, cube__tmap_t, name)
+#define CUBE__CONST_MR const
+#define CUBE__CONST_MW const
+#define CUBE__CONST_MX const
+// Upper case: the runtime checks a map argument sits at a map parameter.
+#define CUBE__IOSTR_MR "R"
+#define CUBE__IOSTR_MW "W"
+#define CUBE__IOSTR_MX "X"
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+
+typedef struct __align__(64) cube__tmap_t {
+  unsigned long long opaque[16];
+}
+cube__tmap_t;
+#define CUBE__ARG_REF_MR &
+#define CUBE__ARG_REF_MW &
+#define CUBE__ARG_REF_MX &
+#define CUBE__ENTRY_TYPE_MR(T) const __grid_constant__ T
+#define CUBE__ENTRY_TYPE_MW(T) const __grid_constant__ T
+#define CUBE__ENTRY_TYPE_MX(T) const __grid_constant__ T
+
+#define SHARED_ALIGNED(T, name, count, align) \
+  __shared__ __align__(align)                 \
+  T name[count]
+
+CUBE__DEVICE uint32_t cube__smem(const void *p) {
+  uint32_t address;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(address) : "l"(p));
+  return address;
+}
+CUBE__DEVICE uint64_t cube__tmap_addr(const cube__tmap_t *map) {
+  return (uint64_t)map;  // the generic address of the __grid_constant__ parameter
+}
+CUBE__DEVICE void cube__mbar_init(uint64_t *bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(cube__smem(bar)), "r"(count)
+               : "memory");
+}
+CUBE__DEVICE void cube__mbar_arrive_expect_tx(uint64_t *bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(cube__smem(bar)),
+               "r"(bytes)
+               : "memory");
+}
+CUBE__DEVICE void cube__mbar_arrive(uint64_t *bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(cube__smem(bar)) : "memory");
+}
+// Labels inside braces: the wait can be inlined any number of times.
+CUBE__DEVICE void cube__mbar_wait(uint64_t *bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred cube_p;\n"
+      "CUBE_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 cube_p, [%0], %1;\n"
+      "@!cube_p bra CUBE_WAIT;\n"
+      "}\n" ::"r"(cube__smem(bar)),
+      "r"(parity)
+      : "memory");
+}
+#define MBAR_INIT(bar, count) cube__mbar_init((bar), (uint32_t)(count))
+#define MBAR_ARRIVE_EXPECT_TX(bar, bytes) cube__mbar_arrive_expect_tx((bar), (uint32_t)(bytes))
+#define MBAR_ARRIVE(bar) cube__mbar_arrive(bar)
+#define MBAR_WAIT(bar, parity) cube__mbar_wait((bar), (uint32_t)(parity))
+// After MBAR_INIT, before other units or the TMA unit use the barrier.
+#define FENCE_MBAR_INIT() asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory")
+// Before a TMA store reads shared memory the units wrote (and after a TMA
+// load, before the units overwrite what a later store will read).
+#define FENCE_PROXY_ASYNC() asm volatile("fence.proxy.async.shared::cta;" ::: "memory")
+
+#define CUBE__TMA_LOAD(dims, coords, ...)                                                     \
+  asm volatile("cp.async.bulk.tensor." dims                                                   \
+               ".shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, " coords \
+               "], [%2];" ::__VA_ARGS__                                                       \
+               : "memory")
+CUBE__DEVICE void cube__tma_load_1d(void *s, const cube__tmap_t *m, uint64_t *b, int32_t c0) {
+  CUBE__TMA_LOAD("1d", "{%3}", "r"(cube__smem(s)), "l"(cube__tmap_addr(m)), "r"(cube__smem(b)),
+                 "r"(c0));
+}
+CUBE__DEVICE void cube__tma_load_2d(void *s, const cube__tmap_t *m, uint64_t *b, int32_t c0,
+                                    int32_t c1) {
+  CUBE__TMA_LOAD("2d", "{%3, %4}", "r"(cube__smem(s)), "l"(cube__tmap_addr(m)), "r"(cube__smem(b)),
+                 "r"(c0), "r"(c1));
+}
+CUBE__DEVICE void cube__tma_load_3d(void *s, const cube__tmap_t *m, uint64_t *b, int32_t c0,
+                                    int32_t c1, int32_t c2) {
+  CUBE__TMA_LOAD("3d", "{%3, %4, %5}", "r"(cube__smem(s)), "l"(cube__tmap_addr(m)),
+                 "r"(cube__smem(b)), "r"(c0), "r"(c1), "r"(c2));
+}
+CUBE__DEVICE void cube__tma_load_4d(void *s, const cube__tmap_t *m, uint64_t *b, int32_t c0,
+                                    int32_t c1, int32_t c2, int32_t c3) {
+  CUBE__TMA_LOAD("4d", "{%3, %4, %5, %6}", "r"(cube__smem(s)), "l"(cube__tmap_addr(m)),
+                 "r"(cube__smem(b)), "r"(c0), "r"(c1), "r"(c2), "r"(c3));
+}
+CUBE__DEVICE void cube__tma_load_5d(void *s, const cube__tmap_t *m, uint64_t *b, int32_t c0,
+                                    int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
+  CUBE__TMA_LOAD("5d", "{%3, %4, %5, %6, %7}", "r"(cube__smem(s)), "l"(cube__tmap_addr(m)),
+                 "r"(cube__smem(b)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4));
+}
+#define CUBE__TMA_LOAD_IM2COL(dims, coords, offsets, ...)                                       \
+  asm volatile("cp.async.bulk.tensor." dims                                                     \
+               ".shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%0], [%1, " coords \
+               "], [%2], " offsets ";" ::__VA_ARGS__                                            \
+               : "memory")
+CUBE__DEVICE void cube__tma_load_im2col_3d(void *s, const cube__tmap_t *m, uint64_t *b, int32_t c,
+                                           int32_t w, int32_t n, uint16_t ow) {
+  CUBE__TMA_LOAD_IM2COL("3d", "{%3, %4, %5}", "{%6}", "r"(cube__smem(s)), "l"(cube__tmap_addr(m)),
+                        "r"(cube__smem(b)), "r"(c), "r"(w), "r"(n), "h"(ow));
+}
+CUBE__DEVICE void cube__tma_load_im2col_4d(void *s, const cube__tmap_t *m, uint64_t *b, int32_t c,
+                                           int32_t w, int32_t h, int32_t n, uint16_t ow,
+                                           uint16_t oh) {
+  CUBE__TMA_LOAD_IM2COL("4d", "{%3, %4, %5, %6}", "{%7, %8}", "r"(cube__smem(s)),
+                        "l"(cube__tmap_addr(m)), "r"(cube__smem(b)), "r"(c), "r"(w), "r"(h), "r"(n),
+                        "h"(ow), "h"(oh));
+}
+CUBE__DEVICE void cube__tma_load_im2col_5d(void *s, const cube__tmap_t *m, uint64_t *b, int32_t c,
+                                           int32_t w, int32_t h, int32_t d, int32_t n, uint16_t ow,
+                                           uint16_t oh, uint16_t od) {
+  CUBE__TMA_LOAD_IM2COL("5d", "{%3, %4, %5, %6, %7}", "{%8, %9, %10}", "r"(cube__smem(s)),
+                        "l"(cube__tmap_addr(m)), "r"(cube__smem(b)), "r"(c), "r"(w), "r"(h), "r"(d),
+                        "r"(n), "h"(ow), "h"(oh), "h"(od));
+}
+#define CUBE__TMA_STORE(dims, coords, ...)                                                     \
+  asm volatile("cp.async.bulk.tensor." dims ".global.shared::cta.tile.bulk_group [%0, " coords \
+               "], [%1];" ::__VA_ARGS__                                                        \
+               : "memory")
+CUBE__DEVICE void cube__tma_store_1d(const cube__tmap_t *m, const void *s, int32_t c0) {
+  CUBE__TMA_STORE("1d", "{%2}", "l"(cube__tmap_addr(m)), "r"(cube__smem(s)), "r"(c0));
+}
+CUBE__DEVICE void cube__tma_store_2d(const cube__tmap_t *m, const void *s, int32_t c0, int32_t c1) {
+  CUBE__TMA_STORE("2d", "{%2, %3}", "l"(cube__tmap_addr(m)), "r"(cube__smem(s)), "r"(c0), "r"(c1));
+}
+CUBE__DEVICE void cube__tma_store_3d(const cube__tmap_t *m, const void *s, int32_t c0, int32_t c1,
+                                     int32_t c2) {
+  CUBE__TMA_STORE("3d", "{%2, %3, %4}", "l"(cube__tmap_addr(m)), "r"(cube__smem(s)), "r"(c0),
+                  "r"(c1), "r"(c2));
+}
+CUBE__DEVICE void cube__tma_store_4d(const cube__tmap_t *m, const void *s, int32_t c0, int32_t c1,
+                                     int32_t c2, int32_t c3) {
+  CUBE__TMA_STORE("4d", "{%2, %3, %4, %5}", "l"(cube__tmap_addr(m)), "r"(cube__smem(s)), "r"(c0),
+                  "r"(c1), "r"(c2), "r"(c3));
+}
+CUBE__DEVICE void cube__tma_store_5d(const cube__tmap_t *m, const void *s, int32_t c0, int32_t c1,
+                                     int32_t c2, int32_t c3, int32_t c4) {
+  CUBE__TMA_STORE("5d", "{%2, %3, %4, %5, %6}", "l"(cube__tmap_addr(m)), "r"(cube__smem(s)),
+                  "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4));
+}
+#define TMA_STORE_COMMIT() asm volatile("cp.async.bulk.commit_group;" ::: "memory")
+// Every committed store has finished (its bytes are in global memory).
+#define TMA_STORE_WAIT() asm volatile("cp.async.bulk.wait_group 0;" ::: "memory")
+// Every committed store has read its shared memory (the tile may be reused).
+#define TMA_STORE_WAIT_READ() asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory")
+
+#define TMA_LOAD_1D(smem, map, bar, x) cube__tma_load_1d((smem), (map), (bar), (int32_t)(x))
+#define TMA_LOAD_2D(smem, map, bar, y, x) \
+  cube__tma_load_2d((smem), (map), (bar), (int32_t)(x), (int32_t)(y))
+#define TMA_LOAD_3D(smem, map, bar, z, y, x) \
+  cube__tma_load_3d((smem), (map), (bar), (int32_t)(x), (int32_t)(y), (int32_t)(z))
+#define TMA_LOAD_4D(smem, map, bar, w, z, y, x) \
+  cube__tma_load_4d((smem), (map), (bar), (int32_t)(x), (int32_t)(y), (int32_t)(z), (int32_t)(w))
+#define TMA_LOAD_5D(smem, map, bar, v, w, z, y, x)                                                \
+  cube__tma_load_5d((smem), (map), (bar), (int32_t)(x), (int32_t)(y), (int32_t)(z), (int32_t)(w), \
+                    (int32_t)(v))
+#define TMA_LOAD_IM2COL_3D(smem, map, bar, n, w, c, ow)                                    \
+  cube__tma_load_im2col_3d((smem), (map), (bar), (int32_t)(c), (int32_t)(w), (int32_t)(n), \
+                           (uint16_t)(ow))
+#define TMA_LOAD_IM2COL_4D(smem, map, bar, n, h, w, c, oh, ow)                             \
+  cube__tma_load_im2col_4d((smem), (map), (bar), (int32_t)(c), (int32_t)(w), (int32_t)(h), \
+                           (int32_t)(n), (uint16_t)(ow), (uint16_t)(oh))
+#define TMA_LOAD_IM2COL_5D(smem, map, bar, n, d, h, w, c, od, oh, ow)                      \
+  cube__tma_load_im2col_5d((smem), (map), (bar), (int32_t)(c), (int32_t)(w), (int32_t)(h), \
+                           (int32_t)(d), (int32_t)(n), (uint16_t)(ow), (uint16_t)(oh),     \
+                           (uint16_t)(od))
+#define TMA_STORE_1D(map, smem, x) cube__tma_store_1d((map), (smem), (int32_t)(x))
+#define TMA_STORE_2D(map, smem, y, x) cube__tma_store_2d((map), (smem), (int32_t)(x), (int32_t)(y))
+#define TMA_STORE_3D(map, smem, z, y, x) \
+  cube__tma_store_3d((map), (smem), (int32_t)(x), (int32_t)(y), (int32_t)(z))
+#define TMA_STORE_4D(map, smem, w, z, y, x) \
+  cube__tma_store_4d((map), (smem), (int32_t)(x), (int32_t)(y), (int32_t)(z), (int32_t)(w))
+#define TMA_STORE_5D(map, smem, v, w, z, y, x)                                              \
+  cube__tma_store_5d((map), (smem), (int32_t)(x), (int32_t)(y), (int32_t)(z), (int32_t)(w), \
+                     (int32_t)(v))
+
+#else  //===--- TMA on the CPU: the same copies, done at once ---===//
+
+// The CPU backend's encoded map (it fills one per launch in the 128 bytes a
+// CUtensorMap takes). Innermost dimension first, as the driver's.
+#define CUBE__TMAP_MAGIC 0x50414d54u  // "TMAP"
+#define CUBE__TMAP_TILED 0
+#define CUBE__TMAP_IM2COL 1
+typedef struct cube__tmap_t {
+  _Alignas(64) unsigned char *base;  // element 0
+  uint64_t strides[5];               // bytes; strides[0] is the element size
+  uint32_t dims_m1[5];               // extent - 1 (extents reach 2^32)
+  uint16_t box[5];                   // tiled
+  int16_t lower[3];                  // im2col corners, W first
+  int16_t upper[3];
+  uint16_t channels;  // im2col
+  uint16_t pixels;
+  uint8_t elem_strides[5];
+  uint8_t rank;
+  uint8_t format;  // CUBE__TMAP_TILED or CUBE__TMAP_IM2COL
+  uint8_t elem_bytes;
+  uint8_t swizzle_span;  // 0, 32, 64 or 128
+  uint8_t oob_nan;
+  uint32_t magic;
+} cube__tmap_t;
+_Static_assert(sizeof(cube__tmap_t) == 128, "a CPU tensor map fills a CUtensorMap's 128 bytes");
+
+#define SHARED_ALIGNED(T, name, count, align) \
+  T *name = (T *)cube__shared_take(cube__ctx, &cube__shoff, sizeof(T) * (uint64_t)(count), (align))
+
+// An mbarrier in its 8 bytes of shared memory: transaction bytes still
+// expected, arrivals still pending, and the phase in the top bit of the
+// arrival count.
+typedef struct cube__mbar_t {
+  int32_t tx;
+  uint16_t pending;
+  uint16_t expected_phase;
+} cube__mbar_t;
+
+static inline cube__mbar_t cube__mbar_get(const uint64_t *bar) {
+  cube__mbar_t m;
+  memcpy(&m, bar, sizeof m);
+  return m;
+}
+static inline void cube__mbar_put(uint64_t *bar, cube__mbar_t m) {
+  if (m.pending == 0 && m.tx == 0) {  // the phase completes
+    m.expected_phase ^= 0x8000u;
+    m.pending = m.expected_phase & 0x7fffu;
+  }
+  memcpy(bar, &m, sizeof m);
+}
+static inline void cube__mbar_init(cube__ctx_t *ctx, uint64_t *bar, uint32_t count) {
+  if (count == 0 || count > 0x7fffu) ctx->trap(ctx, "MBAR_INIT: count must be 1..32767");
+  cube__mbar_t m = {0, (uint16_t)count, (uint16_t)count};
+  memcpy(bar, &m, sizeof m);
+}
+static inline void cube__mbar_arrive_tx(cube__ctx_t *ctx, uint64_t *bar, int64_t tx, int arrive) {
+  cube__mbar_t m = cube__mbar_get(bar);
+  if (arrive && m.pending == 0) ctx->trap(ctx, "MBAR_ARRIVE: more arrivals than MBAR_INIT's count");
+  m.tx += (int32_t)tx;
+  m.pending = (uint16_t)(m.pending - (arrive ? 1 : 0));
+  cube__mbar_put(bar, m);
+}
+static inline void cube__mbar_wait(cube__ctx_t *ctx, uint64_t *bar, uint32_t parity) {
+  cube__mbar_t m = cube__mbar_get(bar);
+  // The phase of parity |parity| is done when the current phase is the other.
+  if (((m.expected_phase >> 15) & 1u) != (parity & 1u)) return;
+  // Nothing else can complete it: units run one after another, and a TMA
+  // load completes the moment it is issued.
+  ctx->trap(ctx,
+            "MBAR_WAIT on a phase nothing completed: on the CPU a TMA load completes when "
+            "issued, so the issuing unit must run first (issue from unit 0) and the expected "
+            "bytes must match the loads");
+}
+#define MBAR_INIT(bar, count) cube__mbar_init(cube__ctx, (bar), (uint32_t)(count))
+#define MBAR_ARRIVE_EXPECT_TX(bar, bytes) \
+  cube__mbar_arrive_tx(cube__ctx, (bar), (int64_t)(uint32_t)(bytes), 1)
+#define MBAR_ARRIVE(bar) cube__mbar_arrive_tx(cube__ctx, (bar), 0, 1)
+#define MBAR_WAIT(bar, parity) cube__mbar_wait(cube__ctx, (bar), (uint32_t)(parity))
+// Units of a cube run one after another: every write is already visible.
+#define FENCE_MBAR_INIT() ((void)0)
+#define FENCE_PROXY_ASYNC() ((void)0)
+#define TMA_STORE_COMMIT() ((void)0)
+#define TMA_STORE_WAIT() ((void)0)
+#define TMA_STORE_WAIT_READ() ((void)0)
+
+// The byte in shared memory where byte |offset| of a box lands: 16-byte
+// chunks XORed with the 128-byte row bits, as the hardware does (CUTLASS's
+// Swizzle<1|2|3, 4, 3>), over offsets from the start of the cube's shared
+// memory.
+static inline uint64_t cube__tma_swizzle(uint32_t span, uint64_t offset) {
+  uint64_t mask = span == 128 ? 7 : span == 64 ? 3 : span == 32 ? 1 : 0;
+  return offset ^ (((offset >> 7) & mask) << 4);
+}
+
+static inline void cube__tma_fill(const cube__tmap_t *m, unsigned char *out) {
+  memset(out, m->oob_nan ? 0xff : 0, m->elem_bytes);
+  // A quiet NaN of the element's width, sign clear (little-endian).
+  if (m->oob_nan) out[m->elem_bytes - 1] = 0x7f;
+}
+
+// Checks a map before anything is read from it.
+static inline void cube__tma_check_map(cube__ctx_t *ctx, const cube__tmap_t *m, uint32_t rank,
+                                       uint32_t format) {
+  if (m->magic != CUBE__TMAP_MAGIC)
+    ctx->trap(ctx, "TMA: the argument is not a tensor map (declare it TENSOR_MAP_IN/OUT)");
+  if (m->format != format)
+    ctx->trap(ctx, format == CUBE__TMAP_TILED ? "TMA: a tiled copy through an im2col map"
+                                              : "TMA: an im2col copy through a tiled map");
+  if (m->rank != rank) ctx->trap(ctx, "TMA: the copy's rank is not the map's rank");
+}
+
+// Checks the shared-memory range of a copy; returns its offset in the
+// cube's shared memory.
+static inline uint64_t cube__tma_smem(cube__ctx_t *ctx, const cube__tmap_t *m, const void *smem,
+                                      uint64_t bytes) {
+  const uintptr_t p = (uintptr_t)smem, arena = (uintptr_t)ctx->shared;
+  if (p < arena || p - arena > ctx->shared_size || bytes > ctx->shared_size - (p - arena))
+    ctx->trap(ctx, "TMA: the box does not lie in the cube's shared memory");
+  uint64_t offset = (uint64_t)(p - arena);
+  uint64_t align = m->swizzle_span ? 8u * m->swizzle_span : 128u;
+  if (offset % align != 0)
+    ctx->trap(ctx,
+              "TMA: the shared-memory box is not aligned (128 bytes; 256, 512 or 1024 with "
+              "32, 64 or 128-byte swizzle)");
+  return offset;
+}
+
+// Tiled copy of the box at |c| (innermost first) between global memory and
+// the cube's shared memory at |smem|; |to_shared| picks the direction.
+static inline uint64_t cube__tma_tile(cube__ctx_t *ctx, const cube__tmap_t *m, void *smem,
+                                      uint32_t rank, const int32_t *c, int to_shared) {
+  cube__tma_check_map(ctx, m, rank, CUBE__TMAP_TILED);
+  uint32_t n[5] = {1, 1, 1, 1, 1};
+  uint64_t total = 1;
+  for (uint32_t d = 0; d < rank; ++d) {
+    // The innermost element stride is ignored without interleave.
+    uint32_t es = d == 0 ? 1u : m->elem_strides[d];
+    n[d] = ((uint32_t)m->box[d] + es - 1) / es;
+    total *= n[d];
+  }
+  const uint32_t eb = m->elem_bytes;
+  const uint64_t bytes = total * eb;
+  if (!to_shared) {
+    for (uint32_t d = 1; d < rank; ++d)
+      if (m->elem_strides[d] != 1)
+        ctx->trap(ctx, "TMA_STORE: element strides other than 1 have no exact CPU realisation");
+  }
+  const uint64_t base = cube__tma_smem(ctx, m, smem, bytes);
+  uint32_t i[5] = {0, 0, 0, 0, 0};
+  for (uint64_t k = 0; k < total; k += n[0]) {
+    // One row of the box: the outer coordinates are fixed.
+    int in_row = 1;
+    uint64_t row = 0;
+    for (uint32_t d = 1; d < rank; ++d) {
+      int64_t x = (int64_t)c[d] + (int64_t)i[d] * m->elem_strides[d];
+      if (x < 0 || x > (int64_t)m->dims_m1[d])
+        in_row = 0;
+      else
+        row += (uint64_t)x * m->strides[d];
+    }
+    for (uint32_t j = 0; j < n[0]; ++j) {
+      int64_t x = (int64_t)c[0] + j;
+      int in = in_row && x >= 0 && x <= (int64_t)m->dims_m1[0];
+      unsigned char *s = ctx->shared + cube__tma_swizzle(m->swizzle_span, base + (k + j) * eb);
+      if (!in) {
+        // A load fills what lies outside the tensor; a store drops it.
+        if (to_shared) cube__tma_fill(m, s);
+        continue;
+      }
+      unsigned char *g = m->base + row + (uint64_t)x * eb;
+      if (to_shared)
+        memcpy(s, g, eb);
+      else
+        memcpy(g, s, eb);
+    }
+    for (uint32_t d = 1; d < rank; ++d) {
+      if (++i[d] < n[d]) break;
+      i[d] = 0;
+    }
+  }
+  return bytes;
+}
+
+static inline void cube__tma_load_tile(cube__ctx_t *ctx, void *smem, const cube__tmap_t *m,
+                                       uint64_t *bar, uint32_t rank, const int32_t *c) {
+  uint64_t bytes = cube__tma_tile(ctx, m, smem, rank, c, 1);
+  cube__mbar_arrive_tx(ctx, bar, -(int64_t)bytes, 0);
+}
+
+static inline void cube__tma_store_tile(cube__ctx_t *ctx, const cube__tmap_t *m, const void *smem,
+                                        uint32_t rank, const int32_t *c) {
+  cube__tma_tile(ctx, m, (void *)smem, rank, c, 0);
+}
+
+// Im2col: |pixels| pixels of |channels| channels each, the first at the
+// coordinates |c| (C, W, H, D, N innermost first), walking the pixel box
+// (the corners, at offset 0) W fastest, then H, D and N, each position read
+// at itself plus the offsets |o| (W, H, D).
+static inline void cube__tma_load_im2col(cube__ctx_t *ctx, void *smem, const cube__tmap_t *m,
+                                         uint64_t *bar, uint32_t rank, const int32_t *c,
+                                         const uint16_t *o) {
+  cube__tma_check_map(ctx, m, rank, CUBE__TMAP_IM2COL);
+  const uint32_t eb = m->elem_bytes, spatial = rank - 2;
+  const uint64_t bytes = (uint64_t)m->pixels * m->channels * eb;
+  const uint64_t base = cube__tma_smem(ctx, m, smem, bytes);
+  int64_t p[3] = {0, 0, 0}, lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};
+  for (uint32_t s = 0; s < spatial; ++s) {
+    p[s] = c[1 + s];
+    lo[s] = m->lower[s];
+    hi[s] = (int64_t)m->dims_m1[1 + s] + m->upper[s];
+  }
+  int64_t batch = c[rank - 1];
+  for (uint32_t k = 0; k < m->pixels; ++k) {
+    int in_pixel = batch >= 0 && batch <= (int64_t)m->dims_m1[rank - 1];
+    uint64_t at = in_pixel ? (uint64_t)batch * m->strides[rank - 1] : 0;
+    for (uint32_t s = 0; s < spatial && in_pixel; ++s) {
+      int64_t x = p[s] + o[s];
+      if (x < 0 || x > (int64_t)m->dims_m1[1 + s])
+        in_pixel = 0;
+      else
+        at += (uint64_t)x * m->strides[1 + s];
+    }
+    for (uint32_t ch = 0; ch < m->channels; ++ch) {
+      int64_t x = (int64_t)c[0] + ch;
+      unsigned char *s =
+          ctx->shared +
+          cube__tma_swizzle(m->swizzle_span, base + ((uint64_t)k * m->channels + ch) * eb);
+      if (in_pixel && x >= 0 && x <= (int64_t)m->dims_m1[0])
+        memcpy(s, m->base + at + x * eb, eb);
+      else
+        cube__tma_fill(m, s);
+    }
+    // The next pixel of the box: W by its traversal stride, wrapping into H,
+    // D, then the next image.
+    uint32_t s = 0;
+    for (; s < spatial; ++s) {
+      p[s] += m->elem_strides[1 + s];
+      if (p[s] <= hi[s]) break;
+      p[s] = lo[s];
+    }
+    if (s == spatial) ++batch;
+  }
+  cube__mbar_arrive_tx(ctx, bar, -(int64_t)bytes, 0);
+}
+
+#define CUBE__TMA_TILE_LOAD(smem, map, bar, rank, ...)                    \
+  do {                                                                    \
+    const int32_t cube__tc[rank] = {__VA_ARGS__};                         \
+    cube__tma_load_tile(cube__ctx, (smem), (map), (bar), rank, cube__tc); \
+  } while (0)
+#define CUBE__TMA_TILE_STORE(map, smem, rank, ...)                  \
+  do {                                                              \
+    const int32_t cube__tc[rank] = {__VA_ARGS__};                   \
+    cube__tma_store_tile(cube__ctx, (map), (smem), rank, cube__tc); \
+  } while (0)
+#define TMA_LOAD_1D(smem, map, bar, x) CUBE__TMA_TILE_LOAD(smem, map, bar, 1, (int32_t)(x))
+#define TMA_LOAD_2D(smem, map, bar, y, x) \
+  CUBE__TMA_TILE_LOAD(smem, map, bar, 2, (int32_t)(x), (int32_t)(y))
+#define TMA_LOAD_3D(smem, map, bar, z, y, x) \
+  CUBE__TMA_TILE_LOAD(smem, map, bar, 3, (int32_t)(x), (int32_t)(y), (int32_t)(z))
+#define TMA_LOAD_4D(smem, map, bar, w, z, y, x) \
+  CUBE__TMA_TILE_LOAD(smem, map, bar, 4, (int32_t)(x), (int32_t)(y), (int32_t)(z), (int32_t)(w))
+#define TMA_LOAD_5D(smem, map, bar, v, w, z, y, x)                                               \
+  CUBE__TMA_TILE_LOAD(smem, map, bar, 5, (int32_t)(x), (int32_t)(y), (int32_t)(z), (int32_t)(w), \
+                      (int32_t)(v))
+#define TMA_STORE_1D(map, smem, x) CUBE__TMA_TILE_STORE(map, smem, 1, (int32_t)(x))
+#define TMA_STORE_2D(map, smem, y, x) CUBE__TMA_TILE_STORE(map, smem, 2, (int32_t)(x), (int32_t)(y))
+#define TMA_STORE_3D(map, smem, z, y, x) \
+  CUBE__TMA_TILE_STORE(map, smem, 3, (int32_t)(x), (int32_t)(y), (int32_t)(z))
+#define TMA_STORE_4D(map, smem, w, z, y, x) \
+  CUBE__TMA_TILE_STORE(map, smem, 4, (int32_t)(x), (int32_t)(y), (int32_t)(z), (int32_t)(w))
+#define TMA_STORE_5D(map, smem, v, w, z, y, x)                                               \
+  CUBE__TMA_TILE_STORE(map, smem, 5, (int32_t)(x), (int32_t)(y), (int32_t)(z), (int32_t)(w), \
+                       (int32_t)(v))
+#define CUBE__TMA_IM2COL_LOAD(smem, map, bar, rank, coords, offsets)                  \
+  do {                                                                                \
+    const int32_t cube__tc[rank] = {CUBE__UNPACK coords};                             \
+    const uint16_t cube__to[rank - 2] = {CUBE__UNPACK offsets};                       \
+    cube__tma_load_im2col(cube__ctx, (smem), (map), (bar), rank, cube__tc, cube__to); \
+  } while (0)
+#define TMA_LOAD_IM2COL_3D(smem, map, bar, n, w, c, ow)                                \
+  CUBE__TMA_IM2COL_LOAD(smem, map, bar, 3, ((int32_t)(c), (int32_t)(w), (int32_t)(n)), \
+                        ((uint16_t)(ow)))
+#define TMA_LOAD_IM2COL_4D(smem, map, bar, n, h, w, c, oh, ow)                    \
+  CUBE__TMA_IM2COL_LOAD(smem, map, bar, 4,                                        \
+                        ((int32_t)(c), (int32_t)(w), (int32_t)(h), (int32_t)(n)), \
+                        ((uint16_t)(ow), (uint16_t)(oh)))
+#define TMA_LOAD_IM2COL_5D(smem, map, bar, n, d, h, w, c, od, oh, ow)                           \
+  CUBE__TMA_IM2COL_LOAD(smem, map, bar, 5,                                                      \
+                        ((int32_t)(c), (int32_t)(w), (int32_t)(h), (int32_t)(d), (int32_t)(n)), \
+                        ((uint16_t)(ow), (uint16_t)(oh), (uint16_t)(od)))
+
+#endif  // TMA backend
 
 #endif  // CUBE_DIALECT_H_

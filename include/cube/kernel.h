@@ -60,6 +60,8 @@ typedef enum cube_buffer_io_t {
   CUBE_IO_DEAD = 4,  // neither
 } cube_buffer_io_t;
 
+struct cube_tensor_map_desc_t;  // cube/tensor_map.h
+
 typedef struct cube_kernel_buffer_t {
   cube_binding_t binding;
   cube_buffer_io_t io;
@@ -67,6 +69,11 @@ typedef struct cube_kernel_buffer_t {
   uint32_t rank;
   const uint64_t *shape;
   const uint64_t *strides;
+  // Non-NULL: this argument is a TMA tensor map over the tensor in
+  // |binding| (cube/tensor_map.h), for a TENSOR_MAP_IN / _OUT / _INOUT
+  // parameter; borrowed for the call. Its buffer is read and written as
+  // |io| (or the kernel's declaration) says, like any other.
+  const struct cube_tensor_map_desc_t *tensor_map;
 } cube_kernel_buffer_t;
 
 typedef enum cube_scalar_type_t {

@@ -21,6 +21,7 @@
 
 #include "base/visibility.h"
 #include "core/config.h"
+#include "core/tensor_map_types.h"
 
 typedef struct cube_backend_device_t cube_backend_device_t;  // a backend's device
 typedef struct cube_bstream_t cube_bstream_t;                // a backend queue
@@ -67,6 +68,12 @@ typedef struct cube_dispatch_t {
   // CUDA: the dynamic part already uploaded (device address) by the core's
   // info cache, or 0 to let the backend use |info| directly (CPU).
   uint64_t dynamic_info_address;
+  // Tensor maps: bit i set means argument i is a map, passed by value
+  // instead of buffers[i]; the maps are in |tensor_maps| in argument order,
+  // one per set bit (encoded by tensor_map_encode). May not be kept past
+  // the call.
+  uint32_t tensor_map_mask;
+  const cube_tmap_t *tensor_maps;
 } cube_dispatch_t;
 
 // A strided copy between host memory and a page. Shapes/strides are in
@@ -148,6 +155,12 @@ typedef struct cube_bcopy_t {
 //                        load (the core then rebuilds once).
 //   kernel_release       drops a loaded kernel.
 //   dispatch             queues one resolved launch.
+//   tensor_map_encode    encodes one tensor map (the core has validated and
+//                        converted it, core/tensor_map.h) into the 128 bytes
+//                        the kernel receives by value. A driver refusal is
+//                        LAUNCH_UNKNOWN with the driver's error (the core
+//                        names the cause); a format the backend cannot encode
+//                        at all is COMPILE_REFUSED.
 // Graphs
 //   capture_begin / capture_end / graph_replay / graph_destroy   record the
 //                        stream's dispatches into a graph and replay it.
@@ -234,6 +247,9 @@ typedef struct cube_bcopy_t {
   XS(dispatch,                                                                                  \
      (cube_backend_device_t *device, cube_bstream_t *stream, const cube_dispatch_t *dispatch),  \
      (device, stream, dispatch))                                                                \
+  XS(tensor_map_encode,                                                                         \
+     (cube_backend_device_t *device, const cube_tmap_encode_t *request, cube_tmap_t *out_map),  \
+     (device, request, out_map))                                                                \
   /* Graphs */                                                                                  \
   XS(capture_begin, (cube_backend_device_t *device, cube_bstream_t *stream), (device, stream))  \
   XS(capture_end,                                                                               \
@@ -275,6 +291,9 @@ typedef enum cube_backend_capability_t {
   // core uploads it through the info cache (CUDA). Without it the backend
   // reads the info block from host memory at dispatch (CPU).
   CUBE_BACKEND_CAP_DEVICE_INFO = 1u << 0,
+  // The backend performs tensor-map copies itself (the CPU: the dialect's
+  // TMA macros): maps need no TMA hardware there.
+  CUBE_BACKEND_CAP_TENSOR_MAP_EMULATED = 1u << 1,
 } cube_backend_capability_t;
 
 // Every backend device starts with this header.

@@ -8,8 +8,10 @@ unsigned cube_io_sets_of(const char *compiled, size_t index, cube_buffer_io_t de
   if (compiled && strnlen(compiled, index + 1) > index) {
     switch (compiled[index]) {
       case 'r':
+      case 'R':  // a tensor map's buffer (upper case: a map parameter)
         return CUBE_IO_SET_READ;
       case 'w':
+      case 'W':
         return CUBE_IO_SET_WRITE;
       case 'd':
         return 0;
@@ -40,10 +42,17 @@ bool cube_io_sets_check(const char *answer, size_t max_buffers, const char **out
     return false;
   }
   for (size_t i = 0; i < length; ++i) {
-    if (answer[i] != 'r' && answer[i] != 'w' && answer[i] != 'x' && answer[i] != 'd') {
-      *out_why = "a character other than r, w, x or d";
+    // Upper case: a tensor map's parameter (cube/dialect.h).
+    if (!strchr("rwxdRWX", answer[i])) {
+      *out_why = "a character other than r, w, x or d (or R, W, X: a tensor map)";
       return false;
     }
   }
   return true;
+}
+
+int cube_io_sets_is_map(const char *compiled, size_t index) {
+  if (!compiled || strnlen(compiled, index + 1) <= index) return -1;
+  char c = compiled[index];
+  return c == 'R' || c == 'W' || c == 'X';
 }

@@ -12,6 +12,7 @@
 #include "core/launch.h"
 #include "core/profile.h"
 #include "core/server.h"
+#include "core/tensor_map.h"
 
 //===--- IO sets ---===//
 
@@ -32,6 +33,7 @@ struct cube_pending_launch_t {
   cube_kernel_args_t args;
   cube_kernel_buffer_t buffers[CUBE_MAX_BUFFERS];
   uint64_t meta[CUBE_MAX_BUFFERS][2 * CUBE_MAX_RANK];
+  cube_tensor_map_desc_t tensor_maps[CUBE_MAX_BUFFERS];  // the maps' descriptors, copied
   cube_scalar_t *scalars;
 };
 
@@ -143,6 +145,10 @@ static cube_status_t queue_launch(cube_server_t *server, uint32_t stream, cube_k
     }
     p->buffers[i].shape = p->meta[i];
     p->buffers[i].strides = p->meta[i] + CUBE_MAX_RANK;
+    if (args->buffers[i].tensor_map) {
+      p->tensor_maps[i] = *args->buffers[i].tensor_map;
+      p->buffers[i].tensor_map = &p->tensor_maps[i];
+    }
   }
   if (scalars) memcpy(scalars, args->scalars, args->scalar_count * sizeof *scalars);
   p->scalars = scalars;
@@ -207,6 +213,7 @@ typedef struct launch_t {
   bool dynamic;
   cube_resolved_t count_buffer;
   cube_compiled_t *compiled;
+  bool tensor_maps;  // some argument is a TMA tensor map
 } launch_t;
 
 // 1. Arguments: a bad one is the caller's error, and nothing is claimed.
@@ -223,6 +230,7 @@ static cube_status_t launch_resolve(launch_t *l) {
     status = cube_server_resolve(l->server, l->args->buffers[i].binding, l->kernel->name,
                                  kBufferNames[i], &l->resolved[i]);
     l->lengths[i] = l->resolved[i].size;
+    if (l->args->buffers[i].tensor_map) l->tensor_maps = true;
   }
   if (cube_status_is_ok(status) && l->dynamic) {
     status = cube_server_resolve(l->server, l->count.binding, l->kernel->name,
@@ -322,6 +330,16 @@ static cube_status_t launch_dispatch(launch_t *l) {
     if (!capturing)
       status = cube_server_order(server, stream, l->resolved[i].slot, l->io[i] & IO_W);
   }
+  // Tensor maps are encoded per launch, inside its write scope: a map the
+  // driver refuses claims what the launch would have written.
+  cube_launch_maps_t maps;
+  maps.mask = 0;
+  if (cube_status_is_ok(status) && l->tensor_maps) {
+    status = cube_server_note_in(server,
+                                 cube_tensor_map_launch(server->device, l->kernel->name, l->args,
+                                                        addresses, l->lengths, true, &maps),
+                                 CUBE_STATUS_FAMILY_LAUNCH);
+  }
   uint64_t dynamic_address = 0;
   if (cube_status_is_ok(status) && info_words > static_words &&
       (server->device->capabilities & CUBE_BACKEND_CAP_DEVICE_INFO)) {
@@ -343,7 +361,9 @@ static cube_status_t launch_dispatch(launch_t *l) {
                                 .buffer_count = (uint32_t)l->n,
                                 .info = words,
                                 .info_words = info_words,
-                                .static_words = static_words};
+                                .static_words = static_words,
+                                .tensor_map_mask = maps.mask,
+                                .tensor_maps = maps.maps};
     void *mark = server->profiler ? cube_profile_before_work(server, stream, true) : NULL;
     status = cube_server_note_in(server,
                                  server->device->vtable->dispatch(
@@ -381,7 +401,24 @@ static cube_status_t launch_body(launch_t *l) {
     return queue_launch(l->server, l->stream, l->kernel, l->count, l->args);
   status = launch_compile(l);
   if (!cube_status_is_ok(status)) return status;
-  if (l->mode == CUBE_LAUNCH_COMPILE_ONLY) return fits_device(l->server, l->kernel, l->compiled);
+  // A map where the kernel takes a buffer (or the reverse) runs nothing.
+  if (!l->compiled->takes_maps)
+    l->compiled->takes_maps = strpbrk(l->compiled->info.io, "RWX") ? 2 : 1;
+  if (l->tensor_maps || l->compiled->takes_maps == 2)
+    status = cube_tensor_map_match(l->kernel->name, l->compiled->info.io, l->args);
+  if (!cube_status_is_ok(status)) return status;
+  if (l->mode == CUBE_LAUNCH_COMPILE_ONLY) {
+    // A dry run checks its maps as the launch would, and encodes none.
+    status = fits_device(l->server, l->kernel, l->compiled);
+    if (cube_status_is_ok(status) && l->tensor_maps) {
+      uint64_t addresses[CUBE_MAX_BUFFERS];
+      for (size_t i = 0; i < l->n; ++i) addresses[i] = l->resolved[i].address;
+      cube_launch_maps_t maps;
+      status = cube_tensor_map_launch(l->server->device, l->kernel->name, l->args, addresses,
+                                      l->lengths, false, &maps);
+    }
+    return status;
+  }
   const cube_dim3_t grid = l->count.count;
   const bool empty = grid.x == 0 || grid.y == 0 || grid.z == 0;
   // Zero cubes enqueue nothing and leave every claim where it was.

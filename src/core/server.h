@@ -83,6 +83,9 @@ typedef struct cube_compiled_t {
   bool fits;
   cube_dim3_t fits_dim;
   uint32_t fits_shared;
+  // Whether the kernel declares a tensor-map parameter: 0 not looked at
+  // yet, 1 none, 2 some (its IO answer, read once).
+  uint8_t takes_maps;
 } cube_compiled_t;
 
 // A launch deferred by CUBE_LAUNCH_QUEUE until its kernel compiles.

@@ -90,6 +90,7 @@ static void a_malformed_answer_is_refused(void **state) {
   const char *why = NULL;
   assert_true(cube_io_sets_check("", 16, &why));
   assert_true(cube_io_sets_check("rwxd", 16, &why));
+  assert_true(cube_io_sets_check("rRWX", 16, &why));  // upper case: tensor maps
   assert_true(cube_io_sets_check("rrrrrrrrrrrrrrrr", 16, &why));
   assert_false(cube_io_sets_check("rrrrrrrrrrrrrrrrr", 16, &why));
   assert_non_null(strstr(why, "more buffers"));

@@ -109,6 +109,8 @@ static cube_status_t cpu_create_device(uint32_t device_index, const cube_config_
   }
   if (status == CUBE_OK) {
     cpu->base.vtable = &cube_cpu_vtable;
+    // Tensor maps: the dialect's TMA macros copy on the CPU.
+    cpu->base.capabilities = CUBE_BACKEND_CAP_TENSOR_MAP_EMULATED;
     cpu_properties(config, &cpu->base.properties);
     // Every value below is already within its bounds (core/config.h).
     cpu->fiber_stack_size = (size_t)config_u64(config, CUBE_CONFIG_CPU_FIBER_STACK);

@@ -51,7 +51,9 @@ cube_status_t cube_cpu_exec_initialize(cube_cpu_device_t *device, cube_cpu_exec_
   out_exec->fiber_stack_size = device->fiber_stack_size;
   // The arena is never empty so that ctx->shared is a valid pointer.
   size_t arena_bytes = out_exec->arena_size ? (size_t)out_exec->arena_size : 64;
-  if (posix_memalign((void **)&out_exec->arena, 64, arena_bytes) != 0) out_exec->arena = NULL;
+  // 1024-aligned, as a GPU's shared memory: a TMA box's alignment and
+  // swizzle pattern (cube/dialect.h) are the same in offsets and addresses.
+  if (posix_memalign((void **)&out_exec->arena, 1024, arena_bytes) != 0) out_exec->arena = NULL;
   out_exec->fibers = calloc(CUBE_CPU_MAX_UNITS, sizeof(*out_exec->fibers));
   out_exec->unit_state = calloc(CUBE_CPU_MAX_UNITS, 1);
   if (out_exec->arena == NULL || out_exec->fibers == NULL || out_exec->unit_state == NULL) {

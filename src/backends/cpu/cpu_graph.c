@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_tensor_map.h"
 
 // A recorded launch is a launch as the stream would run it; its buffers
 // pointer is the one allocation holding the buffer pointers, then the info.
@@ -41,7 +42,9 @@ cube_status_t cube_cpu_graph_record(cube_bgraph_t *graph, const cube_dispatch_t 
   // Info words stay 8-byte aligned after the pointers; at least one word
   // (an empty header) so the kernel always reads a valid header.
   uint32_t words = dispatch->info_words ? dispatch->info_words : 1;
-  void *block = malloc(sizeof(void *) * dispatch->buffer_count + sizeof(uint64_t) * words);
+  const size_t map_bytes = cube_cpu_tensor_map_bytes(dispatch);  // after the info words
+  void *block =
+      malloc(sizeof(void *) * dispatch->buffer_count + sizeof(uint64_t) * words + map_bytes);
   if (block == NULL) {
     status =
         cube_status_make(CUBE_STATUS_LAUNCH_OUT_OF_MEMORY,
@@ -50,7 +53,9 @@ cube_status_t cube_cpu_graph_record(cube_bgraph_t *graph, const cube_dispatch_t 
   } else {
     graph_launch_t *launch = &graph->launches[graph->count++];
     void **buffers = block;
-    cube_cpu_launch_fill(launch, dispatch, buffers, (uint64_t *)(buffers + dispatch->buffer_count));
+    uint64_t *info = (uint64_t *)(buffers + dispatch->buffer_count);
+    cube_cpu_launch_fill(launch, dispatch, buffers, info);
+    cube_cpu_tensor_map_place(dispatch, buffers, info + words);
   }
   return status;
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_tensor_map.h"
 #include "base/util.h"
 
 #define FREE_LIST_MAX 256
@@ -559,11 +560,13 @@ cube_status_t cube_cpu_dispatch(cube_backend_device_t *device, cube_bstream_t *s
   if (stream->recording != NULL) return cube_cpu_graph_record(stream->recording, dispatch);
   cube_status_t status = CUBE_OK;
   void *heap = NULL;
+  // Tensor maps ride in the heap block, after the info words.
+  const size_t map_bytes = cube_cpu_tensor_map_bytes(dispatch);
   bool inline_args = dispatch->buffer_count <= CUBE_CPU_INLINE_BUFFERS &&
-                     dispatch->info_words <= CUBE_CPU_INLINE_INFO;
+                     dispatch->info_words <= CUBE_CPU_INLINE_INFO && map_bytes == 0;
   if (!inline_args) {
     heap = malloc(sizeof(void *) * dispatch->buffer_count +
-                  sizeof(uint64_t) * (dispatch->info_words + 1));
+                  sizeof(uint64_t) * (dispatch->info_words + 1) + map_bytes);
     if (heap == NULL) {
       status =
           cube_status_make(CUBE_STATUS_LAUNCH_OUT_OF_MEMORY,
@@ -588,6 +591,7 @@ cube_status_t cube_cpu_dispatch(cube_backend_device_t *device, cube_bstream_t *s
     uint64_t *info =
         heap != NULL ? (uint64_t *)(buffers + dispatch->buffer_count) : task->u.dispatch.info;
     cube_cpu_launch_fill(launch, dispatch, buffers, info);
+    if (map_bytes) cube_cpu_tensor_map_place(dispatch, buffers, info + dispatch->info_words + 1);
     task_submit(stream, task);
   }
   return status;

@@ -221,7 +221,17 @@ typedef struct CUDA_MEMCPY3D {
   X(cuGraphNodeGetType, 1, "cuGraphNodeGetType", NULL, CUresult, (CUgraphNode, CUgraphNodeType *)) \
   X(cuGraphLaunch, 1, "cuGraphLaunch", NULL, CUresult, (CUgraphExec, CUstream))                    \
   X(cuGraphExecDestroy, 1, "cuGraphExecDestroy", NULL, CUresult, (CUgraphExec))                    \
-  X(cuGraphDestroy, 1, "cuGraphDestroy", NULL, CUresult, (CUgraph))
+  X(cuGraphDestroy, 1, "cuGraphDestroy", NULL, CUresult, (CUgraph))                                \
+  /* TMA (CUDA 12.0; im2col-wide 12.8): optional, a missing one refuses its format */              \
+  X(cuTensorMapEncodeTiled, 0, "cuTensorMapEncodeTiled", NULL, CUresult,                           \
+    (void *, int, uint32_t, void *, const uint64_t *, const uint64_t *, const uint32_t *,          \
+     const uint32_t *, int, int, int, int))                                                        \
+  X(cuTensorMapEncodeIm2col, 0, "cuTensorMapEncodeIm2col", NULL, CUresult,                         \
+    (void *, int, uint32_t, void *, const uint64_t *, const uint64_t *, const int *, const int *,  \
+     uint32_t, uint32_t, const uint32_t *, int, int, int, int))                                    \
+  X(cuTensorMapEncodeIm2colWide, 0, "cuTensorMapEncodeIm2colWide", NULL, CUresult,                 \
+    (void *, int, uint32_t, void *, const uint64_t *, const uint64_t *, int, int, uint32_t,        \
+     uint32_t, const uint32_t *, int, int, int, int, int))
 
 //===--- NVRTC (nvrtc.h) ---===//
 

@@ -72,10 +72,18 @@ cube_status_t cube_cuda_dispatch(cube_backend_device_t *base, cube_bstream_t *st
     atomic_store_explicit(&kernel->dynamic_shared_limit, (unsigned)room, memory_order_relaxed);
   }
 
-  // Kernel parameters: a pointer to each buffer's device address, then the
+  // Kernel parameters: a pointer to each buffer's device address (to the
+  // 128-byte map itself for a tensor map: a by-value parameter), then the
   // static info block by value, then (dialect) the dynamic info pointer.
   void *params[CUBE_CUDA_MAX_BUFFERS + 2];
   for (uint32_t i = 0; i < count; ++i) params[i] = (void *)(uintptr_t)&dispatch->buffers[i];
+  if (dispatch->tensor_map_mask) {
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < count && i < 32; ++i) {
+      if (dispatch->tensor_map_mask & (1u << i))
+        params[i] = (void *)(uintptr_t)&dispatch->tensor_maps[k++];
+    }
+  }
   // The smallest entry whose info block holds the static words: the driver
   // copies the whole block into every launch.
   CUfunction function = kernel->function;

@@ -3,10 +3,10 @@
 //
 // Plan grammar (see README.md): comma-separated rules KIND:N:ERROR or
 // KIND:N+:ERROR. KIND is page_alloc, host_alloc, compile, dispatch, copy,
-// event, sync, stream, callback, graph or any; ERROR is oom, compile, launch,
-// poison or late (dispatch, copy and graph replay: accepted, part of the
-// outputs written, the rest garbage, and a failure at completion that halts
-// the stream). "" (or NULL) passes every call through.
+// event, sync, stream, callback, graph, tensor_map or any; ERROR is oom,
+// compile, launch, poison or late (dispatch, copy and graph replay: accepted,
+// part of the outputs written, the rest garbage, and a failure at completion
+// that halts the stream). "" (or NULL) passes every call through.
 #ifndef CUBE_BACKENDS_FAULT_FAULT_H_
 #define CUBE_BACKENDS_FAULT_FAULT_H_
 

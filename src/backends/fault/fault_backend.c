@@ -22,6 +22,7 @@ typedef enum cube_fault_kind_t {
   CUBE_FAULT_STREAM,
   CUBE_FAULT_CALLBACK,
   CUBE_FAULT_GRAPH,
+  CUBE_FAULT_TENSOR_MAP,
   CUBE_FAULT_ANY,  // every kind together; also a rule's KIND
   CUBE_FAULT_KIND_COUNT,
 } cube_fault_kind_t;
@@ -37,6 +38,7 @@ static const char *const cube_fault_kind_names[CUBE_FAULT_KIND_COUNT] = {
     [CUBE_FAULT_STREAM] = "stream",
     [CUBE_FAULT_CALLBACK] = "callback",
     [CUBE_FAULT_GRAPH] = "graph",
+    [CUBE_FAULT_TENSOR_MAP] = "tensor_map",
     [CUBE_FAULT_ANY] = "any",
 };
 
@@ -146,7 +148,7 @@ static bool cube_fault_parse_rule(const char *begin, const char *end, cube_fault
   if (kind < 0) {
     *out_why =
         "unknown KIND (page_alloc, host_alloc, compile, dispatch, copy, event, sync, stream, "
-        "callback, graph, any)";
+        "callback, graph, tensor_map, any)";
     return false;
   }
 
@@ -236,7 +238,8 @@ static cube_status_t cube_fault_parse_plan(const char *plan, cube_fault_rule_t *
 static cube_status_code_t cube_fault_code(cube_fault_kind_t kind, cube_fault_error_t error) {
   switch (error) {
     case CUBE_FAULT_ERROR_OOM:
-      return kind == CUBE_FAULT_DISPATCH || kind == CUBE_FAULT_COMPILE
+      return kind == CUBE_FAULT_DISPATCH || kind == CUBE_FAULT_COMPILE ||
+                     kind == CUBE_FAULT_TENSOR_MAP
                  ? CUBE_STATUS_LAUNCH_OUT_OF_MEMORY
                  : CUBE_STATUS_IO_OUT_OF_MEMORY;
     case CUBE_FAULT_ERROR_COMPILE:
@@ -246,6 +249,7 @@ static cube_status_code_t cube_fault_code(cube_fault_kind_t kind, cube_fault_err
       switch (kind) {
         case CUBE_FAULT_DISPATCH:
         case CUBE_FAULT_COMPILE:
+        case CUBE_FAULT_TENSOR_MAP:
           return CUBE_STATUS_LAUNCH_UNKNOWN;
         case CUBE_FAULT_PAGE_ALLOC:
         case CUBE_FAULT_HOST_ALLOC:
@@ -746,7 +750,9 @@ static bool kernel_writes(cube_fault_device_t *fault, cube_bkernel_t *kernel, ui
   pthread_mutex_lock(&fault->lock);
   for (cube_fault_kernel_t *k = fault->kernels; k; k = k->next) {
     if (k->kernel == kernel) {
-      writes = index >= strlen(k->io) || k->io[index] == 'w' || k->io[index] == 'x';
+      // Upper case: a tensor map's buffer (cube/dialect.h), written alike.
+      writes = index >= strlen(k->io) || k->io[index] == 'w' || k->io[index] == 'x' ||
+               k->io[index] == 'W' || k->io[index] == 'X';
       break;
     }
   }
@@ -778,6 +784,14 @@ cube_status_t cube_fault_dispatch(cube_backend_device_t *device, cube_bstream_t 
     return CUBE_OK;
   }
   if (!status) status = cube_fault_fwd_dispatch(device, inner, dispatch);
+  return status;
+}
+
+cube_status_t cube_fault_tensor_map_encode(cube_backend_device_t *device,
+                                           const cube_tmap_encode_t *request,
+                                           cube_tmap_t *out_map) {
+  cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_TENSOR_MAP);
+  if (!status) status = cube_fault_fwd_tensor_map_encode(device, request, out_map);
   return status;
 }
 
@@ -855,6 +869,9 @@ cube_status_t cube_fault_backend_wrap(cube_backend_device_t *inner, const char *
   if (!status) {
     fault->header.vtable = &cube_fault_vtable;
     fault->header.properties = inner->properties;
+    // What the inner device can do, the decorated one can: the core decides
+    // on capabilities, and the fault backend must not change its decisions.
+    fault->header.capabilities = inner->capabilities;
     fault->inner = inner;
     fault->rules = rules;
     fault->rule_count = rule_count;

@@ -2,6 +2,7 @@
 //
 // Owns: nothing but the device header. Must not touch: the core.
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/backend.h"
 
@@ -160,6 +161,12 @@ cube_status_t cube_null_dispatch(cube_backend_device_t *device, cube_bstream_t *
                                  const cube_dispatch_t *dispatch) {
   (void)stream, (void)dispatch;
   return unsupported(device, "dispatch");
+}
+cube_status_t cube_null_tensor_map_encode(cube_backend_device_t *device,
+                                          const cube_tmap_encode_t *request, cube_tmap_t *out_map) {
+  (void)request;
+  memset(out_map, 0, sizeof *out_map);
+  return unsupported(device, "tensor_map_encode");
 }
 
 //===--- Graphs ---===//

@@ -1,0 +1,312 @@
+// bench_cuda's TMA rows (included by bench_cuda.c after report()): a 2-D TMA
+// tiled copy of 1 GiB f32 against the plain float4 copy and cuMemcpyDtoD,
+// the encode cost per map, and a launch with two maps against a launch
+// with two pointers — side by side in one run.
+#ifndef CUBE_BENCH_BENCH_CUDA_TMA_H_
+#define CUBE_BENCH_BENCH_CUDA_TMA_H_
+
+#include "core/tensor_map.h"
+
+// 16384 x 16384 f32 through 32 x 256 boxes (1 KiB rows, 32 KiB a box), four
+// stages in dynamic shared memory, one unit per cube issuing everything, one
+// persistent cube per SM: each box is loaded into a stage, stored from it,
+// and the stage refilled once the store has read it (reference §4.5: 4.01
+// TB/s on the H200, 0.94x the float4 copy).
+#define TMA_BOX_ROWS 32
+#define TMA_BOX_COLS 256
+#define TMA_STAGES 4
+static const char *const kTmaCopy =
+    "CUBE_KERNEL(tma_copy, TENSOR_MAP_IN(src), TENSOR_MAP_OUT(dst)) {\n"
+    "  SHARED_DYNAMIC(unsigned char, raw);\n"
+    "  SHARED(uint64_t, bar, 4);\n"
+    "  unsigned char *smem = (unsigned char *)(((uint64_t)raw + 1023) & ~1023ull);\n"
+    "  const uint32_t tiles_x = SCALAR(u32, 0), tiles = SCALAR(u32, 1);\n"
+    "  const uint32_t box = 32 * 256 * 4;\n"
+    "  for (uint32_t s = 0; s < 4; ++s) MBAR_INIT(&bar[s], 1);\n"
+    "  FENCE_MBAR_INIT();\n"
+    "  const uint32_t first = CUBE_POS_X, step = CUBE_COUNT_X;\n"
+    "  for (uint32_t s = 0; s < 4 && first + s * step < tiles; ++s) {\n"
+    "    uint32_t t = first + s * step;\n"
+    "    MBAR_ARRIVE_EXPECT_TX(&bar[s], box);\n"
+    "    TMA_LOAD_2D(smem + s * box, src, &bar[s], (t / tiles_x) * 32, (t % tiles_x) * 256);\n"
+    "  }\n"
+    "  uint32_t k = 0;\n"
+    "  for (uint32_t t = first; t < tiles; t += step, ++k) {\n"
+    "    uint32_t s = k % 4;\n"
+    "    MBAR_WAIT(&bar[s], (k / 4) & 1);\n"
+    "    FENCE_PROXY_ASYNC();\n"
+    "    TMA_STORE_2D(dst, smem + s * box, (t / tiles_x) * 32, (t % tiles_x) * 256);\n"
+    "    TMA_STORE_COMMIT();\n"
+    "    uint32_t next = t + 4 * step;\n"
+    "    if (next < tiles) {\n"
+    "      TMA_STORE_WAIT_READ();\n"
+    "      MBAR_ARRIVE_EXPECT_TX(&bar[s], box);\n"
+    "      TMA_LOAD_2D(smem + s * box, src, &bar[s], (next / tiles_x) * 32, (next % tiles_x) * "
+    "256);\n"
+    "    }\n"
+    "  }\n"
+    "  TMA_STORE_WAIT();\n"
+    "}\n";
+
+// The plain copy a user would write: one float4 per thread.
+static const char *const kRawFloat4Copy =
+    "extern \"C\" __global__ void copy_float4(const float4 *x, float4 *y, unsigned long long n) "
+    "{\n"
+    "  unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < n) y[i] = x[i];\n"
+    "}\n";
+
+// The launch-overhead pair: the same empty body behind two maps or two
+// pointers.
+static const char *const kTwoMaps =
+    "CUBE_KERNEL(two_maps, TENSOR_MAP_IN(a), TENSOR_MAP_OUT(b)) {}\n";
+static const char *const kTwoPointers =
+    "CUBE_KERNEL(two_pointers, IN(float, a), OUT(float, b)) {}\n";
+static const char *const kRawTwoMaps =
+    "struct __align__(64) map_t { unsigned long long opaque[16]; };\n"
+    "extern \"C\" __global__ void raw_two_maps(const __grid_constant__ map_t a,\n"
+    "                                          const __grid_constant__ map_t b) {}\n";
+static const char *const kRawTwoPointers =
+    "extern \"C\" __global__ void raw_two_pointers(const float *a, float *b) {}\n";
+
+static void bench_tma_copy(cube_client_t *client, const cube_cuda_driver_t *cu) {
+  const uint64_t height = 16384, cols = 16384, size = height * cols * 4;  // 1 GiB
+  const int repeats = quick ? 3 : 9, batch = quick ? 3 : 10;
+  CUstream stream = stream_of(client);
+  double t_tma[16], t_f4[16], t_mc[16];
+  cube_handle_t x, y;
+  CHECK(cube_handle_create(client, CUBE_STREAM_CURRENT, size, &x));
+  CHECK(cube_handle_create(client, CUBE_STREAM_CURRENT, size, &y));
+  void *pinned = NULL;
+  CHECK(cube_staging_acquire(client, 64 << 20, &pinned));
+  for (uint64_t i = 0; i < (64 << 20) / 4; ++i)
+    ((uint32_t *)pinned)[i] = (uint32_t)(i * 2654435761u);
+  for (uint64_t off = 0; off < size; off += 64 << 20) {
+    CHECK(cube_write(client, CUBE_STREAM_CURRENT, cube_handle_slice(x, off, 64 << 20), pinned,
+                     64 << 20));
+  }
+  uint64_t xa, ya;
+  CHECK(cube_get_resource(client, CUBE_STREAM_CURRENT, cube_handle_binding(x), &xa));
+  CHECK(cube_get_resource(client, CUBE_STREAM_CURRENT, cube_handle_binding(y), &ya));
+
+  // TMA through cubec: maps encoded at every launch.
+  cube_kernel_desc_t desc = {.name = "tma_copy",
+                             .source = kTmaCopy,
+                             .cube_dim = {1, 1, 1},
+                             .dynamic_shared_memory = TMA_STAGES * 32 * 1024 + 1024};
+  cube_kernel_t *tma = NULL;
+  CHECK(cube_kernel_create(&desc, &tma));
+  const uint64_t shape[2] = {height, cols};
+  const uint32_t tile[2] = {TMA_BOX_ROWS, TMA_BOX_COLS};
+  cube_tensor_map_desc_t map =
+      cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_F32, 2, shape, NULL, tile);
+  cube_kernel_buffer_t buffers[2] = {{cube_handle_binding(x), CUBE_IO_READ, 0, NULL, NULL, &map},
+                                     {cube_handle_binding(y), CUBE_IO_WRITE, 0, NULL, NULL, &map}};
+  const uint32_t tiles_x = (uint32_t)(cols / TMA_BOX_COLS);
+  const uint32_t tiles = tiles_x * (uint32_t)(height / TMA_BOX_ROWS);
+  cube_scalar_t scalars[2] = {cube_scalar_u32(tiles_x), cube_scalar_u32(tiles)};
+  cube_kernel_args_t args = {buffers, 2, scalars, 2};
+  uint32_t sms = cube_client_properties(client)->core_count;
+  cube_cube_count_t count = cube_count_static(sms ? sms : 132, 1, 1);
+
+  // The float4 copy, compiled through cubec, launched by hand.
+  cube_kernel_t *f4k = kernel("copy_float4", kRawFloat4Copy, CUBE_KERNEL_CUDA, 256);
+  CUfunction f4 = raw_function(client, f4k);
+  CUdeviceptr xp = xa, yp = ya;
+  unsigned long long n4 = size / 16;
+  void *f4_params[] = {&xp, &yp, &n4};
+
+  // Warm-ups (compile, opt-in, first touch), then a check of what TMA wrote.
+  CHECK(cube_launch(client, CUBE_STREAM_CURRENT, tma, count, &args, CUBE_LAUNCH_EXECUTE));
+  CHECK(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
+  uint32_t sample[4];
+  CHECK(cube_read(client, CUBE_STREAM_CURRENT, cube_handle_slice(y, size - 16, 16), sample, 16));
+  uint64_t last = ((size - 16) % (64 << 20)) / 4;
+  for (int i = 0; i < 4; ++i) {
+    if (sample[i] != (uint32_t)((last + (uint64_t)i) * 2654435761u)) {
+      fprintf(stderr, "TMA copy wrote %08x at the end, expected %08x\n", sample[i],
+              (uint32_t)((last + (uint64_t)i) * 2654435761u));
+      exit(1);
+    }
+  }
+  CU(cu->cuLaunchKernel(f4, (unsigned)(n4 / 256), 1, 1, 256, 1, 1, 0, stream, f4_params, NULL));
+  CU(cu->cuStreamSynchronize(stream));
+
+  const double gb = 2.0 * (double)size / 1e9 * batch;  // read + write, per batch
+  for (int rep = 0; rep < repeats; ++rep) {
+    double t0 = now_s();
+    for (int b = 0; b < batch; ++b)
+      CHECK(cube_launch(client, CUBE_STREAM_CURRENT, tma, count, &args, CUBE_LAUNCH_EXECUTE));
+    CHECK(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
+    t_tma[rep] = gb / (now_s() - t0);
+    t0 = now_s();
+    for (int b = 0; b < batch; ++b)
+      CU(cu->cuLaunchKernel(f4, (unsigned)(n4 / 256), 1, 1, 256, 1, 1, 0, stream, f4_params, NULL));
+    CU(cu->cuStreamSynchronize(stream));
+    t_f4[rep] = gb / (now_s() - t0);
+    t0 = now_s();
+    for (int b = 0; b < batch; ++b) CU(cu->cuMemcpyDtoDAsync(yp, xp, size, stream));
+    CU(cu->cuStreamSynchronize(stream));
+    t_mc[rep] = gb / (now_s() - t0);
+  }
+  double tma_bw = median(t_tma, repeats), f4_bw = median(t_f4, repeats),
+         mc_bw = median(t_mc, repeats);
+  printf("    (TMA %.0f GB/s, float4 copy %.0f GB/s, cuMemcpyDtoD %.0f GB/s; read+write)\n", tma_bw,
+         f4_bw, mc_bw);
+  report("TMA 2-D copy 1 GiB vs the faster baseline", tma_bw, f4_bw > mc_bw ? f4_bw : mc_bw, "GB/s",
+         false, 0.9, ">= 0.9x");
+  CHECK(cube_staging_release(client, pinned));
+  CHECK(cube_handle_release(client, x));
+  CHECK(cube_handle_release(client, y));
+  cube_kernel_release(tma);
+  cube_kernel_release(f4k);
+}
+
+// What cubec does per map at each launch (refusal, the pre-check, the seed's
+// conversions, the backend slot and its driver call) against the bare
+// cuTensorMapEncodeTiled.
+static void bench_tma_encode(cube_client_t *client, const cube_cuda_driver_t *cu) {
+  const int repeats = quick ? 11 : 51, batch = 2000;
+  cube_handle_t x;
+  CHECK(cube_handle_create(client, CUBE_STREAM_CURRENT, 64 << 20, &x));
+  uint64_t xa = 0;
+  CHECK(cube_write(client, CUBE_STREAM_CURRENT, cube_handle_slice(x, 0, 4), "abcd", 4));
+  CHECK(cube_get_resource(client, CUBE_STREAM_CURRENT, cube_handle_binding(x), &xa));
+  const uint64_t shape[2] = {4096, 4096};
+  const uint32_t tile[2] = {64, 64};
+  cube_tensor_map_desc_t map =
+      cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_F32, 2, shape, NULL, tile);
+  cube_backend_device_t *device = cube_server_of(client)->device;
+  cube_kernel_buffer_t buffers[1] = {{cube_handle_binding(x), CUBE_IO_READ, 0, NULL, NULL, &map}};
+  cube_kernel_args_t args = {buffers, 1, NULL, 0};
+  const uint64_t sizes[1] = {64 << 20};
+  cube_launch_maps_t maps;
+  cube_tmap_encode_t r;
+  cube_tensor_map_convert(&map, xa, &r);
+  cube_tmap_t raw;
+  double c[64], d[64];
+  for (int rep = 0; rep < repeats; ++rep) {
+    double t0 = now_s();
+    for (int i = 0; i < batch; ++i) {
+      CHECK(cube_tensor_map_launch(device, "bench", &args, &xa, sizes, true, &maps));
+    }
+    c[rep] = (now_s() - t0) / batch * 1e6;
+    t0 = now_s();
+    for (int i = 0; i < batch; ++i) {
+      CU(cu->cuTensorMapEncodeTiled(&raw, (int)r.data_type, r.rank, (void *)(uintptr_t)xa, r.dims,
+                                    r.strides, r.box, r.elem_strides, 0, 0, 0, 0));
+    }
+    d[rep] = (now_s() - t0) / batch * 1e6;
+  }
+  double cubec = median(c, repeats), driver = median(d, repeats);
+  printf("  %-44s cubec %10.3f us    driver alone %.3f us   (target <= 0.2 us) %s\n",
+         "TMA encode per map", cubec, driver, cubec <= 0.2 ? "PASS" : "MISS");
+  rows[row_count++] = (row_t){"TMA encode per map (us, vs driver alone)",
+                              cubec,
+                              driver,
+                              cubec / driver,
+                              "us",
+                              "<= 0.2 us",
+                              cubec <= 0.2};
+  CHECK(cube_handle_release(client, x));
+}
+
+// Launch cost: two maps against two pointers, through cubec and raw.
+static void bench_tma_launch(cube_client_t *client, const cube_cuda_driver_t *cu) {
+  const int batch = 200, repeats = quick ? 21 : 101;
+  CUstream stream = stream_of(client);
+  cube_handle_t a, b;
+  CHECK(cube_handle_create(client, CUBE_STREAM_CURRENT, 1 << 20, &a));
+  CHECK(cube_handle_create(client, CUBE_STREAM_CURRENT, 1 << 20, &b));
+  const uint64_t shape[2] = {512, 512};
+  const uint32_t tile[2] = {32, 32};
+  cube_tensor_map_desc_t map =
+      cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_F32, 2, shape, NULL, tile);
+  cube_kernel_t *km = kernel("two_maps", kTwoMaps, CUBE_KERNEL_DIALECT, 32);
+  cube_kernel_t *kp = kernel("two_pointers", kTwoPointers, CUBE_KERNEL_DIALECT, 32);
+  cube_kernel_buffer_t with_maps[2] = {
+      {cube_handle_binding(a), CUBE_IO_READ, 0, NULL, NULL, &map},
+      {cube_handle_binding(b), CUBE_IO_WRITE, 0, NULL, NULL, &map}};
+  cube_kernel_buffer_t with_pointers[2] = {
+      {cube_handle_binding(a), CUBE_IO_READ, 0, NULL, NULL, NULL},
+      {cube_handle_binding(b), CUBE_IO_WRITE, 0, NULL, NULL, NULL}};
+  cube_kernel_args_t am = {with_maps, 2, NULL, 0}, ap = {with_pointers, 2, NULL, 0};
+  cube_cube_count_t one = cube_count_static(1, 1, 1);
+  CHECK(cube_launch(client, CUBE_STREAM_CURRENT, km, one, &am, CUBE_LAUNCH_EXECUTE));
+  CHECK(cube_launch(client, CUBE_STREAM_CURRENT, kp, one, &ap, CUBE_LAUNCH_EXECUTE));
+  CHECK(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
+  // The raw pair: by-value maps encoded once, against two pointers.
+  cube_kernel_t *rm = kernel("raw_two_maps", kRawTwoMaps, CUBE_KERNEL_CUDA, 32);
+  cube_kernel_t *rp = kernel("raw_two_pointers", kRawTwoPointers, CUBE_KERNEL_CUDA, 32);
+  CUfunction frm = raw_function(client, rm), frp = raw_function(client, rp);
+  uint64_t aa, ba;
+  CHECK(cube_get_resource(client, CUBE_STREAM_CURRENT, cube_handle_binding(a), &aa));
+  CHECK(cube_get_resource(client, CUBE_STREAM_CURRENT, cube_handle_binding(b), &ba));
+  cube_tmap_encode_t r;
+  cube_tensor_map_convert(&map, aa, &r);
+  cube_tmap_t m2[2];
+  CU(cu->cuTensorMapEncodeTiled(&m2[0], (int)r.data_type, r.rank, (void *)(uintptr_t)aa, r.dims,
+                                r.strides, r.box, r.elem_strides, 0, 0, 0, 0));
+  CU(cu->cuTensorMapEncodeTiled(&m2[1], (int)r.data_type, r.rank, (void *)(uintptr_t)ba, r.dims,
+                                r.strides, r.box, r.elem_strides, 0, 0, 0, 0));
+  void *pm[2] = {&m2[0], &m2[1]};
+  CUdeviceptr pa = aa, pb = ba;
+  void *pp[2] = {&pa, &pb};
+  double cm[128], cp[128], rmt[128], rpt[128];
+  for (int rep = 0; rep < repeats; ++rep) {
+    double t0 = now_s();
+    for (int i = 0; i < batch; ++i)
+      CHECK(cube_launch(client, CUBE_STREAM_CURRENT, km, one, &am, CUBE_LAUNCH_EXECUTE));
+    CHECK(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
+    cm[rep] = (now_s() - t0) / batch * 1e6;
+    t0 = now_s();
+    for (int i = 0; i < batch; ++i)
+      CHECK(cube_launch(client, CUBE_STREAM_CURRENT, kp, one, &ap, CUBE_LAUNCH_EXECUTE));
+    CHECK(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
+    cp[rep] = (now_s() - t0) / batch * 1e6;
+    t0 = now_s();
+    for (int i = 0; i < batch; ++i)
+      CU(cu->cuLaunchKernel(frm, 1, 1, 1, 32, 1, 1, 0, stream, pm, NULL));
+    CU(cu->cuStreamSynchronize(stream));
+    rmt[rep] = (now_s() - t0) / batch * 1e6;
+    t0 = now_s();
+    for (int i = 0; i < batch; ++i)
+      CU(cu->cuLaunchKernel(frp, 1, 1, 1, 32, 1, 1, 0, stream, pp, NULL));
+    CU(cu->cuStreamSynchronize(stream));
+    rpt[rep] = (now_s() - t0) / batch * 1e6;
+  }
+  double maps = median(cm, repeats), pointers = median(cp, repeats);
+  double raw_maps = median(rmt, repeats), raw_pointers = median(rpt, repeats);
+  bool pass = maps - pointers <= 0.3;
+  printf("  %-44s maps %.3f us, pointers %.3f us: +%.3f us (target <= 0.3 us) %s\n",
+         "launch, two maps vs two pointers (cubec)", maps, pointers, maps - pointers,
+         pass ? "PASS" : "MISS");
+  printf("    (raw cuLaunchKernel: two by-value maps %.3f us, two pointers %.3f us)\n", raw_maps,
+         raw_pointers);
+  rows[row_count++] = (row_t){"launch two maps vs two pointers (us)",
+                              maps,
+                              pointers,
+                              maps / pointers,
+                              "us",
+                              "+<= 0.3 us",
+                              pass};
+  CHECK(cube_handle_release(client, a));
+  CHECK(cube_handle_release(client, b));
+  cube_kernel_release(km);
+  cube_kernel_release(kp);
+  cube_kernel_release(rm);
+  cube_kernel_release(rp);
+}
+
+// The three TMA rows; skipped (and said so) on a device without TMA.
+static void bench_tma(cube_client_t *client, const cube_cuda_driver_t *cu) {
+  if (!cube_client_properties(client)->supports_tma || !cu->cuTensorMapEncodeTiled) {
+    printf("  TMA rows skipped: this device or driver has no TMA\n");
+    return;
+  }
+  bench_tma_copy(client, cu);
+  bench_tma_encode(client, cu);
+  bench_tma_launch(client, cu);
+}
+
+#endif  // CUBE_BENCH_BENCH_CUDA_TMA_H_
