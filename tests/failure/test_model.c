@@ -299,6 +299,8 @@ static bool learn_late_claim(run_t *r, mbuf_t *b) {
   cube_binding_t binding = cube_handle_binding(b->h);
   cube_status_t st = cube_check(r->client, CUBE_STREAM_CURRENT, &binding, 1);
   bool late = cube_status_code(st) == CUBE_STATUS_UNWRITTEN && late_root(st);
+  // Poisoned meanwhile (an injected poison): nothing can be asked any more.
+  if (cube_status_is_device_poisoned(st)) r->poisoned = late = true;
   cube_status_release(st);
   if (late) b->claimed = true;
   return late;
