@@ -7,8 +7,10 @@
 set -uo pipefail
 out="${OUT:-build-gpu/logs}"
 mkdir -p "$out"
-# cmocka from Debian's packages carried in .deb/ (the GPU image has no registry).
-if [ ! -f /usr/include/cmocka.h ] && ls .deb/*.deb >/dev/null 2>&1; then
+# cmocka and xxHash from Debian's packages carried in .deb/ (the GPU image has
+# no registry).
+if { [ ! -f /usr/include/cmocka.h ] || [ ! -f /usr/include/xxhash.h ]; } &&
+  ls .deb/*.deb >/dev/null 2>&1; then
   for f in .deb/*.deb; do dpkg -x "$f" /; done
   ldconfig
 fi
