@@ -123,12 +123,6 @@ cube_status_t cube_failure_check(const cube_claim_t *const *claims, size_t count
 
 //===--- Write scopes ---===//
 
-void cube_write_scope_open(cube_write_scope_t *scope, cube_scope_output_t *storage,
-                           uint32_t capacity, bool tracking) {
-  *scope = (cube_write_scope_t){
-      .outputs = storage, .count = 0, .capacity = capacity, .tracking = tracking};
-}
-
 void cube_write_scope_add(cube_write_scope_t *scope, cube_claim_t *claim, bool whole) {
   if (scope->count == scope->capacity) return;  // a caller's bug: sized by its own bound
   cube_scope_output_t *out = &scope->outputs[scope->count++];
@@ -149,7 +143,10 @@ void cube_write_scope_commit(cube_write_scope_t *scope) {
   // first add, not the provisional claim of the second.
   for (uint32_t i = scope->count; i-- > 0;) {
     cube_scope_output_t *out = &scope->outputs[i];
-    if (out->whole) {
+    if (out->whole && !out->prior.failure && !out->prior.chain &&
+        (!out->claim->failure || out->claim->failure == &torn_down) && !out->claim->chain) {
+      out->claim->failure = NULL;  // the common case: nothing was claimed before
+    } else if (out->whole) {
       cube_claim_drop(&out->prior);
       cube_claim_drop(out->claim);
     } else if (scope->tracking) {

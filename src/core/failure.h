@@ -85,8 +85,13 @@ typedef struct cube_write_scope_t {
 
 // A scope over at most |capacity| outputs kept in |storage|. |tracking|
 // false (CUBE_FAILURE_TRACKING=off) opens nothing provisional.
-CUBE_INTERNAL void cube_write_scope_open(cube_write_scope_t *scope, cube_scope_output_t *storage,
-                                         uint32_t capacity, bool tracking);
+static inline void cube_write_scope_open(cube_write_scope_t *scope, cube_scope_output_t *storage,
+                                         uint32_t capacity, bool tracking) {
+  scope->outputs = storage;
+  scope->count = 0;
+  scope->capacity = capacity;
+  scope->tracking = tracking;
+}
 // Adds an output: it claims the provisional TornDown (static: no allocation)
 // until the scope settles. A whole-buffer output's earlier claim is dropped at
 // commit; a partial one's is set aside and comes back at commit, since the

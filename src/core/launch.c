@@ -216,6 +216,23 @@ typedef struct launch_t {
   bool tensor_maps;  // some argument is a TMA tensor map
 } launch_t;
 
+// A launch about to go through the phases. Field by field: zeroing the
+// whole struct (its per-buffer arrays) would cost more than the launch path.
+static void launch_start(launch_t *l, cube_server_t *server, uint32_t stream, cube_kernel_t *kernel,
+                         const cube_kernel_args_t *args, cube_launch_mode_t mode,
+                         cube_cube_count_t count) {
+  l->server = server;
+  l->stream = stream;
+  l->kernel = kernel;
+  l->args = args;
+  l->mode = mode;
+  l->n = args->buffer_count;
+  l->count = count;
+  l->dynamic = count.dynamic;
+  l->compiled = NULL;
+  l->tensor_maps = false;
+}
+
 // 1. Arguments: a bad one is the caller's error, and nothing is claimed.
 static cube_status_t launch_resolve(launch_t *l) {
   // Static names: formatting one per buffer would cost more than the rest of
@@ -274,13 +291,13 @@ static cube_status_t launch_compile(launch_t *l) {
 // Returns whether it skipped.
 static bool launch_skip(launch_t *l) {
   if (!l->server->track_failures) return false;
-  const cube_claim_t *inputs[CUBE_MAX_BUFFERS + 1];
-  size_t count = 0;
-  if (l->dynamic) inputs[count++] = &l->count_buffer.slot->claim;
-  for (size_t i = 0; i < l->n; ++i) {
-    if (l->io[i] & IO_R) inputs[count++] = &l->resolved[i].slot->claim;
+  const cube_claim_t *carried = NULL;
+  if (l->dynamic && cube_claim_is_set(&l->count_buffer.slot->claim))
+    carried = &l->count_buffer.slot->claim;
+  for (size_t i = 0; i < l->n && !carried; ++i) {
+    if ((l->io[i] & IO_R) && cube_claim_is_set(&l->resolved[i].slot->claim))
+      carried = &l->resolved[i].slot->claim;
   }
-  const cube_claim_t *carried = cube_failure_carried(inputs, count);
   if (!carried) return false;
   char what[96];
   snprintf(what, sizeof what, "launch of '%s' skipped: an input carried failure #%llu",
@@ -442,14 +459,8 @@ static cube_status_t launch_body(launch_t *l) {
 static cube_status_t launch_locked(cube_server_t *server, uint32_t stream, cube_kernel_t *kernel,
                                    cube_cube_count_t count, const cube_kernel_args_t *args,
                                    cube_launch_mode_t mode) {
-  launch_t l = {.server = server,
-                .stream = stream,
-                .kernel = kernel,
-                .args = args,
-                .mode = mode,
-                .n = args->buffer_count,
-                .count = count,
-                .dynamic = count.dynamic};
+  launch_t l;
+  launch_start(&l, server, stream, kernel, args, mode, count);
   cube_status_t status = launch_body(&l);
   if (!cube_status_is_ok(status) && mode != CUBE_LAUNCH_COMPILE_ONLY)
     cube_server_work_failed(server, stream, status);
@@ -536,14 +547,8 @@ cube_status_t cube_launch(cube_client_t *client, cube_stream_t stream, cube_kern
     if (!cube_status_is_ok(status) && server->streams[index].live) {
       // The count could not be read: the launch cannot run, and says so on
       // what it would have written.
-      launch_t l = {.server = server,
-                    .stream = index,
-                    .kernel = kernel,
-                    .args = args,
-                    .mode = mode,
-                    .n = args->buffer_count,
-                    .count = count,
-                    .dynamic = true};
+      launch_t l;
+      launch_start(&l, server, index, kernel, args, mode, count);
       cube_status_t resolved = launch_resolve(&l);
       if (cube_status_is_ok(resolved)) {
         l.compiled = cube_kernel_cache_find(server, kernel);

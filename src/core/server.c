@@ -52,6 +52,7 @@ cube_status_t cube_server_note(cube_server_t *server, cube_status_t status) {
 
 cube_status_t cube_server_note_in(cube_server_t *server, cube_status_t status,
                                   cube_status_family_t family) {
+  if (cube_status_is_ok(status)) return status;  // the launch path's case
   return cube_server_family(server, cube_server_note(server, status), family);
 }
 
@@ -392,7 +393,14 @@ cube_status_t cube_server_order(cube_server_t *server, uint32_t stream, cube_slo
   if (after_w) status = order_after(server, stream, w);
   if (!writes || !cube_status_is_ok(status)) return status;
   // A write also waits for every stream that used the buffer since (each
-  // may still be reading it).
+  // may still be reading it). Most buffers are used by one stream only.
+  uint64_t others = 0;
+  for (uint32_t word = 0; word < CUBE_MAX_STREAMS / 64; ++word) {
+    uint64_t bits = slot->users[word];
+    if (word == (stream - 1) / 64) bits &= ~(1ull << ((stream - 1) % 64));
+    others |= bits;
+  }
+  if (!others) return status;
   for (uint32_t word = 0; word < CUBE_MAX_STREAMS / 64 && cube_status_is_ok(status); ++word) {
     for (uint64_t bits = slot->users[word]; bits && cube_status_is_ok(status); bits &= bits - 1) {
       uint32_t s = word * 64 + (uint32_t)__builtin_ctzll(bits) + 1;

@@ -152,10 +152,11 @@ uint64_t cube_tensor_map_box_bytes(const cube_tensor_map_desc_t *desc) {
 }
 
 uint64_t cube_tensor_map_max_box_bytes(const cube_device_properties_t *props) {
-  uint64_t max = props->max_shared_memory_optin > props->max_shared_memory_per_cube
-                     ? props->max_shared_memory_optin
-                     : props->max_shared_memory_per_cube;
-  return max ? max : UINT64_MAX;
+  // Measured on the H200 (driver 580): a 228 x 256 f32 box (233,472 bytes,
+  // more than a cube's shared memory) encodes, a 256 x 256 one (256 KiB)
+  // does not. The box must stay below 256 KiB.
+  (void)props;
+  return (256u << 10) - 1;
 }
 
 //===--- The rules ---===//
@@ -323,7 +324,7 @@ static bool check_tiled(const cube_tensor_map_desc_t *desc, const cube_device_pr
   uint64_t max = cube_tensor_map_max_box_bytes(props);
   if (box > max)
     return fail(message, capacity,
-                "Tile must fit in shared memory: %llu bytes > %llu bytes per cube",
+                "Tile must be smaller than 256 KiB: %llu bytes > %llu bytes",
                 (unsigned long long)box, (unsigned long long)max);
   return false;
 }

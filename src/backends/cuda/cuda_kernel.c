@@ -226,15 +226,7 @@ static cube_status_t cube_cuda_read_io(cube_cuda_device_t *device, cube_bkernel_
                              call, global, size);
     }
   }
-  io[size] = '\0';
-  for (size_t i = 0; io[i]; ++i) {
-    if (io[i] != 'r' && io[i] != 'w' && io[i] != 'x' && io[i] != 'd') {
-      free(io);
-      return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
-                              "cuda: kernel '%s' has a malformed IO string in \"%s\"", name,
-                              global);
-    }
-  }
+  io[size] = '\0';  // the core checks the answer (cube_io_sets_check)
   kernel->io = io;
   return CUBE_OK;
 }
