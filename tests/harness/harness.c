@@ -127,6 +127,77 @@ void cth_fill_pattern(void *bytes, size_t size, uint32_t seed) {
   for (; i < size; ++i) p[i] = (unsigned char)(cth_rand_next(&state) | 1);
 }
 
+cube_cube_count_t cth_count_for(uint64_t n, uint32_t per_cube) {
+  return cube_count_static((uint32_t)((n + per_cube - 1) / per_cube), 1, 1);
+}
+
+//===--- Conformance groups ---===//
+
+typedef struct cth_conf_t {
+  cube_backend_kind_t kind;
+  const char *plan;  // "" or a plan that never fires
+  cube_client_t *client;
+} cth_conf_t;
+
+static cth_conf_t *g_conf;  // the group being set up
+
+static int conf_setup(void **state) {
+  cube_client_options_t options;
+  cube_client_options_initialize(&options);
+  options.backend = g_conf->kind;
+  options.fault_plan = g_conf->plan;
+  cube_status_t status = cube_client_create(&options, &g_conf->client);
+  if (!cube_status_is_ok(status)) {
+    cube_status_fprint(status, stderr);
+    cube_status_release(status);
+    return -1;
+  }
+  *state = g_conf;
+  return 0;
+}
+
+static int conf_teardown(void **state) {
+  cth_conf_t *conf = *state;
+  cube_client_release(conf->client);
+  conf->client = NULL;
+  return 0;
+}
+
+cube_client_t *cth_conf_client(void **state) {
+  return ((cth_conf_t *)*state)->client;
+}
+
+cube_backend_kind_t cth_conf_kind(void **state) {
+  return ((cth_conf_t *)*state)->kind;
+}
+
+int cth_run_conformance(const char *suite, const struct CMUnitTest *tests, size_t count) {
+  cube_backend_kind_t kinds[CUBE_BACKEND_COUNT];
+  const char *cuda_detail = "";
+  size_t backends = cth_backend_list(kinds, &cuda_detail);
+  int failed = 0;
+  size_t groups = 0;
+  // A plan that never fires: the fault backend must be transparent.
+  static const char *const kPlans[] = {"", "any:4000000000:poison"};
+  for (size_t b = 0; b < backends; ++b) {
+    for (size_t p = 0; p < sizeof kPlans / sizeof kPlans[0]; ++p) {
+      cth_conf_t conf = {.kind = kinds[b], .plan = kPlans[p]};
+      g_conf = &conf;
+      char name[64];
+      snprintf(name, sizeof name, "%s[%s%s]", suite, cth_backend_label(kinds[b]),
+               kPlans[p][0] ? "+fault" : "");
+      failed += _cmocka_run_group_tests(name, tests, count, conf_setup, conf_teardown);
+      groups++;
+    }
+  }
+  if (backends < 2) {
+    printf("%s[cuda]: SKIPPED (CUDA backend unavailable: %s) — CUDA was not tested\n", suite,
+           cuda_detail);
+  }
+  printf("%s: %zu backend group(s) ran, %d failure(s)\n", suite, groups, failed);
+  return failed;
+}
+
 int cth_run_on_every_backend(const char *suite, const struct CMUnitTest *tests, size_t count,
                              cube_backend_kind_t *kind) {
   cube_backend_kind_t kinds[CUBE_BACKEND_COUNT];

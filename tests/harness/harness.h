@@ -17,10 +17,22 @@
 size_t cth_backend_list(cube_backend_kind_t out[CUBE_BACKEND_COUNT], const char **out_cuda_detail);
 const char *cth_backend_label(cube_backend_kind_t kind);
 
+struct CMUnitTest;
+
+// The conformance runner: |tests| run once per backend present and once more
+// per backend wrapped in the fault backend with a plan that never fires (the
+// decorator must be transparent), as groups "<suite>[<backend>(+fault)]",
+// each with a client of its own that cth_conf_client(state) answers. CUDA
+// absent is printed as SKIPPED. Returns the number of failed tests.
+int cth_run_conformance(const char *suite, const struct CMUnitTest *tests, size_t count);
+cube_client_t *cth_conf_client(void **state);
+cube_backend_kind_t cth_conf_kind(void **state);
+// A cube count covering |n| units at |per_cube| units per cube.
+cube_cube_count_t cth_count_for(uint64_t n, uint32_t per_cube);
+
 // Runs |tests| once per backend present as the group "<suite>[<backend>]",
 // with *|kind| set to that backend; prints a SKIPPED line naming why CUDA is
 // absent. Returns the number of failed tests (main returns non-zero on any).
-struct CMUnitTest;
 int cth_run_on_every_backend(const char *suite, const struct CMUnitTest *tests, size_t count,
                              cube_backend_kind_t *kind);
 

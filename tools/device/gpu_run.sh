@@ -31,7 +31,10 @@ timeout 200 ./build-gpu/bench/bench_graph 2>&1 | tee "$out/bench_graph.log" | ta
 PYTHONUNBUFFERED=1 timeout 200 python3 bench/graph_torch.py 2>&1 | tee -a "$out/graph_torch.log" | tail -4
 cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
 if [ -n "$cs" ]; then
-  CUBE_MM_PASSTHROUGH=1 timeout 300 "$cs" --tool memcheck --report-api-errors no --error-exitcode 9 \
-    ./build-gpu/tests/test_conformance >"$out/memcheck.log" 2>&1
-  echo "memcheck (conformance, pass-through pool) rc=$?"; tail -3 "$out/memcheck.log"
+  for suite in launch memory streams; do
+    CUBE_MM_PASSTHROUGH=1 timeout 300 "$cs" --tool memcheck --report-api-errors no --error-exitcode 9 \
+      ./build-gpu/tests/test_$suite >>"$out/memcheck.log" 2>&1
+    echo "memcheck (conformance $suite, pass-through pool) rc=$?"
+  done
+  grep "ERROR SUMMARY" "$out/memcheck.log"
 fi

@@ -1,7 +1,8 @@
-// The failure model, one test per rule (DESIGN.md "Failure model", the
-// seeds' read/write/launch/sync/check/get_resource/compile_failed), driven
-// through the public API on the CPU backend, with faults injected by fault
-// plans (cube_client_options_t.fault_plan).
+// Conformance, failure: the failure model, one test per rule (DESIGN.md
+// "Failure model", the seeds' read/write/launch/sync/check/get_resource/
+// compile_failed), driven through the public API on every backend present
+// (the fault-wrapped CUDA backend too, where a GPU is), with faults injected
+// by fault plans (cube_client_options_t.fault_plan).
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +20,9 @@
 #include "harness/harness.h"
 
 static const cube_stream_t S = CUBE_STREAM_CURRENT;
+// The backend the group runs on: every backend present (tests/harness), each
+// wrapped in the fault backend whose plans inject the failures.
+static cube_backend_kind_t g_kind = CUBE_BACKEND_CPU;
 enum { N = 64 };  // floats per test buffer
 #define BYTES (N * sizeof(float))
 
@@ -130,7 +134,7 @@ typedef struct fixture_t {
 
 static int setup(void **state) {
   fixture_t *f = calloc(1, sizeof *f);
-  f->client = CTH_CLIENT(CUBE_BACKEND_CPU, "");
+  f->client = CTH_CLIENT(g_kind, "");
   f->broken = CTH_KERNEL("fr_broken", kBroken, ((cube_dim3_t){1, 1, 1}));
   f->copy = copy_kernel("fr_copy");
   *state = f;
@@ -376,7 +380,7 @@ static void test_host_write_releases_whole_not_partial(void **state) {
 // A successful relaunch into a claimed output releases the claim.
 static void test_successful_relaunch_releases(void **state) {
   (void)state;
-  cube_client_t *client = CTH_CLIENT(CUBE_BACKEND_CPU, "dispatch:1:launch");
+  cube_client_t *client = CTH_CLIENT(g_kind, "dispatch:1:launch");
   cube_kernel_t *copy = copy_kernel("fr_copy");
   cube_handle_t x = filled(client, 5), y = filled(client, 2);
   cube_status_t st = launch_xy(client, copy, x, y, cube_count_static(1, 1, 1), CUBE_LAUNCH_EXECUTE);
@@ -505,7 +509,7 @@ static void test_same_failure_on_two_buffers_is_one(void **state) {
 
 static void test_injected_dispatch_failure(void **state) {
   (void)state;
-  cube_client_t *client = CTH_CLIENT(CUBE_BACKEND_CPU, "dispatch:1:launch");
+  cube_client_t *client = CTH_CLIENT(g_kind, "dispatch:1:launch");
   assert_true(strstr(cube_client_backend_name(client), "fault") != NULL);
   cube_kernel_t *copy = copy_kernel("fr_copy");
   cube_handle_t x = filled(client, 5), y = filled(client, 2);
@@ -558,7 +562,7 @@ static void check_poisoned_everywhere(cube_client_t *client, cube_kernel_t *copy
 }
 
 static void poison_case(const char *plan, bool by_write) {
-  cube_client_t *client = CTH_CLIENT(CUBE_BACKEND_CPU, plan);
+  cube_client_t *client = CTH_CLIENT(g_kind, plan);
   cube_kernel_t *copy = copy_kernel("fr_copy");
   cube_handle_t x = CTH_BUFFER(client, BYTES), y = CTH_BUFFER(client, BYTES);
   float v[N] = {0};
@@ -595,7 +599,7 @@ static void test_injected_poison_is_sticky(void **state) {
 
 static void test_injected_oom_on_create(void **state) {
   (void)state;
-  cube_client_t *client = CTH_CLIENT(CUBE_BACKEND_CPU, "page_alloc:1+:oom");
+  cube_client_t *client = CTH_CLIENT(g_kind, "page_alloc:1+:oom");
   cube_handle_t h = {0};
   cube_status_t st = cube_handle_create(client, S, 1u << 20, &h);
   st = CTH_EXPECT(st, CUBE_STATUS_IO_OUT_OF_MEMORY, "injected fault:");
@@ -624,7 +628,7 @@ static void test_injected_oom_on_create(void **state) {
 // A write that fails leaves its destination claiming the error.
 static void test_failed_write_claims_destination(void **state) {
   (void)state;
-  cube_client_t *client = CTH_CLIENT(CUBE_BACKEND_CPU, "copy:1:launch");
+  cube_client_t *client = CTH_CLIENT(g_kind, "copy:1:launch");
   cube_handle_t y = CTH_BUFFER(client, BYTES);
   float v[N];
   for (int i = 0; i < N; ++i) v[i] = 7.0f + (float)i;
@@ -666,7 +670,7 @@ static void test_classification_through_reads(void **state) {
       {"copy:1:launch", CUBE_STATUS_IO_UNKNOWN, false, false, true},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
-    cube_client_t *client = CTH_CLIENT(CUBE_BACKEND_CPU, cases[i].plan);
+    cube_client_t *client = CTH_CLIENT(g_kind, cases[i].plan);
     cube_kernel_t *copy = copy_kernel("fr_copy");
     cube_handle_t x = CTH_BUFFER(client, BYTES), y = CTH_BUFFER(client, BYTES);
     float v[N] = {0};
@@ -705,7 +709,7 @@ static void test_classification_through_reads(void **state) {
 // write's bytes and a later read return them as OK.
 static void test_write_staging_not_reused_while_copy_queued(void **state) {
   (void)state;
-  cube_client_t *client = CTH_CLIENT(CUBE_BACKEND_CPU, "callback:2:launch,sync:1:launch");
+  cube_client_t *client = CTH_CLIENT(g_kind, "callback:2:launch,sync:1:launch");
   cube_kernel_t *slow = CTH_KERNEL("fr_slow", kSlow, ((cube_dim3_t){1, 1, 1}));
   cube_handle_t busy = filled(client, 3), a = CTH_BUFFER(client, BYTES),
                 b = CTH_BUFFER(client, BYTES);
@@ -750,7 +754,7 @@ static void test_core_names_the_poisoned_family(void **state) {
       {"copy:3:poison", CUBE_STATUS_IO_DEVICE_POISONED},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
-    cube_client_t *client = CTH_CLIENT(CUBE_BACKEND_CPU, cases[c].plan);
+    cube_client_t *client = CTH_CLIENT(g_kind, cases[c].plan);
     cube_kernel_t *kernel = copy_kernel("fr_copy");
     cube_handle_t x = filled(client, 1.0f);  // copy 1
     cube_handle_t y = filled(client, 2.0f);  // copy 2
@@ -791,5 +795,6 @@ int main(void) {
       cmocka_unit_test(test_write_staging_not_reused_while_copy_queued),
       cmocka_unit_test(test_core_names_the_poisoned_family),
   };
-  return cmocka_run_group_tests_name("failure_rules", tests, NULL, NULL);
+  return cth_run_on_every_backend("failure", tests, sizeof tests / sizeof tests[0], &g_kind) ? 1
+                                                                                             : 0;
 }
