@@ -104,6 +104,9 @@ typedef struct worker_t {
   int failures;
   cube_stream_t stream;
   char error[512];
+  // Every thread holds its stream until all have one: a thread's default
+  // stream goes when it exits, and its index may serve the next thread.
+  pthread_barrier_t *all_have_one;
 } worker_t;
 
 static void *worker_main(void *arg) {
@@ -111,6 +114,7 @@ static void *worker_main(void *arg) {
   const uint64_t n = 3000 + 17 * (uint64_t)w->index;
   float *x = malloc(n * 4), *y = malloc(n * 4);
   cube_status_t st = cube_stream_current(w->client, &w->stream);
+  pthread_barrier_wait(w->all_have_one);
   for (int iter = 0; iter < 25 && cube_status_is_ok(st) && x && y; ++iter) {
     for (uint64_t i = 0; i < n; ++i) x[i] = (float)(w->index * 1000 + iter + (int)(i % 50));
     cube_handle_t hx = {0}, hy = {0};
@@ -151,11 +155,15 @@ static void test_per_thread_default_streams(void **state) {
   enum { T = 6 };
   pthread_t threads[T];
   worker_t workers[T];
+  pthread_barrier_t all_have_one;
+  pthread_barrier_init(&all_have_one, NULL, T);
   for (int i = 0; i < T; ++i) {
-    workers[i] = (worker_t){.client = client, .kernel = k, .index = i};
+    workers[i] =
+        (worker_t){.client = client, .kernel = k, .index = i, .all_have_one = &all_have_one};
     assert_int_equal(pthread_create(&threads[i], NULL, worker_main, &workers[i]), 0);
   }
   for (int i = 0; i < T; ++i) pthread_join(threads[i], NULL);
+  pthread_barrier_destroy(&all_have_one);
   cube_stream_t mine = 0;
   CTH_OK(cube_stream_current(client, &mine));
   for (int i = 0; i < T; ++i) {
