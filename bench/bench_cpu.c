@@ -7,6 +7,11 @@
 //       256 MiB of floats (speedup, informational).
 //   (c) the enqueue cost of an empty kernel: 100000 launches of one cube,
 //       the enqueue loop timed (the sync after it is not), target <= 5 us.
+//   (d)-(g) (cpu_sections.c, run first so the first write meets fresh
+//       memory): a 512^2 tiled matmul, a grid-stride reduction of 16 Mi floats
+//       and a block scan, each against PoCL running the same kernel in
+//       OpenCL C and a plain C loop; cube_write / cube_read / cube_copy
+//       against memcpy, and a first write of 64 MiB against a warm one.
 // Every figure is the median of several runs.
 //
 //   ./build/bench/bench_cpu [--mib N] [--launches N] [--reps N] [--saxpy-units N]
@@ -18,6 +23,7 @@
 #include <time.h>
 
 #include "bench_common.h"
+#include "cpu_sections.h"
 #include "cube/cube.h"
 #include "kernels.h"
 
@@ -131,6 +137,9 @@ int main(int argc, char **argv) {
   TRY("client create", cube_client_create(&options, &client));
   printf("bench_cpu on %s (%" PRIu32 " hardware threads), %u reps, medians\n",
          cube_client_properties(client)->name, cube_client_properties(client)->core_count, reps);
+  section_row_t section_rows[SECTION_ROWS];
+  int section_count = 0;
+  int sections_wrong = bench_cpu_sections(client, (int)reps, section_rows, &section_count);
 
   //===--- (a) saxpy vs memcpy ---===//
   printf("\n(a) saxpy over %" PRIu64 " MiB (x and y each %" PRIu64 " MiB) vs memcpy of %" PRIu64
@@ -322,7 +331,14 @@ int main(int argc, char **argv) {
     printf("%-44s %12.3f %10s %s\n", "empty launch enqueue (us)", r.launch_us, "<= 5.00",
            r.launch_us <= 5.0 ? "PASS" : "MISS");
   }
-  rc = r.reduce_agrees ? 0 : 1;
+  for (int i = 0; i < section_count; ++i) {
+    const section_row_t *row = &section_rows[i];
+    printf("%-44s %12.2f %10s %s\n", row->figure, row->measured, row->target,
+           row->pass < 0 ? "info"
+           : row->pass   ? "PASS"
+                         : "MISS");
+  }
+  rc = r.reduce_agrees && !sections_wrong ? 0 : 1;
 
 done:
   if (client) {

@@ -292,9 +292,69 @@ CUBE__DEVICE void cube__store(T *p, uint64_t i, uint64_t n, V v) {
 
 #else  //===--- CPU (system C compiler) ---===//
 
+#if !defined(CUBE__SPLIT_PARSE)
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#else
+// The barrier splitter parses kernels with libclang (src/backends/cpu/
+// cpu_split.c), which may come without its compiler headers: the few libc
+// names a kernel can use are declared here instead.
+typedef __INT8_TYPE__ int8_t;
+typedef __INT16_TYPE__ int16_t;
+typedef __INT32_TYPE__ int32_t;
+typedef __INT64_TYPE__ int64_t;
+typedef __UINT8_TYPE__ uint8_t;
+typedef __UINT16_TYPE__ uint16_t;
+typedef __UINT32_TYPE__ uint32_t;
+typedef __UINT64_TYPE__ uint64_t;
+typedef __INTPTR_TYPE__ intptr_t;
+typedef __UINTPTR_TYPE__ uintptr_t;
+typedef __SIZE_TYPE__ size_t;
+typedef __PTRDIFF_TYPE__ ptrdiff_t;
+#define NULL ((void *)0)
+#define INT32_MAX __INT32_MAX__
+#define INT64_MAX __INT64_MAX__
+#define UINT32_MAX __UINT32_MAX__
+#define UINT64_MAX __UINT64_MAX__
+#define INFINITY __builtin_inff()
+#define NAN __builtin_nanf("")
+#define HUGE_VAL __builtin_huge_val()
+#define HUGE_VALF __builtin_huge_valf()
+#define M_PI 3.14159265358979323846
+#define M_E 2.7182818284590452354
+#define M_SQRT2 1.41421356237309504880
+#define M_LN2 0.69314718055994530942
+#define isnan(x) __builtin_isnan(x)
+#define isinf(x) __builtin_isinf(x)
+#define isfinite(x) __builtin_isfinite(x)
+#define signbit(x) __builtin_signbit(x)
+void *memcpy(void *, const void *, size_t);
+void *memmove(void *, const void *, size_t);
+void *memset(void *, int, size_t);
+int memcmp(const void *, const void *, size_t);
+#define CUBE__PARSE_MATH1(f) double f(double); float f##f(float);
+#define CUBE__PARSE_MATH2(f) double f(double, double); float f##f(float, float);
+CUBE__PARSE_MATH1(sqrt) CUBE__PARSE_MATH1(cbrt) CUBE__PARSE_MATH1(exp) CUBE__PARSE_MATH1(exp2)
+CUBE__PARSE_MATH1(expm1) CUBE__PARSE_MATH1(log) CUBE__PARSE_MATH1(log2) CUBE__PARSE_MATH1(log10)
+CUBE__PARSE_MATH1(log1p) CUBE__PARSE_MATH1(sin) CUBE__PARSE_MATH1(cos) CUBE__PARSE_MATH1(tan)
+CUBE__PARSE_MATH1(asin) CUBE__PARSE_MATH1(acos) CUBE__PARSE_MATH1(atan) CUBE__PARSE_MATH1(sinh)
+CUBE__PARSE_MATH1(cosh) CUBE__PARSE_MATH1(tanh) CUBE__PARSE_MATH1(asinh) CUBE__PARSE_MATH1(acosh)
+CUBE__PARSE_MATH1(atanh) CUBE__PARSE_MATH1(erf) CUBE__PARSE_MATH1(erfc) CUBE__PARSE_MATH1(tgamma)
+CUBE__PARSE_MATH1(lgamma) CUBE__PARSE_MATH1(fabs) CUBE__PARSE_MATH1(floor) CUBE__PARSE_MATH1(ceil)
+CUBE__PARSE_MATH1(round) CUBE__PARSE_MATH1(trunc) CUBE__PARSE_MATH1(rint) CUBE__PARSE_MATH1(nearbyint)
+CUBE__PARSE_MATH2(pow) CUBE__PARSE_MATH2(atan2) CUBE__PARSE_MATH2(fmin) CUBE__PARSE_MATH2(fmax)
+CUBE__PARSE_MATH2(fmod) CUBE__PARSE_MATH2(hypot) CUBE__PARSE_MATH2(copysign) CUBE__PARSE_MATH2(fdim)
+CUBE__PARSE_MATH2(remainder) CUBE__PARSE_MATH2(nextafter)
+double fma(double, double, double);
+float fmaf(float, float, float);
+double ldexp(double, int);
+float ldexpf(float, int);
+long lround(double);
+long lroundf(float);
+int abs(int);
+long labs(long);
+#endif
 
 // The per-cube context the CPU backend hands a compiled kernel. This struct
 // is the ABI between the runtime and the kernels it compiles: change it only
@@ -316,6 +376,9 @@ typedef struct cube__ctx_t {
   void (*barrier)(struct cube__ctx_t *ctx);
   void (*trap)(struct cube__ctx_t *ctx, const char *what);
   void *runtime;
+  // Split kernels (<name>__cube_split): at least <name>__cube_split_scratch
+  // (units) bytes, 64-byte aligned, for the values units keep across barriers.
+  unsigned char *scratch;
 } cube__ctx_t;
 
 #define CUBE__DEVICE static inline __attribute__((always_inline))
@@ -330,8 +393,8 @@ typedef struct cube__ctx_t {
   CUBE__EXPORT const char name##__cube_io[] = iostr;                                              \
   CUBE__NO_BARRIER_MARK(name)                                                                     \
   CUBE__EXPORT void name##__cube_loop(cube__ctx_t *cube__c) {                                     \
-    const uint32_t dx = cube__c->cube_dim[0], dy = cube__c->cube_dim[1],                          \
-                   dz = cube__c->cube_dim[2];                                                     \
+    const uint32_t dx = CUBE__CTX_DIM(cube__c, X), dy = CUBE__CTX_DIM(cube__c, Y),                \
+                   dz = CUBE__CTX_DIM(cube__c, Z);                                                \
     for (uint32_t z = 0; z < dz; ++z)                                                             \
       for (uint32_t y = 0; y < dy; ++y)                                                           \
         for (uint32_t x = 0; x < dx; ++x) {                                                       \
@@ -353,9 +416,22 @@ typedef struct cube__ctx_t {
                 CUBE__MAP(CUBE__IOSTR, CUBE__NOTHING, __VA_ARGS__))
 #define CUBE_KERNEL0(name) CUBE__KERNEL_(name, , , "")
 
-#define CUBE_DIM_X (cube__ctx->cube_dim[0])
-#define CUBE_DIM_Y (cube__ctx->cube_dim[1])
-#define CUBE_DIM_Z (cube__ctx->cube_dim[2])
+// The kernel's cube dim, compiled in by the CPU backend as on CUDA (it is
+// part of the kernel's identity): unit loops get constant trip counts and
+// UNIT_POS an affine index gcc vectorizes.
+#if defined(CUBE__DIM_X) && defined(CUBE__DIM_Y) && defined(CUBE__DIM_Z)
+#define CUBE__CTX_DIM_X(c) ((uint32_t)(CUBE__DIM_X))
+#define CUBE__CTX_DIM_Y(c) ((uint32_t)(CUBE__DIM_Y))
+#define CUBE__CTX_DIM_Z(c) ((uint32_t)(CUBE__DIM_Z))
+#else
+#define CUBE__CTX_DIM_X(c) ((c)->cube_dim[0])
+#define CUBE__CTX_DIM_Y(c) ((c)->cube_dim[1])
+#define CUBE__CTX_DIM_Z(c) ((c)->cube_dim[2])
+#endif
+#define CUBE__CTX_DIM(c, axis) CUBE__CTX_DIM_##axis(c)
+#define CUBE_DIM_X CUBE__CTX_DIM_X(cube__ctx)
+#define CUBE_DIM_Y CUBE__CTX_DIM_Y(cube__ctx)
+#define CUBE_DIM_Z CUBE__CTX_DIM_Z(cube__ctx)
 #define CUBE_POS_X (cube__ctx->cube_pos[0])
 #define CUBE_POS_Y (cube__ctx->cube_pos[1])
 #define CUBE_POS_Z (cube__ctx->cube_pos[2])
@@ -488,6 +564,59 @@ static inline double cube__double_of(uint64_t bits) {
     if (cube__i < (n)) cube__p[cube__i] = cube__v; \
     (void)0;                                       \
   })
+
+//===--- CPU: kernels split at their barriers (src/backends/cpu/cpu_split.c) ---===//
+//
+// The splitter appends a second entry to a kernel's source, <name>__cube_split,
+// that runs a whole cube as loops over its units between barriers (regions),
+// and <name>__cube_split_scratch, the bytes of per-unit storage it needs. The
+// generated body uses the names below; none of them is for kernel authors.
+#define CUBE__SPLIT_KERNEL_(name, params, args)                                        \
+  CUBE__DEVICE void name##__split(cube__ctx_t *cube__ctx CUBE__UNUSED params);           \
+  CUBE__EXPORT void name##__cube_split(cube__ctx_t *cube__c) { name##__split(cube__c args); } \
+  CUBE__DEVICE void name##__split(cube__ctx_t *cube__ctx CUBE__UNUSED params)
+#define CUBE__SPLIT_KERNEL(name, ...)                                                  \
+  CUBE__SPLIT_KERNEL_(name, CUBE__MAP(CUBE__BODY_PARAM, CUBE__NOTHING, __VA_ARGS__), \
+                      CUBE__MAP(CUBE__BODY_ARG, CUBE__NOTHING, __VA_ARGS__))
+#define CUBE__SPLIT_KERNEL0(name) CUBE__SPLIT_KERNEL_(name, , )
+// The cube's shape, read once: inside a split entry CUBE_DIM_X and friends
+// name these constants, so no store through a buffer can make gcc reload them.
+#define CUBE__SPLIT_BEGIN                                                                 \
+  const uint32_t cube__dx = CUBE__CTX_DIM(cube__ctx, X), cube__dy = CUBE__CTX_DIM(cube__ctx, Y), \
+                 cube__dz = CUBE__CTX_DIM(cube__ctx, Z);                                  \
+  const uint32_t cube__px CUBE__UNUSED = cube__ctx->cube_pos[0],                          \
+                          cube__py CUBE__UNUSED = cube__ctx->cube_pos[1],                 \
+                          cube__pz CUBE__UNUSED = cube__ctx->cube_pos[2];                 \
+  const uint32_t cube__cx CUBE__UNUSED = cube__ctx->cube_count[0],                        \
+                          cube__cy CUBE__UNUSED = cube__ctx->cube_count[1],               \
+                          cube__cz CUBE__UNUSED = cube__ctx->cube_count[2];               \
+  const uint32_t cube__units CUBE__UNUSED = cube__dx * cube__dy * cube__dz;              \
+  uint64_t cube__shoff CUBE__UNUSED = 0;                                                  \
+  unsigned char *cube__sp CUBE__UNUSED = cube__ctx->scratch;                              \
+  uint32_t cube__ndead CUBE__UNUSED = 0;
+// Every unit of the cube, x fastest; cube__u is the unit's linear index, in
+// 64 bits and affine in cube__ux so that gcc sees per-unit storage as one
+// contiguous access.
+#define CUBE__UNITS_BEGIN                                                         \
+  for (uint32_t cube__uz = 0; cube__uz < cube__dz; ++cube__uz)                   \
+    for (uint32_t cube__uy = 0; cube__uy < cube__dy; ++cube__uy)                 \
+      for (uint32_t cube__ux = 0; cube__ux < cube__dx; ++cube__ux) {             \
+        const size_t cube__u CUBE__UNUSED =                                       \
+            (size_t)cube__dx * (cube__uy + (size_t)cube__dy * cube__uz) + cube__ux;
+#define CUBE__UNITS_END }
+// SHARED inside a split entry: the whole cube runs in one invocation and
+// reaches each array through this one pointer, which no other shared array,
+// buffer or storage overlaps, so it is restrict (never on the fiber path,
+// where units interleave at barriers through pointers of their own).
+#define CUBE__SPLIT_SHARED(T, name, count)                                                  \
+  T *restrict name = (T *)cube__shared_take(cube__ctx, &cube__shoff,                        \
+                                            sizeof(T) * (uint64_t)(count), _Alignof(T))
+#define CUBE__SPLIT_ROUND(bytes) (((uint64_t)(bytes) + 63u) & ~(uint64_t)63u)
+static inline void *cube__split_take(unsigned char **sp, uint64_t bytes) {
+  void *p = *sp;
+  *sp += CUBE__SPLIT_ROUND(bytes);
+  return p;
+}
 
 #endif  // backend
 
@@ -1086,5 +1215,30 @@ static inline void cube__tma_load_im2col(cube__ctx_t *ctx, void *smem, const cub
                         ((uint16_t)(ow), (uint16_t)(oh), (uint16_t)(od)))
 
 #endif  // TMA backend
+
+//===--- CPU: what the barrier splitter's parse sees (CUBE__SPLIT_PARSE) ---===//
+//
+// libclang parses a kernel with these in place of the real macros, so that
+// barriers and unit positions are calls it can recognise.
+#if defined(CUBE__SPLIT_PARSE)
+void cube__sync_cube(void);
+uint32_t cube__parse_unit_pos(uint32_t x, uint32_t y, uint32_t z);
+uint64_t cube__parse_absolute_pos(uint32_t x, uint32_t y, uint32_t z);
+uint32_t cube__parse_absolute_x(uint32_t x);
+uint32_t cube__parse_absolute_y(uint32_t y);
+uint32_t cube__parse_absolute_z(uint32_t z);
+#undef SYNC_CUBE
+#define SYNC_CUBE() cube__sync_cube()
+#undef UNIT_POS
+#define UNIT_POS cube__parse_unit_pos(cube__ux, cube__uy, cube__uz)
+#undef ABSOLUTE_POS
+#define ABSOLUTE_POS cube__parse_absolute_pos(cube__ux, cube__uy, cube__uz)
+#undef ABSOLUTE_POS_X
+#define ABSOLUTE_POS_X cube__parse_absolute_x(cube__ux)
+#undef ABSOLUTE_POS_Y
+#define ABSOLUTE_POS_Y cube__parse_absolute_y(cube__uy)
+#undef ABSOLUTE_POS_Z
+#define ABSOLUTE_POS_Z cube__parse_absolute_z(cube__uz)
+#endif
 
 #endif  // CUBE_DIALECT_H_

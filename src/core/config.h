@@ -100,6 +100,23 @@ enum {
     "the C compiler that builds CPU kernels (default: cc); part of every kernel's key")            \
   X(CPU_MARCH, "CUBE_CPU_MARCH", WORD, 0, 0, 63, 0, NULL,                                          \
     "the -march CPU kernels are built for (default: native; x86-64 for valgrind)")                 \
+  X(CPU_BARRIERS, "CUBE_CPU_BARRIERS", CHOICE, 0, 0, 0, 0, "auto|split|fibers",                    \
+    "how CPU barrier kernels run: as region loops when the splitter can split them, else on "     \
+    "fibers (auto); split or refuse the kernel (split); always on fibers (fibers)")               \
+  X(CPU_DIFFERENTIAL, "CUBE_CPU_DIFFERENTIAL", SWITCH, 0, 0, 0, 0, NULL,                           \
+    "every CPU launch runs on its own path and again on fibers, and traps when the bytes it "     \
+    "leaves differ (for testing; slow)")                                                           \
+  X(CPU_PATH_LOG, "CUBE_CPU_PATH_LOG", SWITCH, 0, 0, 0, 0, NULL,                                   \
+    "print which path each CPU kernel takes (split, plain, fibers) and why, when it loads")        \
+  X(CPU_STACK_MAX, "CUBE_CPU_STACK_MAX", SIZE, 64 * CUBE_MiB, 64 * CUBE_KiB, CUBE_TiB, 0, NULL,    \
+    "the most a CPU kernel's unit may use for its locals (stack, or storage kept across "         \
+    "barriers); a kernel needing more is refused when it compiles")                               \
+  X(CPU_CUBE_MEMORY, "CUBE_CPU_CUBE_MEMORY", SIZE, CUBE_GiB, CUBE_MiB, CUBE_TiB, 0, NULL,          \
+    "what the units of one CPU cube may use for their locals together: it bounds the units per "  \
+    "cube of kernels with large locals")                                                           \
+  X(LIBCLANG, "CUBE_LIBCLANG", PATH, 0, 0, 1023, 0, NULL,                                          \
+    "the libclang the CPU barrier splitter loads first (a path or a soname; none: split "         \
+    "nothing); the first client's value holds for the process")                                    \
   /* Kernel cache */                                                                               \
   X(CACHE_DIR, "CUBE_CACHE_DIR", PATH, 0, 0, 4000, CUBE_CONFIG_ABSOLUTE, NULL,                     \
     "the on-disk kernel cache (default: $XDG_CACHE_HOME/cubec, else ~/.cache/cubec)")              \

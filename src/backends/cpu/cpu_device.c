@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/cpu/cpu_clang.h"
 #include "backends/cpu/cpu_internal.h"
 #include "base/util.h"
 
@@ -120,13 +121,22 @@ static cube_status_t cpu_create_device(uint32_t device_index, const cube_config_
              config ? cube_config_text(config, CUBE_CONFIG_CPU_MARCH, "native") : "native");
     snprintf(cpu->tmpdir, sizeof cpu->tmpdir, "%s",
              config ? cube_config_text(config, CUBE_CONFIG_TMPDIR, "") : "");
+    // CUBE_CPU_BARRIERS: auto (split when possible), split (or refuse), fibers.
+    cpu->barriers = (cube_cpu_barriers_t)config_u64(config, CUBE_CONFIG_CPU_BARRIERS);
+    cpu->differential = config_u64(config, CUBE_CONFIG_CPU_DIFFERENTIAL) != 0;
+    cpu->path_log = config_u64(config, CUBE_CONFIG_CPU_PATH_LOG) != 0;
+    cpu->stack_max = config_u64(config, CUBE_CONFIG_CPU_STACK_MAX);
+    cpu->cube_memory = config_u64(config, CUBE_CONFIG_CPU_CUBE_MEMORY);
+    snprintf(cpu->libclang, sizeof cpu->libclang, "%s",
+             config ? cube_config_text(config, CUBE_CONFIG_LIBCLANG, "") : "");
+    if (cpu->libclang[0] != '\0') cube_clang_configure(cpu->libclang);
     pthread_mutex_init(&cpu->kernels_lock, NULL);
     // The stream thread running a launch works too: one worker fewer than cores.
     uint64_t workers = cpu->base.properties.core_count - 1;
     if (config && cube_config_is_set(config, CUBE_CONFIG_CPU_WORKERS))
       workers = cube_config_u64(config, CUBE_CONFIG_CPU_WORKERS);
     if (workers > 1024) workers = 1024;
-    status = cube_cpu_pool_initialize(cpu, (uint32_t)workers);
+    if (status == CUBE_OK) status = cube_cpu_pool_initialize(cpu, (uint32_t)workers);
     if (status != CUBE_OK) {
       pthread_mutex_destroy(&cpu->kernels_lock);
       free(cpu);

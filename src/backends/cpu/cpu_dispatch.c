@@ -1,14 +1,22 @@
-// cubec CPU backend — running cubes: the worker pool, the per-cube context,
-// barriers (lazy fibers) and traps.
+// cubec CPU backend — running cubes: the worker pool (work stealing), the
+// per-cube context, the three paths a cube can take, and traps.
 //
-// A launch is split into chunks of cubes taken by the stream thread and the
-// pool's workers. A cube runs its units as the kernel's own plain loop
-// (<name>__cube_loop) until a unit calls SYNC_CUBE(); that unit is then
-// taken to be unit 0 (every unit of a non-divergent kernel reaches the
-// barrier, so unit 0 reaches it first), and the rest of the cube's units
-// run as fibers. The kernel is remembered as a barrier kernel, and its later
-// cubes start as fibers at once, where divergent barriers are exact too (a
-// finished unit counts as arrived).
+// Paths (cpu_paths.c chooses one per kernel when it compiles):
+//   plain  — a kernel without barriers: <name>__cube_loop runs the units one
+//            after another, cubes back to back on one context;
+//   split  — <name>__cube_split runs a whole cube as loops over its units
+//            between barriers (cpu_split.c), with per-unit storage for what
+//            crosses them;
+//   fibers — every unit of a barrier kernel the splitter could not split
+//            runs on its own fiber from the start; a barrier switches to the
+//            next unit and releases once every unit that has not returned
+//            waits there (a unit that returned counts as arrived).
+// Fiber stacks are sized to the kernel's frames (-fstack-usage); a plain or
+// split frame larger than the thread's stack runs on a stack of its own.
+//
+// A launch's cubes are split into one contiguous range per thread (the
+// stream thread and the workers); a thread that runs out steals half of the
+// largest range left.
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +26,10 @@
 #include "cube/dialect.h"
 
 enum { UNIT_READY = 0, UNIT_BARRIER = 1, UNIT_DONE = 2 };
+enum { PATH_PLAIN, PATH_SPLIT, PATH_FIBERS };
+
+// What the thread's own stack keeps for the frames below a launch.
+#define NATIVE_RESERVE (256u * 1024u)
 
 struct cube_cpu_cube_t {
   cube__ctx_t ctx;
@@ -26,18 +38,26 @@ struct cube_cpu_cube_t {
   uint32_t units;
   uint32_t current;  // the unit running now; |units| for the native root
   bool fibered;
-  bool native_is_unit0;  // unit 0 runs on the thread's own stack
-  bool aborted;          // a trap ended the cube
+  bool aborted;  // a trap ended the cube
   uint8_t started[CUBE_CPU_MAX_UNITS];
   jmp_buf abort;
 };
 
+// One participant's share of a launch, guarded by its spin lock.
+typedef struct range_t {
+  atomic_flag lock;
+  uint64_t next, end;
+  char pad[64 - sizeof(atomic_flag) - 2 * sizeof(uint64_t)];
+} range_t;
+
 struct cube_cpu_job_t {
   cube_cpu_job_t *next;
   cube_cpu_launch_t *launch;
-  uint64_t total;
-  uint64_t chunk;
-  atomic_uint_fast64_t next_cube;
+  uint8_t path;
+  uint64_t grain;  // cubes taken at a time from one's own range
+  uint32_t slots;
+  range_t *ranges;
+  atomic_uint joined;
   atomic_uint_fast64_t remaining;
   uint32_t active;  // workers inside the job (pool lock)
 };
@@ -69,17 +89,51 @@ void cube_cpu_exec_deinitialize(cube_cpu_exec_t *exec) {
   if (exec->fibers != NULL) {
     for (uint32_t i = 0; i < CUBE_CPU_MAX_UNITS; ++i) cube_cpu_context_unmap(&exec->fibers[i]);
   }
+  cube_cpu_context_unmap(&exec->big);
   free(exec->fibers);
   free(exec->unit_state);
   free(exec->arena);
+  free(exec->scratch);
   memset(exec, 0, sizeof(*exec));
+}
+
+static void native_ready(cube_cpu_exec_t *exec) {
+  if (!exec->native_ready) {
+    cube_cpu_context_native(&exec->native);
+    exec->native_ready = true;
+  }
+}
+
+//===--- Traps ---===//
+
+cube_status_t cube_cpu_launch_status(const cube_cpu_launch_t *launch, const char *context) {
+  if (!atomic_load(&launch->trapped)) return CUBE_OK;
+  bool oom = strncmp(launch->trap_message, CUBE_CPU_TRAP_OOM, strlen(CUBE_CPU_TRAP_OOM)) == 0;
+  return cube_status_make(oom ? CUBE_STATUS_LAUNCH_OUT_OF_MEMORY : CUBE_STATUS_LAUNCH_UNKNOWN,
+                          "%s of kernel '%s' (cube count %ux%ux%u, cube dim %ux%ux%u) trapped: %s",
+                          context, launch->kernel->name, launch->cube_count.x, launch->cube_count.y,
+                          launch->cube_count.z, launch->cube_dim.x, launch->cube_dim.y,
+                          launch->cube_dim.z, launch->trap_message);
+}
+
+static void record_trap(cube_cpu_launch_t *launch, const char *what) {
+  int expected = 0;
+  if (atomic_compare_exchange_strong(&launch->trapped, &expected, 1)) {
+    snprintf(launch->trap_message, sizeof(launch->trap_message), "%s", what);
+  }
+}
+
+static void record_oom(cube_cpu_launch_t *launch, cube_status_t status) {
+  char what[CUBE_CPU_TRAP_MESSAGE];
+  snprintf(what, sizeof what, "%s%s", CUBE_CPU_TRAP_OOM, cube_status_message(status));
+  record_trap(launch, what);
+  cube_status_release(status);
 }
 
 //===--- Fibers within a cube ---===//
 
 static cube_cpu_context_t *context_of(cube_cpu_cube_t *cube, uint32_t unit) {
-  if (unit >= cube->units || (unit == 0 && cube->native_is_unit0)) return &cube->exec->native;
-  return &cube->exec->fibers[unit];
+  return unit >= cube->units ? &cube->exec->native : &cube->exec->fibers[unit];
 }
 
 // The next unit to run after |from|, round robin; releases the barrier when
@@ -138,74 +192,30 @@ static void fiber_entry(void *arg) {
   abort();  // a finished fiber is never resumed
 }
 
-// Maps the stacks of every unit that will run as a fiber, before switching.
+// Maps a stack of the kernel's size for every unit of the cube (a stack
+// mapped smaller for an earlier kernel is mapped again).
 static cube_status_t map_stacks(cube_cpu_cube_t *cube) {
   cube_status_t status = CUBE_OK;
   cube_cpu_exec_t *exec = cube->exec;
-  if (!exec->native_ready) {
-    cube_cpu_context_native(&exec->native);
-    exec->native_ready = true;
-  }
-  for (uint32_t u = cube->native_is_unit0 ? 1 : 0; u < cube->units && status == CUBE_OK; ++u) {
-    if (exec->fibers[u].map == NULL) {
-      status = cube_cpu_context_map(&exec->fibers[u], exec->fiber_stack_size, u);
-    }
+  size_t size = cube->launch->kernel->fiber_stack;
+  if (size < exec->fiber_stack_size) size = exec->fiber_stack_size;
+  native_ready(exec);
+  for (uint32_t u = 0; u < cube->units && status == CUBE_OK; ++u) {
+    cube_cpu_context_t *fiber = &exec->fibers[u];
+    if (fiber->map != NULL && fiber->stack_size < size) cube_cpu_context_unmap(fiber);
+    if (fiber->map == NULL) status = cube_cpu_context_map(fiber, size, u);
   }
   return status;
-}
-
-cube_status_t cube_cpu_launch_status(const cube_cpu_launch_t *launch, const char *context) {
-  if (!atomic_load(&launch->trapped)) return CUBE_OK;
-  bool oom = strncmp(launch->trap_message, CUBE_CPU_TRAP_OOM, strlen(CUBE_CPU_TRAP_OOM)) == 0;
-  return cube_status_make(oom ? CUBE_STATUS_LAUNCH_OUT_OF_MEMORY : CUBE_STATUS_LAUNCH_UNKNOWN,
-                          "%s of kernel '%s' (cube count %ux%ux%u, cube dim %ux%ux%u) trapped: %s",
-                          context, launch->kernel->name, launch->cube_count.x, launch->cube_count.y,
-                          launch->cube_count.z, launch->cube_dim.x, launch->cube_dim.y,
-                          launch->cube_dim.z, launch->trap_message);
-}
-
-static void record_trap(cube_cpu_launch_t *launch, const char *what) {
-  int expected = 0;
-  if (atomic_compare_exchange_strong(&launch->trapped, &expected, 1)) {
-    snprintf(launch->trap_message, sizeof(launch->trap_message), "%s", what);
-  }
-}
-
-// Starts fiber mode; on the native stack only (run_cube, or unit 0 in the
-// plain loop). A stack that cannot be mapped ends the cube like a trap.
-static void begin_fibers(cube_cpu_cube_t *cube, bool native_is_unit0) {
-  cube->fibered = true;
-  cube->native_is_unit0 = native_is_unit0;
-  cube->ctx.fibered = 1;
-  memset(cube->exec->unit_state, UNIT_READY, cube->units);
-  memset(cube->started, 0, cube->units);
-  if (native_is_unit0) cube->started[0] = 1;
-  cube_status_t status = map_stacks(cube);
-  if (status != CUBE_OK) {
-    char what[CUBE_CPU_TRAP_MESSAGE];
-    snprintf(what, sizeof what, "%s%s", CUBE_CPU_TRAP_OOM, cube_status_message(status));
-    record_trap(cube->launch, what);
-    cube_status_release(status);
-    cube->aborted = true;
-    longjmp(cube->abort, 1);
-  }
 }
 
 static void cube_barrier(cube__ctx_t *ctx) {
   cube_cpu_exec_t *exec = ctx->runtime;
   cube_cpu_cube_t *cube = exec->cube;
-  if (cube->units == 1) return;  // nobody to wait for
-  if (!cube->fibered) {
-    atomic_store_explicit(&cube->launch->kernel->uses_barrier, 1, memory_order_relaxed);
-    begin_fibers(cube, true);
-    cube->current = 0;
-  }
+  if (!cube->fibered) return;  // one unit: nobody to wait for
   uint32_t unit = cube->current;
   exec->unit_state[unit] = UNIT_BARRIER;
   uint32_t next = pick_next(cube, unit);
   if (next != unit) switch_unit(cube, unit, next, false);
-  // Resumed: the barrier released, or a trap ended the cube while we waited.
-  if (cube->aborted) longjmp(cube->abort, 1);  // only the native context waits here then
 }
 
 static void cube_trap(cube__ctx_t *ctx, const char *what) {
@@ -214,8 +224,8 @@ static void cube_trap(cube__ctx_t *ctx, const char *what) {
   record_trap(cube->launch, what);
   cube->aborted = true;
   // Never return into the kernel: the trapping code would go on past the
-  // arena. On the native stack jump out; from a fiber go back to it.
-  if (!cube->fibered || context_of(cube, cube->current) == &exec->native) longjmp(cube->abort, 1);
+  // arena. On the thread's stack jump out; from a fiber go back to it.
+  if (!cube->fibered) longjmp(cube->abort, 1);
   switch_unit(cube, cube->current, cube->units, true);
   abort();  // never resumed
 }
@@ -227,9 +237,9 @@ static void cube_begin(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, cube_cp
   cube->units = launch->cube_dim.x * launch->cube_dim.y * launch->cube_dim.z;
   cube->current = 0;
   cube->fibered = false;
-  cube->native_is_unit0 = false;
   cube->aborted = false;
   cube__ctx_t *ctx = &cube->ctx;
+  memset(ctx, 0, sizeof(*ctx));
   ctx->buffers = launch->buffers;
   ctx->info = launch->info;
   ctx->dynamic = launch->info + launch->static_words;
@@ -242,10 +252,10 @@ static void cube_begin(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, cube_cp
   ctx->shared = exec->arena;
   ctx->shared_size = exec->arena_size;
   ctx->dynamic_shared_size = launch->dynamic_shared_memory;
-  ctx->fibered = 0;
   ctx->barrier = cube_barrier;
   ctx->trap = cube_trap;
   ctx->runtime = exec;
+  ctx->scratch = exec->scratch;
   exec->cube = cube;
 }
 
@@ -257,81 +267,208 @@ static inline void cube_place(const cube_cpu_launch_t *launch, cube__ctx_t *ctx,
   ctx->cube_pos[2] = (uint32_t)(index / (cx * cy));
 }
 
-static void run_cube(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, uint64_t index) {
+static inline void cube_step(const cube_cpu_launch_t *launch, cube__ctx_t *ctx) {
+  if (++ctx->cube_pos[0] == launch->cube_count.x) {
+    ctx->cube_pos[0] = 0;
+    if (++ctx->cube_pos[1] == launch->cube_count.y) {
+      ctx->cube_pos[1] = 0;
+      ++ctx->cube_pos[2];
+    }
+  }
+}
+
+//===--- The three paths ---===//
+
+// Fibers: every unit on its own stack from the start, so a unit that returns
+// before a barrier has simply finished (it counts as arrived) and no unit
+// ever runs twice.
+static void run_fiber_cube(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, uint64_t index) {
   cube_cpu_cube_t cube_storage;
   cube_cpu_cube_t *volatile cube = &cube_storage;
   cube_begin(exec, launch, cube);
-  cube__ctx_t *ctx = &cube->ctx;
-  cube_place(launch, ctx, index);
-
+  cube_place(launch, &cube->ctx, index);
   if (setjmp(cube->abort) == 0) {
-    if (atomic_load_explicit(&launch->kernel->uses_barrier, memory_order_relaxed) &&
-        cube->units > 1) {
-      begin_fibers(cube, false);
-      switch_unit(cube, cube->units, pick_next(cube, cube->units), false);
+    if (cube->units == 1) {
+      launch->kernel->loop(&cube->ctx);  // a barrier of one unit returns at once
     } else {
-      launch->kernel->loop(ctx);
-      if (cube->fibered) {
-        // Unit 0 (this stack) is done; run the others until all are.
-        exec->unit_state[0] = UNIT_DONE;
-        cube->native_is_unit0 = false;  // the native context is now the root
-        uint32_t next = pick_next(cube, cube->units);
-        if (next < cube->units) switch_unit(cube, cube->units, next, false);
+      cube_status_t status = map_stacks(cube);
+      if (status != CUBE_OK) {
+        record_oom(launch, status);
+      } else {
+        cube->fibered = true;
+        memset(exec->unit_state, UNIT_READY, cube->units);
+        memset(cube->started, 0, cube->units);
+        switch_unit(cube, cube->units, pick_next(cube, cube->units), false);
       }
     }
   }
   exec->cube = NULL;
 }
 
-// Cubes of a kernel built without barriers, back to back on one context:
-// no fibers can start, so one setjmp (for traps) serves the whole range and
-// only the cube position changes between cubes.
-static void run_plain_range(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, uint64_t first,
+static void run_fiber_range(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, uint64_t first,
                             uint64_t count) {
-  cube_cpu_cube_t cube_storage;
-  cube_cpu_cube_t *volatile cube = &cube_storage;
-  cube_begin(exec, launch, cube);
-  cube__ctx_t *ctx = &cube->ctx;
-  if (setjmp(cube->abort) == 0) {
-    // Divide once, then step x (wrapping into y and z): two 64-bit divisions
-    // per cube would cost as much as a small cube's body.
-    cube_place(launch, ctx, first);
-    const uint32_t cx = launch->cube_count.x, cy = launch->cube_count.y;
-    for (uint64_t i = 0; i < count; ++i) {
-      if (atomic_load_explicit(&launch->trapped, memory_order_relaxed)) break;
-      launch->kernel->loop(ctx);
-      if (++ctx->cube_pos[0] == cx) {
-        ctx->cube_pos[0] = 0;
-        if (++ctx->cube_pos[1] == cy) {
-          ctx->cube_pos[1] = 0;
-          ++ctx->cube_pos[2];
-        }
-      }
-    }
-  }
-  exec->cube = NULL;
-}
-
-static void run_range(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, uint64_t first,
-                      uint64_t count) {
-  if (launch->kernel->no_barrier) {
-    run_plain_range(exec, launch, first, count);
-    return;
-  }
   for (uint64_t i = first; i < first + count; ++i) {
     // After a trap the launch is failed: its other cubes need not run.
     if (atomic_load_explicit(&launch->trapped, memory_order_relaxed)) break;
-    run_cube(exec, launch, i);
+    run_fiber_cube(exec, launch, i);
   }
 }
 
-// Takes chunks until the job has none left. Returns the cubes it ran.
-static void drain_job(cube_cpu_pool_t *pool, cube_cpu_exec_t *exec, cube_cpu_job_t *job) {
+// Plain and split: cubes back to back on one context; one setjmp (for traps)
+// serves the whole range and only the cube position changes between cubes.
+static void run_straight_range(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, uint8_t path,
+                               uint64_t first, uint64_t count) {
+  cube_bkernel_t *kernel = launch->kernel;
+  if (path == PATH_SPLIT) {
+    uint64_t need =
+        kernel->split_scratch(launch->cube_dim.x * launch->cube_dim.y * launch->cube_dim.z);
+    if (need > exec->scratch_size) {
+      free(exec->scratch);
+      exec->scratch_size = 0;
+      if (posix_memalign((void **)&exec->scratch, 64, need) != 0) {
+        exec->scratch = NULL;
+        char what[CUBE_CPU_TRAP_MESSAGE];
+        snprintf(what, sizeof what, "%scannot allocate %llu bytes of per-unit storage",
+                 CUBE_CPU_TRAP_OOM, (unsigned long long)need);
+        record_trap(launch, what);
+        return;
+      }
+      exec->scratch_size = need;
+    }
+  }
+  cube_cpu_cube_t cube_storage;
+  cube_cpu_cube_t *volatile cube = &cube_storage;
+  cube_begin(exec, launch, cube);
+  cube__ctx_t *ctx = &cube->ctx;
+  void (*entry)(struct cube__ctx_t *) = path == PATH_SPLIT ? kernel->split : kernel->loop;
+  if (setjmp(cube->abort) == 0) {
+    cube_place(launch, ctx, first);
+    for (uint64_t i = 0; i < count; ++i) {
+      if (atomic_load_explicit(&launch->trapped, memory_order_relaxed)) break;
+      entry(ctx);
+      cube_step(launch, ctx);
+    }
+  }
+  exec->cube = NULL;
+}
+
+typedef struct big_run_t {
+  cube_cpu_launch_t *launch;
+  uint8_t path;
+  uint64_t first, count;
+} big_run_t;
+
+static void big_entry(void *arg) {
+  cube_cpu_context_entered();
+  cube_cpu_exec_t *exec = arg;
+  big_run_t *run = exec->big_job;
+  run_straight_range(exec, run->launch, run->path, run->first, run->count);
+  cube_cpu_context_switch(&exec->big, &exec->native, true);
+  abort();  // prepared afresh for the next range
+}
+
+// A range whose frame does not fit the thread's stack runs on one that does.
+static void run_big_range(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, uint8_t path,
+                          uint64_t first, uint64_t count) {
+  size_t need = (size_t)launch->kernel->native_stack;
+  if (exec->big.map != NULL && exec->big.stack_size < need) cube_cpu_context_unmap(&exec->big);
+  if (exec->big.map == NULL) {
+    cube_status_t status = cube_cpu_context_map(&exec->big, need, 0);
+    if (status != CUBE_OK) {
+      record_oom(launch, status);
+      return;
+    }
+  }
+  big_run_t run = {launch, path, first, count};
+  exec->big_job = &run;
+  cube_cpu_context_prepare(&exec->big, big_entry, exec);
+  cube_cpu_context_switch(&exec->native, &exec->big, false);
+  exec->big_job = NULL;
+}
+
+static void run_range(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, uint8_t path,
+                      uint64_t first, uint64_t count) {
+  if (path == PATH_FIBERS) {
+    run_fiber_range(exec, launch, first, count);
+    return;
+  }
+  native_ready(exec);
+  uint64_t room =
+      exec->native.stack_size > NATIVE_RESERVE ? exec->native.stack_size - NATIVE_RESERVE : 0;
+  if (exec->native.stack_size != 0 && launch->kernel->native_stack > room) {
+    run_big_range(exec, launch, path, first, count);
+  } else {
+    run_straight_range(exec, launch, path, first, count);
+  }
+}
+
+//===--- Work stealing ---===//
+
+static void range_lock(range_t *range) {
+  while (atomic_flag_test_and_set_explicit(&range->lock, memory_order_acquire)) {
+  }
+}
+static void range_unlock(range_t *range) {
+  atomic_flag_clear_explicit(&range->lock, memory_order_release);
+}
+
+// Takes up to |grain| cubes from the front of |range|.
+static bool take_front(range_t *range, uint64_t grain, uint64_t *out_first, uint64_t *out_count) {
+  range_lock(range);
+  uint64_t left = range->end - range->next;
+  bool taken = left > 0;
+  if (taken) {
+    *out_first = range->next;
+    *out_count = left < grain ? left : grain;
+    range->next += *out_count;
+  }
+  range_unlock(range);
+  return taken;
+}
+
+// Moves half of the largest range left into |own| (which is empty).
+static bool steal(cube_cpu_job_t *job, range_t *own) {
   for (;;) {
-    uint64_t first = atomic_fetch_add(&job->next_cube, job->chunk);
-    if (first >= job->total) break;
-    uint64_t count = job->total - first < job->chunk ? job->total - first : job->chunk;
-    run_range(exec, job->launch, first, count);
+    range_t *victim = NULL;
+    uint64_t most = 0;
+    for (uint32_t i = 0; i < job->slots; ++i) {
+      range_t *r = &job->ranges[i];
+      uint64_t next = __atomic_load_n(&r->next, __ATOMIC_RELAXED);
+      uint64_t end = __atomic_load_n(&r->end, __ATOMIC_RELAXED);
+      if (r != own && end > next && end - next > most) {
+        most = end - next;
+        victim = r;
+      }
+    }
+    if (victim == NULL) return false;
+    range_lock(victim);
+    uint64_t left = victim->end - victim->next;
+    uint64_t half = left - left / 2;  // all of a single cube
+    uint64_t first = victim->end - half;
+    if (left > 0) victim->end = first;
+    range_unlock(victim);
+    if (left > 0) {
+      range_lock(own);
+      own->next = first;
+      own->end = first + half;
+      range_unlock(own);
+      return true;
+    }
+  }
+}
+
+// Runs cubes of |job| until none is left anywhere.
+static void drain_job(cube_cpu_pool_t *pool, cube_cpu_exec_t *exec, cube_cpu_job_t *job) {
+  unsigned slot = atomic_fetch_add(&job->joined, 1);
+  if (slot >= job->slots) return;  // everyone has a share already
+  range_t *own = &job->ranges[slot];
+  for (;;) {
+    uint64_t first = 0, count = 0;
+    if (!take_front(own, job->grain, &first, &count)) {
+      if (!steal(job, own)) break;
+      continue;
+    }
+    run_range(exec, job->launch, job->path, first, count);
     if (atomic_fetch_sub(&job->remaining, count) == count) {
       pthread_mutex_lock(&pool->lock);
       pthread_cond_broadcast(&pool->done);
@@ -364,6 +501,8 @@ static void *worker_main(void *arg) {
     if (pool->stop) break;
     cube_cpu_job_t *job = pool->jobs;
     job->active++;
+    // Once every share is taken nobody else should pick the job up.
+    if (atomic_load(&job->joined) + 1 >= job->slots) unlink_job(pool, job);
     pthread_mutex_unlock(&pool->lock);
     drain_job(pool, exec, job);
     pthread_mutex_lock(&pool->lock);
@@ -434,24 +573,39 @@ void cube_cpu_pool_deinitialize(cube_cpu_device_t *device) {
   memset(pool, 0, sizeof(*pool));
 }
 
-void cube_cpu_launch_run(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
-                         cube_cpu_launch_t *launch) {
+#define INLINE_SLOTS 8
+
+static void run_path(cube_cpu_device_t *device, cube_cpu_exec_t *exec, cube_cpu_launch_t *launch,
+                     uint8_t path) {
   cube_cpu_pool_t *pool = &device->pool;
   uint64_t total = (uint64_t)launch->cube_count.x * launch->cube_count.y * launch->cube_count.z;
   if (total == 1 || pool->worker_count == 0) {
     // Single cubes run right here: no pool wake-up for small launches.
-    run_range(exec, launch, 0, total);
+    run_range(exec, launch, path, 0, total);
     return;
   }
   cube_cpu_job_t job;
   memset(&job, 0, sizeof(job));
+  range_t inline_ranges[INLINE_SLOTS];
+  uint32_t slots = pool->worker_count + 1;
+  if (slots > total) slots = (uint32_t)total;
+  job.ranges = slots <= INLINE_SLOTS ? inline_ranges : calloc(slots, sizeof(range_t));
+  if (job.ranges == NULL) {  // no memory for shares: run it all here
+    run_range(exec, launch, path, 0, total);
+    return;
+  }
   job.launch = launch;
-  job.total = total;
-  // About four chunks per thread balances uneven cubes without much traffic.
-  uint64_t threads = (uint64_t)pool->worker_count + 1;
-  job.chunk = total / (threads * 4);
-  if (job.chunk == 0) job.chunk = 1;
-  atomic_init(&job.next_cube, 0);
+  job.path = path;
+  job.slots = slots;
+  for (uint32_t i = 0; i < slots; ++i) {
+    atomic_flag_clear(&job.ranges[i].lock);
+    job.ranges[i].next = total * i / slots;
+    job.ranges[i].end = total * (i + 1) / slots;
+  }
+  // A few takes per share: cheap, and a thief finds work to take.
+  job.grain = total / ((uint64_t)slots * 8);
+  if (job.grain == 0) job.grain = 1;
+  atomic_init(&job.joined, 0);
   atomic_init(&job.remaining, total);
 
   pthread_mutex_lock(&pool->lock);
@@ -470,4 +624,76 @@ void cube_cpu_launch_run(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
     pthread_cond_wait(&pool->done, &pool->lock);
   }
   pthread_mutex_unlock(&pool->lock);
+  if (job.ranges != inline_ranges) free(job.ranges);
+}
+
+//===--- Differential runs (CUBE_CPU_DIFFERENTIAL=1) ---===//
+
+// Runs |launch| on its own path and again on fibers from the same bytes;
+// a difference anywhere in its buffers traps the launch.
+static void run_differential(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
+                             cube_cpu_launch_t *launch, uint8_t path) {
+  const uint64_t *info = launch->info;
+  uint32_t buffers = (uint32_t)((info[0] >> 48) & 0xff), scalars = (uint32_t)(info[0] >> 56);
+  uint64_t total = 0;
+  bool fits = 1 + scalars + buffers <= launch->static_words;
+  for (uint32_t i = 0; i < buffers && fits; ++i) total += info[1 + scalars + i];
+  unsigned char *before = fits ? malloc(total ? total : 1) : NULL;
+  unsigned char *after = fits ? malloc(total ? total : 1) : NULL;
+  if (before == NULL || after == NULL) {
+    free(before);
+    free(after);
+    run_path(device, exec, launch, path);
+    return;
+  }
+  for (uint64_t i = 0, at = 0; i < buffers; at += info[1 + scalars + i], ++i)
+    memcpy(before + at, launch->buffers[i], info[1 + scalars + i]);
+  run_path(device, exec, launch, path);
+  for (uint64_t i = 0, at = 0; i < buffers; at += info[1 + scalars + i], ++i)
+    memcpy(after + at, launch->buffers[i], info[1 + scalars + i]);
+  for (uint64_t i = 0, at = 0; i < buffers; at += info[1 + scalars + i], ++i)
+    memcpy(launch->buffers[i], before + at, info[1 + scalars + i]);
+  bool trapped = atomic_load(&launch->trapped);
+  run_path(device, exec, launch, PATH_FIBERS);
+  if (!trapped && !atomic_load(&launch->trapped)) {
+    for (uint64_t i = 0, at = 0; i < buffers; at += info[1 + scalars + i], ++i) {
+      uint64_t n = info[1 + scalars + i];
+      if (memcmp(after + at, launch->buffers[i], n) == 0) continue;
+      uint64_t byte = 0;
+      while (byte < n && after[at + byte] == ((unsigned char *)launch->buffers[i])[byte]) ++byte;
+      char what[CUBE_CPU_TRAP_MESSAGE];
+      snprintf(what, sizeof what,
+               "differential run: the %s path and the fiber path differ in buffer %llu at byte "
+               "%llu",
+               path == PATH_SPLIT ? "split" : "plain", (unsigned long long)i,
+               (unsigned long long)byte);
+      record_trap(launch, what);
+      break;
+    }
+  }
+  free(before);
+  free(after);
+}
+
+cube_status_t cube_cpu_dispatch_check(const cube_dispatch_t *dispatch) {
+  const cube_bkernel_t *k = dispatch->kernel;
+  const cube_dim3_t d = dispatch->cube_dim;
+  if (k->fixed_dim && (d.x != k->dim.x || d.y != k->dim.y || d.z != k->dim.z)) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "cpu dispatch of kernel '%s': cube dim %ux%ux%u, but it was compiled "
+                            "for %ux%ux%u",
+                            k->name, d.x, d.y, d.z, k->dim.x, k->dim.y, k->dim.z);
+  }
+  return CUBE_OK;
+}
+
+void cube_cpu_launch_run(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
+                         cube_cpu_launch_t *launch) {
+  cube_bkernel_t *kernel = launch->kernel;
+  uint8_t path = kernel->use_split ? PATH_SPLIT : kernel->no_barrier ? PATH_PLAIN : PATH_FIBERS;
+  if (device->differential && path != PATH_FIBERS) {
+    run_differential(device, exec, launch, path);
+  } else {
+    run_path(device, exec, launch, path);
+  }
 }

@@ -39,15 +39,57 @@ struct cube_bkernel_t {
   void *library;
   void (*loop)(struct cube__ctx_t *ctx);
   void (*unit)(struct cube__ctx_t *ctx, uint32_t x, uint32_t y, uint32_t z);
-  // Set once a unit met a barrier: later cubes start as fibers at once.
-  atomic_int uses_barrier;
+  // The split entry (cpu_split.c): a whole cube as loops over its units, and
+  // the per-unit storage it needs. NULL when the kernel was not split.
+  void (*split)(struct cube__ctx_t *ctx);
+  uint64_t (*split_scratch)(uint32_t units);
+  char *split_note;  // what was split, or why not (kept in the object)
+  // Stack bytes the entries' frames need (-fstack-usage, helpers included):
+  // a fiber running one unit, the plain loop, the split entry. UINT64_MAX
+  // when gcc could not bound them.
+  uint64_t stack_unit, stack_loop, stack_split;
+  // Chosen by cube_cpu_kernel_limits: the fiber stack each unit gets on the
+  // fiber path, and what the thread running the plain or split entry needs.
+  size_t fiber_stack;
+  uint64_t native_stack;
   // Built without barrier support (its source never names SYNC_CUBE): cubes
   // run back to back on one context, with no fiber or per-cube setjmp.
   bool no_barrier;
   // The memory file the library was loaded from, open while it is loaded
   // (its /proc/self/fd name then stays unique); -1 for a private copy.
   int memfd;
+  // Runs as region loops (the device's CUBE_CPU_BARRIERS allows the split).
+  bool use_split;
+  // The cube dim compiled into the object (fixed_dim; every dispatch must
+  // use it).
+  bool fixed_dim;
+  cube_dim3_t dim;
+  bool from_disk;
 };
+
+// How barrier kernels run (CUBE_CPU_BARRIERS, read when a device is made).
+typedef enum cube_cpu_barriers_t {
+  CUBE_CPU_BARRIERS_AUTO,    // split when the splitter can, else fibers
+  CUBE_CPU_BARRIERS_SPLIT,   // split, or refuse the kernel when it compiles
+  CUBE_CPU_BARRIERS_FIBERS,  // never the split entry
+} cube_cpu_barriers_t;
+
+// What a unit may use for its locals (stack, or per-unit storage on the split
+// path) before a kernel is refused, and what a whole cube may use.
+#define CUBE_CPU_STACK_MARGIN (32u * 1024u)  // callees: libm, the trap path
+// The compiled kernel's limits on this device: the units a cube may have
+// (0 with a refusal in *out_status when none fit), its path chosen.
+CUBE_INTERNAL cube_status_t cube_cpu_kernel_limits(cube_cpu_device_t *device,
+                                                   cube_bkernel_t *kernel, bool has_barrier,
+                                                   uint32_t *out_max_units);
+// Text appended after a kernel's source before it compiles: the split entry
+// when |split| and the splitter made one (then *out_has_code), and
+// <name>__cube_split_note. Caller frees.
+CUBE_INTERNAL char *cube_cpu_kernel_appendix(const cube_compile_request_t *request, bool split,
+                                             bool *out_has_code);
+// The stack-need table of a compiled object, from gcc's -fstack-usage
+// output |su_path|, as C text defining <name>__cube_stack[3]. Caller frees.
+CUBE_INTERNAL char *cube_cpu_stack_table(const char *su_path, const char *name);
 
 CUBE_INTERNAL void cube_cpu_kernel_retain(cube_bkernel_t *kernel);
 // VALIDATION unless every word of |options| is a compiler flag a kernel may
@@ -100,6 +142,13 @@ struct cube_cpu_exec_t {
   uint8_t *unit_state;         // CUBE_CPU_MAX_UNITS
   cube_cpu_cube_t *cube;       // the cube running now
   bool native_ready;
+  // Split kernels' per-unit storage, grown to the largest need seen.
+  unsigned char *scratch;
+  uint64_t scratch_size;
+  // A stack for ranges whose frames outgrow the thread's own (mapped on
+  // first use, grown as needed), and what the range run there needs.
+  cube_cpu_context_t big;
+  void *big_job;
 };
 
 CUBE_INTERNAL cube_status_t cube_cpu_exec_initialize(cube_cpu_device_t *device,
@@ -147,6 +196,9 @@ CUBE_INTERNAL void cube_cpu_pool_deinitialize(cube_cpu_device_t *device);
 // LAUNCH_OUT_OF_MEMORY) naming |context|, the kernel, its dims and the trap.
 CUBE_INTERNAL cube_status_t cube_cpu_launch_status(const cube_cpu_launch_t *launch,
                                                    const char *context);
+// VALIDATION when |dispatch| cannot run its kernel (a cube dim other than
+// the one compiled in).
+CUBE_INTERNAL cube_status_t cube_cpu_dispatch_check(const cube_dispatch_t *dispatch);
 // Runs every cube of |launch|, on |exec| (the stream thread) and the pool.
 CUBE_INTERNAL void cube_cpu_launch_run(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
                                        cube_cpu_launch_t *launch);
@@ -164,6 +216,14 @@ struct cube_cpu_device_t {
   char cc[256];
   char march[64];
   char tmpdir[3001];  // TMPDIR: where a private copy of an object goes ("": /tmp)
+  cube_cpu_barriers_t barriers;
+  // CUBE_CPU_DIFFERENTIAL=1: every launch of a kernel with a split or plain
+  // path runs on fibers too, and the two must leave identical bytes.
+  bool differential;
+  bool path_log;         // CUBE_CPU_PATH_LOG
+  uint64_t stack_max;    // CUBE_CPU_STACK_MAX
+  uint64_t cube_memory;  // CUBE_CPU_CUBE_MEMORY
+  char libclang[1024];   // CUBE_LIBCLANG ("": the usual names)
 };
 
 //===--- The vtable's slots (cpu_device/stream/memory/kernel/graph.c) ---===//

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_split.h"
 #include "base/util.h"
 #include "cube/dialect.h"
 
@@ -204,6 +205,12 @@ static cube_status_t build_flags(const cube_cpu_device_t *cpu,
   // No barrier in the source: the unit loop needs no fiber check.
   if (strstr(request->source, "SYNC_CUBE") == NULL)
     used += (size_t)snprintf(out_flags + used, 1024 - used, "-DCUBE__NO_BARRIER ");
+  // The cube dim is part of the kernel (as on CUDA): compiled in, unit loops
+  // have constant trip counts and UNIT_POS is an affine index.
+  const cube_dim3_t d = request->cube_dim;
+  if (d.x != 0 && d.y != 0 && d.z != 0)
+    used += (size_t)snprintf(out_flags + used, 1024 - used,
+                             "-DCUBE__DIM_X=%u -DCUBE__DIM_Y=%u -DCUBE__DIM_Z=%u ", d.x, d.y, d.z);
   if (request->options != NULL) {
     if (used + strlen(request->options) + 1 >= 1024) {
       return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
@@ -233,8 +240,10 @@ cube_status_t cube_cpu_kernel_target(cube_backend_device_t *device,
     pthread_once(&host_cpu_once, read_host_cpu);
     char host[CUBE_HASH128_HEX_SIZE];
     cube_hash128_hex(cube_hash128(host_cpu, strlen(host_cpu)), host);
-    int n = snprintf(out_target, capacity, "cpu cc=%s identity=%s host=%s flags=%s", cpu->cc,
-                     identity, host, flags);
+    // The split entry appended to the source depends on the splitter's code
+    // and on the libclang it parsed with.
+    int n = snprintf(out_target, capacity, "cpu cc=%s identity=%s host=%s split=%s flags=%s",
+                     cpu->cc, identity, host, cube_cpu_split_identity(), flags);
     if (n < 0 || (size_t)n >= capacity) {
       status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
                                 "cpu compile of kernel '%s': the compiler command and flags are "
@@ -288,6 +297,83 @@ static cube_status_t read_object(const char *name, const char *path, void **out_
   return status;
 }
 
+static cube_status_t write_text(const char *name, const char *path, const text_t *text) {
+  cube_status_t status = CUBE_OK;
+  FILE *file = text->failed ? NULL : fopen(path, "wx");
+  if (file == NULL) {
+    status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                              "cpu compile of kernel '%s': cannot write '%s': %s", name, path,
+                              text->failed ? "out of memory" : strerror(errno));
+  } else {
+    bool written = fwrite(text->data, 1, text->length, file) == text->length;
+    if (fclose(file) != 0 || !written) {
+      status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                                "cpu compile of kernel '%s': cannot write '%s': %s", name, path,
+                                strerror(errno));
+    }
+  }
+  return status;
+}
+
+// The kernel's source as the compiler sees it: the dialect prelude, the
+// source (its lines numbered as <name>.cube) and the appendix cpu_paths.c
+// makes (the split entry when |split|, and the note saying what was split).
+static cube_status_t write_source(const cube_compile_request_t *request, const char *path,
+                                  bool split, bool *out_had_split) {
+  text_t text = {0};
+  text_puts(&text, cube_dialect_source);
+  text_puts(&text, "\n#line 1 \"");
+  text_puts(&text, request->name);
+  text_puts(&text, ".cube\"\n");
+  text_puts(&text, request->source);
+  char *appendix = cube_cpu_kernel_appendix(request, split, out_had_split);
+  if (appendix == NULL) text.failed = true;
+  if (appendix != NULL) text_puts(&text, appendix);
+  free(appendix);
+  cube_status_t status = write_text(request->name, path, &text);
+  free(text.data);
+  return status;
+}
+
+// Object first, with gcc's stack-usage report; relative names, so the object
+// does not depend on where the scratch directory was.
+static const char *const kCompileArgs[] = {"-fstack-usage", "-c", "-o", "kernel.o", "kernel.c",
+                                           NULL};
+
+// Runs the compiler with |flags| and |extra| in |cwd|; *out_log receives its
+// output when it fails.
+static cube_status_t run_compiler(const cube_cpu_device_t *cpu, const char *name,
+                                  const char *flags, const char *const *extra, const char *cwd,
+                                  text_t *out_log) {
+  char cc_storage[256], flag_storage[1024];
+  char *argv[ARGV_MAX];
+  int argc = 0;
+  snprintf(cc_storage, sizeof(cc_storage), "%s", cpu->cc);
+  snprintf(flag_storage, sizeof(flag_storage), "%s", flags);
+  split_words(cc_storage, argv, &argc);
+  bool fits = split_words(flag_storage, argv, &argc);
+  for (size_t i = 0; extra[i] != NULL && fits; ++i) {
+    if (argc >= ARGV_MAX - 1) fits = false;
+    if (fits) argv[argc++] = (char *)extra[i];
+  }
+  argv[argc] = NULL;
+  int exit_code = 0;
+  cube_status_t status = CUBE_OK;
+  if (!fits) {
+    status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                              "cpu compile of kernel '%s': too many compiler options", name);
+  } else if (!run_capture(argv, cwd, out_log, &exit_code)) {
+    status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                              "cpu compile of kernel '%s': cannot run the C compiler '%s': %s", name,
+                              cpu->cc, out_log->data ? out_log->data : "");
+  } else if (exit_code != 0) {
+    status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                              "cpu compile of kernel '%s': %s exited with status %d: %s", name,
+                              cpu->cc, exit_code, out_log->data ? out_log->data : "");
+  }
+  return status;
+}
+
 cube_status_t cube_cpu_kernel_compile(cube_backend_device_t *device,
                                       const cube_compile_request_t *request,
                                       const char *scratch_dir, void **out_binary,
@@ -301,57 +387,48 @@ cube_status_t cube_cpu_kernel_compile(cube_backend_device_t *device,
   snprintf(source_path, sizeof(source_path), "%s/kernel.c", scratch_dir);
   snprintf(object_path, sizeof(object_path), "%s/kernel.so", scratch_dir);
 
-  text_t text = {0};
-  text_puts(&text, cube_dialect_source);
-  text_puts(&text, "\n#line 1 \"");
-  text_puts(&text, request->name);
-  text_puts(&text, ".cube\"\n");
-  text_puts(&text, request->source);
-  text_puts(&text, "\n");
-  FILE *file = status != CUBE_OK || text.failed ? NULL : fopen(source_path, "wx");
-  if (status == CUBE_OK && file == NULL) {
-    status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
-                              "cpu compile of kernel '%s': cannot write '%s': %s", request->name,
-                              source_path, text.failed ? "out of memory" : strerror(errno));
-  } else if (file != NULL) {
-    bool written = fwrite(text.data, 1, text.length, file) == text.length;
-    if (fclose(file) != 0 || !written) {
-      status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
-                                "cpu compile of kernel '%s': cannot write '%s': %s", request->name,
-                                source_path, strerror(errno));
+  // The source with its split entry first; a split entry that alone does
+  // not build is the splitter's defect, never the kernel's: it goes, and the
+  // kernel compiles as it is.
+  text_t log = {0};
+  bool had_split = false;
+  if (status == CUBE_OK) status = write_source(request, source_path, true, &had_split);
+  if (status == CUBE_OK)
+    status = run_compiler(cpu, request->name, flags, kCompileArgs, scratch_dir, &log);
+  if (status != CUBE_OK && had_split && log.data != NULL) {
+    cube_status_t first = status;
+    free(log.data);
+    log = (text_t){0};
+    unlink(source_path);
+    status = write_source(request, source_path, false, &had_split);
+    if (status == CUBE_OK)
+      status = run_compiler(cpu, request->name, flags, kCompileArgs, scratch_dir, &log);
+    if (status == CUBE_OK) {
+      cube_status_release(first);
+    } else {
+      cube_status_release(status);
+      status = first;
     }
   }
-  free(text.data);
-
+  free(log.data);
+  // The stack each entry needs (gcc's report), linked in beside it.
   if (status == CUBE_OK) {
-    char cc_storage[256], flag_storage[1024];
-    char *argv[ARGV_MAX];
-    int argc = 0;
-    snprintf(cc_storage, sizeof(cc_storage), "%s", cpu->cc);
-    snprintf(flag_storage, sizeof(flag_storage), "%s", flags);
-    split_words(cc_storage, argv, &argc);
-    bool fits = split_words(flag_storage, argv, &argc);
-    argv[argc++] = "-o";
-    argv[argc++] = "kernel.so";
-    argv[argc++] = "kernel.c";
-    argv[argc++] = "-lm";
-    argv[argc] = NULL;
-    text_t log = {0};
-    int exit_code = 0;
-    if (!fits) {
-      status =
-          cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
-                           "cpu compile of kernel '%s': too many compiler options", request->name);
-    } else if (!run_capture(argv, scratch_dir, &log, &exit_code)) {
-      status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
-                                "cpu compile of kernel '%s': cannot run the C compiler '%s': %s",
-                                request->name, cpu->cc, log.data ? log.data : "");
-    } else if (exit_code != 0) {
-      status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
-                                "cpu compile of kernel '%s': %s exited with status %d: %s",
-                                request->name, cpu->cc, exit_code, log.data ? log.data : "");
-    }
-    free(log.data);
+    char su_path[CUBE_KERNEL_TARGET_MAX + 32], stack_path[CUBE_KERNEL_TARGET_MAX + 32];
+    snprintf(su_path, sizeof(su_path), "%s/kernel.su", scratch_dir);
+    snprintf(stack_path, sizeof(stack_path), "%s/stack.c", scratch_dir);
+    char *table = cube_cpu_stack_table(su_path, request->name);
+    text_t text = {0};
+    text_puts(&text, table != NULL ? table : "");
+    if (table == NULL) text.failed = true;
+    free(table);
+    status = write_text(request->name, stack_path, &text);
+    free(text.data);
+  }
+  if (status == CUBE_OK) {
+    static const char *const kLinkArgs[] = {"-o", "kernel.so", "kernel.o", "stack.c", "-lm", NULL};
+    text_t link_log = {0};
+    status = run_compiler(cpu, request->name, flags, kLinkArgs, scratch_dir, &link_log);
+    free(link_log.data);
   }
   if (status == CUBE_OK) status = read_object(request->name, object_path, out_binary, out_size);
   return status;
@@ -461,7 +538,6 @@ static cube_status_t load_kernel(const cube_cpu_device_t *cpu, const void *bytes
   }
   if (status == CUBE_OK) {
     atomic_init(&kernel->refs, 1);
-    atomic_init(&kernel->uses_barrier, 0);
     snprintf(kernel->key, sizeof(kernel->key), "%s", key);
     kernel->library = library;
     kernel->memfd = memfd;
@@ -470,6 +546,23 @@ static cube_status_t load_kernel(const cube_cpu_device_t *cpu, const void *bytes
     kernel->no_barrier = dlsym(library, mark) != NULL;
     *(void **)&kernel->loop = loop;
     *(void **)&kernel->unit = unit;
+    // The split entry and its storage size come together or not at all.
+    snprintf(mark, sizeof(mark), "%s__cube_split", name);
+    void *split = dlsym(library, mark);
+    snprintf(mark, sizeof(mark), "%s__cube_split_scratch", name);
+    void *scratch = dlsym(library, mark);
+    if (split != NULL && scratch != NULL) {
+      *(void **)&kernel->split = split;
+      *(void **)&kernel->split_scratch = scratch;
+    }
+    snprintf(mark, sizeof(mark), "%s__cube_split_note", name);
+    const char *note = dlsym(library, mark);
+    kernel->split_note = strdup(note != NULL ? note : "not split: no note in the object");
+    snprintf(mark, sizeof(mark), "%s__cube_stack", name);
+    const unsigned long long *stack = dlsym(library, mark);
+    kernel->stack_unit = stack != NULL ? stack[0] : UINT64_MAX;
+    kernel->stack_loop = stack != NULL ? stack[1] : UINT64_MAX;
+    kernel->stack_split = stack != NULL ? stack[2] : UINT64_MAX;
     *out_kernel = kernel;
   } else {
     if (kernel != NULL) {
@@ -494,6 +587,7 @@ static void kernel_free(cube_bkernel_t *kernel) {
   dlclose(kernel->library);
   // Only now: while the library was loaded its /proc/self/fd name was in use.
   if (kernel->memfd >= 0) close(kernel->memfd);
+  free(kernel->split_note);
   free(kernel->name);
   free(kernel->io);
   free(kernel);
@@ -537,11 +631,28 @@ cube_status_t cube_cpu_kernel_load(cube_backend_device_t *device,
       }
     }
   }
+  uint32_t max_units = 0;
+  if (status == CUBE_OK) {
+    // A kernel is loaded for one request: the cube dim compiled in is its.
+    kernel->dim = request->cube_dim;
+    kernel->fixed_dim =
+        request->cube_dim.x != 0 && request->cube_dim.y != 0 && request->cube_dim.z != 0;
+    bool barrier = strstr(request->source, "SYNC_CUBE") != NULL;
+    status = cube_cpu_kernel_limits(cpu, kernel, barrier, &max_units);
+    if (cpu->path_log) {
+      fprintf(stderr, "cubec cpu: kernel '%s' runs %s (%s)\n", request->name,
+              kernel->use_split ? "split" : barrier ? "on fibers" : "plain", kernel->split_note);
+    }
+    if (status != CUBE_OK) {
+      cube_cpu_kernel_release(device, kernel);
+      kernel = NULL;
+    }
+  }
   if (status == CUBE_OK) {
     *out_kernel = kernel;
     out_info->io = kernel->io;
     out_info->static_shared_memory = 0;  // SHARED() is sized at run time on the CPU
-    out_info->max_units_per_cube = CUBE_CPU_MAX_UNITS;
+    out_info->max_units_per_cube = max_units;
   }
   return status;
 }

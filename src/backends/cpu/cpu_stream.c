@@ -557,8 +557,9 @@ cube_status_t cube_cpu_host_callback(cube_backend_device_t *device, cube_bstream
 cube_status_t cube_cpu_dispatch(cube_backend_device_t *device, cube_bstream_t *stream,
                                 const cube_dispatch_t *dispatch) {
   (void)device;
+  cube_status_t status = cube_cpu_dispatch_check(dispatch);
+  if (status != CUBE_OK) return status;
   if (stream->recording != NULL) return cube_cpu_graph_record(stream->recording, dispatch);
-  cube_status_t status = CUBE_OK;
   void *heap = NULL;
   // Tensor maps ride in the heap block, after the info words.
   const size_t map_bytes = cube_cpu_tensor_map_bytes(dispatch);
