@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 //===--- The slice of libclang's C API used here (ABI-stable) ---===//
 
 typedef void *CXIndex;

@@ -337,14 +337,13 @@ static cube_status_t write_source(const cube_compile_request_t *request, const c
 
 // Object first, with gcc's stack-usage report; relative names, so the object
 // does not depend on where the scratch directory was.
-static const char *const kCompileArgs[] = {"-fstack-usage", "-c", "-o", "kernel.o", "kernel.c",
-                                           NULL};
+static const char *const kCompileArgs[] = {"-fstack-usage", "-c",       "-o",
+                                           "kernel.o",      "kernel.c", NULL};
 
 // Runs the compiler with |flags| and |extra| in |cwd|; *out_log receives its
 // output when it fails.
-static cube_status_t run_compiler(const cube_cpu_device_t *cpu, const char *name,
-                                  const char *flags, const char *const *extra, const char *cwd,
-                                  text_t *out_log) {
+static cube_status_t run_compiler(const cube_cpu_device_t *cpu, const char *name, const char *flags,
+                                  const char *const *extra, const char *cwd, text_t *out_log) {
   char cc_storage[256], flag_storage[1024];
   char *argv[ARGV_MAX];
   int argc = 0;
@@ -364,8 +363,8 @@ static cube_status_t run_compiler(const cube_cpu_device_t *cpu, const char *name
                               "cpu compile of kernel '%s': too many compiler options", name);
   } else if (!run_capture(argv, cwd, out_log, &exit_code)) {
     status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
-                              "cpu compile of kernel '%s': cannot run the C compiler '%s': %s", name,
-                              cpu->cc, out_log->data ? out_log->data : "");
+                              "cpu compile of kernel '%s': cannot run the C compiler '%s': %s",
+                              name, cpu->cc, out_log->data ? out_log->data : "");
   } else if (exit_code != 0) {
     status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
                               "cpu compile of kernel '%s': %s exited with status %d: %s", name,
@@ -641,7 +640,10 @@ cube_status_t cube_cpu_kernel_load(cube_backend_device_t *device,
     status = cube_cpu_kernel_limits(cpu, kernel, barrier, &max_units);
     if (cpu->path_log) {
       fprintf(stderr, "cubec cpu: kernel '%s' runs %s (%s)\n", request->name,
-              kernel->use_split ? "split" : barrier ? "on fibers" : "plain", kernel->split_note);
+              kernel->use_split ? "split"
+              : barrier         ? "on fibers"
+                                : "plain",
+              kernel->split_note);
     }
     if (status != CUBE_OK) {
       cube_cpu_kernel_release(device, kernel);
