@@ -294,6 +294,12 @@ typedef enum cube_backend_capability_t {
   // The backend performs tensor-map copies itself (the CPU: the dialect's
   // TMA macros): maps need no TMA hardware there.
   CUBE_BACKEND_CAP_TENSOR_MAP_EMULATED = 1u << 1,
+  // Device memory is host memory: page addresses are host pointers, and a
+  // wait (stream_sync, event_sync) returns only once the work before it has
+  // run or been dropped, so no copy can land after it. The core then hands
+  // copy_to_device and copy_to_host the caller's own memory (no staging) and
+  // waits for the copy before the call returns (the CPU).
+  CUBE_BACKEND_CAP_HOST_MEMORY = 1u << 2,
 } cube_backend_capability_t;
 
 // Every backend device starts with this header.

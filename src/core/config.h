@@ -114,6 +114,9 @@ enum {
   X(CPU_CUBE_MEMORY, "CUBE_CPU_CUBE_MEMORY", SIZE, CUBE_GiB, CUBE_MiB, CUBE_TiB, 0, NULL,          \
     "what the units of one CPU cube may use for their locals together: it bounds the units per "  \
     "cube of kernels with large locals")                                                           \
+  X(CPU_WARM_MEMORY, "CUBE_CPU_WARM_MEMORY", SIZE, 64 * CUBE_MiB, 0, CUBE_TiB, 0, NULL,           \
+    "CPU pages kept faulted in for large buffers: pre-faulted in the background when the first "  \
+    "CPU client starts and refilled from freed pages (0: none; the first client's value holds)")  \
   X(LIBCLANG, "CUBE_LIBCLANG", PATH, 0, 0, 1023, 0, NULL,                                          \
     "the libclang the CPU barrier splitter loads first (a path or a soname; none: split "         \
     "nothing); the first client's value holds for the process")                                    \

@@ -11,9 +11,12 @@
 
 // One write into one destination, in its own write scope: success releases
 // the destination's claim when the write covers the whole buffer, failure
-// leaves the destination claiming the error. Lock held.
+// leaves the destination claiming the error. Lock held. With |out_wait| on a
+// host-memory device a contiguous write copies straight from |source| and
+// *out_wait is the event the caller waits on, lock released, before
+// |source| may change (NULL when there is none).
 static cube_status_t write_one(cube_server_t *server, uint32_t stream, const cube_copy_desc_t *desc,
-                               const void *source, uint64_t size) {
+                               const void *source, uint64_t size, cube_bevent_t **out_wait) {
   cube_resolved_t r;
   cube_status_t status =
       cube_server_resolve(server, desc->binding, "cube_write", "the destination", &r);
@@ -72,8 +75,25 @@ static cube_status_t write_one(cube_server_t *server, uint32_t stream, const cub
   if (cube_status_is_ok(status)) {
     cube_bcopy_t copy = {r.address, desc->rank, desc->shape, desc->strides, desc->elem_size};
     void *mark = server->profiler ? cube_profile_before_work(server, stream, false) : NULL;
-    status =
-        cube_staging_upload(server, stream, desc->rank ? &copy : NULL, r.address, source, size);
+    if (out_wait && desc->rank == 0 &&
+        (server->device->capabilities & CUBE_BACKEND_CAP_HOST_MEMORY)) {
+      // One copy, straight from the caller's memory: no staging in between.
+      const cube_backend_vtable_t *vt = server->device->vtable;
+      cube_bstream_t *bstream = server->streams[stream].backend;
+      status = cube_server_note_in(
+          server, vt->copy_to_device(server->device, bstream, r.address, source, size),
+          CUBE_STATUS_FAMILY_IO);
+      if (cube_status_is_ok(status)) {
+        status =
+            cube_server_note_in(server, vt->event_record(server->device, bstream, false, out_wait),
+                                CUBE_STATUS_FAMILY_IO);
+      }
+      // A copy whose end cannot be waited for must not leave |source| in use.
+      if (!cube_status_is_ok(status)) cube_status_release(vt->stream_sync(server->device, bstream));
+    } else {
+      status =
+          cube_staging_upload(server, stream, desc->rank ? &copy : NULL, r.address, source, size);
+    }
     if (mark) cube_profile_after_work(server, stream, mark, "write (host to device)", size, status);
     // Counted even when it failed: a chunked upload may have enqueued part of
     // the copy before a later chunk failed, and the memory must not be given
@@ -100,8 +120,16 @@ cube_status_t cube_write(cube_client_t *client, cube_stream_t stream, cube_bindi
   cube_status_t status = cube_server_begin(server, stream, "cube_write", &index);
   if (!cube_status_is_ok(status)) return status;
   if (cube_status_is_ok(status)) status = cube_server_refuse_capturing(server, index, "cube_write");
-  if (cube_status_is_ok(status)) status = write_one(server, index, &desc, source, size);
+  cube_bevent_t *wait = NULL;
+  if (cube_status_is_ok(status)) status = write_one(server, index, &desc, source, size, &wait);
   cube_server_leave(server);
+  if (wait) {
+    // The direct copy has run (or a halted stream dropped it, which the
+    // core settles like any dropped work) once its event is reached.
+    const cube_backend_vtable_t *vt = server->device->vtable;
+    cube_status_release(vt->event_sync(server->device, wait));
+    vt->event_release(server->device, wait);
+  }
   return status;
 }
 
@@ -133,7 +161,7 @@ cube_status_t cube_write_strided(cube_client_t *client, cube_stream_t stream,
         size = cube_status_is_ok(s) ? r.size : 0;
         cube_status_release(s);
       }
-      cube_status_t s = write_one(server, index, &descs[i], sources[i], size);
+      cube_status_t s = write_one(server, index, &descs[i], sources[i], size, NULL);
       if (!cube_status_is_ok(s)) {
         if (failures) {
           failures[failed++] = s;
@@ -204,7 +232,10 @@ static cube_status_t read_enqueue(cube_server_t *server, uint32_t stream,
     const cube_backend_vtable_t *vt = server->device->vtable;
     cube_bstream_t *bstream = server->streams[stream].backend;
     void *target = destination;
-    if (!cube_staging_held(server, destination, size)) {
+    // Host memory: the device copies straight into the caller's memory (its
+    // waits never return while the copy may still land).
+    bool direct = (server->device->capabilities & CUBE_BACKEND_CAP_HOST_MEMORY) != 0;
+    if (!direct && !cube_staging_held(server, destination, size)) {
       status = cube_staging_take(server, size, &target);
       if (cube_status_is_ok(status)) *out_staging = target;
     }

@@ -111,7 +111,8 @@ static cube_status_t cpu_create_device(uint32_t device_index, const cube_config_
   if (status == CUBE_OK) {
     cpu->base.vtable = &cube_cpu_vtable;
     // Tensor maps: the dialect's TMA macros copy on the CPU.
-    cpu->base.capabilities = CUBE_BACKEND_CAP_TENSOR_MAP_EMULATED;
+    // Host memory: copies go straight between pages and the caller's memory.
+    cpu->base.capabilities = CUBE_BACKEND_CAP_TENSOR_MAP_EMULATED | CUBE_BACKEND_CAP_HOST_MEMORY;
     cpu_properties(config, &cpu->base.properties);
     // Every value below is already within its bounds (core/config.h).
     cpu->fiber_stack_size = (size_t)config_u64(config, CUBE_CONFIG_CPU_FIBER_STACK);
@@ -130,6 +131,9 @@ static cube_status_t cpu_create_device(uint32_t device_index, const cube_config_
     snprintf(cpu->libclang, sizeof cpu->libclang, "%s",
              config ? cube_config_text(config, CUBE_CONFIG_LIBCLANG, "") : "");
     if (cpu->libclang[0] != '\0') cube_clang_configure(cpu->libclang);
+    // Large pages come from memory already faulted in (the first device's
+    // value holds for the process).
+    cube_cpu_warm_start(config_u64(config, CUBE_CONFIG_CPU_WARM_MEMORY));
     pthread_mutex_init(&cpu->kernels_lock, NULL);
     // The stream thread running a launch works too: one worker fewer than cores.
     uint64_t workers = cpu->base.properties.core_count - 1;

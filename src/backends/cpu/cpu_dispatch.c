@@ -52,8 +52,13 @@ typedef struct range_t {
 
 struct cube_cpu_job_t {
   cube_cpu_job_t *next;
+  // What a share of the job does: cubes of a launch, or chunks of a copy.
+  void (*run)(cube_cpu_job_t *job, cube_cpu_exec_t *exec, uint64_t first, uint64_t count);
   cube_cpu_launch_t *launch;
   uint8_t path;
+  unsigned char *destination;  // copies: chunk i is [i * chunk, (i + 1) * chunk) of size
+  const unsigned char *source;
+  uint64_t size, chunk;
   uint64_t grain;  // cubes taken at a time from one's own range
   uint32_t slots;
   range_t *ranges;
@@ -468,7 +473,7 @@ static void drain_job(cube_cpu_pool_t *pool, cube_cpu_exec_t *exec, cube_cpu_job
       if (!steal(job, own)) break;
       continue;
     }
-    run_range(exec, job->launch, job->path, first, count);
+    job->run(job, exec, first, count);
     if (atomic_fetch_sub(&job->remaining, count) == count) {
       pthread_mutex_lock(&pool->lock);
       pthread_cond_broadcast(&pool->done);
@@ -575,6 +580,53 @@ void cube_cpu_pool_deinitialize(cube_cpu_device_t *device) {
 
 #define INLINE_SLOTS 8
 
+static void run_cubes(cube_cpu_job_t *job, cube_cpu_exec_t *exec, uint64_t first, uint64_t count) {
+  run_range(exec, job->launch, job->path, first, count);
+}
+
+// Spreads |total| items of |job| over the pool and this thread (|exec|, which
+// may be NULL for copies) and returns once every item ran.
+static void run_job(cube_cpu_pool_t *pool, cube_cpu_exec_t *exec, cube_cpu_job_t *job,
+                    uint64_t total) {
+  range_t inline_ranges[INLINE_SLOTS];
+  uint32_t slots = pool->worker_count + 1;
+  if (slots > total) slots = (uint32_t)total;
+  job->ranges = slots <= INLINE_SLOTS ? inline_ranges : calloc(slots, sizeof(range_t));
+  if (job->ranges == NULL) {  // no memory for shares: run it all here
+    job->run(job, exec, 0, total);
+    return;
+  }
+  job->slots = slots;
+  for (uint32_t i = 0; i < slots; ++i) {
+    atomic_flag_clear(&job->ranges[i].lock);
+    job->ranges[i].next = total * i / slots;
+    job->ranges[i].end = total * (i + 1) / slots;
+  }
+  // A few takes per share: cheap, and a thief finds work to take.
+  job->grain = total / ((uint64_t)slots * 8);
+  if (job->grain == 0) job->grain = 1;
+  atomic_init(&job->joined, 0);
+  atomic_init(&job->remaining, total);
+
+  pthread_mutex_lock(&pool->lock);
+  cube_cpu_job_t **tail = &pool->jobs;
+  while (*tail != NULL) tail = &(*tail)->next;
+  *tail = job;
+  pthread_cond_broadcast(&pool->work);
+  pthread_mutex_unlock(&pool->lock);
+
+  drain_job(pool, exec, job);
+
+  pthread_mutex_lock(&pool->lock);
+  unlink_job(pool, job);
+  // The job lives on this stack: wait until no worker is inside it.
+  while (atomic_load(&job->remaining) != 0 || job->active != 0) {
+    pthread_cond_wait(&pool->done, &pool->lock);
+  }
+  pthread_mutex_unlock(&pool->lock);
+  if (job->ranges != inline_ranges) free(job->ranges);
+}
+
 static void run_path(cube_cpu_device_t *device, cube_cpu_exec_t *exec, cube_cpu_launch_t *launch,
                      uint8_t path) {
   cube_cpu_pool_t *pool = &device->pool;
@@ -586,45 +638,42 @@ static void run_path(cube_cpu_device_t *device, cube_cpu_exec_t *exec, cube_cpu_
   }
   cube_cpu_job_t job;
   memset(&job, 0, sizeof(job));
-  range_t inline_ranges[INLINE_SLOTS];
-  uint32_t slots = pool->worker_count + 1;
-  if (slots > total) slots = (uint32_t)total;
-  job.ranges = slots <= INLINE_SLOTS ? inline_ranges : calloc(slots, sizeof(range_t));
-  if (job.ranges == NULL) {  // no memory for shares: run it all here
-    run_range(exec, launch, path, 0, total);
-    return;
-  }
+  job.run = run_cubes;
   job.launch = launch;
   job.path = path;
-  job.slots = slots;
-  for (uint32_t i = 0; i < slots; ++i) {
-    atomic_flag_clear(&job.ranges[i].lock);
-    job.ranges[i].next = total * i / slots;
-    job.ranges[i].end = total * (i + 1) / slots;
+  run_job(pool, exec, &job, total);
+}
+
+//===--- Copies ---===//
+
+// Below this one memcpy beats waking the pool.
+#define COPY_SPLIT_MIN (8ull << 20)
+#define COPY_CHUNK (2ull << 20)
+
+static void run_copy(cube_cpu_job_t *job, cube_cpu_exec_t *exec, uint64_t first, uint64_t count) {
+  (void)exec;
+  uint64_t begin = first * job->chunk;
+  uint64_t end = (first + count) * job->chunk;
+  if (end > job->size) end = job->size;
+  memcpy(job->destination + begin, job->source + begin, end - begin);
+}
+
+void cube_cpu_copy_bytes(cube_cpu_device_t *device, void *destination, const void *source,
+                         uint64_t size) {
+  const unsigned char *d = destination, *s = source;
+  bool overlap = d < s + size && s < d + size;
+  if (overlap || size < COPY_SPLIT_MIN || device->pool.worker_count == 0) {
+    memmove(destination, source, size);
+    return;
   }
-  // A few takes per share: cheap, and a thief finds work to take.
-  job.grain = total / ((uint64_t)slots * 8);
-  if (job.grain == 0) job.grain = 1;
-  atomic_init(&job.joined, 0);
-  atomic_init(&job.remaining, total);
-
-  pthread_mutex_lock(&pool->lock);
-  cube_cpu_job_t **tail = &pool->jobs;
-  while (*tail != NULL) tail = &(*tail)->next;
-  *tail = &job;
-  pthread_cond_broadcast(&pool->work);
-  pthread_mutex_unlock(&pool->lock);
-
-  drain_job(pool, exec, &job);
-
-  pthread_mutex_lock(&pool->lock);
-  unlink_job(pool, &job);
-  // The job lives on this stack: wait until no worker is inside it.
-  while (atomic_load(&job.remaining) != 0 || job.active != 0) {
-    pthread_cond_wait(&pool->done, &pool->lock);
-  }
-  pthread_mutex_unlock(&pool->lock);
-  if (job.ranges != inline_ranges) free(job.ranges);
+  cube_cpu_job_t job;
+  memset(&job, 0, sizeof(job));
+  job.run = run_copy;
+  job.destination = destination;
+  job.source = source;
+  job.size = size;
+  job.chunk = COPY_CHUNK;
+  run_job(&device->pool, NULL, &job, (size + COPY_CHUNK - 1) / COPY_CHUNK);
 }
 
 //===--- Differential runs (CUBE_CPU_DIFFERENTIAL=1) ---===//

@@ -196,6 +196,17 @@ CUBE_INTERNAL void cube_cpu_pool_deinitialize(cube_cpu_device_t *device);
 // LAUNCH_OUT_OF_MEMORY) naming |context|, the kernel, its dims and the trap.
 CUBE_INTERNAL cube_status_t cube_cpu_launch_status(const cube_cpu_launch_t *launch,
                                                    const char *context);
+// Warm pages (cpu_warm.c): a process-wide cache of mapped, faulted ranges.
+// The first call starts faulting in |reserve| bytes in the background.
+CUBE_INTERNAL void cube_cpu_warm_start(uint64_t reserve);
+// |bytes| of zero-initialised or reused memory, page-aligned; NULL (errno)
+// when the OS has none.
+CUBE_INTERNAL void *cube_cpu_warm_map(uint64_t bytes);
+CUBE_INTERNAL void cube_cpu_warm_unmap(void *base, uint64_t bytes);
+// memmove, split over the pool's threads when |size| is large and the two do
+// not overlap. Any thread may call it.
+CUBE_INTERNAL void cube_cpu_copy_bytes(cube_cpu_device_t *device, void *destination,
+                                       const void *source, uint64_t size);
 // VALIDATION when |dispatch| cannot run its kernel (a cube dim other than
 // the one compiled in).
 CUBE_INTERNAL cube_status_t cube_cpu_dispatch_check(const cube_dispatch_t *dispatch);

@@ -16,8 +16,9 @@
 
 // Every page starts with a header one alignment unit before its address, so
 // page_free (which gets only the address) knows how the page was made. Large
-// pages are mmap'd: they go back to the OS on free and an impossible size
-// fails cleanly (ENOMEM) instead of tripping an allocator's own limits.
+// pages are mapped (cpu_warm.c: from already-faulted memory when it has some,
+// and given back there): an impossible size fails cleanly (ENOMEM) instead
+// of tripping an allocator's own limits.
 #define CPU_MMAP_THRESHOLD ((uint64_t)1 << 20)
 #define CPU_PAGE_MAGIC 0x63756265u  // "cube"
 
@@ -37,10 +38,9 @@ cube_status_t cube_cpu_page_alloc(cube_backend_device_t *device, uint64_t size,
   if (__builtin_add_overflow(size, (uint64_t)CPU_ALIGNMENT, &total) || total > SIZE_MAX) {
     error = ENOMEM;
   } else if (size >= CPU_MMAP_THRESHOLD) {
-    void *map =
-        mmap(NULL, (size_t)total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (map == MAP_FAILED) {
-      error = errno;
+    void *map = cube_cpu_warm_map(total);
+    if (map == NULL) {
+      error = errno ? errno : ENOMEM;
     } else {
       base = map;
     }
@@ -72,7 +72,7 @@ cube_status_t cube_cpu_page_free(cube_backend_device_t *device, uint64_t address
   assert(header->magic == CPU_PAGE_MAGIC);  // the core frees only what it allocated
   header->magic = 0;
   if (header->mapped) {
-    munmap(base, (size_t)header->map_size);
+    cube_cpu_warm_unmap(base, header->map_size);
   } else {
     free(base);
   }

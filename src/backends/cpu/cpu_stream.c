@@ -149,7 +149,8 @@ static cube_status_t task_run(cube_bstream_t *stream, cube_cpu_task_t *task) {
   cube_status_t status = CUBE_OK;
   switch (task->kind) {
     case TASK_COPY:
-      memmove(task->u.copy.destination, task->u.copy.source, task->u.copy.size);
+      cube_cpu_copy_bytes(stream->device, task->u.copy.destination, task->u.copy.source,
+                          task->u.copy.size);
       break;
     case TASK_STRIDED:
       cube_cpu_strided_copy(task->u.strided.to_host, task->u.strided.host, task->u.strided.device,
@@ -235,6 +236,12 @@ static void *stream_main(void *arg) {
   }
   pthread_mutex_unlock(&stream->lock);
   return NULL;
+}
+
+// Whether work enqueued now would run at once: nothing queued or running,
+// not halted. Stream lock held.
+static bool stream_idle(const cube_bstream_t *stream) {
+  return stream->head == NULL && stream->idle && !stream->halted;
 }
 
 // Locks the stream and hands out a task to fill; NULL (unlocked) when out of
@@ -393,8 +400,20 @@ cube_status_t cube_cpu_event_record(cube_backend_device_t *device, cube_bstream_
     pthread_mutex_init(&event->lock, NULL);
     pthread_cond_init(&event->reached, NULL);
     task->u.event = event;
-    task_submit(stream, task);
     *out_event = event;
+    if (stream_idle(stream)) {
+      // Nothing before it to wait for: reached now, no hand-off.
+      task->seq = ++stream->enqueued;
+      event_reach(event, CUBE_OK);
+      event_release(event);  // the marker's reference
+      stream->completed++;
+      task->next = stream->free_list;
+      stream->free_list = task;
+      stream->free_count++;
+      pthread_mutex_unlock(&stream->lock);
+    } else {
+      task_submit(stream, task);
+    }
   }
   return status;
 }
@@ -463,6 +482,16 @@ static cube_status_t enqueue_copy(cube_bstream_t *stream, const char *operation,
   if (task == NULL) {
     status = cube_status_make(CUBE_STATUS_IO_UNKNOWN, "cpu %s of %llu bytes: out of host memory",
                               operation, (unsigned long long)size);
+  } else if (stream_idle(stream)) {
+    // In stream order already: the caller copies, holding the stream so that
+    // nothing queued meanwhile starts first (no hand-off to the thread).
+    task->seq = ++stream->enqueued;
+    cube_cpu_copy_bytes(stream->device, destination, source, size);
+    stream->completed++;
+    task->next = stream->free_list;
+    stream->free_list = task;
+    stream->free_count++;
+    pthread_mutex_unlock(&stream->lock);
   } else {
     task->u.copy.destination = destination;
     task->u.copy.source = source;

@@ -872,6 +872,9 @@ cube_status_t cube_fault_backend_wrap(cube_backend_device_t *inner, const char *
     // What the inner device can do, the decorated one can: the core decides
     // on capabilities, and the fault backend must not change its decisions.
     fault->header.capabilities = inner->capabilities;
+    // Except host memory: a late fault tears a copy's output after the call
+    // returned, and that output must be staging, never the caller's memory.
+    fault->header.capabilities &= ~(uint32_t)CUBE_BACKEND_CAP_HOST_MEMORY;
     fault->inner = inner;
     fault->rules = rules;
     fault->rule_count = rule_count;
