@@ -42,6 +42,21 @@ typedef struct cube_copy_desc_t {
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_handle_create(cube_client_t *client,
                                                                cube_stream_t stream, uint64_t size,
                                                                cube_handle_t *out_handle);
+// Zero copy: makes the caller's |size| bytes at |host| a buffer, in place.
+// Kernels read and write that memory itself; nothing is copied in or out
+// (cube_read and cube_write still copy, between it and their own memory).
+// Only on devices whose memory is host memory (the CPU backend; elsewhere
+// UNSUPPORTED, and under a fault plan, which keeps every copy staged).
+// |host| must be aligned to the device's memory_alignment (64 bytes on the
+// CPU) and stay valid and unfreed until cube_handle_release returns; the
+// release waits for every piece of work that used the buffer, and refuses
+// (VALIDATION) while a capture or graph still uses it. The buffer starts out
+// holding whatever |host| holds. It is in no pool: cube_memory_report does
+// not count it.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_handle_from_host(cube_client_t *client,
+                                                                  cube_stream_t stream, void *host,
+                                                                  uint64_t size,
+                                                                  cube_handle_t *out_handle);
 // Drops the caller's handle. A second release is IO_NOT_FOUND naming it.
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_handle_release(cube_client_t *client,
                                                                 cube_handle_t handle);

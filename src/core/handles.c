@@ -13,6 +13,39 @@ cube_binding_t cube_handle_slice(cube_handle_t handle, uint64_t offset, uint64_t
   return (cube_binding_t){handle, offset, size};
 }
 
+// A live slot holding |slice| for |stream_index|; grows the table. Lock held.
+static cube_status_t slot_add(cube_server_t *server, uint32_t stream_index, uint64_t size,
+                              cube_mm_slice_t slice, bool external, cube_handle_t *out_handle) {
+  if (server->free_slot == UINT32_MAX && server->slot_count == server->slot_capacity) {
+    uint32_t capacity = server->slot_capacity ? server->slot_capacity * 2 : 256;
+    cube_slot_t *grown = realloc(server->slots, (size_t)capacity * sizeof *grown);
+    if (!grown) return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "out of host memory");
+    server->slots = grown;
+    server->slot_capacity = capacity;
+  }
+  uint32_t index;
+  if (server->free_slot != UINT32_MAX) {
+    index = server->free_slot;
+    server->free_slot = server->slots[index].next_free;
+  } else {
+    index = server->slot_count++;
+    server->slots[index] = (cube_slot_t){0};
+  }
+  cube_slot_t *slot = &server->slots[index];
+  slot->live = true;
+  slot->size = size;
+  slot->slice = slice;
+  slot->external = external;
+  slot->last_stream = stream_index;
+  slot->last_ticket = server->streams[stream_index].ticket;
+  slot->write_stream = 0;
+  slot->write_ticket = 0;
+  memset(slot->users, 0, sizeof slot->users);
+  cube_claim_initialize(&slot->claim);  // dropped when the slot was released
+  *out_handle = cube_server_handle(server, index);
+  return CUBE_OK;
+}
+
 cube_status_t cube_handle_create(cube_client_t *client, cube_stream_t stream, uint64_t size,
                                  cube_handle_t *out_handle) {
   cube_server_t *server = cube_server_of(client);
@@ -24,42 +57,63 @@ cube_status_t cube_handle_create(cube_client_t *client, cube_stream_t stream, ui
   if (!cube_status_is_ok(status)) return status;
   uint32_t stream_index = 0;
   status = cube_server_stream(server, stream, "cube_handle_create", &stream_index);
-  if (cube_status_is_ok(status) && server->free_slot == UINT32_MAX &&
-      server->slot_count == server->slot_capacity) {
-    uint32_t capacity = server->slot_capacity ? server->slot_capacity * 2 : 256;
-    cube_slot_t *grown = realloc(server->slots, (size_t)capacity * sizeof *grown);
-    if (!grown) {
-      status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
-                                "cube_handle_create: out of host memory");
-    } else {
-      server->slots = grown;
-      server->slot_capacity = capacity;
-    }
-  }
   cube_mm_slice_t slice = {0};
   if (cube_status_is_ok(status)) {
     status = cube_server_note(server, cube_mm_reserve(server->mm, size, stream_index, &slice));
   }
   if (cube_status_is_ok(status)) {
-    uint32_t index;
-    if (server->free_slot != UINT32_MAX) {
-      index = server->free_slot;
-      server->free_slot = server->slots[index].next_free;
-    } else {
-      index = server->slot_count++;
-      server->slots[index] = (cube_slot_t){0};
+    status = slot_add(server, stream_index, size, slice, false, out_handle);
+    if (!cube_status_is_ok(status)) {
+      cube_mm_free(server->mm, &slice, stream_index, server->streams[stream_index].ticket);
+      cube_status_release(status);
+      status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                                "cube_handle_create: out of host memory");
     }
-    cube_slot_t *slot = &server->slots[index];
-    slot->live = true;
-    slot->size = size;
-    slot->slice = slice;
-    slot->last_stream = stream_index;
-    slot->last_ticket = server->streams[stream_index].ticket;
-    slot->write_stream = 0;
-    slot->write_ticket = 0;
-    memset(slot->users, 0, sizeof slot->users);
-    cube_claim_initialize(&slot->claim);  // dropped when the slot was released
-    *out_handle = cube_server_handle(server, index);
+  }
+  cube_server_leave(server);
+  return status;
+}
+
+cube_status_t cube_handle_from_host(cube_client_t *client, cube_stream_t stream, void *host,
+                                    uint64_t size, cube_handle_t *out_handle) {
+  cube_server_t *server = cube_server_of(client);
+  if (!out_handle) {
+    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_handle_from_host: out_handle is NULL");
+  }
+  out_handle->bits = 0;
+  cube_status_t status = cube_server_enter(server, "cube_handle_from_host");
+  if (!cube_status_is_ok(status)) return status;
+  uint32_t stream_index = 0;
+  status = cube_server_stream(server, stream, "cube_handle_from_host", &stream_index);
+  uint64_t align = server->device->properties.memory_alignment;
+  if (cube_status_is_ok(status) && !(server->device->capabilities & CUBE_BACKEND_CAP_HOST_MEMORY)) {
+    status = cube_status_make(CUBE_STATUS_UNSUPPORTED,
+                              "cube_handle_from_host: %s cannot use host memory in place (only a "
+                              "device whose memory is host memory can, the CPU backend without a "
+                              "fault plan)",
+                              server->name);
+  } else if (cube_status_is_ok(status) && (!host || size == 0)) {
+    status = cube_status_make(CUBE_STATUS_VALIDATION,
+                              "cube_handle_from_host: needs memory and a size > 0 (host=%p, "
+                              "size=%llu)",
+                              host, (unsigned long long)size);
+  } else if (cube_status_is_ok(status) && align > 1 && ((uintptr_t)host % align) != 0) {
+    status = cube_status_make(CUBE_STATUS_VALIDATION,
+                              "cube_handle_from_host: %p is not aligned to the device's %llu "
+                              "bytes",
+                              host, (unsigned long long)align);
+  } else if (cube_status_is_ok(status) && (uint64_t)(uintptr_t)host > UINT64_MAX - size) {
+    status = cube_status_make(CUBE_STATUS_VALIDATION,
+                              "cube_handle_from_host: %llu bytes at %p wrap the address space",
+                              (unsigned long long)size, host);
+  }
+  if (cube_status_is_ok(status)) {
+    cube_mm_slice_t slice = {.address = (uint64_t)(uintptr_t)host,
+                             .size = size,
+                             .page_id = CUBE_MM_NO_PAGE,
+                             .pool = CUBE_MM_NO_POOL,
+                             .id = 0};
+    status = slot_add(server, stream_index, size, slice, true, out_handle);
   }
   cube_server_leave(server);
   return status;
@@ -76,7 +130,20 @@ cube_status_t cube_handle_release(cube_client_t *client, cube_handle_t handle) {
     status = CUBE_OK;
   }
   uint32_t index = 0;
+  uint32_t wait_stream = 0;  // external memory: the stream to wait for, 0: every stream
+  bool external = false;
   status = cube_server_slot(server, handle, "cube_handle_release", "the handle", &index);
+  if (cube_status_is_ok(status) && server->slots[index].external &&
+      server->slots[index].graph_pins > 0) {
+    status = cube_status_make(CUBE_STATUS_VALIDATION,
+                              "cube_handle_release: the host memory of handle 0x%016llx is still "
+                              "used by %u capture(s) or graph(s); destroy them first",
+                              (unsigned long long)handle.bits, server->slots[index].graph_pins);
+  }
+  // Launches deferred until their kernel compiles may name the caller's
+  // memory: they are queued now, so that the fence below covers them.
+  if (cube_status_is_ok(status) && server->slots[index].external && !server->poison)
+    cube_server_flush_deferred(server);
   if (cube_status_is_ok(status)) {
     cube_slot_t *slot = &server->slots[index];
     // Stream order protects the memory: the manager reuses it at once on the
@@ -89,15 +156,28 @@ cube_status_t cube_handle_release(cube_client_t *client, cube_handle_t handle) {
     bool fenced = cube_server_fence(server, slot, &fence_stream, &fence_ticket);
     slot->last_stream = fence_stream;
     slot->last_ticket = fence_ticket;
-    if (!cube_graph_adopt_slot(server, index) && fenced)
+    external = slot->external;
+    if (external) {
+      // The caller's memory is the caller's once the release returns: its
+      // last use must have run by then.
+      wait_stream = fenced ? fence_stream : 0;
+    } else if (!cube_graph_adopt_slot(server, index) && fenced) {
       cube_mm_free(server->mm, &slot->slice, fence_stream, fence_ticket);
+    }
     cube_claim_drop(&slot->claim);
     slot->live = false;
+    slot->external = false;
     slot->generation++;
     slot->next_free = server->free_slot;
     server->free_slot = index;
   }
   cube_server_leave(server);
+  if (external) {
+    for (uint32_t s = 1; s <= CUBE_MAX_STREAMS; ++s) {
+      if (wait_stream != 0 && s != wait_stream) continue;
+      cube_status_release(cube_server_wait_stream(server, s));
+    }
+  }
   return status;
 }
 

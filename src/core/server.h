@@ -71,6 +71,7 @@ typedef struct cube_slot_t {
   cube_claim_t claim;
   uint32_t next_free;
   uint32_t graph_pins;  // captures and graphs using the memory (graph.c)
+  bool external;        // the caller's memory (cube_handle_from_host): in no pool
 } cube_slot_t;
 
 typedef struct cube_compiled_t {

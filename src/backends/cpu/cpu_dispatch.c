@@ -678,6 +678,14 @@ void cube_cpu_copy_bytes(cube_cpu_device_t *device, void *destination, const voi
 
 //===--- Differential runs (CUBE_CPU_DIFFERENTIAL=1) ---===//
 
+// The bytes argument |i| of |launch| names: a buffer, or the tensor behind a
+// tensor map (an upper-case letter in the kernel's IO answer).
+static unsigned char *argument_bytes(const cube_cpu_launch_t *launch, uint32_t i) {
+  const char *io = launch->kernel->io;
+  bool map = io != NULL && i < strlen(io) && io[i] >= 'A' && io[i] <= 'Z';
+  return map ? ((cube__tmap_t *)launch->buffers[i])->base : launch->buffers[i];
+}
+
 // Runs |launch| on its own path and again on fibers from the same bytes;
 // a difference anywhere in its buffers traps the launch.
 static void run_differential(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
@@ -696,29 +704,31 @@ static void run_differential(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
     return;
   }
   for (uint64_t i = 0, at = 0; i < buffers; at += info[1 + scalars + i], ++i)
-    memcpy(before + at, launch->buffers[i], info[1 + scalars + i]);
+    memcpy(before + at, argument_bytes(launch, i), info[1 + scalars + i]);
   run_path(device, exec, launch, path);
-  for (uint64_t i = 0, at = 0; i < buffers; at += info[1 + scalars + i], ++i)
-    memcpy(after + at, launch->buffers[i], info[1 + scalars + i]);
-  for (uint64_t i = 0, at = 0; i < buffers; at += info[1 + scalars + i], ++i)
-    memcpy(launch->buffers[i], before + at, info[1 + scalars + i]);
+  uint64_t at = 0;
+  for (uint32_t i = 0; i < buffers; at += info[1 + scalars + i], ++i)
+    memcpy(after + at, argument_bytes(launch, i), info[1 + scalars + i]);
+  at = 0;
+  for (uint32_t i = 0; i < buffers; at += info[1 + scalars + i], ++i)
+    memcpy(argument_bytes(launch, i), before + at, info[1 + scalars + i]);
   bool trapped = atomic_load(&launch->trapped);
   run_path(device, exec, launch, PATH_FIBERS);
-  if (!trapped && !atomic_load(&launch->trapped)) {
-    for (uint64_t i = 0, at = 0; i < buffers; at += info[1 + scalars + i], ++i) {
-      uint64_t n = info[1 + scalars + i];
-      if (memcmp(after + at, launch->buffers[i], n) == 0) continue;
-      uint64_t byte = 0;
-      while (byte < n && after[at + byte] == ((unsigned char *)launch->buffers[i])[byte]) ++byte;
-      char what[CUBE_CPU_TRAP_MESSAGE];
-      snprintf(what, sizeof what,
-               "differential run: the %s path and the fiber path differ in buffer %llu at byte "
-               "%llu",
-               path == PATH_SPLIT ? "split" : "plain", (unsigned long long)i,
-               (unsigned long long)byte);
-      record_trap(launch, what);
-      break;
-    }
+  at = 0;
+  for (uint32_t i = 0; i < buffers && !trapped && !atomic_load(&launch->trapped);
+       at += info[1 + scalars + i], ++i) {
+    uint64_t n = info[1 + scalars + i];
+    const unsigned char *now = argument_bytes(launch, i);
+    if (memcmp(after + at, now, n) == 0) continue;
+    uint64_t byte = 0;
+    while (byte < n && after[at + byte] == now[byte]) ++byte;
+    char what[CUBE_CPU_TRAP_MESSAGE];
+    snprintf(what, sizeof what,
+             "differential run: the %s path and the fiber path differ in argument %u at byte "
+             "%llu",
+             path == PATH_SPLIT ? "split" : "plain", i, (unsigned long long)byte);
+    record_trap(launch, what);
+    break;
   }
   free(before);
   free(after);
