@@ -79,15 +79,18 @@
   "}\n"
 
 // Inclusive scan of each cube's 256 elements (Hillis-Steele in shared memory,
-// two barriers per round) and each cube's total. Signed indices, as above.
+// two barriers per round) and each cube's total. Signed 64-bit indices: an
+// index that is a difference (u - off) in 32 bits makes gcc 12 gather the
+// loads one by one (it cannot prove the 32-bit difference affine in the
+// loop); in 64 bits it is one masked vector load.
 #define CUBE_BENCH_SCAN                                                       \
   "CUBE_KERNEL(scan_cube, IN(float, x), OUT(float, y), OUT(float, sums)) {\n" \
   "  SHARED(float, tile, 256);\n"                                             \
-  "  int32_t u = (int32_t)UNIT_POS, dim = (int32_t)CUBE_DIM;\n"               \
+  "  int64_t u = (int64_t)UNIT_POS, dim = (int64_t)CUBE_DIM;\n"               \
   "  int64_t i = (int64_t)ABSOLUTE_POS, n = (int64_t)LEN(x);\n"               \
   "  tile[u] = i < n ? x[i] : 0.0f;\n"                                        \
   "  SYNC_CUBE();\n"                                                          \
-  "  for (int32_t off = 1; off < dim; off <<= 1) {\n"                         \
+  "  for (int64_t off = 1; off < dim; off <<= 1) {\n"                         \
   "    float t = u >= off ? tile[u - off] : 0.0f;\n"                          \
   "    SYNC_CUBE();\n"                                                        \
   "    tile[u] += t;\n"                                                       \
@@ -101,11 +104,11 @@
   "__kernel void scan_cube(__global const float *x, __global float *y, __global float *sums,\n" \
   "                        ulong un) {\n"                                                       \
   "  __local float tile[256];\n"                                                                \
-  "  int u = (int)get_local_id(0), dim = (int)get_local_size(0);\n"                             \
+  "  long u = (long)get_local_id(0), dim = (long)get_local_size(0);\n"                          \
   "  long i = (long)get_global_id(0), n = (long)un;\n"                                          \
   "  tile[u] = i < n ? x[i] : 0.0f;\n"                                                          \
   "  barrier(CLK_LOCAL_MEM_FENCE);\n"                                                           \
-  "  for (int off = 1; off < dim; off <<= 1) {\n"                                               \
+  "  for (long off = 1; off < dim; off <<= 1) {\n"                                              \
   "    float t = u >= off ? tile[u - off] : 0.0f;\n"                                            \
   "    barrier(CLK_LOCAL_MEM_FENCE);\n"                                                         \
   "    tile[u] += t;\n"                                                                         \

@@ -596,10 +596,16 @@ static inline double cube__double_of(uint64_t bits) {
   uint32_t cube__ndead CUBE__UNUSED = 0;
 // Every unit of the cube, x fastest; cube__u is the unit's linear index, in
 // 64 bits and affine in cube__ux so that gcc sees per-unit storage as one
-// contiguous access.
+// contiguous access. Between two barriers the units of a cube run
+// concurrently: no unit may touch memory another one writes there, except
+// through atomics (a race, as on a GPU). So the x loop carries no dependence
+// through memory from one unit to the next, which `ivdep` tells gcc: it
+// vectorizes loads under a condition (`u >= off ? tile[u - off] : 0`) that it
+// would otherwise have to prove safe.
 #define CUBE__UNITS_BEGIN                                                         \
   for (uint32_t cube__uz = 0; cube__uz < cube__dz; ++cube__uz)                   \
     for (uint32_t cube__uy = 0; cube__uy < cube__dy; ++cube__uy)                 \
+      _Pragma("GCC ivdep")                                                        \
       for (uint32_t cube__ux = 0; cube__ux < cube__dx; ++cube__ux) {             \
         const size_t cube__u CUBE__UNUSED =                                       \
             (size_t)cube__dx * (cube__uy + (size_t)cube__dy * cube__uz) + cube__ux;

@@ -7,7 +7,8 @@
 // mapped, touched ranges: pages it frees go back there (up to the cap) rather
 // than to the OS, and when the first CPU device starts a background thread
 // faults in a reserve of CUBE_CPU_WARM_MEMORY bytes. A large page is carved
-// from the cache when a range fits (best fit), else mapped fresh. Memory the
+// from the cache when a range fits (best fit), else mapped fresh; mappings of
+// 2 MiB and more ask for transparent huge pages (map_fresh). Memory the
 // cache holds is counted by the OS against the process (RSS); it is given
 // back when an allocation runs out of memory, and never to anything outside
 // the process.
@@ -17,8 +18,6 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "backends/cpu/cpu_internal.h"
@@ -104,19 +103,33 @@ static void cache_drop(void) {
   warm.bytes = 0;
 }
 
+// A fresh mapping of |size| bytes; 2 MiB pages asked for where the range
+// holds some (transparent huge pages, in "madvise" mode on most systems): a
+// kernel walking a large buffer in strides (a grid-stride loop reads 1 KiB
+// per cube, megabytes apart) then misses the TLB once per 2 MiB rather than
+// once per 4 KiB, and a first touch faults 512 times less often.
+static unsigned char *map_fresh(uint64_t size) {
+  void *base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+  if (size >= ((uint64_t)2 << 20)) (void)madvise(base, (size_t)size, MADV_HUGEPAGE);
+#endif
+  return base;
+}
+
 static void *prefill(void *arg) {
   (void)arg;
-  // Behind the program's own threads: this only saves them faults later.
-  setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
+  // At the program's own priority: a first large page waits for this fill
+  // (rather than faulting fresh pages beside it), and a fill behind a busy
+  // machine's other work would keep it waiting longer than its own faults.
   uint64_t size = warm.reserve;
-  unsigned char *base =
-      mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (base != MAP_FAILED) {
+  unsigned char *base = map_fresh(size);
+  if (base != NULL) {
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     for (uint64_t at = 0; at < size; at += page) ((volatile unsigned char *)base)[at] = 0;
   }
   pthread_mutex_lock(&warm.lock);
-  if (base != MAP_FAILED) cache_put(base, size);
+  if (base != NULL) cache_put(base, size);
   warm.filling = false;
   pthread_cond_broadcast(&warm.filled);
   pthread_mutex_unlock(&warm.lock);
@@ -151,15 +164,15 @@ void *cube_cpu_warm_map(uint64_t bytes) {
   unsigned char *base = cache_take(size);
   pthread_mutex_unlock(&warm.lock);
   if (base == NULL) {
-    base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED && errno == ENOMEM) {
+    errno = 0;
+    base = map_fresh(size);
+    if (base == NULL && errno == ENOMEM) {
       // The cache may be what is in the way: give it back and try once more.
       pthread_mutex_lock(&warm.lock);
       cache_drop();
       pthread_mutex_unlock(&warm.lock);
-      base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      base = map_fresh(size);
     }
-    if (base == MAP_FAILED) base = NULL;
   }
   return base;
 }
