@@ -10,14 +10,14 @@ CMAKE ?= cmake
 CTEST ?= ctest
 CC ?= cc
 
-.PHONY: all build-all configure demo test bench info asan deps deps-test clean help
+.PHONY: all build-all configure demo test bench info asan deps deps-test deps-bench clean help
 
 all: build-all
 
 help:
 	@echo "make demo      build and run the showcase (cubec demo)"
 	@echo "make test      build and run the test suite (installs libcmocka-dev if missing)"
-	@echo "make bench     build and run the CPU benchmark"
+	@echo "make bench     build and run the CPU benchmark (installs PoCL and libclang if missing)"
 	@echo "make info      list backends and devices"
 	@echo "make asan      the test suite under ASan + UBSan ($(ASAN_DIR))"
 	@echo "make clean     remove $(BUILD_DIR) and $(ASAN_DIR)"
@@ -79,9 +79,27 @@ test: deps-test
 	$(MAKE) --no-print-directory build-all
 	$(CTEST) --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 
-bench: configure
+# The bench's own set-up: PoCL (pocl-opencl-icd, ocl-icd-opencl-dev,
+# opencl-headers) runs the same barrier kernels written in OpenCL C beside
+# cubec, and libclang1 lets barrier kernels take the split path. Neither is a
+# dependency of the library: without them bench_cpu says what it leaves out.
+HAVE_OPENCL = $(shell printf '\#include <CL/cl.h>\n' | $(CC) -E -x c - >/dev/null 2>&1 && \
+                test -e /etc/OpenCL/vendors/pocl.icd && echo yes)
+HAVE_LIBCLANG = $(shell ldconfig -p 2>/dev/null | grep -qE 'libclang(-[0-9]+)?\.so' && echo yes)
+MISSING_BENCH = $(if $(HAVE_OPENCL),,pocl-opencl-icd ocl-icd-opencl-dev opencl-headers) \
+                $(if $(HAVE_LIBCLANG),,libclang1)
+
+deps-bench: deps
+ifneq ($(strip $(MISSING_BENCH)),)
+	$(call apt_install,$(strip $(MISSING_BENCH)))
+endif
+
+# bench_cpu's sections (d)-(g) are the CPU backend's targets (barrier kernels
+# against PoCL and plain loops, copies against memcpy); BENCH_ARGS passes
+# options (e.g. BENCH_ARGS="--reps 7").
+bench: deps-bench configure
 	$(CMAKE) --build $(BUILD_DIR) -j $(JOBS) --target bench_cpu
-	./$(BUILD_DIR)/bench/bench_cpu
+	./$(BUILD_DIR)/bench/bench_cpu $(BENCH_ARGS)
 
 asan: deps-test
 	$(CMAKE) -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DCUBE_ENABLE_ASAN=ON -DCUBE_BUILD_BENCH=OFF >/dev/null

@@ -6,7 +6,7 @@
 # what is compared is split against fibers, and plain against fibers for
 # kernels without barriers. Exit 77 (ctest: skipped) without libclang.
 set -u
-if [ -z "${CUBE_LIBCLANG:-}" ] && ! ldconfig -p 2>/dev/null | grep -q "libclang.*\.so"; then
+if [ -z "${CUBE_LIBCLANG:-}" ] && ! ldconfig -p 2>/dev/null | grep -qE 'libclang(-[0-9]+)?\.so'; then
   echo "SKIPPED: the split path needs libclang (Debian: libclang1-14)"
   exit 77
 fi

@@ -425,7 +425,8 @@ static bool take_front(range_t *range, uint64_t grain, uint64_t *out_first, uint
   if (taken) {
     *out_first = range->next;
     *out_count = left < grain ? left : grain;
-    range->next += *out_count;
+    // Stores a thief may read unlocked (steal's scan) are atomic.
+    __atomic_store_n(&range->next, range->next + *out_count, __ATOMIC_RELAXED);
   }
   range_unlock(range);
   return taken;
@@ -450,12 +451,12 @@ static bool steal(cube_cpu_job_t *job, range_t *own) {
     uint64_t left = victim->end - victim->next;
     uint64_t half = left - left / 2;  // all of a single cube
     uint64_t first = victim->end - half;
-    if (left > 0) victim->end = first;
+    if (left > 0) __atomic_store_n(&victim->end, first, __ATOMIC_RELAXED);
     range_unlock(victim);
     if (left > 0) {
       range_lock(own);
-      own->next = first;
-      own->end = first + half;
+      __atomic_store_n(&own->next, first, __ATOMIC_RELAXED);
+      __atomic_store_n(&own->end, first + half, __ATOMIC_RELAXED);
       range_unlock(own);
       return true;
     }

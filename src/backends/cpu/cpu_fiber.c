@@ -88,6 +88,12 @@ void cube_cpu_context_prepare(cube_cpu_context_t *context, void (*entry)(void *)
   // by switching away rather than returning.
   __asan_unpoison_memory_region(context->stack_bottom, context->stack_size);
 #endif
+#if defined(CUBE_TSAN)
+  // So does its TSan fiber's shadow call stack, which would grow by those
+  // frames at every reuse (TSan aborts past 65536): a fresh fiber.
+  if (context->tsan_fiber != NULL) __tsan_destroy_fiber(context->tsan_fiber);
+  context->tsan_fiber = __tsan_create_fiber(0);
+#endif
 #if defined(__x86_64__)
   // Frame popped by cube_cpu_fiber_switch, lowest first: fcw, mxcsr, r15,
   // r14, r13, r12, rbx, rbp, return address. The return slot sits at 8 mod 16

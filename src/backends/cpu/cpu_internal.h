@@ -65,6 +65,10 @@ struct cube_bkernel_t {
   bool fixed_dim;
   cube_dim3_t dim;
   bool from_disk;
+  // The most units a cube may have (cube_cpu_kernel_limits). This field and
+  // the path and stack sizes are set before the kernel is shared, then only
+  // read.
+  uint32_t max_units;
 };
 
 // How barrier kernels run (CUBE_CPU_BARRIERS, read when a device is made).

@@ -592,6 +592,16 @@ static void kernel_free(cube_bkernel_t *kernel) {
   free(kernel);
 }
 
+// CUBE_CPU_PATH_LOG: the path a kernel takes, and the splitter's note.
+static void log_path(const char *name, const cube_bkernel_t *kernel, bool barrier, bool refused) {
+  fprintf(stderr, "cubec cpu: kernel '%s' %s (%s)\n", name,
+          refused             ? "is refused"
+          : kernel->use_split ? "runs split"
+          : barrier           ? "runs on fibers"
+                              : "runs plain",
+          kernel->split_note != NULL ? kernel->split_note : "no note");
+}
+
 cube_status_t cube_cpu_kernel_load(cube_backend_device_t *device,
                                    const cube_compile_request_t *request, const void *binary,
                                    size_t size, cube_bkernel_t **out_kernel,
@@ -611,8 +621,24 @@ cube_status_t cube_cpu_kernel_load(cube_backend_device_t *device,
   cube_bkernel_t *kernel = map_find(cpu, key);
   if (kernel != NULL) atomic_fetch_add(&kernel->refs, 1);
   pthread_mutex_unlock(&cpu->kernels_lock);
+  bool barrier = strstr(request->source, "SYNC_CUBE") != NULL;
+  bool loaded = false;
   if (kernel == NULL) {
     status = load_kernel(cpu, binary, size, request->name, key, &kernel);
+    if (status == CUBE_OK) {
+      loaded = true;
+      // Path, stacks and limits, before anyone else can see the kernel. The
+      // same bytes come from the same source, flags and cube dim.
+      kernel->dim = request->cube_dim;
+      kernel->fixed_dim =
+          request->cube_dim.x != 0 && request->cube_dim.y != 0 && request->cube_dim.z != 0;
+      status = cube_cpu_kernel_limits(cpu, kernel, barrier, &kernel->max_units);
+      if (cpu->path_log) log_path(request->name, kernel, barrier, status != CUBE_OK);
+      if (status != CUBE_OK) {
+        kernel_free(kernel);
+        kernel = NULL;
+      }
+    }
     if (status == CUBE_OK) {
       pthread_mutex_lock(&cpu->kernels_lock);
       cube_bkernel_t *existing = map_find(cpu, key);
@@ -630,31 +656,13 @@ cube_status_t cube_cpu_kernel_load(cube_backend_device_t *device,
       }
     }
   }
-  uint32_t max_units = 0;
-  if (status == CUBE_OK) {
-    // A kernel is loaded for one request: the cube dim compiled in is its.
-    kernel->dim = request->cube_dim;
-    kernel->fixed_dim =
-        request->cube_dim.x != 0 && request->cube_dim.y != 0 && request->cube_dim.z != 0;
-    bool barrier = strstr(request->source, "SYNC_CUBE") != NULL;
-    status = cube_cpu_kernel_limits(cpu, kernel, barrier, &max_units);
-    if (cpu->path_log) {
-      fprintf(stderr, "cubec cpu: kernel '%s' runs %s (%s)\n", request->name,
-              kernel->use_split ? "split"
-              : barrier         ? "on fibers"
-                                : "plain",
-              kernel->split_note);
-    }
-    if (status != CUBE_OK) {
-      cube_cpu_kernel_release(device, kernel);
-      kernel = NULL;
-    }
-  }
+  if (cpu->path_log && status == CUBE_OK && !loaded)
+    log_path(request->name, kernel, barrier, false);
   if (status == CUBE_OK) {
     *out_kernel = kernel;
     out_info->io = kernel->io;
     out_info->static_shared_memory = 0;  // SHARED() is sized at run time on the CPU
-    out_info->max_units_per_cube = max_units;
+    out_info->max_units_per_cube = kernel->max_units;
   }
   return status;
 }

@@ -2110,12 +2110,11 @@ static pthread_once_t split_identity_once = PTHREAD_ONCE_INIT;
 
 static void make_identity(void) {
   const char *version = NULL;
-  if (cube_clang_available(&version)) {
-    snprintf(split_identity, sizeof(split_identity), "split-%d %s", CUBE_CPU_SPLIT_VERSION,
-             version);
-  } else {
-    snprintf(split_identity, sizeof(split_identity), "split-%d none", CUBE_CPU_SPLIT_VERSION);
-  }
+  // The splitter's own code (its SHA-256, from the build) and libclang's
+  // version: either changes the code generated from the same source.
+  if (!cube_clang_available(&version)) version = "none";
+  snprintf(split_identity, sizeof(split_identity), "split-%d %.16s %s", CUBE_CPU_SPLIT_VERSION,
+           cube_cpu_split_source_hash, version);
 }
 
 const char *cube_cpu_split_identity(void) {
