@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "bench_common.h"
+#include "bench_args.h"
 #include "cube/cube.h"
 #include "kernels.h"
 
@@ -74,6 +75,14 @@ typedef struct results_t {
 } results_t;
 
 int main(int argc, char **argv) {
+  static const char *const flags[] = {"--mib=N",          "--launches=N", "--saxpy-units=N",
+                                      "--reduce-units=N", "--reps=N",     NULL};
+  bench_check_args(argc, argv,
+                   "usage: bench_cpu [--mib N] [--launches N] [--reps N] [--saxpy-units N]\n"
+                   "                 [--reduce-units N]\n"
+                   "the CPU backend through the public API: saxpy vs memcpy bandwidth, a\n"
+                   "barrier reduction vs a C loop, the empty-launch enqueue cost\n",
+                   flags);
   uint64_t mib = 256;
   uint32_t launches = 100000, reps = 7, saxpy_units = 256, units = 256;
   for (int i = 1; i < argc; ++i) {

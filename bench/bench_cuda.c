@@ -17,6 +17,7 @@
 #include "core/server.h"
 #include "cube/cube.h"
 #include "bench_common.h"
+#include "bench_args.h"
 
 static bool quick;
 
@@ -438,6 +439,12 @@ static void bench_compile(void) {
 }
 
 int main(int argc, char **argv) {
+  static const char *const flags[] = {"--quick", NULL};
+  bench_check_args(argc, argv,
+                   "usage: bench_cuda [--quick]\n"
+                   "cubec vs the raw CUDA driver on the first GPU (launch enqueue, axpy, D2D,\n"
+                   "H2D/D2H, copy kernel, NVRTC cache); exits 0 with a note without a GPU\n",
+                   flags);
   quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
   cube_backend_info_t info;
   CHECK(cube_backend_query(CUBE_BACKEND_CUDA, &info));
