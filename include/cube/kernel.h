@@ -43,7 +43,8 @@ typedef struct cube_kernel_desc_t {
 typedef struct cube_kernel_t cube_kernel_t;
 
 // Validates the description (names, dims) and keeps a copy; compiling
-// happens at the first launch on each device.
+// happens at the first launch on each device. A kernel is immutable: launch,
+// retain and release it from any thread (docs/threads.md).
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_kernel_create(const cube_kernel_desc_t *desc,
                                                                cube_kernel_t **out_kernel);
 CUBE_API cube_kernel_t *cube_kernel_retain(cube_kernel_t *kernel);

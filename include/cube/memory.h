@@ -83,7 +83,8 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_read(cube_client_t *client, cub
 
 typedef struct cube_future_t cube_future_t;
 // Asynchronous strided read into |destination| (laid out densely, row-major,
-// shape[0..rank) * elem_size bytes). The claim check happens now; the bytes
+// shape[0..rank) * elem_size bytes). A future is not thread-safe: calls on
+// one future must not overlap (docs/threads.md). The claim check happens now; the bytes
 // are there when the future completes. |destination| must stay valid until
 // then.
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_read_async(cube_client_t *client,
@@ -180,7 +181,8 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t
 cube_memory_layout(cube_client_t *client, cube_stream_t stream, const cube_layout_desc_t *descs,
                    size_t count, cube_handle_t *out_handle, cube_layout_t *out_layouts);
 
-// Pinned host memory for fast transfers (aligned host memory on CPU). A
+// Pinned host memory for fast transfers (aligned host memory on CPU). The
+// calls are thread-safe; the bytes are the caller's (docs/threads.md). A
 // cube_write whose source lies in an acquired staging buffer copies straight
 // from it (no intermediate copy): leave those bytes untouched until the
 // stream has passed the write (a sync, or a read's future, on that stream).

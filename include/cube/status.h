@@ -14,6 +14,9 @@
 //
 // Statuses that must cost nothing (Skipped, TornDown, and any node made when
 // memory ran out) are static: retain/release on them are no-ops.
+//
+// A status is immutable and its reference count atomic: read, retain and
+// release it from any thread (docs/threads.md).
 #ifndef CUBE_STATUS_H_
 #define CUBE_STATUS_H_
 
