@@ -605,8 +605,9 @@ static int command_demo(const cli_command_t *self, int argc, char **argv) {
   cube_kernel_cache_stats_t before, after;
   cube_kernel_cache_stats(&before);
   double t0 = now_seconds();
-  // Device timing of every kernel and copy (cube_trace_*); CUBE_TRACE=<path>
-  // also writes the Chrome trace (open it in Perfetto).
+  // Device timing of every kernel and copy (cube_trace_*). CUBE_TRACE=<path>
+  // traces the whole client on its own and writes the Chrome trace (open it
+  // in Perfetto) when the client is released.
   bool traced = cli_report("cube_trace_start", cube_trace_start(demo.client));
   bool ran = demo_saxpy(&demo) && demo_reduction(&demo) && demo_transpose(&demo);
   cube_kernel_cache_stats(&after);
@@ -614,9 +615,11 @@ static int command_demo(const cli_command_t *self, int argc, char **argv) {
   print_cache_line(&before, &after);
   if (traced) {
     const char *trace_path = getenv("CUBE_TRACE");
-    printf("\nper-kernel device time (cube_trace_stop%s%s)\n", trace_path ? " -> " : "",
-           trace_path ? trace_path : "");
-    cli_report("cube_trace_stop", cube_trace_stop(demo.client, trace_path, stdout));
+    printf("\nper-kernel device time (cube_trace_stop)%s%s%s\n",
+           trace_path && *trace_path ? "; CUBE_TRACE: the whole run goes to " : "",
+           trace_path && *trace_path ? trace_path : "",
+           trace_path && *trace_path ? " at exit" : "");
+    cli_report("cube_trace_stop", cube_trace_stop(demo.client, NULL, stdout));
   }
   // The failure demo runs after the cache line: a kernel that fails to
   // compile is never cached, so it would read "cold" on every run.
@@ -645,7 +648,7 @@ const cli_command_t cli_command_demo = {
         "launch that depends on it, and the read that reports the chain), each\n"
         "checked against the host; then the device time of every kernel and copy\n"
         "and the memory report. Run it twice: the second run loads every kernel\n"
-        "from the on-disk cache. CUBE_TRACE=FILE also writes a Chrome trace.",
+        "from the on-disk cache. CUBE_TRACE=FILE writes a Chrome trace of the run.",
     .uses_device = true,
     .run = command_demo,
 };
@@ -689,7 +692,8 @@ static void print_usage(FILE *out) {
           "  CUBE_CC                the C compiler the CPU backend builds kernels with\n"
           "  CUBE_NVRTC_PATH        where to load NVRTC from\n"
           "  CUBE_FAULT             a fault plan for the fault-injection backend\n"
-          "  CUBE_TRACE             demo: write a Chrome trace (JSON, Perfetto) there\n"
+          "  CUBE_TRACE             write a Chrome trace (JSON, Perfetto) of every client there\n"
+          "  CUBE_LOG               error | warn | info | debug | off (default: warnings)\n"
           "  (every variable: docs/config.md)\n"
           "\n"
           "exit status: 0 when every check passed, 1 on a failure, 2 on a usage error\n",

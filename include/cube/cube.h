@@ -4,6 +4,7 @@
 
 #include "cube/base.h"
 #include "cube/status.h"
+#include "cube/log.h"
 #include "cube/device.h"
 #include "cube/memory.h"
 #include "cube/kernel.h"

@@ -12,6 +12,7 @@
 #ifndef CUBE_DEVICE_H_
 #define CUBE_DEVICE_H_
 
+#include "cube/log.h"
 #include "cube/status.h"
 
 #ifdef __cplusplus
@@ -82,6 +83,11 @@ typedef struct cube_client_options_t {
   // (see docs/faults.md); NULL reads the CUBE_FAULT environment variable,
   // "" disables it.
   const char *fault_plan;
+  // The log (cube/log.h): the level (CUBE_LOG_DEFAULT: CUBE_LOG from the
+  // environment, else warnings only) and where messages go (NULL: stderr).
+  cube_log_level_t log_level;
+  cube_log_fn_t log;
+  void *log_user_data;
 } cube_client_options_t;
 
 CUBE_API void cube_client_options_initialize(cube_client_options_t *out_options);

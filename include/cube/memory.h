@@ -39,9 +39,28 @@ typedef struct cube_copy_desc_t {
 
 // Creates a buffer of |size| bytes. Handles are minted without waiting for
 // the device. size 0 is valid (a buffer that holds nothing).
+//
+// What a new buffer holds is unspecified until it is written: memory is
+// pooled and reused, so it may hold the bytes an earlier buffer of this
+// client left there. Reading it first is not an error (no failed work
+// claims it) and returns those bytes. For defined contents use
+// cube_handle_create_zeroed or cube_handle_create_from.
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_handle_create(cube_client_t *client,
                                                                cube_stream_t stream, uint64_t size,
                                                                cube_handle_t *out_handle);
+// A new buffer of |size| bytes, all zero: the zeros are written in stream
+// order on |stream| (host writes from a zero page, chunk by chunk), so work
+// enqueued after it on that stream sees them. On failure no handle is left.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_handle_create_zeroed(cube_client_t *client,
+                                                                      cube_stream_t stream,
+                                                                      uint64_t size,
+                                                                      cube_handle_t *out_handle);
+// A new buffer holding a copy of |size| bytes from |data| (consumed before
+// the call returns, as cube_write does). On failure no handle is left.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_handle_create_from(cube_client_t *client,
+                                                                    cube_stream_t stream,
+                                                                    const void *data, uint64_t size,
+                                                                    cube_handle_t *out_handle);
 // Drops the caller's handle. A second release is IO_NOT_FOUND naming it.
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_handle_release(cube_client_t *client,
                                                                 cube_handle_t handle);

@@ -109,9 +109,13 @@ enum {
   /* CUDA backend */                                                                               \
   X(NVRTC_PATH, "CUBE_NVRTC_PATH", PATH, 0, 0, 1023, 0, NULL,                                      \
     "the NVRTC library to load first (a path or a soname)")                                        \
-  /* Tools */                                                                                      \
+  /* Log and trace */                                                                              \
+  X(LOG, "CUBE_LOG", CHOICE, 0, 0, 0, 0, "warn|error|info|debug|off",                              \
+    "the log level of clients whose options leave it at CUBE_LOG_DEFAULT: warn (warnings only, "   \
+    "the default), error, info (decisions: backend, compiles, fallbacks), debug or off")           \
   X(TRACE, "CUBE_TRACE", PATH, 0, 0, 4000, 0, NULL,                                                \
-    "cubec demo: write a Chrome trace of the run to this file")                                    \
+    "trace every client from creation to release and write the Chrome trace to this file (later "  \
+    "clients of the process: <stem>.1<ext>, <stem>.2<ext>, ...)")                                 \
   /* Read, not cubec's own */                                                                      \
   X(XDG_CACHE_HOME, "XDG_CACHE_HOME", PATH, 0, 0, 4000,                                            \
     CUBE_CONFIG_ABSOLUTE | CUBE_CONFIG_FOREIGN, NULL,                                              \

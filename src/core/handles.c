@@ -25,8 +25,16 @@ cube_status_t cube_handle_create(cube_client_t *client, cube_stream_t stream, ui
   uint32_t stream_index = 0;
   status = cube_server_stream(server, stream, "cube_handle_create", &stream_index);
   if (cube_status_is_ok(status) && server->free_slot == UINT32_MAX &&
+      server->slot_count >= CUBE_HANDLE_MAX_SLOTS) {
+    status = cube_status_make(CUBE_STATUS_GENERIC,
+                              "cube_handle_create: the handle table of %s is full (%u slots, live "
+                              "or retired after 2^24 uses each)",
+                              server->name, server->slot_count);
+  }
+  if (cube_status_is_ok(status) && server->free_slot == UINT32_MAX &&
       server->slot_count == server->slot_capacity) {
     uint32_t capacity = server->slot_capacity ? server->slot_capacity * 2 : 256;
+    if (capacity > CUBE_HANDLE_MAX_SLOTS) capacity = CUBE_HANDLE_MAX_SLOTS;
     cube_slot_t *grown = realloc(server->slots, (size_t)capacity * sizeof *grown);
     if (!grown) {
       status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
@@ -93,9 +101,12 @@ cube_status_t cube_handle_release(cube_client_t *client, cube_handle_t handle) {
       cube_mm_free(server->mm, &slot->slice, fence_stream, fence_ticket);
     cube_claim_drop(&slot->claim);
     slot->live = false;
-    slot->generation++;
-    slot->next_free = server->free_slot;
-    server->free_slot = index;
+    // A slot whose generation would wrap is retired: its handle bits must
+    // never name another buffer.
+    if (++slot->generation < CUBE_HANDLE_GENERATIONS) {
+      slot->next_free = server->free_slot;
+      server->free_slot = index;
+    }
   }
   cube_server_leave(server);
   return status;

@@ -183,8 +183,10 @@ cube_dim3_t cube_count_spread(cube_dim3_t max, uint32_t num_cubes) {
   for (int i = 0; i < 2; ++i) {
     if (counts[i] <= limits[i]) break;
     while (counts[i] > limits[i]) {
-      counts[i] = (counts[i] + 1) / 2;  // div_ceil(2)
-      counts[i + 1] *= 2;
+      // div_ceil(2) without the overflow of (n + 1) / 2 at n = 2^32 - 1; the
+      // next axis saturates rather than wrap (the launch then refuses it).
+      counts[i] = counts[i] / 2 + (counts[i] & 1);
+      counts[i + 1] = counts[i + 1] > UINT32_MAX / 2 ? UINT32_MAX : counts[i + 1] * 2;
     }
   }
   return (cube_dim3_t){counts[0], counts[1], counts[2]};

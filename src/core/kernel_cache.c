@@ -229,6 +229,17 @@ cube_status_t cube_kernel_cache_get(cube_server_t *server, cube_kernel_t *kernel
   }
   cube_kernel_stats_count(cube_status_is_ok(status) && !entry->info.from_disk_cache,
                           cube_status_is_ok(status) && entry->info.from_disk_cache, false, seconds);
+  if (cube_status_is_ok(status)) {
+    CUBE_LOG(&server->log, CUBE_LOG_INFO, "kernel '%s': %s in %.1f ms", kernel->name,
+             entry->info.from_disk_cache ? "loaded from the on-disk cache" : "compiled",
+             seconds * 1e3);
+  } else if (cube_log_enabled(&server->log, CUBE_LOG_INFO)) {
+    // The caller gets the whole error; the log says what was decided.
+    CUBE_LOG(
+        &server->log, CUBE_LOG_INFO, "kernel '%s': compile failed (%s) in %.1f ms%s", kernel->name,
+        cube_status_code_name(cube_status_code(cube_status_root(status))), seconds * 1e3,
+        entry->error ? ", a refusal: kept, not retried" : ", not kept: the next launch retries");
+  }
   if (!cube_status_is_ok(status) && !entry->error) {
     // Forget the attempt: the next launch compiles again.
     cube_kernel_release(entry->kernel);

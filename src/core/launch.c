@@ -13,6 +13,7 @@
 #include "core/profile.h"
 #include "core/server.h"
 #include "core/tensor_map.h"
+#include "core/validate.h"
 
 //===--- IO sets ---===//
 
@@ -323,15 +324,10 @@ static cube_status_t launch_dispatch(launch_t *l) {
   for (size_t i = 0; i < l->n; ++i) {
     if (l->io[i] & IO_W) cube_write_scope_add(&scope, &l->resolved[i].slot->claim, true);
   }
-  cube_status_t status = CUBE_OK;
-  const cube_device_properties_t *p = &server->device->properties;
-  if (grid.x > p->max_cube_count.x || grid.y > p->max_cube_count.y ||
-      grid.z > p->max_cube_count.z) {
-    status = cube_status_make(
-        CUBE_STATUS_LAUNCH_UNKNOWN,
-        "launch of '%s': cube count (%u, %u, %u) exceeds the maximum (%u, %u, %u)", l->kernel->name,
-        grid.x, grid.y, grid.z, p->max_cube_count.x, p->max_cube_count.y, p->max_cube_count.z);
-  }
+  // A static count was refused before anything ran (cube_launch); a count
+  // read back from a buffer is checked here, and its outputs claim the
+  // refusal (the caller expected them written).
+  cube_status_t status = cube_validate_cube_count(server, l->kernel->name, grid);
   if (cube_status_is_ok(status)) status = fits_device(server, l->kernel, l->compiled);
   uint64_t words[CUBE_INFO_MAX_WORDS];
   uint32_t info_words = 0, static_words = 0;
@@ -386,7 +382,16 @@ static cube_status_t launch_dispatch(launch_t *l) {
                                  server->device->vtable->dispatch(
                                      server->device, server->streams[stream].backend, &dispatch),
                                  CUBE_STATUS_FAMILY_LAUNCH);
-    if (mark) cube_profile_after_work(server, stream, mark, l->kernel->name, 0, status);
+    if (mark) {
+      // The slice carries what the kernel may touch: the bytes of the
+      // bindings it reads and writes, and its cube count.
+      cube_trace_detail_t detail = {.kind = CUBE_TRACE_KERNEL, .cube_count = grid};
+      for (size_t i = 0; i < l->n; ++i) {
+        if (l->io[i] & IO_R) detail.bytes_read += l->lengths[i];
+        if (l->io[i] & IO_W) detail.bytes_written += l->lengths[i];
+      }
+      cube_profile_after_work(server, stream, mark, l->kernel->name, &detail, status);
+    }
   }
   // Settle the scope: a launch that lands into a claimed output releases it.
   if (cube_status_is_ok(status)) {
@@ -541,6 +546,10 @@ cube_status_t cube_launch(cube_client_t *client, cube_stream_t stream, cube_kern
   if (mode != CUBE_LAUNCH_QUEUE) cube_launch_flush_deferred(server);
   uint32_t index = 0;
   status = cube_server_stream(server, stream, "cube_launch", &index);
+  // A static count above the device's limit is the caller's error in every
+  // mode, before anything is compiled, queued or claimed.
+  if (cube_status_is_ok(status) && !count.dynamic)
+    status = cube_validate_cube_count(server, kernel->name, count.count);
   if (cube_status_is_ok(status) && count.dynamic && mode == CUBE_LAUNCH_EXECUTE) {
     count.count = (cube_dim3_t){0, 0, 0};
     status = read_dynamic_count(server, index, kernel, &count);
@@ -571,12 +580,60 @@ cube_status_t cube_compile_queued(cube_client_t *client) {
   cube_status_t status = cube_server_enter(server, "cube_compile_queued");
   if (!cube_status_is_ok(status)) return status;
   // Compile every deferred kernel now, then enqueue the deferred launches in
-  // order: a measurement that follows times its own kernels only.
+  // order: a measurement that follows times its own kernels only. Each
+  // kernel that failed to compile is reported once, with the deferred
+  // launches it was for (their outputs claim the error as a launch's would).
+  size_t pending = 0, failed = 0;
+  for (cube_pending_launch_t *p = server->pending_head; p; p = p->next) pending++;
+  cube_status_t *failures = pending ? calloc(pending, sizeof *failures) : NULL;
+  cube_kernel_t **kernels = pending ? calloc(pending, sizeof *kernels) : NULL;
   for (cube_pending_launch_t *p = server->pending_head; p; p = p->next) {
+    bool seen = false;
+    for (cube_pending_launch_t *q = server->pending_head; q != p && !seen; q = q->next)
+      seen = cube_hash128_equal(q->kernel->key, p->kernel->key);
+    if (seen) continue;
     cube_compiled_t *compiled = NULL;
-    cube_status_release(cube_kernel_cache_get(server, p->kernel, NULL, &compiled));
+    cube_status_t compile = cube_kernel_cache_get(server, p->kernel, NULL, &compiled);
+    if (cube_status_is_ok(compile)) continue;
+    size_t launches = 0;
+    uint32_t first_stream = p->stream;
+    for (cube_pending_launch_t *q = p; q; q = q->next)
+      launches += cube_hash128_equal(q->kernel->key, p->kernel->key);
+    cube_status_t report =
+        cube_status_wrap(compile, cube_status_code(compile),
+                         "cube_compile_queued: the deferred compile of '%s' failed; the %zu "
+                         "deferred launch%s of it (first on stream %u) did not run and their "
+                         "outputs claim this error",
+                         p->kernel->name, launches, launches == 1 ? "" : "es", first_stream);
+    if (failures && kernels) {
+      kernels[failed] = cube_kernel_retain(p->kernel);
+      failures[failed++] = report;
+    } else {
+      cube_status_release(report);
+      failed++;
+    }
   }
   cube_launch_flush_deferred(server);
+  // A failure that may not recur (out of memory, not a refusal) is not kept:
+  // the flush compiled again, and the launches ran if that compile did.
+  for (size_t i = 0; kernels && i < failed; ++i) {
+    cube_compiled_t *entry = cube_kernel_cache_find(server, kernels[i]);
+    if (entry && !entry->error) {
+      cube_status_release(failures[i]);
+      failures[i] = CUBE_OK;
+    }
+    cube_kernel_release(kernels[i]);
+  }
   cube_server_leave(server);
-  return CUBE_OK;
+  if (failed && failures && kernels) {
+    status = cube_status_several(failures, failed);
+  } else if (failed) {
+    status = cube_status_make(CUBE_STATUS_GENERIC,
+                              "cube_compile_queued: %zu deferred compiles failed (out of host "
+                              "memory for the details)",
+                              failed);
+  }
+  free(failures);
+  free(kernels);
+  return status;
 }

@@ -297,20 +297,20 @@ cube_status_t cube_server_wait_stream(cube_server_t *server, uint32_t stream) {
 
 //===--- Handles and bindings ---===//
 
-// Handle bits: [client id:16][generation:16][slot + 1:32]. Slot + 1 keeps 0
-// from ever being a valid handle.
+// Handle bits: [client id:16][generation:24][slot + 1:24] (see cube_slot_t).
+// Slot + 1 keeps 0 from ever being a valid handle.
 static cube_handle_t handle_pack(uint32_t server, uint32_t generation, uint32_t slot) {
   return (cube_handle_t){((uint64_t)(server & 0xffff) << 48) |
-                         ((uint64_t)(generation & 0xffff) << 32) | (uint64_t)(slot + 1)};
+                         ((uint64_t)(generation & 0xffffff) << 24) | (uint64_t)(slot + 1)};
 }
 static uint32_t handle_client(cube_handle_t h) {
   return (uint32_t)(h.bits >> 48);
 }
 static uint32_t handle_generation(cube_handle_t h) {
-  return (uint32_t)(h.bits >> 32) & 0xffff;
+  return (uint32_t)(h.bits >> 24) & 0xffffff;
 }
 static uint32_t handle_slot(cube_handle_t h) {
-  return (uint32_t)(h.bits & 0xffffffffu) - 1;
+  return (uint32_t)(h.bits & 0xffffff) - 1;
 }
 
 cube_handle_t cube_server_handle(const cube_server_t *server, uint32_t index) {
@@ -330,7 +330,7 @@ cube_status_t cube_server_slot(cube_server_t *server, cube_handle_t handle, cons
   }
   uint32_t index = handle_slot(handle);
   if (index >= server->slot_count || !server->slots[index].live ||
-      (server->slots[index].generation & 0xffff) != handle_generation(handle)) {
+      server->slots[index].generation != handle_generation(handle)) {
     return cube_status_make(CUBE_STATUS_IO_NOT_FOUND,
                             "%s: %s (handle 0x%016llx) was released or never existed on %s",
                             operation, what, (unsigned long long)handle.bits, server->name);

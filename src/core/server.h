@@ -29,6 +29,7 @@
 
 #include "core/backend.h"
 #include "core/failure.h"
+#include "core/log.h"
 #include "base/util.h"
 #include "core/memory_pool.h"
 
@@ -56,6 +57,14 @@ typedef struct cube_stream_state_t {
 // One slot of the handle table. A handle value names (client, slot,
 // generation); a released slot bumps its generation, so stale handles are
 // recognised instead of aliasing a later buffer.
+//
+// Handle bits: [client id:16][generation:24][slot + 1:24] (server.c). A slot
+// whose generation has taken all 2^24 values is retired, never reused, so the
+// same bits never name two buffers in one client's life (a 16-bit generation
+// wrapped after 65,536 create/release cycles, and a stale handle then read
+// another buffer's bytes as OK).
+#define CUBE_HANDLE_GENERATIONS (1u << 24)
+#define CUBE_HANDLE_MAX_SLOTS ((1u << 24) - 1)
 typedef struct cube_slot_t {
   uint32_t generation;
   bool live;
@@ -138,7 +147,8 @@ struct cube_server_t {
   uint32_t id;  // process-unique, stamped in every handle
   pthread_mutex_t lock;
   cube_backend_device_t *device;
-  char name[48];  // "cpu:0", "cuda:0", "fault(cpu):0"
+  char name[48];      // "cpu:0", "cuda:0", "fault(cpu):0"
+  cube_logger_t log;  // level and sink from the options or CUBE_LOG (log.h)
   uint64_t properties_hash;
   cube_mm_t *mm;
   cube_status_t poison;  // non-NULL once the device is poisoned (sticky)
