@@ -632,10 +632,36 @@ cube_status_t cube_trace_stop_json(cube_client_t *client, const char *path) {
 
 //===--- CUBE_TRACE: any program's client, from creation to release ---===//
 
-// How many clients of this process took CUBE_TRACE: the first writes the
-// path as given, later ones "<stem>.<n><ext>", so no client overwrites
-// another's trace.
-static atomic_uint env_traced;
+// The first client of this process to trace into a path writes it as
+// given; later ones write "<stem>.<n><ext>", so no client overwrites
+// another's trace. Counted per path (by hash; a small table, then one
+// counter for every path past it).
+#define ENV_TRACE_PATHS 32
+static struct {
+  pthread_mutex_t lock;
+  uint64_t hashes[ENV_TRACE_PATHS];
+  unsigned counts[ENV_TRACE_PATHS];
+  unsigned overflow;
+} env_traced = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static unsigned env_trace_number(const char *path) {
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a
+  for (const unsigned char *c = (const unsigned char *)path; *c; ++c)
+    hash = (hash ^ *c) * 1099511628211ull;
+  if (hash == 0) hash = 1;
+  unsigned n = 0;
+  pthread_mutex_lock(&env_traced.lock);
+  size_t i = 0;
+  while (i < ENV_TRACE_PATHS && env_traced.hashes[i] && env_traced.hashes[i] != hash) ++i;
+  if (i < ENV_TRACE_PATHS) {
+    env_traced.hashes[i] = hash;
+    n = env_traced.counts[i]++;
+  } else {
+    n = ++env_traced.overflow + 1000;  // past the table: numbers no path used
+  }
+  pthread_mutex_unlock(&env_traced.lock);
+  return n;
+}
 
 static void env_trace_path(const char *path, unsigned n, char *out, size_t capacity) {
   if (n == 0) {
@@ -653,7 +679,7 @@ void cube_trace_env_start(cube_server_t *server) {
   if (!path || !path[0]) return;
   cube_status_t status = trace_begin(server, true);
   if (cube_status_is_ok(status)) {
-    unsigned n = atomic_fetch_add(&env_traced, 1);
+    unsigned n = env_trace_number(path);
     pthread_mutex_lock(&server->lock);
     env_trace_path(path, n, server->profiler->env_path, sizeof server->profiler->env_path);
     CUBE_LOG(&server->log, CUBE_LOG_INFO, "CUBE_TRACE: tracing every kernel and copy into %s",
