@@ -541,6 +541,7 @@ static cube_status_t trace_end(cube_server_t *server, bool env, const char *json
   struct cube_profiler_t *p = server->profiler;
   cube_status_t status = CUBE_OK;
   trace_record_t *records = NULL, *owned = NULL;
+  bool last = false;  // nobody traces after this one: it releases the events
   size_t count = 0;
   cube_bevent_t *anchor = NULL;
   if (!p || !p->tracing || !(env ? p->env_tracing : p->user_tracing)) {
@@ -557,8 +558,9 @@ static cube_status_t trace_end(cube_server_t *server, bool env, const char *json
     count = p->record_count - first;
     if (!p->env_tracing && !p->user_tracing) {
       // The last one out takes the records (and later releases the events).
+      last = true;
       owned = p->records;
-      records = owned + first;
+      records = owned ? owned + first : NULL;
       p->records = NULL;
       p->record_count = p->record_capacity = 0;
       p->anchor = NULL;
@@ -577,7 +579,7 @@ static cube_status_t trace_end(cube_server_t *server, bool env, const char *json
     }
   }
   pthread_mutex_unlock(&server->lock);
-  if (!p || (!cube_status_is_ok(status) && !records && !owned)) return status;
+  if (!p || (!cube_status_is_ok(status) && !records && !last)) return status;
 
   const cube_backend_vtable_t *vt = server->device->vtable;
   uint64_t *starts = calloc(count ? count : 1, sizeof *starts);
@@ -599,8 +601,8 @@ static cube_status_t trace_end(cube_server_t *server, bool env, const char *json
     status = cube_status_make(CUBE_STATUS_GENERIC, "%s: cannot write '%s'", operation, json_path);
   }
   if (cube_status_is_ok(status) && summary) print_summary(summary, records, durations, count);
-  if (owned) {
-    size_t total = (size_t)(records - owned) + count;
+  if (last) {
+    size_t total = owned ? (size_t)(records - owned) + count : 0;
     for (size_t i = 0; i < total; ++i) {
       if (owned[i].start) vt->event_release(server->device, owned[i].start);
       if (owned[i].end) vt->event_release(server->device, owned[i].end);
