@@ -8,7 +8,8 @@
 //          trace that could not be written)
 //   info   decisions: the backend a client runs on and why, each compile
 //          (compiled or loaded from the disk cache, and how long it took),
-//          compile failures, fallbacks
+//          compile failures, fallbacks (the memory manager reclaiming and
+//          retrying a page allocation)
 //   debug  detail (per-trace and per-launch bookkeeping)
 // Logging costs one compare when the level is off; a message is formatted
 // only when it will be emitted.

@@ -151,9 +151,19 @@ static cube_status_t mm_page_alloc(void *context, uint64_t size, uint64_t *out_a
                             "page allocation of %llu bytes on poisoned device %s",
                             (unsigned long long)size, server->name);
   }
-  return cube_server_note_in(server,
-                             server->device->vtable->page_alloc(server->device, size, out_address),
-                             CUBE_STATUS_FAMILY_IO);
+  cube_status_t status = cube_server_note_in(
+      server, server->device->vtable->page_alloc(server->device, size, out_address),
+      CUBE_STATUS_FAMILY_IO);
+  // The memory manager's fallback (memory_pool.c): an error reclaiming may
+  // cure makes it give free pages back and try once more.
+  if (!cube_status_is_ok(status) && cube_status_may_succeed_after_reclaim(status) &&
+      !cube_status_is_device_poisoned(status)) {
+    CUBE_LOG(&server->log, CUBE_LOG_INFO,
+             "page allocation of %llu bytes failed (%s): the memory manager reclaims free pages "
+             "and retries once",
+             (unsigned long long)size, cube_status_code_name(cube_status_code(status)));
+  }
+  return status;
 }
 
 static cube_status_t mm_page_free(void *context, uint64_t address) {

@@ -2,8 +2,8 @@
 // callback receiving what the level lets through, the default printing
 // nothing but warnings, the decisions logged at info (the client's backend
 // and why, each compile and whether it came from the disk cache, compile
-// failures), handles alive at the last release at warn, and bad levels
-// refused.
+// failures, the memory manager's reclaim-and-retry), handles alive at the
+// last release at warn, and bad levels refused.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -140,6 +140,15 @@ static void test_fault_plan_and_names(void **state) {
   cube_client_t *client = client_with(&c, CUBE_LOG_INFO, "dispatch:99:launch");
   assert_non_null(strstr(c.text, "[fault(cpu):0] info: client created"));
   assert_non_null(strstr(c.text, "fault plan 'dispatch:99:launch' wraps the backend"));
+  cube_client_release(client);
+  // A fallback: the first page allocation fails, the pools reclaim and retry.
+  captured_t f = {0};
+  client = client_with(&f, CUBE_LOG_INFO, "page_alloc:1:oom");
+  cube_handle_t h = CTH_BUFFER(client, 4096);
+  assert_non_null(strstr(f.text,
+                         "failed (IO_OUT_OF_MEMORY): the memory manager reclaims free "
+                         "pages and retries once"));
+  cth_release_handle(client, h);
   cube_client_release(client);
   cube_log_level_t level = CUBE_LOG_DEFAULT;
   assert_true(cube_log_level_parse("Info", &level) && level == CUBE_LOG_INFO);
