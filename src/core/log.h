@@ -10,7 +10,7 @@
 //          (compiled or loaded from the disk cache, and how long it took),
 //          compile failures, fallbacks (the memory manager reclaiming and
 //          retrying a page allocation)
-//   debug  detail (per-trace and per-launch bookkeeping)
+//   debug  reserved for detail below info (nothing logs at it yet)
 // Logging costs one compare when the level is off; a message is formatted
 // only when it will be emitted.
 #ifndef CUBE_CORE_LOG_H_
