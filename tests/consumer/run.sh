@@ -20,11 +20,16 @@ pc_prefix="$(pkg-config --variable=prefix cubec)"
 
 check_links() {  # binary, shared|static
   local needed
-  needed="$(readelf -d "$1" | grep -c 'NEEDED.*libcubec' || true)"
+  needed="$(readelf -d "$1")"
+  needed="$(grep -c 'NEEDED.*libcubec' <<<"$needed" || true)"
   if [ "$2" = shared ]; then
     [ "$needed" = 1 ] || { echo "consumer: $1 does not need libcubec.so" >&2; return 1; }
-    ldd "$1" | grep -q "$prefix/.*libcubec.so" ||
-      { echo "consumer: $1 does not load $prefix's libcubec.so:" >&2; ldd "$1" >&2; return 1; }
+    # Captured first: `ldd | grep -q` under pipefail fails when grep quits
+    # early and ldd gets SIGPIPE.
+    local loaded
+    loaded="$(ldd "$1")"
+    grep -q "$prefix/.*libcubec.so" <<<"$loaded" ||
+      { echo "consumer: $1 does not load $prefix's libcubec.so:" >&2; echo "$loaded" >&2; return 1; }
   else
     [ "$needed" = 0 ] || { echo "consumer: static $1 needs a libcubec.so" >&2; return 1; }
   fi
