@@ -628,7 +628,7 @@ cube_status_t cube_compile_queued(cube_client_t *client) {
   if (failed && failures && kernels) {
     status = cube_status_several(failures, failed);
   } else if (failed) {
-    status = cube_status_make(CUBE_STATUS_GENERIC,
+    status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
                               "cube_compile_queued: %zu deferred compiles failed (out of host "
                               "memory for the details)",
                               failed);
