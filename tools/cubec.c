@@ -596,7 +596,7 @@ static int command_demo(const cli_command_t *self, int argc, char **argv) {
          p->name, p->core_count);
   // Where compiled kernels are kept, resolved as the core does.
   cube_cache_report_t cache;
-  if (report_status("cube_cache_walk", cube_cache_walk(CUBE_CACHE_INFO, NULL, NULL, &cache))) {
+  if (cli_report("cube_cache_walk", cube_cache_walk(CUBE_CACHE_INFO, NULL, NULL, &cache))) {
     printf("kernel disk cache: %s%s%s (set CUBE_CACHE_DIR to move it)\n",
            cache.usable ? cache.directory : "none: ", cache.usable ? "" : cache.why,
            cache.usable && cache.why[0] ? " (memory only)" : "");
