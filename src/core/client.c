@@ -162,9 +162,10 @@ static void cube_client_log_created(cube_server_t *server, const cube_client_opt
   const cube_device_properties_t *p = &server->device->properties;
   char why[192] = "asked for";
   if (options->backend == CUBE_BACKEND_DEFAULT) {
-    const char *env = getenv("CUBE_BACKEND");
-    if (env && (strcmp(env, "cpu") == 0 || strcmp(env, "cuda") == 0)) {
-      snprintf(why, sizeof why, "CUBE_BACKEND=%s", env);
+    // CUBE_BACKEND's choices: auto | cpu | cuda (core/config.h).
+    uint64_t chosen = cube_config_u64(&server->config, CUBE_CONFIG_BACKEND);
+    if (chosen == 1 || chosen == 2) {
+      snprintf(why, sizeof why, "CUBE_BACKEND=%s", chosen == 1 ? "cpu" : "cuda");
     } else if (p->backend == CUBE_BACKEND_CPU) {
       cube_backend_info_t cuda;
       cube_registry_query(CUBE_BACKEND_CUDA, &cuda);
