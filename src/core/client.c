@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "core/collective.h"
 #include "core/graph.h"
 #include "core/host_copy.h"
 #include "core/info.h"
@@ -276,6 +277,7 @@ static cube_status_t client_create(const cube_client_options_t *options, bool pr
     server->hooks.work_failed[1] = cube_profile_note_failure;
     server->hooks.work_dropped = cube_info_cache_forget;
     server->hooks.thread_stream_opened = thread_uses_note;
+    server->hooks.collectives_failed = cube_collective_groups_failed;
   }
   if (cube_status_is_ok(status)) {
     registry_add(server);
@@ -330,6 +332,8 @@ void cube_client_release(cube_client_t *client) {
   cube_server_t *server = cube_server_of(client);
   if (!server || atomic_fetch_sub(&server->refs, 1) != 1) return;
   registry_remove(server);  // no exiting thread retains it from here on
+  // Its groups fail and its communicators go first: their streams are its own.
+  cube_collective_server_release(server);
   pthread_mutex_lock(&server->lock);
   if (!server->poison) cube_launch_flush_deferred(server);
   cube_launch_drop_deferred(server);

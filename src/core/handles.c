@@ -62,6 +62,7 @@ cube_status_t cube_handle_create(cube_client_t *client, cube_stream_t stream, ui
     slot->size = size;
     slot->slice = slice;
     slot->last_stream = stream_index;
+    slot->home_stream = stream_index;
     slot->last_ticket = server->streams[stream_index].ticket;
     slot->write_stream = 0;
     slot->write_ticket = 0;

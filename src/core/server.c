@@ -38,6 +38,10 @@ cube_status_t cube_server_begin(cube_server_t *server, cube_stream_t stream, con
   cube_status_t status = cube_server_enter(server, operation);
   if (!cube_status_is_ok(status)) return status;
   cube_server_flush_deferred(server);
+  if (atomic_load_explicit(&server->collectives_failed, memory_order_relaxed) &&
+      server->hooks.collectives_failed) {
+    server->hooks.collectives_failed(server);
+  }
   status = cube_server_stream(server, stream, operation, out_index);
   if (!cube_status_is_ok(status)) cube_server_leave(server);
   return status;

@@ -72,6 +72,7 @@ typedef struct cube_slot_t {
   cube_mm_slice_t slice;
   uint32_t last_stream;   // stream index that last used the buffer
   uint64_t last_ticket;   // that stream's ticket after the use
+  uint32_t home_stream;   // the stream it was made on (the collectives' same-stream rule)
   uint32_t write_stream;  // the stream of the last work that wrote it (0: none)
   uint64_t write_ticket;  // that work's ticket: pending until the stream completes it
   // Streams that used it since that write (bit s - 1 for stream s): a write
@@ -133,6 +134,10 @@ typedef struct cube_server_hooks_t {
   // The calling thread got a default stream (client.c: it is retired when the
   // thread exits). Lock held.
   void (*thread_stream_opened)(cube_server_t *server);
+  // A collective group of this server failed: the destinations it had in
+  // flight claim the failure (collective.c). Called by cube_server_begin
+  // when collectives_failed is set. Lock held.
+  void (*collectives_failed)(cube_server_t *server);
 } cube_server_hooks_t;
 
 typedef struct cube_thread_stream_t {
@@ -184,6 +189,10 @@ struct cube_server_t {
   // kernel store it names (shared by the clients of one directory).
   cube_config_t config;
   struct cube_kstore_t *kernel_store;
+  // A collective group this server is a member of failed (comm_group.c): the
+  // destinations it had in flight claim that at its next call (collective.c,
+  // through the hook below). Set without the lock.
+  atomic_bool collectives_failed;
 };
 
 // A kernel object (kernel.c): immutable once created, shared by clients.

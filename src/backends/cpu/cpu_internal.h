@@ -189,6 +189,13 @@ CUBE_INTERNAL void cube_cpu_graph_release(cube_backend_device_t *device, cube_bg
 // The graph |stream| records into (NULL: none); sets it to |graph| when |replace|.
 CUBE_INTERNAL cube_bgraph_t *cube_cpu_stream_recording(cube_bstream_t *stream, cube_bgraph_t *graph,
                                                        bool replace);
+// A collective's part (cpu_transport.c), run in stream order: |fn(arg, NULL)|
+// when the stream reaches it, its failure halting the stream like a
+// dispatch's; on a halted stream |fn(arg, failure)| instead (its answer
+// ignored), so the part can tell the other ranks it will not come. |fn|
+// runs exactly once.
+CUBE_INTERNAL cube_status_t cube_cpu_stream_transport(
+    cube_bstream_t *stream, cube_status_t (*fn)(void *arg, cube_status_t dropped), void *arg);
 CUBE_INTERNAL cube_status_t cube_cpu_stream_enqueue_graph(cube_bstream_t *stream,
                                                           cube_bgraph_t *graph);
 

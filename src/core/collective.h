@@ -1,0 +1,16 @@
+// cubec core — what the collectives (collective.c, comm_group.c) give the
+// layers above them: the client's hooks.
+#ifndef CUBE_CORE_COLLECTIVE_H_
+#define CUBE_CORE_COLLECTIVE_H_
+
+#include "core/server.h"
+
+// The collectives_failed hook: the destinations |server| had in flight in a
+// group that failed since claim that failure. Lock held.
+CUBE_INTERNAL void cube_collective_groups_failed(cube_server_t *server);
+// A client goes: it leaves every group it is in (they fail, its
+// communicators are aborted, their streams drained). No lock held; before
+// the server's streams go.
+CUBE_INTERNAL void cube_collective_server_release(cube_server_t *server);
+
+#endif  // CUBE_CORE_COLLECTIVE_H_

@@ -1,0 +1,88 @@
+// cubec core — what every transport shares: the backend slot (until the
+// slot list carries it), element types, names, the deadline, and
+// cube_transport_query.
+#include "core/transport.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const cube_transport_vtable_t *cube_backend_transport(cube_backend_device_t *device) {
+  if (!device || !device->vtable || !device->vtable->transport) return NULL;
+  const cube_transport_vtable_t *transport = NULL;
+  cube_status_t status = device->vtable->transport(device, &transport);
+  if (!cube_status_is_ok(status)) transport = NULL;
+  cube_status_release(status);
+  return transport;
+}
+
+uint32_t cube_dtype_size(cube_dtype_t dtype) {
+  switch (dtype) {
+    case CUBE_DTYPE_F64:
+    case CUBE_DTYPE_I64:
+    case CUBE_DTYPE_U64:
+      return 8;
+    case CUBE_DTYPE_F32:
+    case CUBE_DTYPE_I32:
+    case CUBE_DTYPE_U32:
+      return 4;
+    case CUBE_DTYPE_F16:
+    case CUBE_DTYPE_BF16:
+      return 2;
+    case CUBE_DTYPE_I8:
+    case CUBE_DTYPE_U8:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+const char *cube_dtype_name(cube_dtype_t dtype) {
+  static const char *const names[CUBE_DTYPE_COUNT] = {
+      [CUBE_DTYPE_F32] = "f32",   [CUBE_DTYPE_F64] = "f64", [CUBE_DTYPE_F16] = "f16",
+      [CUBE_DTYPE_BF16] = "bf16", [CUBE_DTYPE_I8] = "i8",   [CUBE_DTYPE_I32] = "i32",
+      [CUBE_DTYPE_I64] = "i64",   [CUBE_DTYPE_U8] = "u8",   [CUBE_DTYPE_U32] = "u32",
+      [CUBE_DTYPE_U64] = "u64"};
+  return (unsigned)dtype < CUBE_DTYPE_COUNT ? names[dtype] : "unknown";
+}
+
+const char *cube_reduce_op_name(cube_reduce_op_t op) {
+  static const char *const names[CUBE_REDUCE_OP_COUNT] = {"sum", "mean", "max", "min", "prod"};
+  return (unsigned)op < CUBE_REDUCE_OP_COUNT ? names[op] : "unknown";
+}
+
+const char *cube_top_kind_name(cube_top_kind_t kind) {
+  static const char *const names[CUBE_TOP_KIND_COUNT] = {
+      "all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send", "recv"};
+  return (unsigned)kind < CUBE_TOP_KIND_COUNT ? names[kind] : "collective";
+}
+
+uint64_t cube_collective_timeout_ns(void) {
+  // Read at every wait (a test may shorten it); a malformed value is
+  // refused by cube_comm_init, and reads as the default here.
+  const char *text = getenv("CUBE_COLLECTIVE_TIMEOUT_S");
+  double seconds = 600.0;
+  if (text && text[0]) {
+    char *end = NULL;
+    double value = strtod(text, &end);
+    if (end && *end == '\0' && isfinite(value) && value > 0 && value < 1e9) seconds = value;
+  }
+  return (uint64_t)(seconds * 1e9);
+}
+
+cube_status_t cube_transport_query(cube_backend_kind_t kind, cube_transport_info_t *out_info) {
+  if (!out_info)
+    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_transport_query: out_info is NULL");
+  if (kind == CUBE_BACKEND_DEFAULT) kind = cube_backend_default();
+  switch (kind) {
+    case CUBE_BACKEND_CPU:
+      cube_cpu_transport_query(out_info);
+      return CUBE_OK;
+    case CUBE_BACKEND_CUDA:
+      cube_nccl_transport_query(out_info);
+      return CUBE_OK;
+    default:
+      return cube_status_make(CUBE_STATUS_VALIDATION,
+                              "cube_transport_query: unknown backend kind %d", (int)kind);
+  }
+}
