@@ -121,8 +121,8 @@ static bool reduces(cube_top_kind_t kind) {
   return kind == CUBE_TOP_ALL_REDUCE || kind == CUBE_TOP_REDUCE_SCATTER;
 }
 
-static uint64_t deadline_from_now(void) {
-  return cube_now_ns() + cube_collective_timeout_ns();
+static uint64_t deadline_from_now(const cube_server_t *server) {
+  return cube_now_ns() + cube_collective_timeout_ns(server);
 }
 
 // Records |status| as this call's own failure (taken; the first one wins).
@@ -626,7 +626,7 @@ static cube_status_t call_wait_enqueued(coll_call_t *call) {
   cube_comm_member_t *m = &call->group->members[call->rank];
   cube_server_t *server = call->server;
   const cube_transport_vtable_t *t = cube_backend_transport(server->device);
-  uint64_t deadline = deadline_from_now(), backoff = 200;
+  uint64_t deadline = deadline_from_now(server), backoff = 200;
   for (;;) {
     bool ready = false;
     pthread_mutex_lock(&m->lock);
@@ -641,7 +641,7 @@ static cube_status_t call_wait_enqueued(coll_call_t *call) {
       return cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
                               "%s: the transport did not take the part within %.3f s "
                               "(CUBE_COLLECTIVE_TIMEOUT_S)",
-                              call->operation, (double)cube_collective_timeout_ns() * 1e-9);
+                              call->operation, (double)cube_collective_timeout_ns(server) * 1e-9);
     }
     struct timespec pause = {0, (long)backoff};
     nanosleep(&pause, NULL);
@@ -748,8 +748,9 @@ static bool call_enter_and_post(coll_call_t *call, coll_call_t *const *earlier, 
 // The round's outcome (no server lock held).
 static void call_wait_round(coll_call_t *call) {
   if (!call->posted) return;
-  cube_status_t status = cube_comm_group_wait(call->group, call->channel, call->seq, call->rank,
-                                              deadline_from_now(), call->operation, &call->outcome);
+  cube_status_t status =
+      cube_comm_group_wait(call->group, call->channel, call->seq, call->rank,
+                           deadline_from_now(call->server), call->operation, &call->outcome);
   if (!cube_status_is_ok(status)) {
     call_fail_local(call, status);
     call->outcome.ok = false;
@@ -1067,17 +1068,6 @@ cube_status_t cube_comm_init(cube_client_t *const *clients, size_t count) {
       }
     }
   }
-  const char *timeout = getenv("CUBE_COLLECTIVE_TIMEOUT_S");
-  if (timeout && timeout[0]) {
-    char *end = NULL;
-    double seconds = strtod(timeout, &end);
-    if (!end || *end || !(seconds > 0) || seconds >= 1e9) {
-      return cube_status_make(CUBE_STATUS_VALIDATION,
-                              "comm_init: CUBE_COLLECTIVE_TIMEOUT_S='%s' is not a number of "
-                              "seconds above 0",
-                              timeout);
-    }
-  }
   cube_comm_group_t *group = NULL;
   cube_status_t status = cube_comm_group_join(clients, count, false, "comm_init", &group);
   cube_comm_group_release(group);
@@ -1115,7 +1105,7 @@ static cube_status_t member_wait(cube_server_t *server, cube_comm_group_t *group
                                  cube_comm_member_t *m, cube_bevent_t *event, bool *out_transport) {
   const cube_backend_vtable_t *vt = server->device->vtable;
   const cube_transport_vtable_t *t = cube_backend_transport(server->device);
-  uint64_t deadline = deadline_from_now(), backoff = 1000;
+  uint64_t deadline = deadline_from_now(server), backoff = 1000;
   *out_transport = false;
   for (;;) {
     bool done = false;
@@ -1137,7 +1127,7 @@ static cube_status_t member_wait(cube_server_t *server, cube_comm_group_t *group
                               "(group %016llx) did not finish within %.3f s "
                               "(CUBE_COLLECTIVE_TIMEOUT_S)",
                               server->name, group->transport->name, (unsigned long long)group->id,
-                              (double)cube_collective_timeout_ns() * 1e-9);
+                              (double)cube_collective_timeout_ns(server) * 1e-9);
     }
     struct timespec pause = {0, (long)backoff};
     nanosleep(&pause, NULL);

@@ -28,6 +28,10 @@ static cube_comm_group_t *registry;
 // a released client must leave them all.
 static cube_comm_group_t *all_groups;
 
+uint64_t cube_collective_timeout_ns(const cube_server_t *server) {
+  return cube_config_u64(&server->config, CUBE_CONFIG_COLLECTIVE_TIMEOUT_S) * UINT64_C(1000000000);
+}
+
 //===--- Ids and keys ---===//
 
 uint64_t cube_comm_member_key(cube_server_t *server, const cube_transport_vtable_t *transport) {
@@ -243,7 +247,8 @@ static cube_status_t group_build(cube_comm_group_t *group, const char *operation
     for (uint32_t r = 0; r < group->nranks && cube_status_is_ok(status); ++r) {
       cube_comm_member_t *m = &group->members[r];
       status = cube_backend_transport(m->server->device)
-                   ->comm_create(m->server->device, &uid, group->nranks, r, &m->comm);
+                   ->comm_create(m->server->device, &uid, group->nranks, r,
+                                 cube_collective_timeout_ns(m->server), &m->comm);
     }
     cube_status_t ended = t0->group_end(first);
     if (cube_status_is_ok(status)) {
@@ -253,7 +258,8 @@ static cube_status_t group_build(cube_comm_group_t *group, const char *operation
     }
   }
   // Non-blocking creation: poll every rank until ready, within the deadline.
-  uint64_t deadline = cube_now_ns() + cube_collective_timeout_ns();
+  uint64_t timeout = cube_collective_timeout_ns(group->members[0].server);
+  uint64_t deadline = cube_now_ns() + timeout;
   uint64_t backoff = 1000;
   for (uint32_t r = 0; r < group->nranks && cube_status_is_ok(status);) {
     cube_comm_member_t *m = &group->members[r];
@@ -269,8 +275,7 @@ static cube_status_t group_build(cube_comm_group_t *group, const char *operation
       status = cube_status_make(
           CUBE_STATUS_TRANSPORT_FAILED,
           "%s: rank %u (%s) of %u was not ready after %.3f s (CUBE_COLLECTIVE_TIMEOUT_S)",
-          operation, r, m->server->name, group->nranks,
-          (double)cube_collective_timeout_ns() * 1e-9);
+          operation, r, m->server->name, group->nranks, (double)timeout * 1e-9);
       break;
     }
     pause_ns(backoff);
@@ -543,6 +548,7 @@ cube_status_t cube_comm_group_wait(cube_comm_group_t *group, uint32_t channel, u
                                    uint32_t rank, uint64_t deadline_ns, const char *operation,
                                    cube_round_outcome_t *out_outcome) {
   cube_status_t timeout = CUBE_OK;
+  const uint64_t entered = cube_now_ns();
   pthread_mutex_lock(&group->lock);
   cube_round_t *round = round_find_locked(group, channel, seq, false);
   while (!group->failed && (!round || round->posted < group->nranks)) {
@@ -556,14 +562,13 @@ cube_status_t cube_comm_group_wait(cube_comm_group_t *group, uint32_t channel, u
           break;
         }
       }
-      timeout =
-          cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
-                           "%s #%llu: rank %u waited %.3f s for rank %u (%s) to make its "
-                           "part (CUBE_COLLECTIVE_TIMEOUT_S)",
-                           operation, (unsigned long long)seq, rank,
-                           (double)cube_collective_timeout_ns() * 1e-9, missing,
-                           group->members[missing].server ? group->members[missing].server->name
-                                                          : "a released client");
+      timeout = cube_status_make(
+          CUBE_STATUS_TRANSPORT_FAILED,
+          "%s #%llu: rank %u waited %.3f s for rank %u (%s) to make its "
+          "part (CUBE_COLLECTIVE_TIMEOUT_S)",
+          operation, (unsigned long long)seq, rank, (double)(deadline_ns - entered) * 1e-9, missing,
+          group->members[missing].server ? group->members[missing].server->name
+                                         : "a released client");
       break;
     }
     pthread_cond_timedwait(&group->changed, &group->lock, &until);

@@ -100,6 +100,10 @@ typedef struct cube_round_outcome_t {
   char why[256];              // the mismatch, in words
 } cube_round_outcome_t;
 
+// The deadline of every wait |server| makes on a collective, in nanoseconds
+// (its CUBE_COLLECTIVE_TIMEOUT_S).
+CUBE_INTERNAL uint64_t cube_collective_timeout_ns(const cube_server_t *server);
+
 // The sort key of |client|'s device within its transport.
 CUBE_INTERNAL uint64_t cube_comm_member_key(cube_server_t *server,
                                             const cube_transport_vtable_t *transport);

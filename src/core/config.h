@@ -106,6 +106,10 @@ enum {
   X(CACHE_MAX_BYTES, "CUBE_CACHE_MAX_BYTES", SIZE, CUBE_GiB, 0, CUBE_TiB, 0, NULL,                 \
     "the size the on-disk kernel cache is kept under, least recently used entries evicted "        \
     "first; 0 keeps kernels in memory only")                                                       \
+  /* Collectives */                                                                                \
+  X(COLLECTIVE_TIMEOUT_S, "CUBE_COLLECTIVE_TIMEOUT_S", COUNT, 600, 1, 86400, 0, NULL,              \
+    "seconds any wait on a collective may take (a peer's part, a queued collective, a "            \
+    "communicator) before the communicator is aborted and its group fails")                        \
   /* CUDA backend */                                                                               \
   X(NVRTC_PATH, "CUBE_NVRTC_PATH", PATH, 0, 0, 1023, 0, NULL,                                      \
     "the NVRTC library to load first (a path or a soname)")                                        \

@@ -57,19 +57,6 @@ const char *cube_top_kind_name(cube_top_kind_t kind) {
   return (unsigned)kind < CUBE_TOP_KIND_COUNT ? names[kind] : "collective";
 }
 
-uint64_t cube_collective_timeout_ns(void) {
-  // Read at every wait (a test may shorten it); a malformed value is
-  // refused by cube_comm_init, and reads as the default here.
-  const char *text = getenv("CUBE_COLLECTIVE_TIMEOUT_S");
-  double seconds = 600.0;
-  if (text && text[0]) {
-    char *end = NULL;
-    double value = strtod(text, &end);
-    if (end && *end == '\0' && isfinite(value) && value > 0 && value < 1e9) seconds = value;
-  }
-  return (uint64_t)(seconds * 1e9);
-}
-
 cube_status_t cube_transport_query(cube_backend_kind_t kind, cube_transport_info_t *out_info) {
   if (!out_info)
     return cube_status_make(CUBE_STATUS_VALIDATION, "cube_transport_query: out_info is NULL");

@@ -88,9 +88,11 @@ typedef struct cube_transport_vtable_t {
   cube_status_t (*group_begin)(cube_backend_device_t *device);
   cube_status_t (*group_end)(cube_backend_device_t *device);
   // This device's communicator as |rank| of |nranks| for |uid|. May finish
-  // in the background: comm_ready says when it is usable.
+  // in the background: comm_ready says when it is usable. |timeout_ns|
+  // bounds every wait the transport makes itself (a peer's part).
   cube_status_t (*comm_create)(cube_backend_device_t *device, const cube_tuid_t *uid,
-                               uint32_t nranks, uint32_t rank, cube_tcomm_t **out_comm);
+                               uint32_t nranks, uint32_t rank, uint64_t timeout_ns,
+                               cube_tcomm_t **out_comm);
   cube_status_t (*comm_ready)(cube_backend_device_t *device, cube_tcomm_t *comm, bool *out_ready);
   // Queues |op| on |stream| (a stream of |device|, the comm's own). In a
   // non-blocking transport the enqueue may still be finishing when this
@@ -125,10 +127,6 @@ CUBE_INTERNAL const cube_transport_vtable_t *cube_backend_transport(cube_backend
 // What each backend's transport is, for cube_transport_query.
 CUBE_INTERNAL void cube_cpu_transport_query(cube_transport_info_t *out_info);
 CUBE_INTERNAL void cube_nccl_transport_query(cube_transport_info_t *out_info);
-
-// The deadline of every wait on a collective, in nanoseconds
-// (CUBE_COLLECTIVE_TIMEOUT_S, seconds, fractions allowed; default 600).
-CUBE_INTERNAL uint64_t cube_collective_timeout_ns(void);
 
 // Names for messages: "all_reduce", ... (the seed's Collective display).
 CUBE_INTERNAL const char *cube_top_kind_name(cube_top_kind_t kind);

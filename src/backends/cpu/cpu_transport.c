@@ -80,7 +80,8 @@ typedef struct inproc_exchange_t {
 typedef struct inproc_comm_t {
   inproc_exchange_t *exchange;
   uint32_t rank, nranks;
-  uint64_t *seq;  // per channel: 0 collectives, 1 + s transfers sent by rank s
+  uint64_t timeout_ns;  // every wait of this rank's parts (CUBE_COLLECTIVE_TIMEOUT_S)
+  uint64_t *seq;        // per channel: 0 collectives, 1 + s transfers sent by rank s
 } inproc_comm_t;
 
 static inproc_comm_t *inproc_cast(cube_tcomm_t *comm) {
@@ -371,7 +372,7 @@ static bool inproc_wait(inproc_exchange_t *exchange, const uint32_t *counter, ui
                            "inproc %s #%llu: rank %u timed out after %.3f s waiting for %u of %u "
                            "ranks to %s (CUBE_COLLECTIVE_TIMEOUT_S)",
                            cube_top_kind_name(task->op.kind), (unsigned long long)task->seq,
-                           task->comm->rank, (double)cube_collective_timeout_ns() * 1e-9,
+                           task->comm->rank, (double)task->comm->timeout_ns * 1e-9,
                            target - *counter, target, what));
     }
   }
@@ -402,7 +403,7 @@ static void inproc_note_dropped(inproc_round_t *round, uint32_t slot, cube_statu
 // A transfer's side (see inproc_round_t). Lock not held.
 static cube_status_t inproc_transfer_run(inproc_task_t *task, cube_status_t dropped) {
   inproc_exchange_t *exchange = task->comm->exchange;
-  uint64_t deadline = cube_now_ns() + cube_collective_timeout_ns();
+  uint64_t deadline = cube_now_ns() + task->comm->timeout_ns;
   const cube_top_t *op = &task->op;
   cube_status_t result = CUBE_OK;
   pthread_mutex_lock(&exchange->lock);
@@ -453,7 +454,7 @@ static cube_status_t inproc_transfer_run(inproc_task_t *task, cube_status_t drop
                              "inproc recv #%llu: rank %u timed out after %.3f s waiting for the "
                              "sender (CUBE_COLLECTIVE_TIMEOUT_S)",
                              (unsigned long long)task->seq, task->comm->rank,
-                             (double)cube_collective_timeout_ns() * 1e-9));
+                             (double)task->comm->timeout_ns * 1e-9));
       }
     }
     bool ready = round->data_ready;
@@ -476,7 +477,7 @@ static cube_status_t inproc_transfer_run(inproc_task_t *task, cube_status_t drop
 // comm is aborted (or after ten deadlines, so a forgotten test still ends).
 static cube_status_t inproc_hold(inproc_task_t *task) {
   inproc_exchange_t *exchange = task->comm->exchange;
-  uint64_t limit = cube_now_ns() + 10 * cube_collective_timeout_ns();
+  uint64_t limit = cube_now_ns() + 10 * task->comm->timeout_ns;
   pthread_mutex_lock(&exchange->lock);
   while (!exchange->aborted) {
     bool timed_out = false;
@@ -507,7 +508,7 @@ static cube_status_t inproc_task_run(void *arg, cube_status_t dropped) {
     result = inproc_transfer_run(task, dropped);
   } else {
     inproc_exchange_t *exchange = task->comm->exchange;
-    uint64_t deadline = cube_now_ns() + cube_collective_timeout_ns();
+    uint64_t deadline = cube_now_ns() + task->comm->timeout_ns;
     pthread_mutex_lock(&exchange->lock);
     inproc_round_t *round = exchange->aborted ? NULL
                                               : inproc_round_find(exchange, task->channel,
@@ -585,7 +586,8 @@ static cube_status_t inproc_group_nop(cube_backend_device_t *device) {
 }
 
 static cube_status_t inproc_comm_create(cube_backend_device_t *device, const cube_tuid_t *uid,
-                                        uint32_t nranks, uint32_t rank, cube_tcomm_t **out_comm) {
+                                        uint32_t nranks, uint32_t rank, uint64_t timeout_ns,
+                                        cube_tcomm_t **out_comm) {
   (void)device;
   *out_comm = NULL;
   uint64_t magic = 0, key = 0;
@@ -631,7 +633,8 @@ static cube_status_t inproc_comm_create(cube_backend_device_t *device, const cub
     exchange->refs++;
     pthread_cond_broadcast(&exchange->changed);
     pthread_mutex_unlock(&exchange->lock);
-    *comm = (inproc_comm_t){.exchange = exchange, .rank = rank, .nranks = nranks, .seq = seq};
+    *comm = (inproc_comm_t){
+        .exchange = exchange, .rank = rank, .nranks = nranks, .timeout_ns = timeout_ns, .seq = seq};
     *out_comm = (cube_tcomm_t *)comm;
   } else {
     free(comm);

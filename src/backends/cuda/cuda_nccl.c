@@ -28,7 +28,6 @@ static pthread_once_t nccl_once = PTHREAD_ONCE_INIT;
 static cube_nccl_api_t nccl_table;
 static const cube_nccl_api_t *nccl_loaded;
 static char nccl_detail[1024];
-static char nccl_env_path[512];
 
 #define NCCL_RESOLVE_ENTRY(field, required, symbol, fallback, ret, params) \
   do {                                                                     \
@@ -38,12 +37,7 @@ static char nccl_env_path[512];
   } while (0);
 
 static void nccl_load(void) {
-  const char *env = getenv("CUBE_NCCL_PATH");
   const char *names[3] = {NULL, "libnccl.so.2", "libnccl.so"};
-  if (env && env[0]) {
-    snprintf(nccl_env_path, sizeof nccl_env_path, "%s", env);
-    names[0] = nccl_env_path;
-  }
   cube_nccl_api_t *table = &nccl_table;
   char why[768] = "";
   size_t used = 0;
@@ -60,8 +54,8 @@ static void nccl_load(void) {
     }
   }
   if (!table->library) {
-    snprintf(nccl_detail, sizeof nccl_detail,
-             "cannot load NCCL (CUBE_NCCL_PATH, libnccl.so.2, libnccl.so): %s", why);
+    snprintf(nccl_detail, sizeof nccl_detail, "cannot load NCCL (libnccl.so.2, libnccl.so): %s",
+             why);
     return;
   }
   const char *missing = NULL;
@@ -99,7 +93,8 @@ typedef struct nccl_comm_t {
   cube_cuda_device_t *device;
   ncclComm_t comm;
   uint32_t rank, nranks;
-  bool aborted;  // the core calls abort under the member's lock: no race with submit
+  uint64_t timeout_ns;  // CUBE_COLLECTIVE_TIMEOUT_S of the client that made it
+  bool aborted;         // the core calls abort under the member's lock: no race with submit
 } nccl_comm_t;
 
 static nccl_comm_t *nccl_cast(cube_tcomm_t *comm) {
@@ -196,7 +191,8 @@ static cube_status_t nccl_group_end(cube_backend_device_t *base) {
 }
 
 static cube_status_t nccl_comm_create(cube_backend_device_t *base, const cube_tuid_t *uid,
-                                      uint32_t nranks, uint32_t rank, cube_tcomm_t **out_comm) {
+                                      uint32_t nranks, uint32_t rank, uint64_t timeout_ns,
+                                      cube_tcomm_t **out_comm) {
   cube_cuda_device_t *device = cube_cuda_device(base);
   const cube_nccl_api_t *nccl = cube_nccl_api(NULL);
   *out_comm = NULL;
@@ -204,7 +200,7 @@ static cube_status_t nccl_comm_create(cube_backend_device_t *base, const cube_tu
   if (status) return status;
   nccl_comm_t *comm = calloc(1, sizeof *comm);
   if (!comm) return cube_status_make(CUBE_STATUS_GENERIC, "nccl comm_create: out of host memory");
-  *comm = (nccl_comm_t){.device = device, .rank = rank, .nranks = nranks};
+  *comm = (nccl_comm_t){.device = device, .rank = rank, .nranks = nranks, .timeout_ns = timeout_ns};
   cube_nccl_config_t config = {
       .size = sizeof config,
       .magic = CUBE_NCCL_CONFIG_MAGIC,
@@ -362,7 +358,7 @@ static void nccl_comm_destroy(cube_backend_device_t *base, cube_tcomm_t *tcomm) 
     ncclResult_t result = clean ? nccl->ncclCommFinalize(comm->comm) : ncclInternalError;
     clean = nccl_ok(result);
     // Finalize is non-blocking too: wait for it, within the deadline.
-    uint64_t deadline = cube_now_ns() + cube_collective_timeout_ns();
+    uint64_t deadline = cube_now_ns() + comm->timeout_ns;
     ncclResult_t state = result;
     while (clean && state == ncclInProgress && cube_now_ns() < deadline) {
       if (nccl->ncclCommGetAsyncError(comm->comm, &state) != ncclSuccess) state = ncclInternalError;

@@ -92,7 +92,7 @@ typedef struct cube_nccl_api_t {
   CUBE_NCCL_TRANSPORT_SYMBOLS(CUBE_CUDA_PFN_FIELD)
 } cube_nccl_api_t;
 
-// Loads NCCL once per process ($CUBE_NCCL_PATH, libnccl.so.2, libnccl.so);
+// Loads NCCL once per process (libnccl.so.2, then libnccl.so);
 // NULL with |*out_detail| (static) saying why when it is absent, misses a
 // required entry, or is not version 2.x.
 CUBE_INTERNAL const cube_nccl_api_t *cube_nccl_api(const char **out_detail);

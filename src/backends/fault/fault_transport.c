@@ -48,12 +48,13 @@ static cube_status_t fault_group_end(cube_backend_device_t *device) {
 }
 
 static cube_status_t fault_comm_create(cube_backend_device_t *device, const cube_tuid_t *uid,
-                                       uint32_t nranks, uint32_t rank, cube_tcomm_t **out_comm) {
+                                       uint32_t nranks, uint32_t rank, uint64_t timeout_ns,
+                                       cube_tcomm_t **out_comm) {
   *out_comm = NULL;
   cube_status_t status = cube_fault_transport_check(device, "comm", NULL, NULL);
   if (!status) {
     status = fault_inner_transport(device)->comm_create(cube_fault_inner(device), uid, nranks, rank,
-                                                        out_comm);
+                                                        timeout_ns, out_comm);
   }
   return status;
 }
