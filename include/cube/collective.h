@@ -126,7 +126,9 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_all_to_all(
 // Point to point, over the pair's own communicator (the seed's
 // CommunicationId::transfers_between: not the one a two-member group uses, so
 // neither waits in line behind the other). The pair needs no cube_comm_init:
-// its first transfer joins it. The n-th send to a peer matches the peer's
+// its first transfer joins it; a pair that failed refuses its transfers
+// (GROUP_FAILED) until cube_comm_init over clients that include both
+// rebuilds it. The n-th send to a peer matches the peer's
 // n-th recv from this client; both sides' sizes must agree. A send waits on
 // the host for the matching recv to be posted (and the other way round):
 // post them from two threads or between group_begin and group_end.

@@ -29,6 +29,7 @@
 // next call.
 #include "core/collective.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,7 +250,10 @@ static cube_status_t call_group(coll_call_t *call) {
                               call->operation, call->peer ? "got the client itself" : "got NULL");
     }
     cube_client_t *pair[2] = {cube_server_client(call->server), cube_server_client(call->peer)};
-    cube_status_t status = cube_comm_group_join(pair, 2, true, call->operation, &call->group);
+    // The pair's first transfer makes it; a failed pair stays failed (its
+    // transfers refused) until comm_init over its clients rebuilds it.
+    cube_status_t status =
+        cube_comm_group_join(pair, 2, true, false, call->operation, &call->group);
     if (!cube_status_is_ok(status)) return status;
     cube_comm_group_release(call->group);
     call->group = NULL;
@@ -1069,8 +1073,10 @@ cube_status_t cube_comm_init(cube_client_t *const *clients, size_t count) {
     }
   }
   cube_comm_group_t *group = NULL;
-  cube_status_t status = cube_comm_group_join(clients, count, false, "comm_init", &group);
+  cube_status_t status = cube_comm_group_join(clients, count, false, true, "comm_init", &group);
   cube_comm_group_release(group);
+  if (cube_status_is_ok(status))
+    status = cube_comm_group_rebuild_pairs(clients, count, "comm_init");
   return status;
 }
 
@@ -1105,7 +1111,8 @@ static cube_status_t member_wait(cube_server_t *server, cube_comm_group_t *group
                                  cube_comm_member_t *m, cube_bevent_t *event, bool *out_transport) {
   const cube_backend_vtable_t *vt = server->device->vtable;
   const cube_transport_vtable_t *t = cube_backend_transport(server->device);
-  uint64_t deadline = deadline_from_now(server), backoff = 1000;
+  uint64_t deadline = deadline_from_now(server), backoff = 2000;
+  unsigned spins = 0;
   *out_transport = false;
   for (;;) {
     bool done = false;
@@ -1129,9 +1136,16 @@ static cube_status_t member_wait(cube_server_t *server, cube_comm_group_t *group
                               server->name, group->transport->name, (unsigned long long)group->id,
                               (double)cube_collective_timeout_ns(server) * 1e-9);
     }
-    struct timespec pause = {0, (long)backoff};
-    nanosleep(&pause, NULL);
-    if (backoff < 1000000) backoff *= 2;
+    // Yield first (the part is usually microseconds from done), then sleep
+    // a little longer each time, at most 100 us.
+    if (spins < 64) {
+      spins++;
+      sched_yield();
+    } else {
+      struct timespec pause = {0, (long)backoff};
+      nanosleep(&pause, NULL);
+      if (backoff < 100000) backoff *= 2;
+    }
   }
 }
 
@@ -1154,9 +1168,14 @@ cube_status_t cube_sync_collective(cube_client_t *client, cube_stream_t stream) 
   for (size_t i = 0; i < count && cube_status_is_ok(status); ++i) {
     cube_comm_group_t *group = refs[i].group;
     cube_comm_member_t *m = &group->members[refs[i].rank];
-    if (!m->busy || m->left || !m->stream) continue;
+    if (m->left || !m->stream) continue;
     const uint32_t comm = m->stream;
+    // Every communicator stream with work not known to have finished is
+    // waited for, a failed group's too: nothing queued there may surface
+    // after this returns.
+    if (!server->poison) cube_server_settle(server, comm);
     uint64_t ticket = server->streams[comm].ticket;
+    if (server->streams[comm].completed >= ticket && !m->busy) continue;
     cube_bevent_t *event = NULL;
     cube_status_t s = cube_server_note(
         server, vt->event_record(server->device, server->streams[comm].backend, false, &event));
@@ -1169,10 +1188,16 @@ cube_status_t cube_sync_collective(cube_client_t *client, cube_stream_t stream) 
     if (transport) {
       // An asynchronous error or the deadline: the communicators are aborted
       // (which ends the work in flight), the group fails; not device poison.
+      // The work still queued drains before this returns.
       cube_comm_group_fail(group, cube_status_retain(s));
       cube_status_t why = cube_comm_group_refusal(group, kOperation);
       member_claim_inflight(server, m, why ? why : s);
       cube_status_release(why);
+      if (!m->left && m->stream == comm && event) {
+        cube_server_leave(server);
+        cube_status_release(vt->event_sync(server->device, event));
+        pthread_mutex_lock(&server->lock);
+      }
     }
     if (!m->left && m->stream == comm) {
       if (cube_status_is_ok(s)) {
@@ -1182,12 +1207,12 @@ cube_status_t cube_sync_collective(cube_client_t *client, cube_stream_t stream) 
                              vt->event_wait(server->device, server->streams[index].backend, event));
         if (server->streams[comm].completed < ticket) server->streams[comm].completed = ticket;
         m->inflight_count = 0;
-        m->busy = false;
       } else if (!server->poison) {
         // A part that failed late (or was aborted): what it was writing
         // claims it.
         cube_server_settle(server, comm);
       }
+      m->busy = false;
     }
     if (!cube_status_is_ok(s)) cube_server_work_failed(server, index, s);
     if (event) vt->event_release(server->device, event);

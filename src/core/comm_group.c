@@ -296,7 +296,8 @@ static cube_status_t group_build(cube_comm_group_t *group, const char *operation
 }
 
 cube_status_t cube_comm_group_join(cube_client_t *const *clients, size_t count, bool transfers,
-                                   const char *operation, cube_comm_group_t **out_group) {
+                                   bool rebuild, const char *operation,
+                                   cube_comm_group_t **out_group) {
   *out_group = NULL;
   uint64_t keys[CUBE_COMM_MAX_RANKS];
   uint32_t order[CUBE_COMM_MAX_RANKS];
@@ -309,7 +310,7 @@ cube_status_t cube_comm_group_join(cube_client_t *const *clients, size_t count, 
   pthread_mutex_lock(&registry_lock);
   cube_comm_group_t *group = registry_find_locked(id, transfers);
   cube_comm_group_t *replaced = NULL;
-  if (group && !group->failed) {
+  if (group && (!group->failed || !rebuild)) {
     group->refs++;  // joined once: a second join is the same group
   } else {
     // A failed group is rebuilt with new communicators (a new unique id).
@@ -640,6 +641,31 @@ cube_status_t cube_comm_group_submit(cube_comm_group_t *group, uint32_t rank,
                  ->submit(server->device, m->comm, server->streams[m->stream].backend, op);
   }
   pthread_mutex_unlock(&m->lock);
+  return status;
+}
+
+cube_status_t cube_comm_group_rebuild_pairs(cube_client_t *const *clients, size_t count,
+                                            const char *operation) {
+  cube_status_t status = CUBE_OK;
+  for (size_t i = 0; i < count && cube_status_is_ok(status); ++i) {
+    for (size_t j = i + 1; j < count && cube_status_is_ok(status); ++j) {
+      cube_client_t *pair[2] = {clients[i], clients[j]};
+      uint64_t keys[2];
+      uint32_t order[2];
+      const cube_transport_vtable_t *transport = NULL;
+      status = group_sort(pair, 2, operation, keys, order, &transport);
+      if (!cube_status_is_ok(status)) break;
+      uint64_t id = cube_comm_group_id(keys, 2, true);
+      pthread_mutex_lock(&registry_lock);
+      cube_comm_group_t *g = registry_find_locked(id, true);
+      bool failed = g && g->failed;
+      pthread_mutex_unlock(&registry_lock);
+      if (!failed) continue;
+      cube_comm_group_t *rebuilt = NULL;
+      status = cube_comm_group_join(pair, 2, true, true, operation, &rebuilt);
+      cube_comm_group_release(rebuilt);
+    }
+  }
   return status;
 }
 

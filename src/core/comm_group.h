@@ -119,12 +119,19 @@ CUBE_INTERNAL cube_status_t cube_comm_group_find(cube_client_t *const *clients, 
                                                  bool transfers, const char *operation,
                                                  cube_server_t *self, cube_comm_group_t **out_group,
                                                  uint32_t *out_rank);
-// Joins |clients| (comm_init, or a pair's first transfer): returns the live
-// group, making it (communicators, streams) if there is none or the last one
-// failed. Blocks until every member's communicator is ready.
+// Joins |clients| (comm_init, or a pair's first transfer): returns the
+// group, making it (communicators, streams) if there is none, and, when
+// |rebuild|, if the last one failed (comm_init). Without |rebuild| a failed
+// group is returned as it is (a pair's transfers: refused until comm_init).
+// Blocks until every member's communicator is ready.
 CUBE_INTERNAL cube_status_t cube_comm_group_join(cube_client_t *const *clients, size_t count,
-                                                 bool transfers, const char *operation,
+                                                 bool transfers, bool rebuild,
+                                                 const char *operation,
                                                  cube_comm_group_t **out_group);
+// comm_init's second half: every failed pair (transfers_between) of two of
+// |clients| is rebuilt. No lock held.
+CUBE_INTERNAL cube_status_t cube_comm_group_rebuild_pairs(cube_client_t *const *clients,
+                                                          size_t count, const char *operation);
 CUBE_INTERNAL void cube_comm_group_retain(cube_comm_group_t *group);
 CUBE_INTERNAL void cube_comm_group_release(cube_comm_group_t *group);
 
