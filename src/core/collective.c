@@ -30,6 +30,7 @@
 #include "core/collective.h"
 
 #include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,8 +83,21 @@ static void claim_skip(cube_slot_t *slot, const cube_slot_t *source, const char 
   cube_failure_skip_end(&skip);
 }
 
+// Asks, without waiting, whether |stream| has run its work up to |ticket|
+// (the core's progress events): a writer known done needs no event, and a
+// writer whose stream halted at a late failure is settled here, so that the
+// buffers it was writing claim it before anyone reads them (lock held).
+static void refresh_progress(cube_server_t *server, uint32_t stream, uint64_t ticket) {
+  if (!stream || stream > CUBE_MAX_STREAMS || server->streams[stream].completed >= ticket) return;
+  cube_mm_storage_t storage = cube_server_storage(server);
+  (void)storage.reached(storage.context, stream, ticket);
+}
+
 //===--- Calls ---===//
 
+// One rank's call. The small fields come first and are all a call starts
+// with (call_init); the group list, the header and the outcome, large, are
+// written before they are read.
 typedef struct coll_call_t {
   cube_top_kind_t kind;
   const char *operation;
@@ -95,7 +109,6 @@ typedef struct coll_call_t {
   cube_reduce_op_t op;
   cube_server_t *root;  // broadcast
   cube_server_t *peer;  // send / recv
-  cube_client_t *clients[CUBE_COMM_MAX_RANKS];
   size_t client_count;
   cube_compute_wait_t wait;
 
@@ -103,16 +116,31 @@ typedef struct coll_call_t {
   uint32_t rank, channel;
   uint64_t seq;
   bool posted;
-  cube_status_t local;  // this rank's own failure
-  bool stale;           // its source carries a failure
-  cube_coll_header_t header;
-  cube_round_outcome_t outcome;
+  cube_status_t local;    // this rank's own failure
+  bool stale;             // its source carries a failure
   uint32_t stream_index;  // the compute stream
   // Between the submit and the commit.
   bool submitting;
   coll_scope_t scope;
   cube_status_t result;
+
+  cube_client_t *clients[CUBE_COMM_MAX_RANKS];  // |client_count| of them
+  cube_coll_header_t header;
+  cube_round_outcome_t outcome;
 } coll_call_t;
+
+static void call_init(coll_call_t *call, cube_top_kind_t kind, const char *operation,
+                      cube_client_t *client, cube_stream_t stream, cube_compute_wait_t wait) {
+  memset(call, 0, offsetof(coll_call_t, clients));
+  call->kind = kind;
+  call->operation = operation;
+  call->server = cube_server_of(client);
+  call->stream = stream;
+  call->wait = wait;
+  call->clients[0] = NULL;
+  call->outcome.ok = false;
+  call->outcome.failed_count = 0;
+}
 
 static bool is_transfer(cube_top_kind_t kind) {
   return kind == CUBE_TOP_SEND || kind == CUBE_TOP_RECV;
@@ -308,11 +336,15 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
   cube_server_t *server = call->server;
   uint32_t n = call->group->nranks;
   cube_coll_header_t *h = &call->header;
-  memset(h, 0, sizeof *h);
+  // The text fields are filled only for a part that fails (they are read only
+  // then): the common path writes a few words.
   h->kind = (uint8_t)call->kind;
   h->dtype = (uint8_t)call->dtype;
   h->op = (uint8_t)call->op;
-  header_device(h, server);
+  h->verdict = CUBE_VERDICT_OK;
+  h->root = 0;
+  h->failure_id = 0;
+  h->code = 0;
   if (call->kind == CUBE_TOP_BROADCAST) {
     h->root = n;
     for (uint32_t r = 0; r < n; ++r) {
@@ -369,18 +401,23 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
   h->send_bytes = have_src ? src.size : 0;
   h->recv_bytes = have_dst ? dst.size : 0;
   if (!call->local && have_src && server->track_failures) {
-    // Sources are checked like reads: a claimed source moves no byte.
+    // Sources are checked like reads: a claimed source moves no byte. A
+    // writer whose stream is known to have failed late is settled first.
+    if (src.slot->write_stream)
+      refresh_progress(server, src.slot->write_stream, src.slot->write_ticket);
     cube_status_t carried = cube_server_ensure_written(server, &src.slot, 1);
     if (carried) {
       call->stale = true;
       h->verdict = CUBE_VERDICT_STALE;
       header_describe(h, carried);
+      header_device(h, server);
       cube_status_release(carried);
     }
   }
   if (call->local) {
     h->verdict = CUBE_VERDICT_FAILED;
     header_describe(h, call->local);
+    header_device(h, server);
   }
   cube_status_t posted =
       cube_comm_group_post(call->group, call->channel, call->seq, call->rank, &call->header);
@@ -544,6 +581,21 @@ static cube_top_t call_top(const coll_call_t *call, const cube_resolved_t *src, 
   return top;
 }
 
+// Orders the communicator's stream after |slot|'s writer (and, when the
+// part writes it, every stream still using it), with an event only for
+// work not known to be done (lock held).
+static cube_status_t comm_order(cube_server_t *server, uint32_t comm, cube_slot_t *slot,
+                                bool writes) {
+  if (slot->write_stream != comm) refresh_progress(server, slot->write_stream, slot->write_ticket);
+  for (uint32_t word = 0; writes && word < CUBE_MAX_STREAMS / 64; ++word) {
+    for (uint64_t bits = slot->users[word]; bits; bits &= bits - 1) {
+      uint32_t u = word * 64 + (uint32_t)__builtin_ctzll(bits) + 1;
+      if (u != comm) refresh_progress(server, u, server->streams[u].ticket);
+    }
+  }
+  return cube_server_order(server, comm, slot, writes);
+}
+
 // After the round: settles a part that moves nothing, or opens the scope,
 // orders and submits it (lock held). A submitted part is finished by
 // call_commit_locked.
@@ -592,16 +644,36 @@ static void call_submit_locked(coll_call_t *call) {
   cube_top_t top = call_top(call, &src, have_src, &dst, have_dst);
   if (top.count == 0) return;  // every rank agrees there is nothing to move
   const uint32_t comm = member->stream;
-  if (have_dst)
-    scope_open(&call->scope, server, dst.slot, dst.offset == 0 && dst.size == dst.slot->size);
   // The communicator's stream waits for the buffers' writers (and, for the
   // destination, every stream still using it): the data is ready.
   cube_server_tag(server, comm);
   cube_status_t status = CUBE_OK;
-  if (have_src) status = cube_server_order(server, comm, src.slot, false);
-  if (cube_status_is_ok(status) && have_dst)
-    status = cube_server_order(server, comm, dst.slot, true);
+  if (have_src) status = comm_order(server, comm, src.slot, false);
+  if (cube_status_is_ok(status) && have_dst) status = comm_order(server, comm, dst.slot, true);
+  // The source may have come to claim a failure since its part was posted
+  // (the lock was let go, or the order above settled its writer's stream):
+  // its bytes must not travel. The part still goes (the others wait for it),
+  // as one that does not run: nobody moves a byte, and each rank's part fails
+  // late. A transport that cannot drop a part fails the group instead.
+  cube_status_t carried = cube_status_is_ok(status) && have_src && server->track_failures
+                              ? cube_server_ensure_written(server, &src.slot, 1)
+                              : CUBE_OK;
+  if (carried && !call->group->transport->fails_late) {
+    cube_comm_group_fail(call->group,
+                         cube_status_wrap(cube_status_retain(carried), CUBE_STATUS_TRANSPORT_FAILED,
+                                          "%s: rank %u's source came to carry a failure after "
+                                          "its part was posted",
+                                          call->operation, call->rank));
+    status = carried;
+    carried = CUBE_OK;
+  }
+  top.dropped = carried;
+  // The scope opens after that check: in place, the source is the
+  // destination, and its provisional claim is this part's own.
+  if (have_dst)
+    scope_open(&call->scope, server, dst.slot, dst.offset == 0 && dst.size == dst.slot->size);
   if (cube_status_is_ok(status)) status = cube_comm_group_submit(call->group, call->rank, &top);
+  cube_status_release(carried);
   if (!cube_status_is_ok(status)) {
     // The others may already wait on this part: the group fails.
     cube_comm_group_fail(
@@ -630,7 +702,7 @@ static cube_status_t call_wait_enqueued(coll_call_t *call) {
   cube_comm_member_t *m = &call->group->members[call->rank];
   cube_server_t *server = call->server;
   const cube_transport_vtable_t *t = cube_backend_transport(server->device);
-  uint64_t deadline = deadline_from_now(server), backoff = 200;
+  uint64_t deadline = 0, backoff = 200;  // read only when it has to wait
   for (;;) {
     bool ready = false;
     pthread_mutex_lock(&m->lock);
@@ -641,6 +713,7 @@ static cube_status_t call_wait_enqueued(coll_call_t *call) {
             : t->comm_ready(server->device, m->comm, &ready);
     pthread_mutex_unlock(&m->lock);
     if (!cube_status_is_ok(status) || ready) return status;
+    if (!deadline) deadline = deadline_from_now(server);
     if (cube_now_ns() >= deadline) {
       return cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
                               "%s: the transport did not take the part within %.3f s "
@@ -752,9 +825,9 @@ static bool call_enter_and_post(coll_call_t *call, coll_call_t *const *earlier, 
 // The round's outcome (no server lock held).
 static void call_wait_round(coll_call_t *call) {
   if (!call->posted) return;
-  cube_status_t status =
-      cube_comm_group_wait(call->group, call->channel, call->seq, call->rank,
-                           deadline_from_now(call->server), call->operation, &call->outcome);
+  cube_status_t status = cube_comm_group_wait(call->group, call->channel, call->seq, call->rank,
+                                              cube_collective_timeout_ns(call->server),
+                                              call->operation, &call->outcome);
   if (!cube_status_is_ok(status)) {
     call_fail_local(call, status);
     call->outcome.ok = false;
@@ -800,6 +873,8 @@ cube_status_t cube_collective_group_begin(void) {
   return CUBE_OK;
 }
 
+// A call's record goes in the thread's array; the records of the last group
+// call are kept for the next one (no allocation per call once warm).
 static cube_status_t batch_record(const coll_call_t *call) {
   if (tls_batch.count == tls_batch.capacity) {
     size_t capacity = tls_batch.capacity ? tls_batch.capacity * 2 : 16;
@@ -807,15 +882,24 @@ static cube_status_t batch_record(const coll_call_t *call) {
     if (!grown)
       return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "%s: out of host memory",
                               call->operation);
+    for (size_t i = tls_batch.capacity; i < capacity; ++i) grown[i] = NULL;
     tls_batch.calls = grown;
     tls_batch.capacity = capacity;
   }
-  coll_call_t *copy = malloc(sizeof *copy);
-  if (!copy)
+  coll_call_t **slot = &tls_batch.calls[tls_batch.count];
+  if (!*slot) *slot = malloc(sizeof **slot);
+  if (!*slot)
     return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "%s: out of host memory",
                             call->operation);
-  *copy = *call;
-  tls_batch.calls[tls_batch.count++] = copy;
+  // The small fields and the clients named (the header and the outcome are
+  // written before they are read).
+  size_t names =
+      call->client_count < CUBE_COMM_MAX_RANKS ? call->client_count : CUBE_COMM_MAX_RANKS;
+  memcpy(*slot, call, offsetof(coll_call_t, clients));
+  memcpy((*slot)->clients, call->clients, (names ? names : 1) * sizeof call->clients[0]);
+  (*slot)->outcome.ok = false;
+  (*slot)->outcome.failed_count = 0;
+  tls_batch.count++;
   return CUBE_OK;
 }
 
@@ -825,14 +909,17 @@ cube_status_t cube_collective_group_end(void) {
                             "cube_collective_group_end without cube_collective_group_begin");
   }
   if (--tls_batch.depth > 0) return CUBE_OK;
+  // The records stay the thread's (reused by its next group call); this call
+  // works on them while a nested group call cannot start.
   coll_call_t **calls = tls_batch.calls;
-  size_t count = tls_batch.count;
+  size_t count = tls_batch.count, capacity = tls_batch.capacity;
   tls_batch.calls = NULL;
   tls_batch.count = tls_batch.capacity = 0;
 
   // 1. Every part is checked and posted first, so that no rank's round waits
   //    on a part this thread has yet to post.
-  bool *live = calloc(count ? count : 1, sizeof *live);
+  bool live_small[64];
+  bool *live = count <= 64 ? live_small : calloc(count, sizeof *live);
   for (size_t i = 0; i < count; ++i) {
     live[i] = live && call_enter_and_post(calls[i], calls, i);
     if (live && live[i]) cube_server_leave(calls[i]->server);
@@ -899,11 +986,16 @@ cube_status_t cube_collective_group_end(void) {
     }
     cube_status_release(call->local);
     cube_comm_group_release(call->group);
-    free(call);
   }
   cube_status_release(ended);
-  free(live);
-  free(calls);
+  if (live != live_small) free(live);
+  if (!tls_batch.calls) {
+    tls_batch.calls = calls;
+    tls_batch.capacity = capacity;
+  } else {
+    for (size_t i = 0; i < capacity; ++i) free(calls[i]);
+    free(calls);
+  }
   return failed ? cube_status_several(failures, failed) : CUBE_OK;
 }
 
@@ -944,16 +1036,13 @@ cube_status_t cube_all_reduce(cube_client_t *client, cube_stream_t stream, cube_
                               cube_binding_t destination, cube_dtype_t dtype, cube_reduce_op_t op,
                               cube_client_t *const *group, size_t group_count,
                               cube_compute_wait_t wait) {
-  coll_call_t call = {.kind = CUBE_TOP_ALL_REDUCE,
-                      .operation = "all_reduce",
-                      .server = cube_server_of(client),
-                      .stream = stream,
-                      .source = source,
-                      .destination = destination,
-                      .has_source = true,
-                      .dtype = dtype,
-                      .op = op,
-                      .wait = wait};
+  coll_call_t call;
+  call_init(&call, CUBE_TOP_ALL_REDUCE, "all_reduce", client, stream, wait);
+  call.source = source;
+  call.destination = destination;
+  call.has_source = true;
+  call.dtype = dtype;
+  call.op = op;
   call_group_copy(&call, group, group_count);
   return collective(&call);
 }
@@ -961,14 +1050,11 @@ cube_status_t cube_all_reduce(cube_client_t *client, cube_stream_t stream, cube_
 cube_status_t cube_all_gather(cube_client_t *client, cube_stream_t stream, cube_binding_t source,
                               cube_binding_t destination, cube_client_t *const *group,
                               size_t group_count, cube_compute_wait_t wait) {
-  coll_call_t call = {.kind = CUBE_TOP_ALL_GATHER,
-                      .operation = "all_gather",
-                      .server = cube_server_of(client),
-                      .stream = stream,
-                      .source = source,
-                      .destination = destination,
-                      .has_source = true,
-                      .wait = wait};
+  coll_call_t call;
+  call_init(&call, CUBE_TOP_ALL_GATHER, "all_gather", client, stream, wait);
+  call.source = source;
+  call.destination = destination;
+  call.has_source = true;
   call_group_copy(&call, group, group_count);
   return collective(&call);
 }
@@ -978,16 +1064,13 @@ cube_status_t cube_reduce_scatter(cube_client_t *client, cube_stream_t stream,
                                   cube_dtype_t dtype, cube_reduce_op_t op,
                                   cube_client_t *const *group, size_t group_count,
                                   cube_compute_wait_t wait) {
-  coll_call_t call = {.kind = CUBE_TOP_REDUCE_SCATTER,
-                      .operation = "reduce_scatter",
-                      .server = cube_server_of(client),
-                      .stream = stream,
-                      .source = source,
-                      .destination = destination,
-                      .has_source = true,
-                      .dtype = dtype,
-                      .op = op,
-                      .wait = wait};
+  coll_call_t call;
+  call_init(&call, CUBE_TOP_REDUCE_SCATTER, "reduce_scatter", client, stream, wait);
+  call.source = source;
+  call.destination = destination;
+  call.has_source = true;
+  call.dtype = dtype;
+  call.op = op;
   call_group_copy(&call, group, group_count);
   return collective(&call);
 }
@@ -996,15 +1079,12 @@ cube_status_t cube_broadcast(cube_client_t *client, cube_stream_t stream, cube_b
                              cube_binding_t destination, cube_client_t *root,
                              cube_client_t *const *group, size_t group_count,
                              cube_compute_wait_t wait) {
-  coll_call_t call = {.kind = CUBE_TOP_BROADCAST,
-                      .operation = "broadcast",
-                      .server = cube_server_of(client),
-                      .stream = stream,
-                      .source = source,
-                      .destination = destination,
-                      .has_source = source.handle.bits != 0,
-                      .root = cube_server_of(root),
-                      .wait = wait};
+  coll_call_t call;
+  call_init(&call, CUBE_TOP_BROADCAST, "broadcast", client, stream, wait);
+  call.source = source;
+  call.destination = destination;
+  call.has_source = source.handle.bits != 0;
+  call.root = cube_server_of(root);
   call_group_copy(&call, group, group_count);
   return collective(&call);
 }
@@ -1012,40 +1092,31 @@ cube_status_t cube_broadcast(cube_client_t *client, cube_stream_t stream, cube_b
 cube_status_t cube_all_to_all(cube_client_t *client, cube_stream_t stream, cube_binding_t source,
                               cube_binding_t destination, cube_client_t *const *group,
                               size_t group_count, cube_compute_wait_t wait) {
-  coll_call_t call = {.kind = CUBE_TOP_ALL_TO_ALL,
-                      .operation = "all_to_all",
-                      .server = cube_server_of(client),
-                      .stream = stream,
-                      .source = source,
-                      .destination = destination,
-                      .has_source = true,
-                      .wait = wait};
+  coll_call_t call;
+  call_init(&call, CUBE_TOP_ALL_TO_ALL, "all_to_all", client, stream, wait);
+  call.source = source;
+  call.destination = destination;
+  call.has_source = true;
   call_group_copy(&call, group, group_count);
   return collective(&call);
 }
 
 cube_status_t cube_send(cube_client_t *client, cube_stream_t stream, cube_binding_t source,
                         cube_client_t *peer, cube_compute_wait_t wait) {
-  coll_call_t call = {.kind = CUBE_TOP_SEND,
-                      .operation = "send",
-                      .server = cube_server_of(client),
-                      .stream = stream,
-                      .source = source,
-                      .has_source = true,
-                      .peer = cube_server_of(peer),
-                      .wait = wait};
+  coll_call_t call;
+  call_init(&call, CUBE_TOP_SEND, "send", client, stream, wait);
+  call.source = source;
+  call.has_source = true;
+  call.peer = cube_server_of(peer);
   return collective(&call);
 }
 
 cube_status_t cube_recv(cube_client_t *client, cube_stream_t stream, cube_binding_t destination,
                         cube_client_t *peer, cube_compute_wait_t wait) {
-  coll_call_t call = {.kind = CUBE_TOP_RECV,
-                      .operation = "recv",
-                      .server = cube_server_of(client),
-                      .stream = stream,
-                      .destination = destination,
-                      .peer = cube_server_of(peer),
-                      .wait = wait};
+  coll_call_t call;
+  call_init(&call, CUBE_TOP_RECV, "recv", client, stream, wait);
+  call.destination = destination;
+  call.peer = cube_server_of(peer);
   return collective(&call);
 }
 

@@ -47,11 +47,6 @@ uint64_t cube_comm_group_id(const uint64_t *keys, size_t count, bool transfers) 
   return cube_hash128_final(&h).low;
 }
 
-static int key_compare(const void *a, const void *b) {
-  uint64_t x = ((const uint64_t *)a)[0], y = ((const uint64_t *)b)[0];
-  return (x > y) - (x < y);
-}
-
 // The members of |clients| sorted by key: keys[i] and order[i] (index into
 // |clients|). Validates the list and the transports.
 static cube_status_t group_sort(cube_client_t *const *clients, size_t count, const char *operation,
@@ -86,7 +81,17 @@ static cube_status_t group_sort(cube_client_t *const *clients, size_t count, con
     pairs[2 * i] = cube_comm_member_key(server, transport);
     pairs[2 * i + 1] = i;
   }
-  qsort(pairs, count, 2 * sizeof *pairs, key_compare);
+  // Insertion sort: groups are small.
+  for (size_t i = 1; i < count; ++i) {
+    uint64_t key = pairs[2 * i], index = pairs[2 * i + 1];
+    size_t j = i;
+    for (; j > 0 && pairs[2 * (j - 1)] > key; --j) {
+      pairs[2 * j] = pairs[2 * (j - 1)];
+      pairs[2 * j + 1] = pairs[2 * (j - 1) + 1];
+    }
+    pairs[2 * j] = key;
+    pairs[2 * j + 1] = index;
+  }
   for (size_t i = 0; i < count; ++i) {
     keys[i] = pairs[2 * i];
     order[i] = (uint32_t)pairs[2 * i + 1];
@@ -144,6 +149,11 @@ static void round_free_all(cube_comm_group_t *group) {
     cube_round_t *next = group->rounds->next;
     free(group->rounds);
     group->rounds = next;
+  }
+  while (group->free_rounds) {
+    cube_round_t *next = group->free_rounds->next;
+    free(group->free_rounds);
+    group->free_rounds = next;
   }
 }
 
@@ -300,7 +310,7 @@ cube_status_t cube_comm_group_join(cube_client_t *const *clients, size_t count, 
                                    cube_comm_group_t **out_group) {
   *out_group = NULL;
   uint64_t keys[CUBE_COMM_MAX_RANKS];
-  uint32_t order[CUBE_COMM_MAX_RANKS];
+  uint32_t order[CUBE_COMM_MAX_RANKS] = {0};
   const cube_transport_vtable_t *transport = NULL;
   cube_status_t status = group_sort(clients, count, operation, keys, order, &transport);
   if (!cube_status_is_ok(status)) return status;
@@ -379,7 +389,7 @@ cube_status_t cube_comm_group_find(cube_client_t *const *clients, size_t count, 
                                    cube_comm_group_t **out_group, uint32_t *out_rank) {
   *out_group = NULL;
   uint64_t keys[CUBE_COMM_MAX_RANKS];
-  uint32_t order[CUBE_COMM_MAX_RANKS];
+  uint32_t order[CUBE_COMM_MAX_RANKS] = {0};
   const cube_transport_vtable_t *transport = NULL;
   cube_status_t status = group_sort(clients, count, operation, keys, order, &transport);
   if (!cube_status_is_ok(status)) return status;
@@ -420,7 +430,14 @@ static cube_round_t *round_find_locked(cube_comm_group_t *group, uint32_t channe
     if (r->channel == channel && r->seq == seq) return r;
   }
   if (!create) return NULL;
-  cube_round_t *r = calloc(1, sizeof *r + group->nranks * sizeof r->headers[0]);
+  cube_round_t *r = group->free_rounds;
+  if (r) {
+    group->free_rounds = r->next;
+    group->free_round_count--;
+    memset(r, 0, sizeof *r);  // the headers are written as they are posted
+  } else {
+    r = calloc(1, sizeof *r + group->nranks * sizeof r->headers[0]);
+  }
   if (!r) return NULL;
   r->channel = channel;
   r->seq = seq;
@@ -433,7 +450,14 @@ static void round_unlink_locked(cube_comm_group_t *group, cube_round_t *round) {
   for (cube_round_t **p = &group->rounds; *p; p = &(*p)->next) {
     if (*p == round) {
       *p = round->next;
-      free(round);
+      // A few are kept for the next rounds (no allocation per collective).
+      if (group->free_round_count < 8) {
+        round->next = group->free_rounds;
+        group->free_rounds = round;
+        group->free_round_count++;
+      } else {
+        free(round);
+      }
       return;
     }
   }
@@ -546,16 +570,18 @@ static void round_evaluate(const cube_comm_group_t *group, const cube_round_t *r
 }
 
 cube_status_t cube_comm_group_wait(cube_comm_group_t *group, uint32_t channel, uint64_t seq,
-                                   uint32_t rank, uint64_t deadline_ns, const char *operation,
+                                   uint32_t rank, uint64_t timeout_ns, const char *operation,
                                    cube_round_outcome_t *out_outcome) {
   cube_status_t timeout = CUBE_OK;
-  const uint64_t entered = cube_now_ns();
+  uint64_t deadline_ns = 0;  // read only when the round makes it wait
   pthread_mutex_lock(&group->lock);
   cube_round_t *round = round_find_locked(group, channel, seq, false);
   while (!group->failed && (!round || round->posted < group->nranks)) {
+    uint64_t now = cube_now_ns();
+    if (!deadline_ns) deadline_ns = now + timeout_ns;
     struct timespec until = {(time_t)(deadline_ns / 1000000000ull),
                              (long)(deadline_ns % 1000000000ull)};
-    if (cube_now_ns() >= deadline_ns) {
+    if (now >= deadline_ns) {
       uint32_t missing = 0;
       for (uint32_t r = 0; r < group->nranks && round; ++r) {
         if (!round->present[r]) {
@@ -567,7 +593,7 @@ cube_status_t cube_comm_group_wait(cube_comm_group_t *group, uint32_t channel, u
           CUBE_STATUS_TRANSPORT_FAILED,
           "%s #%llu: rank %u waited %.3f s for rank %u (%s) to make its "
           "part (CUBE_COLLECTIVE_TIMEOUT_S)",
-          operation, (unsigned long long)seq, rank, (double)(deadline_ns - entered) * 1e-9, missing,
+          operation, (unsigned long long)seq, rank, (double)timeout_ns * 1e-9, missing,
           group->members[missing].server ? group->members[missing].server->name
                                          : "a released client");
       break;

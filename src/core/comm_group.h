@@ -86,6 +86,8 @@ typedef struct cube_comm_group_t {
   bool in_registry;
   cube_status_t failure;  // the root of the group's failure, once failed
   cube_round_t *rounds;
+  cube_round_t *free_rounds;  // kept for reuse
+  uint32_t free_round_count;
   uint32_t leaving;              // members released since the group formed
   cube_comm_member_t members[];  // |nranks|, by rank
 } cube_comm_group_t;
@@ -140,10 +142,10 @@ CUBE_INTERNAL cube_status_t cube_comm_group_post(cube_comm_group_t *group, uint3
                                                  uint64_t seq, uint32_t rank,
                                                  const cube_coll_header_t *header);
 // Waits until every rank posted round (channel, seq), the group failed, or
-// |deadline_ns| passed (which fails the group), then evaluates the round.
+// |timeout_ns| passed (which fails the group), then evaluates the round.
 // Returns the group's failure (GROUP_FAILED) or OK with |*out_outcome|.
 CUBE_INTERNAL cube_status_t cube_comm_group_wait(cube_comm_group_t *group, uint32_t channel,
-                                                 uint64_t seq, uint32_t rank, uint64_t deadline_ns,
+                                                 uint64_t seq, uint32_t rank, uint64_t timeout_ns,
                                                  const char *operation,
                                                  cube_round_outcome_t *out_outcome);
 // Whether every rank has posted round (channel, seq) (no wait).

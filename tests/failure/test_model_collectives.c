@@ -186,9 +186,13 @@ static bool check_read(run_t *r, uint32_t n, uint32_t rank, uint32_t buf) {
                rank, kBufNames[buf]);
       ok = false;
     } else if (memcmp(got, mb->v, len * 4) != 0) {
+      char all[256] = "";
+      for (size_t i = 0; i < len && strlen(all) < 200; ++i)
+        snprintf(all + strlen(all), sizeof all - strlen(all), " %g/%g", (double)got[i],
+                 (double)mb->v[i]);
       snprintf(r->why, sizeof r->why,
-               "rank %u %s read back bytes the model does not hold (first %g, model %g)", rank,
-               kBufNames[buf], (double)got[0], (double)mb->v[0]);
+               "rank %u %s read back bytes the model does not hold (got/model:%s)", rank,
+               kBufNames[buf], all);
       ok = false;
     } else {
       mb->state = M_EXACT;
@@ -318,6 +322,11 @@ static bool run_collective(run_t *r, uint32_t n, const op_t *op) {
   }
   cube_status_t ended = group_status ? group_status : cube_collective_group_end();
   bool fault = injected_total(r, n) != before;
+  if (getenv("CUBE_MODEL_COLLECTIVES_TRACE")) {
+    char *text = cube_status_to_string(ended);
+    printf("  [%s fault=%d] %s\n", kOpNames[op->kind], fault, text ? text : "OK");
+    free(text);
+  }
   r->collectives++;
   if (fault) {
     r->faults++;
@@ -574,6 +583,30 @@ static void test_model_collectives(void **state) {
   uint64_t start = cube_now_ns(), violations = 0;
   run_t run;
   memset(&run, 0, sizeof run);
+  // CUBE_MODEL_COLLECTIVES_REPLAY=<program seed>:<ranks>: that one program,
+  // again and again, each time on the same clients (a printed failure is
+  // timing-dependent: this finds it again).
+  const char *replay = getenv("CUBE_MODEL_COLLECTIVES_REPLAY");
+  if (replay && replay[0]) {
+    uint64_t seed = strtoull(replay, NULL, 0);
+    const char *colon = strchr(replay, ':');
+    uint32_t n = colon ? (uint32_t)strtoul(colon + 1, NULL, 0) : 2;
+    if (n < 2 || n > MAX_RANKS) n = 2;
+    set_make(&run, n);
+    for (uint64_t k = 0; k < programs && violations < 3; ++k) {
+      program_t p;
+      gen_program(seed, n, &p);
+      size_t at = 0;
+      if (!run_program(&run, &p, &at)) {
+        violations++;
+        printf("MODEL VIOLATION: replay %" PRIu64 ", op %zu: %s\n", k, at, run.why);
+        print_program(&p, stdout);
+      }
+    }
+    set_free(&run, n);
+    assert_int_equal(violations, 0);
+    return;
+  }
   uint64_t st = base;
   for (uint64_t done = 0; done < programs;) {
     uint32_t n = 2 + cth_rand_below(&st, 3);

@@ -361,10 +361,11 @@ static void inproc_round_unlink(inproc_exchange_t *exchange, inproc_round_t *rou
 // Waits until |*counter| reaches |target|, the exchange fails, or the
 // deadline passes (which fails it). Lock held. Returns whether it reached.
 static bool inproc_wait(inproc_exchange_t *exchange, const uint32_t *counter, uint32_t target,
-                        uint64_t deadline, const inproc_task_t *task, const char *what) {
+                        uint64_t *deadline, const inproc_task_t *task, const char *what) {
   while (*counter < target && !exchange->aborted) {
     bool timed_out = false;
-    inproc_sleep_until(&exchange->changed, &exchange->lock, deadline, &timed_out);
+    if (!*deadline) *deadline = cube_now_ns() + task->comm->timeout_ns;
+    inproc_sleep_until(&exchange->changed, &exchange->lock, *deadline, &timed_out);
     if (timed_out && *counter < target && !exchange->aborted) {
       inproc_fail_locked(
           exchange,
@@ -403,7 +404,7 @@ static void inproc_note_dropped(inproc_round_t *round, uint32_t slot, cube_statu
 // A transfer's side (see inproc_round_t). Lock not held.
 static cube_status_t inproc_transfer_run(inproc_task_t *task, cube_status_t dropped) {
   inproc_exchange_t *exchange = task->comm->exchange;
-  uint64_t deadline = cube_now_ns() + task->comm->timeout_ns;
+  uint64_t deadline = 0;  // set by the first wait that has to sleep
   const cube_top_t *op = &task->op;
   cube_status_t result = CUBE_OK;
   pthread_mutex_lock(&exchange->lock);
@@ -446,6 +447,7 @@ static cube_status_t inproc_transfer_run(inproc_task_t *task, cube_status_t drop
     pthread_cond_broadcast(&exchange->changed);
     while (!round->data_ready && !exchange->aborted) {
       bool timed_out = false;
+      if (!deadline) deadline = cube_now_ns() + task->comm->timeout_ns;
       inproc_sleep_until(&exchange->changed, &exchange->lock, deadline, &timed_out);
       if (timed_out && !round->data_ready && !exchange->aborted) {
         inproc_fail_locked(
@@ -508,7 +510,7 @@ static cube_status_t inproc_task_run(void *arg, cube_status_t dropped) {
     result = inproc_transfer_run(task, dropped);
   } else {
     inproc_exchange_t *exchange = task->comm->exchange;
-    uint64_t deadline = cube_now_ns() + task->comm->timeout_ns;
+    uint64_t deadline = 0;  // set by the first wait that has to sleep
     pthread_mutex_lock(&exchange->lock);
     inproc_round_t *round = exchange->aborted ? NULL
                                               : inproc_round_find(exchange, task->channel,
@@ -524,7 +526,7 @@ static cube_status_t inproc_task_run(void *arg, cube_status_t dropped) {
       if (dropped) inproc_note_dropped(round, task->slot, dropped);
       round->arrived++;
       pthread_cond_broadcast(&exchange->changed);
-      met = inproc_wait(exchange, &round->arrived, round->participants, deadline, task, "arrive");
+      met = inproc_wait(exchange, &round->arrived, round->participants, &deadline, task, "arrive");
     }
     bool work = met && !round->any_dropped;
     if (met && round->any_dropped && !dropped) result = inproc_remote(task, round);
@@ -535,7 +537,7 @@ static cube_status_t inproc_task_run(void *arg, cube_status_t dropped) {
     if (met) {
       round->finished++;
       pthread_cond_broadcast(&exchange->changed);
-      inproc_wait(exchange, &round->finished, round->participants, deadline, task, "finish");
+      inproc_wait(exchange, &round->finished, round->participants, &deadline, task, "finish");
     }
     // A failed exchange keeps its rounds until it goes (a late rank may still
     // look one up); a finished round goes with its last rank.
