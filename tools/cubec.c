@@ -112,6 +112,25 @@ static int command_info(const cli_command_t *self, int argc, char **argv) {
            infos[k].available ? "yes" : "no", infos[k].device_count,
            infos[k].detail ? infos[k].detail : "");
   }
+  // The collectives' transports: which one each backend would use, its
+  // version, or why there is none (docs/collectives.md).
+  printf("\n  %-9s %-11s %-8s %s\n", "transport", "available", "version", "detail");
+  for (size_t k = 0; k < 2; ++k) {
+    cube_transport_info_t transport;
+    memset(&transport, 0, sizeof transport);
+    if (!cli_report("cube_transport_query", cube_transport_query(kinds[k], &transport))) {
+      rc = 1;
+      continue;
+    }
+    char version[32] = "-";
+    if (transport.version > 0) {
+      snprintf(version, sizeof version, "%d.%d.%d", transport.version / 10000,
+               transport.version / 100 % 100, transport.version % 100);
+    }
+    printf("  %-9s %-11s %-8s %s (%s backend)\n", transport.name ? transport.name : "?",
+           transport.available ? "yes" : "no", version, transport.detail ? transport.detail : "",
+           cli_backend_name(kinds[k]));
+  }
   // --backend and --device narrow the device listing (the table above
   // always shows every backend, so that a missing one says why).
   bool found = false;
@@ -145,10 +164,11 @@ static int command_info(const cli_command_t *self, int argc, char **argv) {
 const cli_command_t cli_command_info = {
     .name = "info",
     .synopsis = "",
-    .summary = "list backends, their devices and every device property",
+    .summary = "list backends, collective transports, devices and every device property",
     .description =
-        "Every backend is listed with whether it is available and, when it is not,\n"
-        "why. --backend and --device show only that backend's or that device's\n"
+        "Every backend and every collective transport (inproc, nccl) is listed with\n"
+        "whether it is available and, when it is not, why. --backend and --device show only that "
+        "backend's or that device's\n"
         "properties.",
     .uses_device = true,
     .run = command_info,

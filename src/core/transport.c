@@ -1,20 +1,10 @@
-// cubec core — what every transport shares: the backend slot (until the
-// slot list carries it), element types, names, the deadline, and
+// cubec core — what every transport shares: element types, their names, and
 // cube_transport_query.
 #include "core/transport.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-const cube_transport_vtable_t *cube_backend_transport(cube_backend_device_t *device) {
-  if (!device || !device->vtable || !device->vtable->transport) return NULL;
-  const cube_transport_vtable_t *transport = NULL;
-  cube_status_t status = device->vtable->transport(device, &transport);
-  if (!cube_status_is_ok(status)) transport = NULL;
-  cube_status_release(status);
-  return transport;
-}
 
 uint32_t cube_dtype_size(cube_dtype_t dtype) {
   switch (dtype) {
@@ -49,12 +39,6 @@ const char *cube_dtype_name(cube_dtype_t dtype) {
 const char *cube_reduce_op_name(cube_reduce_op_t op) {
   static const char *const names[CUBE_REDUCE_OP_COUNT] = {"sum", "mean", "max", "min", "prod"};
   return (unsigned)op < CUBE_REDUCE_OP_COUNT ? names[op] : "unknown";
-}
-
-const char *cube_top_kind_name(cube_top_kind_t kind) {
-  static const char *const names[CUBE_TOP_KIND_COUNT] = {
-      "all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send", "recv"};
-  return (unsigned)kind < CUBE_TOP_KIND_COUNT ? names[kind] : "collective";
 }
 
 cube_status_t cube_transport_query(cube_backend_kind_t kind, cube_transport_info_t *out_info) {

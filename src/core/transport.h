@@ -15,6 +15,10 @@
 // unique id travels between processes through the bootstrap hook below, and
 // the members' status travels through `exchange_status` instead of the core's
 // in-process board.
+//
+// Part of the backend interface: the build's backend view holds this header
+// beside core/backend.h (CMakeLists.txt), and it includes nothing else of
+// the core.
 #ifndef CUBE_CORE_TRANSPORT_H_
 #define CUBE_CORE_TRANSPORT_H_
 
@@ -121,14 +125,26 @@ typedef struct cube_transport_vtable_t {
 } cube_transport_vtable_t;
 
 // |device|'s transport (the backend slot "transport"), or NULL: then every
-// collective is NO_DEVICE_TRANSPORT.
-CUBE_INTERNAL const cube_transport_vtable_t *cube_backend_transport(cube_backend_device_t *device);
+// collective is NO_DEVICE_TRANSPORT. Inline, so that a decorating backend
+// (fault) asks its inner device the same way without calling into the core.
+static inline const cube_transport_vtable_t *cube_backend_transport(cube_backend_device_t *device) {
+  if (!device || !device->vtable || !device->vtable->transport) return NULL;
+  const cube_transport_vtable_t *transport = NULL;
+  cube_status_t status = device->vtable->transport(device, &transport);
+  if (!cube_status_is_ok(status)) transport = NULL;
+  cube_status_release(status);
+  return transport;
+}
 
 // What each backend's transport is, for cube_transport_query.
 CUBE_INTERNAL void cube_cpu_transport_query(cube_transport_info_t *out_info);
 CUBE_INTERNAL void cube_nccl_transport_query(cube_transport_info_t *out_info);
 
 // Names for messages: "all_reduce", ... (the seed's Collective display).
-CUBE_INTERNAL const char *cube_top_kind_name(cube_top_kind_t kind);
+static inline const char *cube_top_kind_name(cube_top_kind_t kind) {
+  static const char *const names[CUBE_TOP_KIND_COUNT] = {
+      "all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send", "recv"};
+  return (unsigned)kind < CUBE_TOP_KIND_COUNT ? names[kind] : "collective";
+}
 
 #endif  // CUBE_CORE_TRANSPORT_H_

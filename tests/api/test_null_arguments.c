@@ -83,7 +83,7 @@ static void test_null_client_everywhere(void **state) {
   cube_status_t s = cube_sync_collective(c, S);
   assert_false(cube_status_is_ok(s));
   cube_status_release(s);
-  s = cube_all_reduce(c, S, b, b, CUBE_SCALAR_F32, CUBE_REDUCE_SUM, NULL, 0,
+  s = cube_all_reduce(c, S, b, b, CUBE_DTYPE_F32, CUBE_REDUCE_SUM, NULL, 0,
                       CUBE_COMPUTE_WAIT_AT_SYNC);
   assert_false(cube_status_is_ok(s));
   cube_status_release(s);

@@ -7,6 +7,7 @@
 #   cubec NAME --backend          exit 2 (missing value), when it takes --backend
 #   cubec NAME --backend tpu      exit 2 (unknown backend)
 #   cubec NAME --device x         exit 2 (not a number)
+# `cubec info` lists the collective transports.
 # Then `cubec bench` end to end on a small run: the CSV has rows for every
 # benchmark, and the PNG is written when matplotlib is there.
 #   tests/cli/cli_check.sh path/to/cubec WORKDIR
@@ -45,6 +46,12 @@ for name in $commands; do
 done
 expect 2 "unknown command" "$cubec" no-such-command >/dev/null
 expect 0 "version" "$cubec" version >/dev/null
+# `cubec info` lists the collectives' transports: inproc always available,
+# nccl with a version or why not.
+out="$(expect 0 "info" "$cubec" info)"
+grep -q "^  inproc  *yes " <<<"$out" || fail "info does not list the inproc transport as available"
+grep -q "^  nccl  *\(yes  *[0-9][0-9.]*\|no  *- \+[^ ]\)" <<<"$out" ||
+  fail "info does not list nccl with a version or why not"
 
 rm -f "$work/bench.csv" "$work/bench.png"
 have_plot=0
