@@ -171,7 +171,6 @@ const cube_cuda_nvrtc_t *cube_cuda_nvrtc(const char **out_detail) {
   return cube_cuda_nvrtc_loaded;
 }
 
-
 //===--- Results ---===//
 
 bool cube_cuda_result_is_sticky(CUresult result) {
