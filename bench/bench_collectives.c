@@ -210,18 +210,26 @@ static void raw_wait(bench_t *b) {
 
 // Median seconds per iteration of |issue| (then |wait|) over 5 runs of
 // |iters| iterations.
-static double time_side(bench_t *b, op_t op, uint64_t count, int iters,
-                        void (*issue)(bench_t *, op_t, uint64_t), void (*wait)(bench_t *)) {
-  double runs[5];
-  issue(b, op, count);  // warm-up
-  wait(b);
-  for (int k = 0; k < 5; ++k) {
-    double start = now_s();
-    for (int i = 0; i < iters; ++i) issue(b, op, count);
-    wait(b);
-    runs[k] = (now_s() - start) / iters;
+// Median seconds per collective of cubec (out_cubec) and of the raw call
+// (out_raw), their runs interleaved so that drift on a shared machine (other
+// work, clocks) falls on both sides alike.
+static void time_sides(bench_t *b, op_t op, uint64_t count, int iters, double *out_cubec,
+                       double *out_raw) {
+  double runs[2][5];
+  for (int side = 0; side < 2; ++side) {  // warm-up
+    (side ? raw_issue : cubec_issue)(b, op, count);
+    (side ? raw_wait : cubec_wait)(b);
   }
-  return median(runs, 5);
+  for (int k = 0; k < 5; ++k) {
+    for (int side = 0; side < 2; ++side) {
+      double start = now_s();
+      for (int i = 0; i < iters; ++i) (side ? raw_issue : cubec_issue)(b, op, count);
+      (side ? raw_wait : cubec_wait)(b);
+      runs[side][k] = (now_s() - start) / iters;
+    }
+  }
+  *out_cubec = median(runs[0], 5);
+  *out_raw = median(runs[1], 5);
 }
 
 // Median host seconds to issue one collective (no wait inside the loop).
@@ -381,8 +389,8 @@ int main(int argc, char **argv) {
       uint64_t count = bytes / 4;
       buffers_make(&b, op, bytes);
       int iters = bytes <= (1u << 16) ? (quick ? 100 : 400) : bytes <= (64u << 20) ? 20 : 5;
-      double tc = time_side(&b, op, count, iters, cubec_issue, cubec_wait);
-      double tr = time_side(&b, op, count, iters, raw_issue, raw_wait);
+      double tc = 0, tr = 0;
+      time_sides(&b, op, count, iters, &tc, &tr);
       double f = factor(op, b.n);
       double algc = (double)bytes / tc * 1e-9, algr = (double)bytes / tr * 1e-9;
       double ratio = f > 0 ? (algc * f) / (algr * f) : algc / algr;
