@@ -1,0 +1,797 @@
+// cubec core — the tune cache file (see tune_cache.h).
+//
+// SQLite is loaded with dlopen("libsqlite3.so.0") (CUBE_SQLITE_PATH names
+// another), so one build runs with or without it. Schema (version 1):
+//
+//   meta(k TEXT PRIMARY KEY, v TEXT) WITHOUT ROWID   -- schema_version = 1
+//   tune(device, device_name, op, version, checksum, key, winner, results,
+//        tuned_at, PRIMARY KEY (device, op, version, checksum, key)) WITHOUT ROWID
+//   PRAGMA application_id = 0x43554245 ('CUBE'); journal_mode = WAL;
+//   synchronous = NORMAL; busy_timeout = 5000
+//
+// The hot path never touches it: an operation reads the rows of its
+// (device, op, version, checksum) once, and writes one row per decision.
+#include <errno.h>
+#include <fcntl.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/tune_cache.h"
+
+//===--- SQLite, loaded at run time ---===//
+
+// The few declarations of sqlite3.h we use (a stable C ABI), so the build
+// needs no SQLite headers.
+typedef struct sqlite3 sqlite3;
+typedef struct sqlite3_stmt sqlite3_stmt;
+#define SQLITE_OK 0
+#define SQLITE_BUSY 5
+#define SQLITE_LOCKED 6
+#define SQLITE_CORRUPT 11
+#define SQLITE_NOTADB 26
+#define SQLITE_ROW 100
+#define SQLITE_DONE 101
+#define SQLITE_OPEN_READWRITE 0x00000002
+#define SQLITE_OPEN_CREATE 0x00000004
+#define SQLITE_OPEN_NOMUTEX 0x00008000
+#define SQLITE_OPEN_NOFOLLOW 0x01000000
+#define SQLITE_TRANSIENT ((void (*)(void *))(intptr_t)-1)
+
+#define CUBE_SQLITE_SYMBOLS(X)                                                               \
+  X(int, sqlite3_libversion_number, (void))                                                  \
+  X(int, sqlite3_open_v2, (const char *, sqlite3 **, int, const char *))                     \
+  X(int, sqlite3_close_v2, (sqlite3 *))                                                      \
+  X(int, sqlite3_busy_timeout, (sqlite3 *, int))                                             \
+  X(int, sqlite3_exec,                                                                       \
+    (sqlite3 *, const char *, int (*)(void *, int, char **, char **), void *, char **))      \
+  X(int, sqlite3_prepare_v2, (sqlite3 *, const char *, int, sqlite3_stmt **, const char **)) \
+  X(int, sqlite3_step, (sqlite3_stmt *))                                                     \
+  X(int, sqlite3_reset, (sqlite3_stmt *))                                                    \
+  X(int, sqlite3_finalize, (sqlite3_stmt *))                                                 \
+  X(int, sqlite3_bind_text, (sqlite3_stmt *, int, const char *, int, void (*)(void *)))      \
+  X(int, sqlite3_bind_int64, (sqlite3_stmt *, int, long long))                               \
+  X(int, sqlite3_bind_null, (sqlite3_stmt *, int))                                           \
+  X(const unsigned char *, sqlite3_column_text, (sqlite3_stmt *, int))                       \
+  X(long long, sqlite3_column_int64, (sqlite3_stmt *, int))                                  \
+  X(const char *, sqlite3_errmsg, (sqlite3 *))                                               \
+  X(int, sqlite3_changes, (sqlite3 *))                                                       \
+  X(void, sqlite3_free, (void *))
+
+typedef struct sqlite_api_t {
+  void *library;
+#define CUBE_X(ret, name, args) ret(*name) args;
+  CUBE_SQLITE_SYMBOLS(CUBE_X)
+#undef CUBE_X
+} sqlite_api_t;
+
+static sqlite_api_t g_sql;
+static bool g_sql_tried;
+static char g_sql_error[512];
+
+// All or nothing: a library without one of the symbols is not used. Store
+// lock held.
+static bool sqlite_load(void) {
+  if (g_sql_tried) return g_sql.library != NULL;
+  g_sql_tried = true;
+  const char *name = cube_env_str("CUBE_SQLITE_PATH");
+  if (!name) name = "libsqlite3.so.0";
+  void *library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  if (!library) {
+    const char *error = dlerror();
+    snprintf(g_sql_error, sizeof g_sql_error, "cannot load %s (%s)", name,
+             error ? error : "dlopen failed");
+    return false;
+  }
+  sqlite_api_t api = {.library = library};
+  const char *missing = NULL;
+#define CUBE_X(ret, symbol, args)                      \
+  if (!missing) {                                      \
+    *(void **)(&api.symbol) = dlsym(library, #symbol); \
+    if (!api.symbol) missing = #symbol;                \
+  }
+  CUBE_SQLITE_SYMBOLS(CUBE_X)
+#undef CUBE_X
+  if (missing) {
+    snprintf(g_sql_error, sizeof g_sql_error, "%s has no %s", name, missing);
+    dlclose(library);
+    return false;
+  }
+  // UPSERT (ON CONFLICT DO UPDATE) is 3.24.
+  if (api.sqlite3_libversion_number() < 3024000) {
+    snprintf(g_sql_error, sizeof g_sql_error, "%s is SQLite %d, older than 3.24", name,
+             api.sqlite3_libversion_number());
+    dlclose(library);
+    return false;
+  }
+  g_sql = api;
+  return true;
+}
+
+//===--- Messages ---===//
+
+// snprintf that may truncate (paths in messages): said once, not at every call.
+static void say(char *out, size_t capacity, const char *format, ...) CUBE_PRINTF(3, 4);
+static void say(char *out, size_t capacity, const char *format, ...) {
+  va_list ap;
+  va_start(ap, format);
+  vsnprintf(out, capacity, format, ap);
+  va_end(ap);
+}
+
+static pthread_mutex_t g_message_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_warnings;
+static char g_last_warning[1024];
+
+void cube_tune_warn(const char *format, ...) {
+  char text[1024];
+  va_list ap;
+  va_start(ap, format);
+  vsnprintf(text, sizeof text, format, ap);
+  va_end(ap);
+  pthread_mutex_lock(&g_message_lock);
+  g_warnings++;
+  snprintf(g_last_warning, sizeof g_last_warning, "%s", text);
+  pthread_mutex_unlock(&g_message_lock);
+  fprintf(stderr, "cubec: warning: %s\n", text);
+}
+
+uint64_t cube_tune_warning_count(void) {
+  pthread_mutex_lock(&g_message_lock);
+  uint64_t n = g_warnings;
+  pthread_mutex_unlock(&g_message_lock);
+  return n;
+}
+
+void cube_tune_last_warning(char *out, size_t capacity) {
+  pthread_mutex_lock(&g_message_lock);
+  snprintf(out, capacity, "%s", g_last_warning);
+  pthread_mutex_unlock(&g_message_lock);
+}
+
+void cube_tune_info(const char *format, ...) {
+  const char *level = cube_env_str("CUBE_LOG");
+  if (!level || (strcmp(level, "info") != 0 && strcmp(level, "debug") != 0)) return;
+  char text[1024];
+  va_list ap;
+  va_start(ap, format);
+  vsnprintf(text, sizeof text, format, ap);
+  va_end(ap);
+  fprintf(stderr, "cubec: info: %s\n", text);
+}
+
+//===--- Where the file lives ---===//
+
+// mkdir -p with 0700 for what it creates.
+static bool make_dirs(char *path) {
+  for (char *p = path + 1; *p; ++p) {
+    if (*p != '/') continue;
+    *p = '\0';
+    bool ok = mkdir(path, 0700) == 0 || errno == EEXIST;
+    *p = '/';
+    if (!ok) return false;
+  }
+  return mkdir(path, 0700) == 0 || errno == EEXIST;
+}
+
+// A directory the tune cache may live in: ours, and writable by no one else
+// (a sticky directory such as /tmp counts, since others cannot replace our
+// files there).
+static bool directory_is_safe(const char *dir, char *why, size_t why_capacity) {
+  struct stat st;
+  if (stat(dir, &st) != 0) {
+    say(why, why_capacity, "cannot use directory '%s': %s", dir, strerror(errno));
+    return false;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    say(why, why_capacity, "'%s' is not a directory", dir);
+    return false;
+  }
+  bool sticky = (st.st_mode & S_ISVTX) != 0;
+  if (!sticky && st.st_uid != geteuid()) {
+    say(why, why_capacity, "directory '%s' belongs to uid %u, not to this user (uid %u)", dir,
+             (unsigned)st.st_uid, (unsigned)geteuid());
+    return false;
+  }
+  if (!sticky && (st.st_mode & (S_IWGRP | S_IWOTH))) {
+    say(why, why_capacity, "directory '%s' is writable by others (mode %03o)", dir,
+             (unsigned)(st.st_mode & 0777));
+    return false;
+  }
+  return true;
+}
+
+// The tune cache's path, by the kernel cache's directory policy; false (and
+// |why|) when the cache must stay in memory. One small function on purpose:
+// the kernel-cache directory API (issue 15) replaces its middle when it lands.
+static bool tune_cache_location(char *out, size_t capacity, char *why, size_t why_capacity) {
+  const char *explicit_path = cube_env_str("CUBE_TUNE_CACHE");
+  char dir[4096];
+  if (explicit_path && (strcmp(explicit_path, "off") == 0 || strcmp(explicit_path, "0") == 0 ||
+                        strcmp(explicit_path, "memory") == 0)) {
+    say(why, why_capacity, "CUBE_TUNE_CACHE=%s", explicit_path);
+    return false;
+  }
+  if (explicit_path) {
+    if (snprintf(out, capacity, "%s", explicit_path) >= (int)capacity) {
+      say(why, why_capacity, "CUBE_TUNE_CACHE is longer than %zu bytes", capacity - 1);
+      return false;
+    }
+    snprintf(dir, sizeof dir, "%s", explicit_path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) {
+      snprintf(dir, sizeof dir, ".");
+    } else if (slash == dir) {
+      dir[1] = '\0';
+    } else {
+      *slash = '\0';
+    }
+  } else {
+    const char *cache = cube_env_str("CUBE_CACHE_DIR");
+    const char *xdg = cube_env_str("XDG_CACHE_HOME");
+    const char *home = cube_env_str("HOME");
+    int n;
+    if (cache) {
+      n = snprintf(dir, sizeof dir, "%s", cache);
+    } else if (xdg) {
+      n = snprintf(dir, sizeof dir, "%s/cubec", xdg);
+    } else if (home) {
+      n = snprintf(dir, sizeof dir, "%s/.cache/cubec", home);
+    } else {
+      // No shared /tmp fallback: a directory others can write is not ours.
+      say(why, why_capacity,
+               "no cache directory (CUBE_CACHE_DIR, XDG_CACHE_HOME, HOME unset)");
+      return false;
+    }
+    if (n < 0 || (size_t)n + sizeof "/tune.sqlite" > capacity || (size_t)n >= sizeof dir) {
+      say(why, why_capacity, "the cache directory path is too long");
+      return false;
+    }
+    say(out, capacity, "%s/tune.sqlite", dir);
+  }
+  if (!make_dirs(dir)) {
+    say(why, why_capacity, "cannot create directory '%s': %s", dir, strerror(errno));
+    return false;
+  }
+  if (!directory_is_safe(dir, why, why_capacity)) return false;
+  struct stat st;
+  if (lstat(out, &st) == 0 &&
+      (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)))) {
+    say(why, why_capacity, "'%s' is not a regular file of this user writable only by it", out);
+    return false;
+  }
+  return true;
+}
+
+//===--- The store ---===//
+
+#define CUBE_TUNE_APPLICATION_ID 0x43554245  // 'CUBE'
+
+typedef struct store_t {
+  pthread_mutex_t lock;
+  bool tried;  // an open was attempted by this process
+  pid_t pid;
+  sqlite3 *db;
+  sqlite3_stmt *select_rows, *select_results, *upsert;
+  char path[4096];
+} store_t;
+
+static store_t g_store = {.lock = PTHREAD_MUTEX_INITIALIZER};
+static atomic_uint_fast64_t g_clear_epoch;
+
+uint64_t cube_tune_clear_epoch(void) {
+  return (uint64_t)atomic_load_explicit(&g_clear_epoch, memory_order_relaxed);
+}
+
+typedef enum verdict_t { VERDICT_OK, VERDICT_CORRUPT, VERDICT_FOREIGN, VERDICT_FAIL } verdict_t;
+
+static bool is_corrupt_code(int rc) {
+  rc &= 0xff;
+  return rc == SQLITE_CORRUPT || rc == SQLITE_NOTADB;
+}
+
+// One integer answer of |sql|, or false.
+static int query_int(sqlite3 *db, const char *sql, long long *out) {
+  sqlite3_stmt *stmt = NULL;
+  int rc = g_sql.sqlite3_prepare_v2(db, sql, -1, &stmt, NULL);
+  if (rc == SQLITE_OK) {
+    rc = g_sql.sqlite3_step(stmt);
+    if (rc == SQLITE_ROW) {
+      *out = g_sql.sqlite3_column_int64(stmt, 0);
+      rc = SQLITE_OK;
+    } else if (rc == SQLITE_DONE) {
+      *out = 0;
+      rc = SQLITE_OK;
+    }
+  }
+  g_sql.sqlite3_finalize(stmt);
+  return rc;
+}
+
+static int exec(sqlite3 *db, const char *sql) {
+  return g_sql.sqlite3_exec(db, sql, NULL, NULL, NULL);
+}
+
+static const char kSchema[] =
+    "BEGIN IMMEDIATE;"
+    "CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT) WITHOUT ROWID;"
+    "INSERT OR IGNORE INTO meta VALUES('schema_version', '1');"
+    "CREATE TABLE IF NOT EXISTS tune("
+    "  device TEXT NOT NULL, device_name TEXT, op TEXT NOT NULL, version INTEGER NOT NULL,"
+    "  checksum TEXT NOT NULL, key TEXT NOT NULL, winner TEXT NOT NULL, results TEXT,"
+    "  tuned_at INTEGER,"
+    "  PRIMARY KEY (device, op, version, checksum, key)) WITHOUT ROWID;"
+    "PRAGMA application_id = 1129660997;"  // CUBE_TUNE_APPLICATION_ID
+    "COMMIT;";
+
+// Opens |path| and says whether it is our database (making it when the file
+// is new). |why| says what is wrong otherwise.
+static verdict_t open_checked(const char *path, sqlite3 **out_db, char *why, size_t why_capacity) {
+  sqlite3 *db = NULL;
+  verdict_t verdict = VERDICT_OK;
+  int rc = g_sql.sqlite3_open_v2(
+      path, &db,
+      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW,
+      NULL);
+  if (rc != SQLITE_OK) {
+    say(why, why_capacity, "cannot open '%s': %s", path,
+             db ? g_sql.sqlite3_errmsg(db) : "out of memory");
+    verdict = VERDICT_FAIL;
+  }
+  if (verdict == VERDICT_OK) {
+    g_sql.sqlite3_busy_timeout(db, 5000);
+    // The first read of the file: a file that is not a database says so here.
+    rc = exec(db, "PRAGMA journal_mode=WAL");
+    if (rc == SQLITE_OK) rc = exec(db, "PRAGMA synchronous=NORMAL");
+    if (rc != SQLITE_OK) {
+      say(why, why_capacity, "%s", g_sql.sqlite3_errmsg(db));
+      verdict = is_corrupt_code(rc) ? VERDICT_CORRUPT : VERDICT_FAIL;
+    }
+  }
+  long long app = 0, tables = 0;
+  if (verdict == VERDICT_OK) {
+    rc = query_int(db, "PRAGMA application_id", &app);
+    if (rc == SQLITE_OK) rc = query_int(db, "SELECT count(*) FROM sqlite_master", &tables);
+    if (rc != SQLITE_OK) {
+      say(why, why_capacity, "%s", g_sql.sqlite3_errmsg(db));
+      verdict = is_corrupt_code(rc) ? VERDICT_CORRUPT : VERDICT_FAIL;
+    }
+  }
+  if (verdict == VERDICT_OK && app == 0 && tables == 0) {
+    rc = exec(db, kSchema);
+    if (rc != SQLITE_OK) {
+      say(why, why_capacity, "cannot create the schema: %s", g_sql.sqlite3_errmsg(db));
+      exec(db, "ROLLBACK");
+      verdict = is_corrupt_code(rc) ? VERDICT_CORRUPT : VERDICT_FAIL;
+    } else {
+      app = CUBE_TUNE_APPLICATION_ID;
+    }
+  }
+  if (verdict == VERDICT_OK && app != CUBE_TUNE_APPLICATION_ID) {
+    say(why, why_capacity, "a database of another application (application_id %lld)", app);
+    verdict = VERDICT_FOREIGN;
+  }
+  if (verdict == VERDICT_OK) {
+    long long schema = 0;
+    rc = query_int(db, "SELECT CAST(v AS INTEGER) FROM meta WHERE k = 'schema_version'", &schema);
+    if (rc != SQLITE_OK) {
+      say(why, why_capacity, "no readable schema version: %s", g_sql.sqlite3_errmsg(db));
+      verdict = is_corrupt_code(rc) ? VERDICT_CORRUPT : VERDICT_FOREIGN;
+    } else if (schema != CUBE_TUNE_SCHEMA_VERSION) {
+      say(why, why_capacity, "schema version %lld, this cubec reads %d", schema,
+               CUBE_TUNE_SCHEMA_VERSION);
+      verdict = VERDICT_FOREIGN;
+    }
+  }
+  if (verdict == VERDICT_OK) {
+    // Damage beyond the header shows in a full read of the pages; a few
+    // milliseconds for ten thousand entries, once per process.
+    sqlite3_stmt *stmt = NULL;
+    rc = g_sql.sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &stmt, NULL);
+    if (rc == SQLITE_OK) {
+      rc = g_sql.sqlite3_step(stmt);
+      if (rc == SQLITE_ROW) {
+        const char *answer = (const char *)g_sql.sqlite3_column_text(stmt, 0);
+        if (!answer || strcmp(answer, "ok") != 0) {
+          say(why, why_capacity, "damaged: %s", answer ? answer : "?");
+          verdict = VERDICT_CORRUPT;
+        }
+        rc = SQLITE_OK;
+      }
+    }
+    g_sql.sqlite3_finalize(stmt);
+    if (verdict == VERDICT_OK && rc != SQLITE_OK) {
+      say(why, why_capacity, "%s", g_sql.sqlite3_errmsg(db));
+      verdict = is_corrupt_code(rc) ? VERDICT_CORRUPT : VERDICT_FAIL;
+    }
+  }
+  if (verdict != VERDICT_OK && db) {
+    g_sql.sqlite3_close_v2(db);
+    db = NULL;
+  }
+  *out_db = db;
+  return verdict;
+}
+
+// Renames the file (and its WAL) out of the way, for people to look at.
+static void set_aside(const char *path, const char *kind, const char *why) {
+  char aside[4200], from[4200], to[4300];
+  time_t now = time(NULL);
+  struct tm tm;
+  gmtime_r(&now, &tm);
+  snprintf(aside, sizeof aside, "%s.%s-%04d%02d%02dT%02d%02d%02d-%ld", path, kind,
+           tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+           (long)getpid());
+  if (rename(path, aside) != 0) {
+    cube_tune_warn("tune cache: '%s' is %s (%s) and cannot be set aside: %s", path, kind, why,
+                   strerror(errno));
+    return;
+  }
+  // A stale WAL must not be replayed into the fresh file.
+  snprintf(from, sizeof from, "%s-wal", path);
+  snprintf(to, sizeof to, "%s-wal", aside);
+  if (rename(from, to) != 0 && errno != ENOENT) unlink(from);
+  snprintf(from, sizeof from, "%s-shm", path);
+  unlink(from);
+  cube_tune_warn("tune cache: '%s' is %s (%s); set aside as '%s', starting a fresh one", path, kind,
+                 why, aside);
+}
+
+static void store_finalize_locked(void) {
+  sqlite3_stmt **stmts[] = {&g_store.select_rows, &g_store.select_results, &g_store.upsert};
+  for (size_t i = 0; i < sizeof stmts / sizeof stmts[0]; ++i) {
+    if (*stmts[i]) g_sql.sqlite3_finalize(*stmts[i]);
+    *stmts[i] = NULL;
+  }
+}
+
+static void store_close_locked(void) {
+  store_finalize_locked();
+  if (g_store.db) g_sql.sqlite3_close_v2(g_store.db);
+  g_store.db = NULL;
+}
+
+// Opens (or re-opens after damage) the file at g_store.path. The check and
+// the setting aside run under an exclusive lock on "<path>.lock", so a
+// process never sets aside the fresh file another one just made.
+static bool store_open_file_locked(void) {
+  char why[1024] = "";
+  char lock_path[4200];
+  snprintf(lock_path, sizeof lock_path, "%s.lock", g_store.path);
+  int lock_fd = open(lock_path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (lock_fd >= 0) {
+    while (flock(lock_fd, LOCK_EX) != 0 && errno == EINTR) {
+    }
+  }
+  sqlite3 *db = NULL;
+  verdict_t verdict = open_checked(g_store.path, &db, why, sizeof why);
+  if (verdict == VERDICT_CORRUPT || verdict == VERDICT_FOREIGN) {
+    set_aside(g_store.path, verdict == VERDICT_CORRUPT ? "corrupt" : "foreign", why);
+    verdict = open_checked(g_store.path, &db, why, sizeof why);
+  }
+  if (lock_fd >= 0) close(lock_fd);  // closing releases the lock
+  if (verdict != VERDICT_OK) {
+    cube_tune_warn("tune cache: memory only: %s", why);
+    return false;
+  }
+  static const char kSelectRows[] =
+      "SELECT key, winner FROM tune WHERE device = ?1 AND op = ?2 AND version = ?3 AND "
+      "checksum = ?4";
+  static const char kSelectResults[] =
+      "SELECT results FROM tune WHERE device = ?1 AND op = ?2 AND version = ?3 AND "
+      "checksum = ?4 AND key = ?5";
+  static const char kUpsert[] =
+      "INSERT INTO tune(device, device_name, op, version, checksum, key, winner, results, "
+      "tuned_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT(device, op, version, "
+      "checksum, key) DO UPDATE SET winner = excluded.winner, results = excluded.results, "
+      "device_name = excluded.device_name, tuned_at = excluded.tuned_at";
+  g_store.db = db;
+  if (g_sql.sqlite3_prepare_v2(db, kSelectRows, -1, &g_store.select_rows, NULL) != SQLITE_OK ||
+      g_sql.sqlite3_prepare_v2(db, kSelectResults, -1, &g_store.select_results, NULL) !=
+          SQLITE_OK ||
+      g_sql.sqlite3_prepare_v2(db, kUpsert, -1, &g_store.upsert, NULL) != SQLITE_OK) {
+    cube_tune_warn("tune cache: memory only: '%s': %s", g_store.path, g_sql.sqlite3_errmsg(db));
+    store_close_locked();
+    return false;
+  }
+  return true;
+}
+
+// Store lock held. Whether the store is open, opening it on first use.
+static bool store_ready_locked(void) {
+  pid_t pid = getpid();
+  if (g_store.tried && g_store.pid != pid) {
+    // A forked child: the parent's connection is not ours to use or close.
+    g_store.db = NULL;
+    g_store.select_rows = g_store.select_results = g_store.upsert = NULL;
+    g_store.tried = false;
+  }
+  if (g_store.tried) return g_store.db != NULL;
+  g_store.tried = true;
+  g_store.pid = pid;
+  char why[1024] = "";
+  if (!sqlite_load()) {
+    cube_tune_warn("tune cache: memory only: %s", g_sql_error);
+    return false;
+  }
+  if (!tune_cache_location(g_store.path, sizeof g_store.path, why, sizeof why)) {
+    g_store.path[0] = '\0';
+    // Asked for in so many words: no warning.
+    if (strncmp(why, "CUBE_TUNE_CACHE=", 16) != 0)
+      cube_tune_warn("tune cache: memory only: %s", why);
+    return false;
+  }
+  return store_open_file_locked();
+}
+
+// After a failed statement: damage found now sets the file aside and opens
+// a fresh one. Store lock held.
+static void store_after_error_locked(int rc, const char *what) {
+  if (!g_store.db) return;
+  const char *message = g_sql.sqlite3_errmsg(g_store.db);
+  if (!is_corrupt_code(rc)) {
+    cube_tune_warn("tune cache: %s of '%s' failed: %s", what, g_store.path, message);
+    return;
+  }
+  char why[512];
+  snprintf(why, sizeof why, "%s", message);
+  store_close_locked();
+  char lock_path[4200];
+  snprintf(lock_path, sizeof lock_path, "%s.lock", g_store.path);
+  int lock_fd = open(lock_path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (lock_fd >= 0) {
+    while (flock(lock_fd, LOCK_EX) != 0 && errno == EINTR) {
+    }
+  }
+  // Another process may have replaced it already: look again under the lock.
+  sqlite3 *db = NULL;
+  char again[1024] = "";
+  verdict_t verdict = open_checked(g_store.path, &db, again, sizeof again);
+  if (db) g_sql.sqlite3_close_v2(db);
+  if (verdict == VERDICT_CORRUPT) set_aside(g_store.path, "corrupt", why);
+  if (lock_fd >= 0) close(lock_fd);
+  store_open_file_locked();
+}
+
+bool cube_tune_store_available(void) {
+  pthread_mutex_lock(&g_store.lock);
+  bool ready = store_ready_locked();
+  pthread_mutex_unlock(&g_store.lock);
+  return ready;
+}
+
+void cube_tune_store_close(void) {
+  pthread_mutex_lock(&g_store.lock);
+  if (g_store.pid == getpid()) store_close_locked();
+  g_store.db = NULL;
+  g_store.tried = false;
+  g_store.path[0] = '\0';
+  pthread_mutex_unlock(&g_store.lock);
+}
+
+static void bind_key_prefix(sqlite3_stmt *stmt, const char *device, const char *op,
+                            uint32_t version, const char *checksum) {
+  g_sql.sqlite3_bind_text(stmt, 1, device, -1, SQLITE_TRANSIENT);
+  g_sql.sqlite3_bind_text(stmt, 2, op, -1, SQLITE_TRANSIENT);
+  g_sql.sqlite3_bind_int64(stmt, 3, (long long)version);
+  g_sql.sqlite3_bind_text(stmt, 4, checksum, -1, SQLITE_TRANSIENT);
+}
+
+bool cube_tune_store_load(const char *device, const char *op, uint32_t version,
+                          const char *checksum, void (*row)(const char *, const char *, void *),
+                          void *user) {
+  pthread_mutex_lock(&g_store.lock);
+  bool ok = store_ready_locked();
+  for (int attempt = 0; ok && attempt < 2; ++attempt) {
+    sqlite3_stmt *stmt = g_store.select_rows;
+    bind_key_prefix(stmt, device, op, version, checksum);
+    int rc;
+    while ((rc = g_sql.sqlite3_step(stmt)) == SQLITE_ROW) {
+      const char *key = (const char *)g_sql.sqlite3_column_text(stmt, 0);
+      const char *winner = (const char *)g_sql.sqlite3_column_text(stmt, 1);
+      if (key && winner) row(key, winner, user);
+    }
+    g_sql.sqlite3_reset(stmt);
+    if (rc == SQLITE_DONE) break;
+    store_after_error_locked(rc, "reading");
+    ok = g_store.db != NULL && is_corrupt_code(rc);  // a fresh file: read it (empty) again
+  }
+  pthread_mutex_unlock(&g_store.lock);
+  return ok && g_store.db != NULL;
+}
+
+bool cube_tune_store_results(const char *device, const char *op, uint32_t version,
+                             const char *checksum, const char *key, char *out, size_t capacity) {
+  if (capacity) out[0] = '\0';
+  pthread_mutex_lock(&g_store.lock);
+  bool found = false;
+  if (store_ready_locked()) {
+    sqlite3_stmt *stmt = g_store.select_results;
+    bind_key_prefix(stmt, device, op, version, checksum);
+    g_sql.sqlite3_bind_text(stmt, 5, key, -1, SQLITE_TRANSIENT);
+    int rc = g_sql.sqlite3_step(stmt);
+    if (rc == SQLITE_ROW) {
+      const char *text = (const char *)g_sql.sqlite3_column_text(stmt, 0);
+      if (text && capacity) snprintf(out, capacity, "%s", text);
+      found = true;
+    }
+    g_sql.sqlite3_reset(stmt);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) store_after_error_locked(rc, "reading");
+  }
+  pthread_mutex_unlock(&g_store.lock);
+  return found;
+}
+
+bool cube_tune_store_put(const cube_tune_entry_t *entries, size_t count) {
+  pthread_mutex_lock(&g_store.lock);
+  bool ok = store_ready_locked();
+  int rc = SQLITE_OK;
+  // BUSY past the 5 s timeout (a writer holding the file that long) gets
+  // two more tries; then the decisions stay in memory.
+  for (int attempt = 0; ok && attempt < 3; ++attempt) {
+    rc = exec(g_store.db, "BEGIN IMMEDIATE");
+    for (size_t i = 0; rc == SQLITE_OK && i < count; ++i) {
+      const cube_tune_entry_t *e = &entries[i];
+      sqlite3_stmt *stmt = g_store.upsert;
+      g_sql.sqlite3_bind_text(stmt, 1, e->device, -1, SQLITE_TRANSIENT);
+      g_sql.sqlite3_bind_text(stmt, 2, e->device_name ? e->device_name : "", -1, SQLITE_TRANSIENT);
+      g_sql.sqlite3_bind_text(stmt, 3, e->op, -1, SQLITE_TRANSIENT);
+      g_sql.sqlite3_bind_int64(stmt, 4, (long long)e->version);
+      g_sql.sqlite3_bind_text(stmt, 5, e->checksum, -1, SQLITE_TRANSIENT);
+      g_sql.sqlite3_bind_text(stmt, 6, e->key, -1, SQLITE_TRANSIENT);
+      g_sql.sqlite3_bind_text(stmt, 7, e->winner, -1, SQLITE_TRANSIENT);
+      if (e->results) {
+        g_sql.sqlite3_bind_text(stmt, 8, e->results, -1, SQLITE_TRANSIENT);
+      } else {
+        g_sql.sqlite3_bind_null(stmt, 8);
+      }
+      g_sql.sqlite3_bind_int64(stmt, 9, (long long)e->tuned_at);
+      rc = g_sql.sqlite3_step(stmt);
+      g_sql.sqlite3_reset(stmt);
+      if (rc == SQLITE_DONE) rc = SQLITE_OK;
+    }
+    if (rc == SQLITE_OK) rc = exec(g_store.db, "COMMIT");
+    if (rc == SQLITE_OK) break;
+    int failed = rc;
+    exec(g_store.db, "ROLLBACK");
+    if ((failed & 0xff) != SQLITE_BUSY && (failed & 0xff) != SQLITE_LOCKED) {
+      store_after_error_locked(failed, "writing");
+      ok = g_store.db != NULL && is_corrupt_code(failed);  // a fresh file: write there
+    }
+  }
+  if (ok && rc != SQLITE_OK) {
+    cube_tune_warn("tune cache: writing '%s' failed: %s (the decision stays in memory)",
+                   g_store.path, g_sql.sqlite3_errmsg(g_store.db));
+    ok = false;
+  }
+  pthread_mutex_unlock(&g_store.lock);
+  return ok && rc == SQLITE_OK;
+}
+
+//===--- Public: path, visit, clear ---===//
+
+cube_status_t cube_tune_cache_path(char *out_path, size_t capacity) {
+  if (!out_path || capacity == 0)
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "cube_tune_cache_path: out_path is NULL or "
+                            "capacity is 0");
+  pthread_mutex_lock(&g_store.lock);
+  bool ready = store_ready_locked();
+  int n = snprintf(out_path, capacity, "%s", ready ? g_store.path : "");
+  pthread_mutex_unlock(&g_store.lock);
+  if (n < 0 || (size_t)n >= capacity) {
+    out_path[0] = '\0';
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "cube_tune_cache_path: the path needs %d bytes, capacity is %zu", n + 1,
+                            capacity);
+  }
+  return CUBE_OK;
+}
+
+static cube_status_t memory_only_status(const char *operation) {
+  return cube_status_make(
+      CUBE_STATUS_UNAVAILABLE, "%s: the tune cache is in memory only (no file: %s)", operation,
+      g_sql.library ? "see the warning above, or CUBE_TUNE_CACHE" : g_sql_error);
+}
+
+cube_status_t cube_tune_cache_visit(const char *op, const char *key,
+                                    bool (*visit)(const cube_tune_entry_t *, void *), void *user) {
+  if (!visit)
+    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_tune_cache_visit: visit is NULL");
+  cube_status_t status = CUBE_OK;
+  pthread_mutex_lock(&g_store.lock);
+  sqlite3_stmt *stmt = NULL;
+  if (!store_ready_locked()) {
+    status = memory_only_status("cube_tune_cache_visit");
+  } else if (g_sql.sqlite3_prepare_v2(
+                 g_store.db,
+                 "SELECT device, device_name, op, version, checksum, key, winner, results, "
+                 "tuned_at FROM tune WHERE (?1 IS NULL OR op = ?1) AND (?2 IS NULL OR key = ?2) "
+                 "ORDER BY op, device, key",
+                 -1, &stmt, NULL) != SQLITE_OK) {
+    status = cube_status_make(CUBE_STATUS_GENERIC, "cube_tune_cache_visit: '%s': %s", g_store.path,
+                              g_sql.sqlite3_errmsg(g_store.db));
+  }
+  if (cube_status_is_ok(status)) {
+    if (op) {
+      g_sql.sqlite3_bind_text(stmt, 1, op, -1, SQLITE_TRANSIENT);
+    } else {
+      g_sql.sqlite3_bind_null(stmt, 1);
+    }
+    if (key) {
+      g_sql.sqlite3_bind_text(stmt, 2, key, -1, SQLITE_TRANSIENT);
+    } else {
+      g_sql.sqlite3_bind_null(stmt, 2);
+    }
+    int rc;
+    bool more = true;
+    while (more && (rc = g_sql.sqlite3_step(stmt)) == SQLITE_ROW) {
+      cube_tune_entry_t e;
+#define COLUMN(i) ((const char *)g_sql.sqlite3_column_text(stmt, (i)))
+      e.device = COLUMN(0);
+      e.device_name = COLUMN(1);
+      e.op = COLUMN(2);
+      e.version = (uint32_t)g_sql.sqlite3_column_int64(stmt, 3);
+      e.checksum = COLUMN(4);
+      e.key = COLUMN(5);
+      e.winner = COLUMN(6);
+      e.results = COLUMN(7);
+      e.tuned_at = (int64_t)g_sql.sqlite3_column_int64(stmt, 8);
+#undef COLUMN
+      if (!e.device_name) e.device_name = "";
+      if (!e.results) e.results = "";
+      if (e.device && e.op && e.checksum && e.key && e.winner) more = visit(&e, user);
+    }
+    if (more && rc != SQLITE_DONE) {
+      status = cube_status_make(CUBE_STATUS_GENERIC, "cube_tune_cache_visit: reading '%s': %s",
+                                g_store.path, g_sql.sqlite3_errmsg(g_store.db));
+    }
+  }
+  if (stmt) g_sql.sqlite3_finalize(stmt);
+  pthread_mutex_unlock(&g_store.lock);
+  return status;
+}
+
+cube_status_t cube_tune_cache_clear(const char *op, uint64_t *out_removed) {
+  if (out_removed) *out_removed = 0;
+  // Memory first: whatever the file does, live operations forget.
+  atomic_fetch_add_explicit(&g_clear_epoch, 1, memory_order_relaxed);
+  cube_status_t status = CUBE_OK;
+  pthread_mutex_lock(&g_store.lock);
+  sqlite3_stmt *stmt = NULL;
+  if (!store_ready_locked()) {
+    status = memory_only_status("cube_tune_cache_clear");
+  } else if (exec(g_store.db, "BEGIN IMMEDIATE") != SQLITE_OK ||
+             g_sql.sqlite3_prepare_v2(g_store.db, "DELETE FROM tune WHERE ?1 IS NULL OR op = ?1",
+                                      -1, &stmt, NULL) != SQLITE_OK) {
+    status = cube_status_make(CUBE_STATUS_GENERIC, "cube_tune_cache_clear: '%s': %s", g_store.path,
+                              g_sql.sqlite3_errmsg(g_store.db));
+  }
+  if (cube_status_is_ok(status)) {
+    if (op) {
+      g_sql.sqlite3_bind_text(stmt, 1, op, -1, SQLITE_TRANSIENT);
+    } else {
+      g_sql.sqlite3_bind_null(stmt, 1);
+    }
+    int rc = g_sql.sqlite3_step(stmt);
+    if (rc == SQLITE_DONE && out_removed)
+      *out_removed = (uint64_t)g_sql.sqlite3_changes(g_store.db);
+    if (rc == SQLITE_DONE) rc = exec(g_store.db, "COMMIT");
+    if (rc != SQLITE_OK && rc != SQLITE_DONE) {
+      status = cube_status_make(CUBE_STATUS_GENERIC, "cube_tune_cache_clear: '%s': %s",
+                                g_store.path, g_sql.sqlite3_errmsg(g_store.db));
+    }
+  }
+  if (stmt) g_sql.sqlite3_finalize(stmt);
+  if (!cube_status_is_ok(status) && g_store.db) exec(g_store.db, "ROLLBACK");
+  pthread_mutex_unlock(&g_store.lock);
+  return status;
+}
