@@ -832,7 +832,8 @@ static bool store_decision(const cube_tune_op_t *op, cube_client_t *client, cons
                          .results = results,
                          .tuned_at = (int64_t)time(NULL)};
   bool stored = cube_tune_store_put(&e, 1);
-  bump(stored ? &g_stores : &g_store_failures);
+  // A cache that is memory only by design is not a failed store.
+  if (stored || cube_tune_store_available()) bump(stored ? &g_stores : &g_store_failures);
   free(results);
   return stored;
 }

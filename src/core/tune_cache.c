@@ -198,12 +198,12 @@ static bool directory_is_safe(const char *dir, char *why, size_t why_capacity) {
   bool sticky = (st.st_mode & S_ISVTX) != 0;
   if (!sticky && st.st_uid != geteuid()) {
     say(why, why_capacity, "directory '%s' belongs to uid %u, not to this user (uid %u)", dir,
-             (unsigned)st.st_uid, (unsigned)geteuid());
+        (unsigned)st.st_uid, (unsigned)geteuid());
     return false;
   }
   if (!sticky && (st.st_mode & (S_IWGRP | S_IWOTH))) {
     say(why, why_capacity, "directory '%s' is writable by others (mode %03o)", dir,
-             (unsigned)(st.st_mode & 0777));
+        (unsigned)(st.st_mode & 0777));
     return false;
   }
   return true;
@@ -247,8 +247,7 @@ static bool tune_cache_location(char *out, size_t capacity, char *why, size_t wh
       n = snprintf(dir, sizeof dir, "%s/.cache/cubec", home);
     } else {
       // No shared /tmp fallback: a directory others can write is not ours.
-      say(why, why_capacity,
-               "no cache directory (CUBE_CACHE_DIR, XDG_CACHE_HOME, HOME unset)");
+      say(why, why_capacity, "no cache directory (CUBE_CACHE_DIR, XDG_CACHE_HOME, HOME unset)");
       return false;
     }
     if (n < 0 || (size_t)n + sizeof "/tune.sqlite" > capacity || (size_t)n >= sizeof dir) {
@@ -343,7 +342,7 @@ static verdict_t open_checked(const char *path, sqlite3 **out_db, char *why, siz
       NULL);
   if (rc != SQLITE_OK) {
     say(why, why_capacity, "cannot open '%s': %s", path,
-             db ? g_sql.sqlite3_errmsg(db) : "out of memory");
+        db ? g_sql.sqlite3_errmsg(db) : "out of memory");
     verdict = VERDICT_FAIL;
   }
   if (verdict == VERDICT_OK) {
@@ -387,7 +386,7 @@ static verdict_t open_checked(const char *path, sqlite3 **out_db, char *why, siz
       verdict = is_corrupt_code(rc) ? VERDICT_CORRUPT : VERDICT_FOREIGN;
     } else if (schema != CUBE_TUNE_SCHEMA_VERSION) {
       say(why, why_capacity, "schema version %lld, this cubec reads %d", schema,
-               CUBE_TUNE_SCHEMA_VERSION);
+          CUBE_TUNE_SCHEMA_VERSION);
       verdict = VERDICT_FOREIGN;
     }
   }
@@ -575,6 +574,13 @@ void cube_tune_store_close(void) {
   g_store.tried = false;
   g_store.path[0] = '\0';
   pthread_mutex_unlock(&g_store.lock);
+}
+
+bool cube_tune_store_exec(const char *sql) {
+  pthread_mutex_lock(&g_store.lock);
+  bool ok = store_ready_locked() && exec(g_store.db, sql) == SQLITE_OK;
+  pthread_mutex_unlock(&g_store.lock);
+  return ok;
 }
 
 static void bind_key_prefix(sqlite3_stmt *stmt, const char *device, const char *op,

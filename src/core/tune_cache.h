@@ -34,6 +34,9 @@ CUBE_INTERNAL bool cube_tune_store_available(void);
 // (tests and benchmarks, to act as a fresh process).
 CUBE_INTERNAL void cube_tune_store_close(void);
 
+// Runs |sql| on the open store (tests: to damage or age the file).
+CUBE_INTERNAL bool cube_tune_store_exec(const char *sql);
+
 // The clear epoch: cube_tune_cache_clear bumps it, and operations drop
 // their memory when they see it move.
 CUBE_INTERNAL uint64_t cube_tune_clear_epoch(void);
