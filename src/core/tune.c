@@ -74,18 +74,43 @@ typedef struct tuned_t {
 
 enum { SLOT_FREE = 0, SLOT_UNDECIDED, SLOT_PENDING, SLOT_READY };
 
+// One slot of the memory table. Readers probe without the lock: a slot's
+// device, hash and words are written before its decision is first stored
+// (release) and never change after; the decision (state, source, winner)
+// and the verified client are atomics. Everything else is the lock's.
 typedef struct entry_t {
   uint64_t device;
   uint64_t hash;
-  const cube_client_t *verified;  // the client the winner was checked to launch on
+  atomic_uintptr_t verified;  // the client the winner was checked to launch on
+  atomic_uint decision;       // state | source << 8 | (winner + 1) << 16
   tuned_t *tuned;
-  int16_t winner;
-  uint8_t state;
-  uint8_t source;  // cube_tune_source_t
   bool stored;
   bool file_counted;
   uint64_t words[];  // op->word_count
 } entry_t;
+
+// A table is never changed in place by a growth or a clear: a new one is
+// published and the old one kept until the operation goes (readers may
+// still be probing it). Growth doubles, so all of them together are at
+// most twice the last.
+typedef struct table_t {
+  struct table_t *retired;  // the one this replaced
+  size_t capacity;          // a power of two
+  size_t used;
+  unsigned char slots[];  // capacity * op->stride
+} table_t;
+
+typedef struct decision_word_t {
+  int state, source, winner;
+} decision_word_t;
+
+static unsigned decision_pack(int state, int source, int winner) {
+  return (unsigned)state | (unsigned)source << 8 | (unsigned)(winner + 1) << 16;
+}
+
+static decision_word_t decision_unpack(unsigned word) {
+  return (decision_word_t){(int)(word & 0xff), (int)((word >> 8) & 0xff), (int)(word >> 16) - 1};
+}
 
 struct cube_tune_op_t {
   atomic_uint refs;
@@ -103,13 +128,12 @@ struct cube_tune_op_t {
   char checksum[CUBE_HASH128_HEX_SIZE];
   atomic_int mode;
 
-  pthread_mutex_t lock;  // guards everything below
   uint32_t word_count;
   size_t stride;
-  unsigned char *table;
-  size_t capacity, used;
-  uint64_t epoch;      // the clear epoch the table reflects
-  uint64_t *hydrated;  // devices whose rows were read from the file
+  _Atomic(table_t *) table;    // read without the lock (see entry_t)
+  atomic_uint_fast64_t epoch;  // the clear epoch the table reflects
+  pthread_mutex_t lock;        // guards every change, and what follows
+  uint64_t *hydrated;          // devices whose rows were read from the file
   size_t hydrated_count, hydrated_capacity;
 };
 
@@ -179,9 +203,12 @@ static cube_status_t key_compute(const cube_tune_op_t *op, cube_client_t *client
     return cube_status_make(CUBE_STATUS_VALIDATION,
                             "tunable '%s': %zu buffers (at most %d, and a non-NULL array)",
                             op->name, args->buffer_count, CUBE_TUNE_MAX_BUFFERS);
-  uint64_t sizes[CUBE_TUNE_MAX_SIZES] = {0};
-  uint64_t exact[CUBE_TUNE_MAX_EXACT] = {0};
+  uint64_t sizes[CUBE_TUNE_MAX_SIZES];
+  uint64_t exact[CUBE_TUNE_MAX_EXACT];
   if (op->key) {
+    // Zeroed: a key function that leaves a value unset still gives one key.
+    for (uint32_t i = 0; i < op->size_count; ++i) sizes[i] = 0;
+    for (uint32_t i = 0; i < op->exact_count; ++i) exact[i] = 0;
     op->key(call, op->user, sizes, exact);
   } else {
     if (call->size_count != op->size_count || (call->size_count && !call->sizes))
@@ -244,10 +271,13 @@ static bool parse_fields(const char **text, char (*names)[CUBE_TUNE_NAME_MAX], u
     size_t len = strlen(names[i]);
     if (strncmp(p, names[i], len) != 0 || p[len] != '=') return false;
     p += len + 1;
-    char *end = NULL;
     if (*p < '0' || *p > '9') return false;
-    out[i] = strtoull(p, &end, 10);
-    p = end;
+    uint64_t v = 0;
+    for (; *p >= '0' && *p <= '9'; ++p) {
+      if (v > (UINT64_MAX - 9) / 10) return false;
+      v = v * 10 + (uint64_t)(*p - '0');
+    }
+    out[i] = v;
   }
   *text = p;
   return true;
@@ -300,8 +330,8 @@ static bool candidate_valid(const candidate_t *c, const cube_tune_exact_t *exact
 
 //===--- The memory table (op lock held) ---===//
 
-static entry_t *entry_at(const cube_tune_op_t *op, size_t i) {
-  return (entry_t *)(op->table + i * op->stride);
+static entry_t *entry_at(const cube_tune_op_t *op, const table_t *t, size_t i) {
+  return (entry_t *)(t->slots + i * op->stride);
 }
 
 static void tuned_free(tuned_t *t) {
@@ -310,75 +340,152 @@ static void tuned_free(tuned_t *t) {
   free(t);
 }
 
-static bool entry_matches(const cube_tune_op_t *op, const entry_t *e, const call_key_t *key) {
-  return e->state != SLOT_FREE && e->hash == key->hash && e->device == key->device &&
-         memcmp(e->words, key->words, op->word_count * sizeof(uint64_t)) == 0;
+static decision_word_t entry_decision(const entry_t *e) {
+  return decision_unpack(atomic_load_explicit(&e->decision, memory_order_acquire));
 }
 
-static entry_t *table_find(const cube_tune_op_t *op, const call_key_t *key) {
-  if (!op->capacity) return NULL;
-  size_t mask = op->capacity - 1;
+static void entry_decide(entry_t *e, int state, int source, int winner) {
+  atomic_store_explicit(&e->decision, decision_pack(state, source, winner), memory_order_release);
+}
+
+static bool entry_verified_for(const entry_t *e, const cube_client_t *client) {
+  return atomic_load_explicit(&e->verified, memory_order_relaxed) == (uintptr_t)client;
+}
+
+static void entry_verify(entry_t *e, const cube_client_t *client) {
+  atomic_store_explicit(&e->verified, (uintptr_t)client, memory_order_relaxed);
+}
+
+// The slot of |key| in |t|, or NULL. Safe without the lock.
+static entry_t *table_probe(const cube_tune_op_t *op, const table_t *t, const call_key_t *key) {
+  if (!t) return NULL;
+  size_t mask = t->capacity - 1;
   for (size_t i = key->hash & mask;; i = (i + 1) & mask) {
-    entry_t *e = entry_at(op, i);
-    if (e->state == SLOT_FREE) return NULL;
-    if (entry_matches(op, e, key)) return e;
+    entry_t *e = entry_at(op, t, i);
+    if (atomic_load_explicit(&e->decision, memory_order_acquire) == SLOT_FREE) return NULL;
+    if (e->hash != key->hash || e->device != key->device) continue;
+    bool same = true;
+    for (uint32_t w = 0; w < op->word_count && same; ++w) same = e->words[w] == key->words[w];
+    if (same) return e;
   }
 }
 
-static void table_reset(cube_tune_op_t *op) {
-  for (size_t i = 0; i < op->capacity; ++i) tuned_free(entry_at(op, i)->tuned);
-  if (op->table) memset(op->table, 0, op->capacity * op->stride);
-  op->used = 0;
-  op->hydrated_count = 0;
+static table_t *table_current(const cube_tune_op_t *op) {
+  return atomic_load_explicit(&((cube_tune_op_t *)op)->table, memory_order_acquire);
 }
 
-static bool table_grow(cube_tune_op_t *op) {
-  size_t capacity = op->capacity ? op->capacity * 2 : 64;
-  unsigned char *table = calloc(capacity, op->stride);
-  if (!table) return false;
-  for (size_t i = 0; i < op->capacity; ++i) {
-    entry_t *e = entry_at(op, i);
-    if (e->state == SLOT_FREE) continue;
-    for (size_t j = e->hash & (capacity - 1);; j = (j + 1) & (capacity - 1)) {
-      entry_t *slot = (entry_t *)(table + j * op->stride);
-      if (slot->state == SLOT_FREE) {
-        memcpy(slot, e, op->stride);
-        break;
-      }
+// Lock held.
+static entry_t *table_find(const cube_tune_op_t *op, const call_key_t *key) {
+  return table_probe(op, table_current(op), key);
+}
+
+static table_t *table_new(const cube_tune_op_t *op, size_t capacity) {
+  table_t *t = calloc(1, sizeof *t + capacity * op->stride);
+  if (t) t->capacity = capacity;
+  return t;
+}
+
+// Publishes |t| in place of the current table, which is kept for readers.
+static void table_publish(cube_tune_op_t *op, table_t *t) {
+  t->retired = table_current(op);
+  atomic_store_explicit(&op->table, t, memory_order_release);
+}
+
+// Forgets every decision (a clear): a fresh empty table. Lock held.
+static void table_reset(cube_tune_op_t *op) {
+  table_t *old = table_current(op);
+  for (size_t i = 0; old && i < old->capacity; ++i) {
+    entry_t *e = entry_at(op, old, i);
+    tuned_free(e->tuned);
+    e->tuned = NULL;
+  }
+  op->hydrated_count = 0;
+  if (!old || old->used == 0) return;
+  table_t *fresh = table_new(op, 64);
+  if (fresh) {
+    table_publish(op, fresh);
+  } else {
+    // No memory for a fresh table: the old one's decisions go undecided.
+    for (size_t i = 0; i < old->capacity; ++i) {
+      entry_t *e = entry_at(op, old, i);
+      if (entry_decision(e).state != SLOT_FREE) entry_decide(e, SLOT_UNDECIDED, 0, -1);
     }
   }
-  free(op->table);
-  op->table = table;
-  op->capacity = capacity;
+}
+
+// Grows to hold |entries| at half load, at least double. Lock held.
+static bool table_grow(cube_tune_op_t *op, size_t entries) {
+  table_t *old = table_current(op);
+  size_t capacity = old ? old->capacity * 2 : 64;
+  while (capacity < entries * 2) capacity *= 2;
+  table_t *t = table_new(op, capacity);
+  if (!t) return false;
+  for (size_t i = 0; old && i < old->capacity; ++i) {
+    entry_t *e = entry_at(op, old, i);
+    if (entry_decision(e).state == SLOT_FREE) continue;
+    for (size_t j = e->hash & (t->capacity - 1);; j = (j + 1) & (t->capacity - 1)) {
+      entry_t *slot = entry_at(op, t, j);
+      if (atomic_load_explicit(&slot->decision, memory_order_relaxed) != SLOT_FREE) continue;
+      memcpy(slot->words, e->words, op->word_count * sizeof(uint64_t));
+      slot->device = e->device;
+      slot->hash = e->hash;
+      slot->tuned = e->tuned;
+      slot->stored = e->stored;
+      slot->file_counted = e->file_counted;
+      e->tuned = NULL;  // moved
+      atomic_init(&slot->verified, atomic_load_explicit(&e->verified, memory_order_relaxed));
+      atomic_init(&slot->decision, atomic_load_explicit(&e->decision, memory_order_relaxed));
+      break;
+    }
+  }
+  t->used = old ? old->used : 0;
+  table_publish(op, t);
   return true;
 }
 
 // The entry of |key|, made UNDECIDED when new; NULL when memory ran out.
+// Lock held.
 static entry_t *table_insert(cube_tune_op_t *op, const call_key_t *key) {
   entry_t *e = table_find(op, key);
   if (e) return e;
-  if ((op->used + 1) * 2 > op->capacity && !table_grow(op)) return NULL;
-  size_t mask = op->capacity - 1;
+  table_t *t = table_current(op);
+  if ((!t || (t->used + 1) * 2 > t->capacity) && !table_grow(op, t ? t->used + 1 : 1)) return NULL;
+  t = table_current(op);
+  size_t mask = t->capacity - 1;
   for (size_t i = key->hash & mask;; i = (i + 1) & mask) {
-    e = entry_at(op, i);
-    if (e->state != SLOT_FREE) continue;
-    memset(e, 0, op->stride);
+    e = entry_at(op, t, i);
+    if (atomic_load_explicit(&e->decision, memory_order_relaxed) != SLOT_FREE) continue;
+    // Written before the decision publishes them, never changed after.
     e->device = key->device;
     e->hash = key->hash;
-    e->state = SLOT_UNDECIDED;
-    e->winner = -1;
     memcpy(e->words, key->words, op->word_count * sizeof(uint64_t));
-    op->used++;
+    e->tuned = NULL;
+    e->stored = e->file_counted = false;
+    atomic_store_explicit(&e->verified, 0, memory_order_relaxed);
+    entry_decide(e, SLOT_UNDECIDED, 0, -1);
+    t->used++;
     return e;
   }
 }
 
 static void table_sync_epoch(cube_tune_op_t *op) {
   uint64_t epoch = cube_tune_clear_epoch();
-  if (op->epoch != epoch) {
+  if (atomic_load_explicit(&op->epoch, memory_order_relaxed) != epoch) {
     table_reset(op);
-    op->epoch = epoch;
+    atomic_store_explicit(&op->epoch, epoch, memory_order_relaxed);
   }
+}
+
+// The decided winner for |client| without taking the lock, or -1: a hit is
+// a slot READY and already checked on this client.
+static int table_hit(const cube_tune_op_t *op, const cube_client_t *client, const call_key_t *key) {
+  if (atomic_load_explicit(&((cube_tune_op_t *)op)->epoch, memory_order_relaxed) !=
+      cube_tune_clear_epoch())
+    return -1;
+  const entry_t *e = table_probe(op, table_current(op), key);
+  if (!e) return -1;
+  decision_word_t d = entry_decision(e);
+  return d.state == SLOT_READY && entry_verified_for(e, client) ? d.winner : -1;
 }
 
 //===--- Reading the file (op lock held) ---===//
@@ -395,6 +502,13 @@ static int candidate_by_name(const cube_tune_op_t *op, const char *name) {
   return -1;
 }
 
+static void hydrate_reserve(uint64_t rows, void *user) {
+  hydrate_t *h = user;
+  table_t *t = table_current(h->op);
+  size_t want = (t ? t->used : 0) + (size_t)rows;
+  if (!t || want * 2 > t->capacity) table_grow(h->op, want);  // else it grows as it goes
+}
+
 static void hydrate_row(const char *text, const char *winner, void *user) {
   hydrate_t *h = user;
   call_key_t key;
@@ -407,11 +521,9 @@ static void hydrate_row(const char *text, const char *winner, void *user) {
     return;
   }
   entry_t *e = table_insert(h->op, &key);
-  if (!e || e->state != SLOT_UNDECIDED) return;
-  e->state = SLOT_READY;
-  e->winner = (int16_t)index;
-  e->source = CUBE_TUNE_SOURCE_FILE;
+  if (!e || entry_decision(e).state != SLOT_UNDECIDED) return;
   e->stored = true;
+  entry_decide(e, SLOT_READY, CUBE_TUNE_SOURCE_FILE, index);
   h->loaded++;
 }
 
@@ -433,7 +545,8 @@ static void hydrate_locked(cube_tune_op_t *op, uint64_t device) {
   char hex[17];
   device_hex(device, hex);
   hydrate_t h = {.op = op, .device = device};
-  if (cube_tune_store_load(hex, op->name, op->version, op->checksum, hydrate_row, &h)) {
+  if (cube_tune_store_load(hex, op->name, op->version, op->checksum, hydrate_reserve, hydrate_row,
+                           &h)) {
     atomic_fetch_add_explicit(&g_file_entries, h.loaded, memory_order_relaxed);
     if (h.loaded || h.skipped)
       cube_tune_info("tune '%s': %" PRIu64 " decisions read from the tune cache (%" PRIu64
@@ -846,10 +959,11 @@ static cube_status_t tune_and_run(cube_tune_op_t *op, cube_client_t *client, cub
   pthread_mutex_lock(&op->lock);
   entry_t *e = table_insert(op, key);
   int ready = -1;
-  bool busy = !e || e->state == SLOT_PENDING;
-  if (e && e->state == SLOT_READY && e->verified == client) ready = e->winner;
+  decision_word_t now = e ? entry_decision(e) : (decision_word_t){SLOT_FREE, 0, -1};
+  bool busy = !e || now.state == SLOT_PENDING;
+  if (e && now.state == SLOT_READY && entry_verified_for(e, client)) ready = now.winner;
   if (e && !busy && ready < 0) {
-    e->state = SLOT_PENDING;
+    entry_decide(e, SLOT_PENDING, 0, -1);
     tuned_free(e->tuned);
     e->tuned = NULL;
   }
@@ -875,13 +989,12 @@ static cube_status_t tune_and_run(cube_tune_op_t *op, cube_client_t *client, cub
     e->tuned = d.tuned;
     d.tuned = NULL;
     if (cube_status_is_ok(d.status) && !d.impossible && d.winner >= 0) {
-      e->state = SLOT_READY;
-      e->winner = (int16_t)d.winner;
-      e->source = d.measured ? CUBE_TUNE_SOURCE_TUNED : CUBE_TUNE_SOURCE_FIRST;
-      e->verified = client;
       e->stored = stored;
+      entry_verify(e, client);
+      entry_decide(e, SLOT_READY, d.measured ? CUBE_TUNE_SOURCE_TUNED : CUBE_TUNE_SOURCE_FIRST,
+                   d.winner);
     } else {
-      e->state = SLOT_UNDECIDED;  // the next call tries again
+      entry_decide(e, SLOT_UNDECIDED, 0, -1);  // the next call tries again
     }
   }
   pthread_mutex_unlock(&op->lock);
@@ -926,7 +1039,8 @@ static cube_status_t fall_back(cube_tune_op_t *op, cube_client_t *client, cube_s
                  op->name, key_text, op->candidates[old].name, why);
   pthread_mutex_lock(&op->lock);
   entry_t *e = table_find(op, key);
-  if (e && e->state == SLOT_READY && e->winner == old) e->state = SLOT_UNDECIDED;
+  if (e && entry_decision(e).state == SLOT_READY && entry_decision(e).winner == old)
+    entry_decide(e, SLOT_UNDECIDED, 0, -1);
   pthread_mutex_unlock(&op->lock);
   cube_tune_mode_t mode = (cube_tune_mode_t)atomic_load_explicit(&op->mode, memory_order_relaxed);
   if (mode != CUBE_TUNE_OFF) return tune_and_run(op, client, stream, call, key, mode);
@@ -934,11 +1048,9 @@ static cube_status_t fall_back(cube_tune_op_t *op, cube_client_t *client, cube_s
   cube_status_t status = run_first_valid(op, client, stream, call, key, &index);
   pthread_mutex_lock(&op->lock);
   e = table_find(op, key);
-  if (e && index >= 0 && e->state == SLOT_UNDECIDED) {
-    e->state = SLOT_READY;
-    e->winner = (int16_t)index;
-    e->source = CUBE_TUNE_SOURCE_FIRST;
-    e->verified = client;
+  if (e && index >= 0 && entry_decision(e).state == SLOT_UNDECIDED) {
+    entry_verify(e, client);
+    entry_decide(e, SLOT_READY, CUBE_TUNE_SOURCE_FIRST, index);
   }
   pthread_mutex_unlock(&op->lock);
   return status;
@@ -965,21 +1077,28 @@ cube_status_t cube_tune_launch(cube_tune_op_t *op, cube_client_t *client, cube_s
   if (!cube_status_is_ok(status)) return status;
   cube_tune_mode_t mode = (cube_tune_mode_t)atomic_load_explicit(&op->mode, memory_order_relaxed);
 
+  // The hit, without the lock: decided and checked on this client before,
+  // so just the launch.
+  int winner = table_hit(op, client, &key);
+  if (winner >= 0) {
+    bump(&g_memory_hits);
+    return run_decided(op, client, stream, call, &key, winner);
+  }
+
   pthread_mutex_lock(&op->lock);
   table_sync_epoch(op);
   if (mode == CUBE_TUNE_CACHED) hydrate_locked(op, key.device);
   const entry_t *e = table_find(op, &key);
-  int winner = -1;
   bool verified = false, pending = false;
-  if (e && e->state == SLOT_READY) {
-    winner = e->winner;
-    verified = e->verified == client;
-  } else if (e && e->state == SLOT_PENDING) {
+  decision_word_t now = e ? entry_decision(e) : (decision_word_t){SLOT_FREE, 0, -1};
+  if (now.state == SLOT_READY) {
+    winner = now.winner;
+    verified = entry_verified_for(e, client);
+  } else if (now.state == SLOT_PENDING) {
     pending = true;
   }
   pthread_mutex_unlock(&op->lock);
 
-  // The hit: checked on this client before, so just the launch.
   if (winner >= 0 && verified) {
     bump(&g_memory_hits);
     return run_decided(op, client, stream, call, &key, winner);
@@ -997,9 +1116,10 @@ cube_status_t cube_tune_launch(cube_tune_op_t *op, cube_client_t *client, cube_s
     if (!cube_status_is_ok(status)) return status;  // the call's own error
     pthread_mutex_lock(&op->lock);
     entry_t *found = table_find(op, &key);
-    if (found && found->state == SLOT_READY && found->winner == winner) {
-      found->verified = client;
-      if (found->source == CUBE_TUNE_SOURCE_FILE && !found->file_counted) {
+    decision_word_t latest = found ? entry_decision(found) : (decision_word_t){SLOT_FREE, 0, -1};
+    if (latest.state == SLOT_READY && latest.winner == winner) {
+      entry_verify(found, client);
+      if (latest.source == CUBE_TUNE_SOURCE_FILE && !found->file_counted) {
         found->file_counted = true;
         bump(&g_file_hits);
       }
@@ -1015,11 +1135,9 @@ cube_status_t cube_tune_launch(cube_tune_op_t *op, cube_client_t *client, cube_s
   if (index >= 0) {
     pthread_mutex_lock(&op->lock);
     entry_t *slot = table_insert(op, &key);
-    if (slot && slot->state == SLOT_UNDECIDED) {
-      slot->state = SLOT_READY;
-      slot->winner = (int16_t)index;
-      slot->source = CUBE_TUNE_SOURCE_FIRST;
-      slot->verified = client;
+    if (slot && entry_decision(slot).state == SLOT_UNDECIDED) {
+      entry_verify(slot, client);
+      entry_decide(slot, SLOT_READY, CUBE_TUNE_SOURCE_FIRST, index);
     }
     pthread_mutex_unlock(&op->lock);
   }
@@ -1029,12 +1147,7 @@ cube_status_t cube_tune_launch(cube_tune_op_t *op, cube_client_t *client, cube_s
 int cube_tune_select(cube_tune_op_t *op, cube_client_t *client, const cube_tune_call_t *call) {
   call_key_t key;
   if (!op || !client || !cube_status_consume_ok(key_compute(op, client, call, &key))) return -1;
-  pthread_mutex_lock(&op->lock);
-  table_sync_epoch(op);
-  const entry_t *e = table_find(op, &key);
-  int winner = e && e->state == SLOT_READY && e->verified == client ? e->winner : -1;
-  pthread_mutex_unlock(&op->lock);
-  return winner;
+  return table_hit(op, client, &key);
 }
 
 cube_status_t cube_tune_key_text(const cube_tune_op_t *op, const cube_tune_call_t *call,
@@ -1137,12 +1250,13 @@ cube_status_t cube_tune_report(cube_tune_op_t *op, cube_client_t *client,
   pthread_mutex_lock(&op->lock);
   table_sync_epoch(op);
   const entry_t *e = table_find(op, &key);
-  if (e && e->state == SLOT_READY) {
-    b->report.source = (cube_tune_source_t)e->source;
-    snprintf(b->winner, sizeof b->winner, "%s", op->candidates[e->winner].name);
+  decision_word_t now = e ? entry_decision(e) : (decision_word_t){SLOT_FREE, 0, -1};
+  if (now.state == SLOT_READY) {
+    b->report.source = (cube_tune_source_t)now.source;
+    snprintf(b->winner, sizeof b->winner, "%s", op->candidates[now.winner].name);
     b->report.winner = b->winner;
     b->report.stored = e->stored;
-    from_file = e->source == CUBE_TUNE_SOURCE_FILE;
+    from_file = now.source == CUBE_TUNE_SOURCE_FILE;
   }
   if (e && e->tuned) {
     for (size_t i = 0; i < n; ++i) {
@@ -1295,7 +1409,11 @@ static void checksum_compute(cube_tune_op_t *op) {
 static void op_free(cube_tune_op_t *op) {
   if (!op) return;
   table_reset(op);
-  free(op->table);
+  for (table_t *t = table_current(op); t;) {
+    table_t *next = t->retired;
+    free(t);
+    t = next;
+  }
   free(op->hydrated);
   for (size_t i = 0; op->candidates && i < op->candidate_count; ++i) {
     if (op->candidates[i].kernel) cube_kernel_release(op->candidates[i].kernel);
@@ -1344,7 +1462,8 @@ cube_status_t cube_tune_op_create(const cube_tune_op_desc_t *desc, cube_tune_op_
     op->samples = desc->samples ? desc->samples : DEFAULT_SAMPLES;
     op->word_count = op->size_count + op->exact_count + 2;
     op->stride = (sizeof(entry_t) + op->word_count * sizeof(uint64_t) + 7) & ~(size_t)7;
-    op->epoch = cube_tune_clear_epoch();
+    atomic_init(&op->epoch, cube_tune_clear_epoch());
+    atomic_init(&op->table, NULL);
     for (size_t i = 0; i < desc->candidate_count && cube_status_is_ok(status); ++i) {
       const cube_tune_candidate_t *c = &desc->candidates[i];
       candidate_t *k = &op->candidates[i];

@@ -279,7 +279,7 @@ typedef struct store_t {
   bool tried;  // an open was attempted by this process
   pid_t pid;
   sqlite3 *db;
-  sqlite3_stmt *select_rows, *select_results, *upsert;
+  sqlite3_stmt *count_rows, *select_rows, *select_results, *upsert;
   char path[4096];
 } store_t;
 
@@ -390,28 +390,11 @@ static verdict_t open_checked(const char *path, sqlite3 **out_db, char *why, siz
       verdict = VERDICT_FOREIGN;
     }
   }
-  if (verdict == VERDICT_OK) {
-    // Damage beyond the header shows in a full read of the pages; a few
-    // milliseconds for ten thousand entries, once per process.
-    sqlite3_stmt *stmt = NULL;
-    rc = g_sql.sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &stmt, NULL);
-    if (rc == SQLITE_OK) {
-      rc = g_sql.sqlite3_step(stmt);
-      if (rc == SQLITE_ROW) {
-        const char *answer = (const char *)g_sql.sqlite3_column_text(stmt, 0);
-        if (!answer || strcmp(answer, "ok") != 0) {
-          say(why, why_capacity, "damaged: %s", answer ? answer : "?");
-          verdict = VERDICT_CORRUPT;
-        }
-        rc = SQLITE_OK;
-      }
-    }
-    g_sql.sqlite3_finalize(stmt);
-    if (verdict == VERDICT_OK && rc != SQLITE_OK) {
-      say(why, why_capacity, "%s", g_sql.sqlite3_errmsg(db));
-      verdict = is_corrupt_code(rc) ? VERDICT_CORRUPT : VERDICT_FAIL;
-    }
-  }
+  // No PRAGMA quick_check here: it costs 7 ms for 10,000 entries, more than
+  // the whole load may. A file cut short (a full disk, a power loss) fails
+  // its first read above (SQLite compares the header's page count with the
+  // file), and damage inside a page answers SQLITE_CORRUPT when the page is
+  // read, which sets the file aside then (store_after_error_locked).
   if (verdict != VERDICT_OK && db) {
     g_sql.sqlite3_close_v2(db);
     db = NULL;
@@ -445,7 +428,8 @@ static void set_aside(const char *path, const char *kind, const char *why) {
 }
 
 static void store_finalize_locked(void) {
-  sqlite3_stmt **stmts[] = {&g_store.select_rows, &g_store.select_results, &g_store.upsert};
+  sqlite3_stmt **stmts[] = {&g_store.count_rows, &g_store.select_rows, &g_store.select_results,
+                            &g_store.upsert};
   for (size_t i = 0; i < sizeof stmts / sizeof stmts[0]; ++i) {
     if (*stmts[i]) g_sql.sqlite3_finalize(*stmts[i]);
     *stmts[i] = NULL;
@@ -481,6 +465,8 @@ static bool store_open_file_locked(void) {
     cube_tune_warn("tune cache: memory only: %s", why);
     return false;
   }
+  static const char kCountRows[] =
+      "SELECT count(*) FROM tune WHERE device = ?1 AND op = ?2 AND version = ?3 AND checksum = ?4";
   static const char kSelectRows[] =
       "SELECT key, winner FROM tune WHERE device = ?1 AND op = ?2 AND version = ?3 AND "
       "checksum = ?4";
@@ -493,7 +479,8 @@ static bool store_open_file_locked(void) {
       "checksum, key) DO UPDATE SET winner = excluded.winner, results = excluded.results, "
       "device_name = excluded.device_name, tuned_at = excluded.tuned_at";
   g_store.db = db;
-  if (g_sql.sqlite3_prepare_v2(db, kSelectRows, -1, &g_store.select_rows, NULL) != SQLITE_OK ||
+  if (g_sql.sqlite3_prepare_v2(db, kCountRows, -1, &g_store.count_rows, NULL) != SQLITE_OK ||
+      g_sql.sqlite3_prepare_v2(db, kSelectRows, -1, &g_store.select_rows, NULL) != SQLITE_OK ||
       g_sql.sqlite3_prepare_v2(db, kSelectResults, -1, &g_store.select_results, NULL) !=
           SQLITE_OK ||
       g_sql.sqlite3_prepare_v2(db, kUpsert, -1, &g_store.upsert, NULL) != SQLITE_OK) {
@@ -510,7 +497,7 @@ static bool store_ready_locked(void) {
   if (g_store.tried && g_store.pid != pid) {
     // A forked child: the parent's connection is not ours to use or close.
     g_store.db = NULL;
-    g_store.select_rows = g_store.select_results = g_store.upsert = NULL;
+    g_store.count_rows = g_store.select_rows = g_store.select_results = g_store.upsert = NULL;
     g_store.tried = false;
   }
   if (g_store.tried) return g_store.db != NULL;
@@ -592,14 +579,18 @@ static void bind_key_prefix(sqlite3_stmt *stmt, const char *device, const char *
 }
 
 bool cube_tune_store_load(const char *device, const char *op, uint32_t version,
-                          const char *checksum, void (*row)(const char *, const char *, void *),
-                          void *user) {
+                          const char *checksum, void (*reserve)(uint64_t, void *),
+                          void (*row)(const char *, const char *, void *), void *user) {
   pthread_mutex_lock(&g_store.lock);
   bool ok = store_ready_locked();
   for (int attempt = 0; ok && attempt < 2; ++attempt) {
-    sqlite3_stmt *stmt = g_store.select_rows;
+    sqlite3_stmt *stmt = g_store.count_rows;
     bind_key_prefix(stmt, device, op, version, checksum);
-    int rc;
+    int rc = g_sql.sqlite3_step(stmt);
+    if (rc == SQLITE_ROW) reserve((uint64_t)g_sql.sqlite3_column_int64(stmt, 0), user);
+    g_sql.sqlite3_reset(stmt);
+    stmt = g_store.select_rows;
+    bind_key_prefix(stmt, device, op, version, checksum);
     while ((rc = g_sql.sqlite3_step(stmt)) == SQLITE_ROW) {
       const char *key = (const char *)g_sql.sqlite3_column_text(stmt, 0);
       const char *winner = (const char *)g_sql.sqlite3_column_text(stmt, 1);
