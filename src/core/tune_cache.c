@@ -281,6 +281,8 @@ typedef struct store_t {
   sqlite3 *db;
   sqlite3_stmt *count_rows, *select_rows, *select_results, *upsert;
   char path[4096];
+  dev_t dev;  // the file the connection opened: damage found later sets
+  ino_t ino;  // aside this one, not a fresh file another process made
 } store_t;
 
 static store_t g_store = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -460,6 +462,11 @@ static bool store_open_file_locked(void) {
     set_aside(g_store.path, verdict == VERDICT_CORRUPT ? "corrupt" : "foreign", why);
     verdict = open_checked(g_store.path, &db, why, sizeof why);
   }
+  struct stat st;
+  if (verdict == VERDICT_OK && stat(g_store.path, &st) == 0) {
+    g_store.dev = st.st_dev;
+    g_store.ino = st.st_ino;
+  }
   if (lock_fd >= 0) close(lock_fd);  // closing releases the lock
   if (verdict != VERDICT_OK) {
     cube_tune_warn("tune cache: memory only: %s", why);
@@ -537,12 +544,10 @@ static void store_after_error_locked(int rc, const char *what) {
     while (flock(lock_fd, LOCK_EX) != 0 && errno == EINTR) {
     }
   }
-  // Another process may have replaced it already: look again under the lock.
-  sqlite3 *db = NULL;
-  char again[1024] = "";
-  verdict_t verdict = open_checked(g_store.path, &db, again, sizeof again);
-  if (db) g_sql.sqlite3_close_v2(db);
-  if (verdict == VERDICT_CORRUPT) set_aside(g_store.path, "corrupt", why);
+  // Another process may have replaced it already: the same file, or not.
+  struct stat st;
+  if (stat(g_store.path, &st) == 0 && st.st_dev == g_store.dev && st.st_ino == g_store.ino)
+    set_aside(g_store.path, "corrupt", why);
   if (lock_fd >= 0) close(lock_fd);
   store_open_file_locked();
 }

@@ -289,6 +289,46 @@ static void test_truncated_file_is_set_aside(void **state) {
   assert_int_equal(rows_of("tc_trunc"), 0);  // a fresh file
 }
 
+static void test_damaged_page_is_set_aside_when_read(void **state) {
+  (void)state;
+  need_file();
+  enum { ROWS = 3000 };
+  cube_tune_entry_t *rows = calloc(ROWS, sizeof *rows);
+  static char keys[ROWS][48];
+  for (int i = 0; i < ROWS; ++i) {
+    snprintf(keys[i], sizeof keys[i], "n=%d;;align=256", i);
+    rows[i] = (cube_tune_entry_t){.device = "d",
+                                  .op = "tc_page",
+                                  .version = 1,
+                                  .checksum = "c",
+                                  .key = keys[i],
+                                  .winner = "w",
+                                  .results = "a fairly long results text to fill the pages up",
+                                  .tuned_at = i};
+  }
+  assert_true(cube_tune_store_put(rows, ROWS));
+  free(rows);
+  cube_tune_store_close();
+  // The header and the schema pages stay; every page after them is garbage.
+  struct stat st;
+  assert_int_equal(stat(g_path, &st), 0);
+  FILE *f = fopen(g_path, "r+b");
+  assert_non_null(f);
+  static char garbage[4096];
+  cth_fill_pattern(garbage, sizeof garbage, 11);
+  for (long offset = 4 * 4096; offset + 4096 <= st.st_size; offset += 4096) {
+    assert_int_equal(fseek(f, offset, SEEK_SET), 0);
+    assert_int_equal(fwrite(garbage, 1, sizeof garbage, f), sizeof garbage);
+  }
+  assert_int_equal(fclose(f), 0);
+  uint64_t warnings = cube_tune_warning_count();
+  assert_true(tune_here("tc_page_after"));  // opened fine, failed when read: set aside
+  assert_true(cube_tune_warning_count() > warnings);
+  assert_int_equal(set_aside_count("corrupt"), 1);
+  assert_int_equal(rows_of("tc_page"), 0);
+  assert_int_equal(rows_of("tc_page_after"), 1);
+}
+
 static void test_empty_file_is_simply_used(void **state) {
   (void)state;
   need_file();
@@ -409,6 +449,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup(test_two_writers_lose_and_corrupt_nothing, setup),
       cmocka_unit_test_setup(test_garbage_file_is_set_aside, setup),
       cmocka_unit_test_setup(test_truncated_file_is_set_aside, setup),
+      cmocka_unit_test_setup(test_damaged_page_is_set_aside_when_read, setup),
       cmocka_unit_test_setup(test_empty_file_is_simply_used, setup),
       cmocka_unit_test_setup(test_other_schema_version_is_set_aside, setup),
       cmocka_unit_test_setup(test_other_application_database_is_set_aside, setup),
