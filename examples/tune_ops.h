@@ -81,28 +81,46 @@ static inline cube_status_t example_reduce_op_create(cube_tune_op_t **out_op) {
                               .candidates = candidates,
                               .candidate_count = EX_REDUCE_DIMS * EX_REDUCE_PER_UNIT,
                               .size_names = size_names,
-                              .size_count = 1};
+                              .size_count = 1,
+                              // 9 candidates: one warm-up and 5 samples each keep
+                              // the first call short.
+                              .warmup = 1,
+                              .samples = 5};
   if (cube_status_is_ok(status)) status = cube_tune_op_create(&desc, out_op);
   for (size_t d = 0; d < EX_REDUCE_DIMS; ++d)
     if (kernels[d]) cube_kernel_release(kernels[d]);  // the op holds its own references
   return status;
 }
 
+typedef struct example_reduce_call_t {
+  cube_kernel_buffer_t buffers[2];
+  cube_kernel_args_t args;
+  uint64_t sizes[1];
+  cube_tune_call_t call;
+} example_reduce_call_t;
+
+static inline void example_reduce_call_init(example_reduce_call_t *r, cube_handle_t x, uint64_t n,
+                                            cube_handle_t partial, uint32_t parts) {
+  memset(r, 0, sizeof *r);
+  r->buffers[0].binding = cube_handle_slice(x, 0, n * sizeof(float));
+  r->buffers[0].io = CUBE_IO_READ;
+  r->buffers[1].binding = cube_handle_slice(partial, 0, (uint64_t)parts * sizeof(float));
+  r->buffers[1].io = CUBE_IO_WRITE;
+  r->args = (cube_kernel_args_t){r->buffers, 2, NULL, 0};
+  r->sizes[0] = n;
+  r->call = (cube_tune_call_t){.args = &r->args,
+                               .count = cube_count_static(parts, 1, 1),
+                               .sizes = r->sizes,
+                               .size_count = 1};
+}
+
 // partial[0 .. parts) = partial sums of x[0 .. n); their sum is the sum.
 static inline cube_status_t example_reduce(cube_tune_op_t *op, cube_client_t *client,
                                            cube_stream_t stream, cube_handle_t x, uint64_t n,
                                            cube_handle_t partial, uint32_t parts) {
-  cube_kernel_buffer_t buffers[2];
-  memset(buffers, 0, sizeof buffers);
-  buffers[0].binding = cube_handle_slice(x, 0, n * sizeof(float));
-  buffers[0].io = CUBE_IO_READ;
-  buffers[1].binding = cube_handle_slice(partial, 0, (uint64_t)parts * sizeof(float));
-  buffers[1].io = CUBE_IO_WRITE;
-  cube_kernel_args_t args = {buffers, 2, NULL, 0};
-  uint64_t sizes[1] = {n};
-  cube_tune_call_t call = {
-      .args = &args, .count = cube_count_static(parts, 1, 1), .sizes = sizes, .size_count = 1};
-  return cube_tune_launch(op, client, stream, &call);
+  example_reduce_call_t r;
+  example_reduce_call_init(&r, x, n, partial, parts);
+  return cube_tune_launch(op, client, stream, &r.call);
 }
 
 //===--- GEMM (f32, shared-memory tiles) ---===//
@@ -245,7 +263,9 @@ static inline cube_status_t example_gemm_op_create(cube_tune_op_t **out_op) {
                               .size_names = size_names,
                               .size_count = 3,
                               .exact_names = exact_names,
-                              .exact_count = 3};
+                              .exact_count = 3,
+                              .warmup = 1,
+                              .samples = 5};
   if (cube_status_is_ok(status)) status = cube_tune_op_create(&desc, out_op);
   for (size_t i = 0; i < EX_GEMM_TILES; ++i)
     if (kernels[i]) cube_kernel_release(kernels[i]);
