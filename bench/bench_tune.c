@@ -131,10 +131,10 @@ static void bench_hit(void) {
   cube_tune_stats_t s0, s1;
   cube_tune_stats(&s0);
   // The host path alone: dispatch is a no-op, so nothing queues up.
-  cube_backend_vtable_t noop = *client->device->vtable;
+  cube_backend_vtable_t noop = *cube_server_of(client)->device->vtable;
   noop.dispatch = noop_dispatch;
-  const cube_backend_vtable_t *real = client->device->vtable;
-  client->device->vtable = &noop;
+  const cube_backend_vtable_t *real = cube_server_of(client)->device->vtable;
+  cube_server_of(client)->device->vtable = &noop;
   for (int r = 0; r < REPEATS; ++r) {
     double t0 = now_s();
     for (int i = 0; i < CALLS; ++i)
@@ -151,7 +151,7 @@ static void bench_hit(void) {
     select[r] = (now_s() - t0) / CALLS * 1e9;
     if (sink != CALLS * w) exit(1);
   }
-  client->device->vtable = real;
+  cube_server_of(client)->device->vtable = real;
   double diff[REPEATS];
   for (int r = 0; r < REPEATS; ++r) diff[r] = tuned[r] - direct[r];
   double d_med = median(diff, REPEATS);

@@ -857,10 +857,15 @@ static void tune_key(const cube_tune_op_t *op, cube_client_t *client, const cube
                        key_text, c->name, chain);
       }
       if (dirty) {
-        // Fresh scratch, so the next candidate reads no claim of this one.
+        // A fresh stream and fresh scratch, so the next candidate inherits
+        // neither a claim of this one nor a stream its late failure halted.
         scratch_free(client, &scratch);
-        cube_status_t again = scratch_make(client, stream, call, &scratch);
-        have_scratch = cube_status_is_ok(again);
+        cube_status_release(cube_sync(client, stream, NULL, 0));
+        cube_status_release(cube_stream_destroy(client, stream));
+        cube_status_t again = cube_stream_create(client, &stream);
+        have_stream = cube_status_is_ok(again);
+        if (have_stream) again = scratch_make(client, stream, call, &scratch);
+        have_scratch = have_stream && cube_status_is_ok(again);
         if (!have_scratch && cube_status_is_device_poisoned(again)) {
           out->status = cube_status_wrap(again, CUBE_STATUS_DEVICE_POISONED,
                                          "tunable '%s', key '%s': tuning stopped: the device is "

@@ -240,6 +240,28 @@ static void test_failing_candidate_is_reported_with_its_chain(void **state) {
   tfx_close(&f);
 }
 
+// A failure the device reports only at completion (the work was accepted,
+// its outputs torn): the candidate is reported failed, the caller's buffers
+// are untouched, the next candidates run.
+static void test_candidate_failing_late_is_reported(void **state) {
+  (void)state;
+  tfx_t f;
+  tfx_open(&f, g_kind, "dispatch:1:late");
+  const tfx_kind_t kinds[] = {TFX_FAST, TFX_MID, TFX_SLOW};
+  f.op = tfx_op(&f, "tt_late", kinds, 3, false);
+  tfx_data(&f, TFX_N);
+  CTH_OK(cube_tune_launch(f.op, f.client, CUBE_STREAM_CURRENT, &f.call));
+  assert_true(tfx_check(&f, 1));
+  cube_tune_report_t *r = report_of(&f);
+  const cube_tune_result_t *fast = result_named(r, "fast");
+  assert_int_equal(fast->outcome, CUBE_TUNE_FAILED);
+  assert_true(cth_status_contains(fast->status, "injected late fault"));
+  assert_string_equal(r->winner, "mid");
+  assert_int_equal(result_named(r, "slow")->outcome, CUBE_TUNE_TIMED);
+  cube_tune_report_release(r);
+  tfx_close(&f);
+}
+
 static void test_not_measured_never_wins(void **state) {
   (void)state;
   tfx_t f;
@@ -705,6 +727,7 @@ int main(void) {
       cmocka_unit_test_setup(test_tuning_leaves_no_scratch_behind, setup),
       cmocka_unit_test_setup(test_refused_candidate_is_dropped, setup),
       cmocka_unit_test_setup(test_failing_candidate_is_reported_with_its_chain, setup),
+      cmocka_unit_test_setup(test_candidate_failing_late_is_reported, setup),
       cmocka_unit_test_setup(test_not_measured_never_wins, setup),
       cmocka_unit_test_setup(test_only_unmeasured_runs_but_is_not_stored, setup),
       cmocka_unit_test_setup(test_poisoned_device_stops_tuning, setup),
