@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/server.h"  // the client's process-unique id, read only
 #include "core/tune_cache.h"
 #include "core/tune_internal.h"
 
@@ -81,8 +82,8 @@ enum { SLOT_FREE = 0, SLOT_UNDECIDED, SLOT_PENDING, SLOT_READY };
 typedef struct entry_t {
   uint64_t device;
   uint64_t hash;
-  atomic_uintptr_t verified;  // the client the winner was checked to launch on
-  atomic_uint decision;       // state | source << 8 | (winner + 1) << 16
+  atomic_uint_fast64_t verified;  // the client the winner was checked to launch on (a token)
+  atomic_uint decision;           // state | source << 8 | (winner + 1) << 16
   tuned_t *tuned;
   bool stored;
   bool file_counted;
@@ -348,12 +349,19 @@ static void entry_decide(entry_t *e, int state, int source, int winner) {
   atomic_store_explicit(&e->decision, decision_pack(state, source, winner), memory_order_release);
 }
 
+// A client's identity for "checked on this client": its address and its
+// process-unique id together, so a client made where a released one lived
+// is not taken for it.
+static uint64_t client_token(const cube_client_t *client) {
+  return (uint64_t)(uintptr_t)client ^ ((uint64_t)cube_server_of_const(client)->id << 48);
+}
+
 static bool entry_verified_for(const entry_t *e, const cube_client_t *client) {
-  return atomic_load_explicit(&e->verified, memory_order_relaxed) == (uintptr_t)client;
+  return atomic_load_explicit(&e->verified, memory_order_relaxed) == client_token(client);
 }
 
 static void entry_verify(entry_t *e, const cube_client_t *client) {
-  atomic_store_explicit(&e->verified, (uintptr_t)client, memory_order_relaxed);
+  atomic_store_explicit(&e->verified, client_token(client), memory_order_relaxed);
 }
 
 // The slot of |key| in |t|, or NULL. Safe without the lock.
