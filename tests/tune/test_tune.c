@@ -655,6 +655,55 @@ static void test_bad_descriptions_are_refused(void **state) {
   tfx_close(&f);
 }
 
+//===--- Graphs ---===//
+
+// The warm-up run before a capture tunes; the capture records the winner;
+// replays apply it.
+static void test_capture_records_the_winner(void **state) {
+  (void)state;
+  tfx_t f;
+  tfx_open(&f, g_kind, "");
+  f.op = tfx_op(&f, "tt_graph", kThree, 3, false);
+  tfx_data(&f, TFX_N);
+  const cube_stream_t s = CUBE_STREAM_CURRENT;
+  CTH_OK(cube_graph_prepare(f.client, s));
+  CTH_OK(cube_tune_launch(f.op, f.client, s, &f.call));  // warm-up: tunes
+  CTH_OK(cube_sync(f.client, s, NULL, 0));
+  cube_tune_stats_t before = stats_now();
+  CTH_OK(cube_graph_begin_capture(f.client, s));
+  CTH_OK(cube_tune_launch(f.op, f.client, s, &f.call));  // a hit, recorded
+  cube_graph_t graph = 0;
+  CTH_OK(cube_graph_end_capture(f.client, s, &graph));
+  CTH_OK(cube_graph_replay(f.client, s, graph));
+  CTH_OK(cube_graph_replay(f.client, s, graph));
+  cube_tune_stats_t after = stats_now();
+  assert_int_equal(after.benchmark_launches - before.benchmark_launches, 0);
+  assert_true(tfx_check(&f, 3));  // the warm-up and two replays
+  CTH_OK(cube_graph_destroy(f.client, s, graph));
+  tfx_close(&f);
+}
+
+// A key first met inside a capture window still records a launch that runs
+// (the first valid candidate if tuning cannot run there), and never fails.
+static void test_miss_inside_a_capture_records_a_valid_launch(void **state) {
+  (void)state;
+  tfx_t f;
+  tfx_open(&f, g_kind, "");
+  f.op = tfx_op(&f, "tt_graph_miss", kThree, 3, false);
+  tfx_data(&f, TFX_N);
+  const cube_stream_t s = CUBE_STREAM_CURRENT;
+  CTH_OK(cube_sync(f.client, s, NULL, 0));
+  CTH_OK(cube_graph_prepare(f.client, s));
+  CTH_OK(cube_graph_begin_capture(f.client, s));
+  CTH_OK(cube_tune_launch(f.op, f.client, s, &f.call));
+  cube_graph_t graph = 0;
+  CTH_OK(cube_graph_end_capture(f.client, s, &graph));
+  CTH_OK(cube_graph_replay(f.client, s, graph));
+  assert_true(tfx_check(&f, 1));
+  CTH_OK(cube_graph_destroy(f.client, s, graph));
+  tfx_close(&f);
+}
+
 //===--- Threads ---===//
 
 typedef struct thread_arg_t {
@@ -745,6 +794,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_mode_full_retunes_a_stored_key, setup, teardown_all),
       cmocka_unit_test_setup_teardown(test_bad_mode_is_named, setup, teardown_all),
       cmocka_unit_test_setup(test_bad_descriptions_are_refused, setup),
+      cmocka_unit_test_setup(test_capture_records_the_winner, setup),
+      cmocka_unit_test_setup(test_miss_inside_a_capture_records_a_valid_launch, setup),
       cmocka_unit_test_setup(test_threads_share_one_operation, setup),
   };
   int failed = cth_run_on_every_backend("tune", tests, sizeof tests / sizeof tests[0], &g_kind);
