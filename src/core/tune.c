@@ -90,10 +90,9 @@ typedef struct entry_t {
   uint64_t words[];  // op->word_count
 } entry_t;
 
-// A table is never changed in place by a growth or a clear: a new one is
-// published and the old one kept until the operation goes (readers may
-// still be probing it). Growth doubles, so all of them together are at
-// most twice the last.
+// A growth never changes a table in place: a new one is published and the
+// old one kept until the operation goes (readers may still be probing it).
+// Growth doubles, so all of them together are at most twice the last.
 typedef struct table_t {
   struct table_t *retired;  // the one this replaced
   size_t capacity;          // a power of two
@@ -399,26 +398,21 @@ static void table_publish(cube_tune_op_t *op, table_t *t) {
   atomic_store_explicit(&op->table, t, memory_order_release);
 }
 
-// Forgets every decision (a clear): a fresh empty table. Lock held.
+// Forgets every decision (a clear). The slots keep their keys, undecided:
+// a reader probing meanwhile sees them undecided and takes the slow path,
+// and repeated clears cost no memory. Lock held.
 static void table_reset(cube_tune_op_t *op) {
-  table_t *old = table_current(op);
-  for (size_t i = 0; old && i < old->capacity; ++i) {
-    entry_t *e = entry_at(op, old, i);
+  table_t *t = table_current(op);
+  for (size_t i = 0; t && i < t->capacity; ++i) {
+    entry_t *e = entry_at(op, t, i);
     tuned_free(e->tuned);
     e->tuned = NULL;
+    if (entry_decision(e).state == SLOT_FREE) continue;
+    e->stored = e->file_counted = false;
+    atomic_store_explicit(&e->verified, 0, memory_order_relaxed);
+    entry_decide(e, SLOT_UNDECIDED, 0, -1);
   }
   op->hydrated_count = 0;
-  if (!old || old->used == 0) return;
-  table_t *fresh = table_new(op, 64);
-  if (fresh) {
-    table_publish(op, fresh);
-  } else {
-    // No memory for a fresh table: the old one's decisions go undecided.
-    for (size_t i = 0; i < old->capacity; ++i) {
-      entry_t *e = entry_at(op, old, i);
-      if (entry_decision(e).state != SLOT_FREE) entry_decide(e, SLOT_UNDECIDED, 0, -1);
-    }
-  }
 }
 
 // Grows to hold |entries| at half load, at least double. Lock held.
