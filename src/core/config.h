@@ -106,6 +106,16 @@ enum {
   X(CACHE_MAX_BYTES, "CUBE_CACHE_MAX_BYTES", SIZE, CUBE_GiB, 0, CUBE_TiB, 0, NULL,                 \
     "the size the on-disk kernel cache is kept under, least recently used entries evicted "        \
     "first; 0 keeps kernels in memory only")                                                       \
+  /* Autotune (docs/tune.md) */                                                                    \
+  X(TUNE, "CUBE_TUNE", CHOICE, 0, 0, 0, 0, "cached|off|full|test",                                 \
+    "how tunable operations pick a candidate: cached (tune a key once, keep the winner in the "    \
+    "tune cache), off (the first valid candidate), full (retune every key once), test (one "       \
+    "sample, no warm-up, memory only)")                                                            \
+  X(TUNE_CACHE, "CUBE_TUNE_CACHE", PATH, 0, 0, 4000, 0, NULL,                                      \
+    "the tune cache file, an absolute path (default: tune.sqlite in the cache directory); off: "   \
+    "memory only")                                                                                 \
+  X(SQLITE_PATH, "CUBE_SQLITE_PATH", PATH, 0, 0, 1023, 0, NULL,                                    \
+    "the SQLite library the tune cache loads (a path or a soname; default: libsqlite3.so.0)")      \
   /* CUDA backend */                                                                               \
   X(NVRTC_PATH, "CUBE_NVRTC_PATH", PATH, 0, 0, 1023, 0, NULL,                                      \
     "the NVRTC library to load first (a path or a soname)")                                        \

@@ -20,9 +20,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/config.h"
 #include "core/server.h"  // the client's process-unique id, read only
 #include "core/tune_cache.h"
 #include "core/tune_internal.h"
+#include "core/warn.h"
 
 #define KEY_WORDS_MAX (CUBE_TUNE_MAX_SIZES + CUBE_TUNE_MAX_EXACT + 2)
 #define DEFAULT_WARMUP 2
@@ -800,9 +802,9 @@ static void tune_key(const cube_tune_op_t *op, cube_client_t *client, const cube
   tuned_t *tuned = calloc(1, sizeof *tuned + op->candidate_count * sizeof tuned->results[0]);
   cube_stream_t stream = 0;
   scratch_t scratch = {0};
-  cube_status_t status =
-      tuned ? CUBE_OK
-            : cube_status_make(CUBE_STATUS_GENERIC, "tunable '%s': out of host memory", op->name);
+  cube_status_t status = tuned ? CUBE_OK
+                               : cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                                                  "tunable '%s': out of host memory", op->name);
   bool have_stream = false, have_scratch = false;
   if (cube_status_is_ok(status)) {
     tuned->count = op->candidate_count;
@@ -855,8 +857,8 @@ static void tune_key(const cube_tune_op_t *op, cube_client_t *client, const cube
       if (r->outcome == CUBE_TUNE_FAILED) {
         char chain[1024];
         cube_status_format(r->status, chain, sizeof chain);
-        cube_tune_warn("tune '%s' [%s]: candidate '%s' failed and is not used:\n%s", op->name,
-                       key_text, c->name, chain);
+        cube_warn("tune '%s' [%s]: candidate '%s' failed and is not used:\n%s", op->name, key_text,
+                  c->name, chain);
       }
       if (dirty) {
         // A fresh stream and fresh scratch, so the next candidate inherits
@@ -1242,7 +1244,7 @@ cube_status_t cube_tune_report(cube_tune_op_t *op, cube_client_t *client,
   if (!b || !names) {
     free(b);
     free(names);
-    return cube_status_make(CUBE_STATUS_GENERIC, "cube_tune_report: out of host memory");
+    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "cube_tune_report: out of host memory");
   }
   b->names = names;
   snprintf(b->report.op, sizeof b->report.op, "%s", op->name);
@@ -1300,21 +1302,14 @@ void cube_tune_report_release(cube_tune_report_t *report) {
 
 //===--- Operations ---===//
 
+// CUBE_TUNE through the configuration's one parser (its choices are in the
+// order of cube_tune_mode_t).
 static cube_status_t mode_from_env(cube_tune_mode_t *out) {
-  const char *value = cube_env_str("CUBE_TUNE");
+  cube_config_value_t value;
   *out = CUBE_TUNE_CACHED;
-  if (!value || strcmp(value, "cached") == 0) return CUBE_OK;
-  if (strcmp(value, "off") == 0) {
-    *out = CUBE_TUNE_OFF;
-  } else if (strcmp(value, "full") == 0) {
-    *out = CUBE_TUNE_FULL;
-  } else if (strcmp(value, "test") == 0) {
-    *out = CUBE_TUNE_TEST;
-  } else {
-    return cube_status_make(CUBE_STATUS_VALIDATION,
-                            "CUBE_TUNE='%s': expected off, cached, full or test", value);
-  }
-  return CUBE_OK;
+  cube_status_t status = cube_config_parse_value(CUBE_CONFIG_TUNE, getenv("CUBE_TUNE"), &value);
+  if (cube_status_is_ok(status)) *out = (cube_tune_mode_t)value.value;
+  return status;
 }
 
 static cube_status_t desc_check(const cube_tune_op_desc_t *d) {
@@ -1447,8 +1442,8 @@ cube_status_t cube_tune_op_create(const cube_tune_op_desc_t *desc, cube_tune_op_
       op->candidates = calloc(desc->candidate_count, sizeof *op->candidates);
     }
     if (!op || !op->candidates)
-      status = cube_status_make(CUBE_STATUS_GENERIC, "cube_tune_op_create '%s': out of host memory",
-                                desc->name);
+      status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                                "cube_tune_op_create '%s': out of host memory", desc->name);
   }
   if (cube_status_is_ok(status)) {
     atomic_init(&op->refs, 1);
@@ -1483,7 +1478,7 @@ cube_status_t cube_tune_op_create(const cube_tune_op_desc_t *desc, cube_tune_op_
       if (c->scalar_count) {
         k->scalars = malloc(c->scalar_count * sizeof *k->scalars);
         if (!k->scalars) {
-          status = cube_status_make(CUBE_STATUS_GENERIC,
+          status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
                                     "cube_tune_op_create '%s': out of host memory", desc->name);
         } else {
           memcpy(k->scalars, c->scalars, c->scalar_count * sizeof *k->scalars);

@@ -25,7 +25,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/cache_dir.h"
+#include "core/config.h"
 #include "core/tune_cache.h"
+#include "core/warn.h"
 
 //===--- SQLite, loaded at run time ---===//
 
@@ -79,11 +82,9 @@ static char g_sql_error[512];
 
 // All or nothing: a library without one of the symbols is not used. Store
 // lock held.
-static bool sqlite_load(void) {
+static bool sqlite_load(const char *name) {
   if (g_sql_tried) return g_sql.library != NULL;
   g_sql_tried = true;
-  const char *name = cube_env_str("CUBE_SQLITE_PATH");
-  if (!name) name = "libsqlite3.so.0";
   void *library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
   if (!library) {
     const char *error = dlerror();
@@ -127,38 +128,8 @@ static void say(char *out, size_t capacity, const char *format, ...) {
   va_end(ap);
 }
 
-static pthread_mutex_t g_message_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t g_warnings;
-static char g_last_warning[1024];
-
-void cube_tune_warn(const char *format, ...) {
-  char text[1024];
-  va_list ap;
-  va_start(ap, format);
-  vsnprintf(text, sizeof text, format, ap);
-  va_end(ap);
-  pthread_mutex_lock(&g_message_lock);
-  g_warnings++;
-  snprintf(g_last_warning, sizeof g_last_warning, "%s", text);
-  pthread_mutex_unlock(&g_message_lock);
-  fprintf(stderr, "cubec: warning: %s\n", text);
-}
-
-uint64_t cube_tune_warning_count(void) {
-  pthread_mutex_lock(&g_message_lock);
-  uint64_t n = g_warnings;
-  pthread_mutex_unlock(&g_message_lock);
-  return n;
-}
-
-void cube_tune_last_warning(char *out, size_t capacity) {
-  pthread_mutex_lock(&g_message_lock);
-  snprintf(out, capacity, "%s", g_last_warning);
-  pthread_mutex_unlock(&g_message_lock);
-}
-
 void cube_tune_info(const char *format, ...) {
-  const char *level = cube_env_str("CUBE_LOG");
+  const char *level = getenv("CUBE_LOG");  // the logger's variable, until it lands
   if (!level || (strcmp(level, "info") != 0 && strcmp(level, "debug") != 0)) return;
   char text[1024];
   va_list ap;
@@ -170,104 +141,52 @@ void cube_tune_info(const char *format, ...) {
 
 //===--- Where the file lives ---===//
 
-// mkdir -p with 0700 for what it creates.
-static bool make_dirs(char *path) {
-  for (char *p = path + 1; *p; ++p) {
-    if (*p != '/') continue;
-    *p = '\0';
-    bool ok = mkdir(path, 0700) == 0 || errno == EEXIST;
-    *p = '/';
-    if (!ok) return false;
-  }
-  return mkdir(path, 0700) == 0 || errno == EEXIST;
-}
-
-// A directory the tune cache may live in: ours, and writable by no one else
-// (a sticky directory such as /tmp counts, since others cannot replace our
-// files there).
-static bool directory_is_safe(const char *dir, char *why, size_t why_capacity) {
-  struct stat st;
-  if (stat(dir, &st) != 0) {
-    say(why, why_capacity, "cannot use directory '%s': %s", dir, strerror(errno));
-    return false;
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    say(why, why_capacity, "'%s' is not a directory", dir);
-    return false;
-  }
-  bool sticky = (st.st_mode & S_ISVTX) != 0;
-  if (!sticky && st.st_uid != geteuid()) {
-    say(why, why_capacity, "directory '%s' belongs to uid %u, not to this user (uid %u)", dir,
-        (unsigned)st.st_uid, (unsigned)geteuid());
-    return false;
-  }
-  if (!sticky && (st.st_mode & (S_IWGRP | S_IWOTH))) {
-    say(why, why_capacity, "directory '%s' is writable by others (mode %03o)", dir,
-        (unsigned)(st.st_mode & 0777));
-    return false;
-  }
-  return true;
-}
-
-// The tune cache's path, by the kernel cache's directory policy; false (and
-// |why|) when the cache must stay in memory. One small function on purpose:
-// the kernel-cache directory API (issue 15) replaces its middle when it lands.
-static bool tune_cache_location(char *out, size_t capacity, char *why, size_t why_capacity) {
-  const char *explicit_path = cube_env_str("CUBE_TUNE_CACHE");
-  char dir[4096];
+// The tune cache's path, by the cache-directory policy (core/cache_dir.h):
+// tune.sqlite in the base directory of cubec's caches, or CUBE_TUNE_CACHE;
+// false (and |why|) when the cache must stay in memory.
+static bool tune_cache_location(const cube_config_t *config, char *out, size_t capacity, char *why,
+                                size_t why_capacity) {
+  const char *explicit_path = cube_config_text(config, CUBE_CONFIG_TUNE_CACHE, NULL);
   if (explicit_path && (strcmp(explicit_path, "off") == 0 || strcmp(explicit_path, "0") == 0 ||
                         strcmp(explicit_path, "memory") == 0)) {
     say(why, why_capacity, "CUBE_TUNE_CACHE=%s", explicit_path);
     return false;
   }
+  cube_cache_dir_t dir = {.fd = -1};
+  bool ok = true;
   if (explicit_path) {
-    if (snprintf(out, capacity, "%s", explicit_path) >= (int)capacity) {
-      say(why, why_capacity, "CUBE_TUNE_CACHE is longer than %zu bytes", capacity - 1);
-      return false;
-    }
-    snprintf(dir, sizeof dir, "%s", explicit_path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) {
-      snprintf(dir, sizeof dir, ".");
-    } else if (slash == dir) {
-      dir[1] = '\0';
+    char parent[CUBE_CACHE_PATH_MAX];
+    const char *slash = strrchr(explicit_path, '/');
+    if (explicit_path[0] != '/' || !slash || slash[1] == '\0' ||
+        (size_t)(slash - explicit_path) >= sizeof parent ||
+        snprintf(out, capacity, "%s", explicit_path) >= (int)capacity) {
+      say(why, why_capacity, "CUBE_TUNE_CACHE='%s' is not an absolute path of a file",
+          explicit_path);
+      ok = false;
     } else {
-      *slash = '\0';
+      size_t len = slash == explicit_path ? 1 : (size_t)(slash - explicit_path);
+      memcpy(parent, explicit_path, len);
+      parent[len] = '\0';
+      ok = cube_cache_dir_open_path(parent, &dir, why, why_capacity);
     }
   } else {
-    const char *cache = cube_env_str("CUBE_CACHE_DIR");
-    const char *xdg = cube_env_str("XDG_CACHE_HOME");
-    const char *home = cube_env_str("HOME");
-    int n;
-    if (cache) {
-      n = snprintf(dir, sizeof dir, "%s", cache);
-    } else if (xdg) {
-      n = snprintf(dir, sizeof dir, "%s/cubec", xdg);
-    } else if (home) {
-      n = snprintf(dir, sizeof dir, "%s/.cache/cubec", home);
-    } else {
-      // No shared /tmp fallback: a directory others can write is not ours.
-      say(why, why_capacity, "no cache directory (CUBE_CACHE_DIR, XDG_CACHE_HOME, HOME unset)");
-      return false;
-    }
-    if (n < 0 || (size_t)n + sizeof "/tune.sqlite" > capacity || (size_t)n >= sizeof dir) {
+    ok = cube_cache_dir_open(config, NULL, &dir, why, why_capacity);
+    if (ok && snprintf(out, capacity, "%s/tune.sqlite", dir.path) >= (int)capacity) {
       say(why, why_capacity, "the cache directory path is too long");
-      return false;
+      ok = false;
     }
-    say(out, capacity, "%s/tune.sqlite", dir);
   }
-  if (!make_dirs(dir)) {
-    say(why, why_capacity, "cannot create directory '%s': %s", dir, strerror(errno));
-    return false;
-  }
-  if (!directory_is_safe(dir, why, why_capacity)) return false;
+  cube_cache_dir_close(&dir);
+  // The directory is trusted: nobody else can put a file there. What is
+  // there must still be a plain file of ours (SQLite opens it by path, with
+  // SQLITE_OPEN_NOFOLLOW).
   struct stat st;
-  if (lstat(out, &st) == 0 &&
+  if (ok && lstat(out, &st) == 0 &&
       (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)))) {
     say(why, why_capacity, "'%s' is not a regular file of this user writable only by it", out);
-    return false;
+    ok = false;
   }
-  return true;
+  return ok;
 }
 
 //===--- The store ---===//
@@ -415,8 +334,8 @@ static void set_aside(const char *path, const char *kind, const char *why) {
            tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
            (long)getpid());
   if (rename(path, aside) != 0) {
-    cube_tune_warn("tune cache: '%s' is %s (%s) and cannot be set aside: %s", path, kind, why,
-                   strerror(errno));
+    cube_warn("tune cache: '%s' is %s (%s) and cannot be set aside: %s", path, kind, why,
+              strerror(errno));
     return;
   }
   // A stale WAL must not be replayed into the fresh file.
@@ -425,8 +344,8 @@ static void set_aside(const char *path, const char *kind, const char *why) {
   if (rename(from, to) != 0 && errno != ENOENT) unlink(from);
   snprintf(from, sizeof from, "%s-shm", path);
   unlink(from);
-  cube_tune_warn("tune cache: '%s' is %s (%s); set aside as '%s', starting a fresh one", path, kind,
-                 why, aside);
+  cube_warn("tune cache: '%s' is %s (%s); set aside as '%s', starting a fresh one", path, kind, why,
+            aside);
 }
 
 static void store_finalize_locked(void) {
@@ -469,7 +388,7 @@ static bool store_open_file_locked(void) {
   }
   if (lock_fd >= 0) close(lock_fd);  // closing releases the lock
   if (verdict != VERDICT_OK) {
-    cube_tune_warn("tune cache: memory only: %s", why);
+    cube_warn("tune cache: memory only: %s", why);
     return false;
   }
   static const char kCountRows[] =
@@ -491,7 +410,7 @@ static bool store_open_file_locked(void) {
       g_sql.sqlite3_prepare_v2(db, kSelectResults, -1, &g_store.select_results, NULL) !=
           SQLITE_OK ||
       g_sql.sqlite3_prepare_v2(db, kUpsert, -1, &g_store.upsert, NULL) != SQLITE_OK) {
-    cube_tune_warn("tune cache: memory only: '%s': %s", g_store.path, g_sql.sqlite3_errmsg(db));
+    cube_warn("tune cache: memory only: '%s': %s", g_store.path, g_sql.sqlite3_errmsg(db));
     store_close_locked();
     return false;
   }
@@ -511,18 +430,25 @@ static bool store_ready_locked(void) {
   g_store.tried = true;
   g_store.pid = pid;
   char why[1024] = "";
-  if (!sqlite_load()) {
-    cube_tune_warn("tune cache: memory only: %s", g_sql_error);
+  cube_config_t config;
+  cube_status_t status = cube_config_load(&config);
+  if (!cube_status_is_ok(status)) {
+    cube_status_format(status, why, sizeof why);
+    cube_status_release(status);
+    cube_warn("tune cache: memory only: %s", why);
     return false;
   }
-  if (!tune_cache_location(g_store.path, sizeof g_store.path, why, sizeof why)) {
+  bool ok = sqlite_load(cube_config_text(&config, CUBE_CONFIG_SQLITE_PATH, "libsqlite3.so.0"));
+  if (!ok) {
+    cube_warn("tune cache: memory only: %s", g_sql_error);
+  } else if (!tune_cache_location(&config, g_store.path, sizeof g_store.path, why, sizeof why)) {
     g_store.path[0] = '\0';
     // Asked for in so many words: no warning.
-    if (strncmp(why, "CUBE_TUNE_CACHE=", 16) != 0)
-      cube_tune_warn("tune cache: memory only: %s", why);
-    return false;
+    if (strncmp(why, "CUBE_TUNE_CACHE=", 16) != 0) cube_warn("tune cache: memory only: %s", why);
+    ok = false;
   }
-  return store_open_file_locked();
+  cube_config_release(&config);
+  return ok && store_open_file_locked();
 }
 
 // After a failed statement: damage found now sets the file aside and opens
@@ -531,7 +457,7 @@ static void store_after_error_locked(int rc, const char *what) {
   if (!g_store.db) return;
   const char *message = g_sql.sqlite3_errmsg(g_store.db);
   if (!is_corrupt_code(rc)) {
-    cube_tune_warn("tune cache: %s of '%s' failed: %s", what, g_store.path, message);
+    cube_warn("tune cache: %s of '%s' failed: %s", what, g_store.path, message);
     return;
   }
   char why[512];
@@ -670,8 +596,8 @@ bool cube_tune_store_put(const cube_tune_entry_t *entries, size_t count) {
     }
   }
   if (ok && rc != SQLITE_OK) {
-    cube_tune_warn("tune cache: writing '%s' failed: %s (the decision stays in memory)",
-                   g_store.path, g_sql.sqlite3_errmsg(g_store.db));
+    cube_warn("tune cache: writing '%s' failed: %s (the decision stays in memory)", g_store.path,
+              g_sql.sqlite3_errmsg(g_store.db));
     ok = false;
   }
   pthread_mutex_unlock(&g_store.lock);

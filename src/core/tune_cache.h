@@ -43,12 +43,8 @@ CUBE_INTERNAL bool cube_tune_store_exec(const char *sql);
 // their memory when they see it move.
 CUBE_INTERNAL uint64_t cube_tune_clear_epoch(void);
 
-// Warnings of the tuner and its cache: to stderr (until the logger lands),
-// counted, the last one kept for tests.
-CUBE_INTERNAL void cube_tune_warn(const char *format, ...) CUBE_PRINTF(1, 2);
-CUBE_INTERNAL uint64_t cube_tune_warning_count(void);
-CUBE_INTERNAL void cube_tune_last_warning(char *out, size_t capacity);
-// Decisions, at info level: printed only when CUBE_LOG is info or debug.
+// Decisions, at info level: printed only when CUBE_LOG is info or debug
+// (until the logger lands; warnings go through core/warn.h).
 CUBE_INTERNAL void cube_tune_info(const char *format, ...) CUBE_PRINTF(1, 2);
 
 #endif  // CUBE_CORE_TUNE_CACHE_H_
