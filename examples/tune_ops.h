@@ -50,8 +50,8 @@ enum { EX_REDUCE_DIMS = 3, EX_REDUCE_PER_UNIT = 3 };
 static const uint32_t kExReduceDims[EX_REDUCE_DIMS] = {64, 128, 256};
 static const uint32_t kExReducePerUnit[EX_REDUCE_PER_UNIT] = {4, 16, 64};
 
-// The reduction as a tunable operation: 9 candidates, keyed by n (rounded
-// to a power of two).
+// The reduction as a tunable operation: 9 candidates, keyed by n and the
+// number of partials (rounded to powers of two).
 static inline cube_status_t example_reduce_op_create(cube_tune_op_t **out_op) {
   *out_op = NULL;
   cube_kernel_t *kernels[EX_REDUCE_DIMS] = {NULL};
@@ -75,13 +75,15 @@ static inline cube_status_t example_reduce_op_create(cube_tune_op_t **out_op) {
       candidates[i].scalar_count = 1;
     }
   }
-  static const char *const size_names[] = {"n"};
+  // The number of partials (the cube count) changes which shape is fastest:
+  // it is part of the key.
+  static const char *const size_names[] = {"n", "parts"};
   cube_tune_op_desc_t desc = {.name = "reduce_sum",
                               .version = 1,
                               .candidates = candidates,
                               .candidate_count = EX_REDUCE_DIMS * EX_REDUCE_PER_UNIT,
                               .size_names = size_names,
-                              .size_count = 1,
+                              .size_count = 2,
                               // 9 candidates: one warm-up and 5 samples each keep
                               // the first call short.
                               .warmup = 1,
@@ -95,7 +97,7 @@ static inline cube_status_t example_reduce_op_create(cube_tune_op_t **out_op) {
 typedef struct example_reduce_call_t {
   cube_kernel_buffer_t buffers[2];
   cube_kernel_args_t args;
-  uint64_t sizes[1];
+  uint64_t sizes[2];
   cube_tune_call_t call;
 } example_reduce_call_t;
 
@@ -108,10 +110,11 @@ static inline void example_reduce_call_init(example_reduce_call_t *r, cube_handl
   r->buffers[1].io = CUBE_IO_WRITE;
   r->args = (cube_kernel_args_t){r->buffers, 2, NULL, 0};
   r->sizes[0] = n;
+  r->sizes[1] = parts;
   r->call = (cube_tune_call_t){.args = &r->args,
                                .count = cube_count_static(parts, 1, 1),
                                .sizes = r->sizes,
-                               .size_count = 1};
+                               .size_count = 2};
 }
 
 // partial[0 .. parts) = partial sums of x[0 .. n); their sum is the sum.

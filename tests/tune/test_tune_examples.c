@@ -40,12 +40,9 @@ static void test_reduction_sums_exactly(void **state) {
   assert_true(total == expected);
   // Every candidate was tried and timed.
   cube_tune_report_t *r = NULL;
-  uint64_t sizes[1] = {n};
-  cube_kernel_buffer_t buffers[2] = {cth_arg(hx, CUBE_IO_READ), cth_arg(hp, CUBE_IO_WRITE)};
-  buffers[0].binding = cube_handle_slice(hx, 0, n * sizeof *x);
-  cube_kernel_args_t args = {buffers, 2, NULL, 0};
-  cube_tune_call_t call = {.args = &args, .sizes = sizes, .size_count = 1};
-  CTH_OK(cube_tune_report(op, client, &call, &r));
+  example_reduce_call_t call;
+  example_reduce_call_init(&call, hx, n, hp, parts);
+  CTH_OK(cube_tune_report(op, client, &call.call, &r));
   assert_non_null(r->winner);
   for (size_t i = 0; i < r->result_count; ++i)
     assert_int_equal(r->results[i].outcome, CUBE_TUNE_TIMED);
