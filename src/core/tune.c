@@ -125,6 +125,7 @@ struct cube_tune_op_t {
   char exact_names[CUBE_TUNE_MAX_EXACT][CUBE_TUNE_NAME_MAX];
   uint32_t size_count, exact_count;
   cube_tune_anchor_t anchor;
+  int anchor_kind;  // ANCHOR_*: decided once, not per call
   const void *user;
   uint32_t warmup, samples;
   char checksum[CUBE_HASH128_HEX_SIZE];
@@ -139,12 +140,13 @@ struct cube_tune_op_t {
   size_t hydrated_count, hydrated_capacity;
 };
 
+// A call's key as the hot path computes it: words only (the exact part as
+// validity sees it is derived on the slow path, key_exact).
 typedef struct call_key_t {
   uint64_t device;
   uint64_t hash;
   uint32_t word_count;
   uint64_t words[KEY_WORDS_MAX];
-  cube_tune_exact_t exact;
 } call_key_t;
 
 //===--- Names, anchors, keys ---===//
@@ -180,17 +182,30 @@ uint64_t cube_tune_anchor(uint64_t x, cube_tune_anchor_t anchor) {
   return r;
 }
 
-static uint64_t mix64(uint64_t h, uint64_t w) {
-  h ^= w + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  h *= 0xbf58476d1ce4e5b9ull;
-  return h ^ (h >> 31);
+enum { ANCHOR_NONE, ANCHOR_POW2, ANCHOR_BASE };
+
+static int anchor_kind_of(cube_tune_anchor_t anchor) {
+  double base = anchor.base == 0.0 ? 2.0 : anchor.base;
+  return base == 1.0 ? ANCHOR_NONE : base == 2.0 ? ANCHOR_POW2 : ANCHOR_BASE;
 }
 
-static uint32_t alignment_of(uint64_t offset) {
-  if (offset == 0) return 256;
-  uint64_t low = offset & (~offset + 1);
-  return low >= 256 ? 256 : (uint32_t)low;
+// The per-call rounding: a power of two needs no floating point.
+static inline uint64_t anchor_fast(const cube_tune_op_t *op, uint64_t x) {
+  if (op->anchor_kind != ANCHOR_POW2 || x == 0) return cube_tune_anchor(x, op->anchor);
+  uint64_t r = x <= 1 ? 1 : (x > (1ull << 63) ? UINT64_MAX : 1ull << (64 - __builtin_clzll(x - 1)));
+  if (op->anchor.max && r > op->anchor.max) r = op->anchor.max;
+  return r < op->anchor.min ? op->anchor.min : r;
 }
+
+// Table hashing (not a content hash): a multiply per word, folded at the end.
+static inline uint64_t mix64(uint64_t h, uint64_t w) {
+  return (h ^ w) * 0x9e3779b97f4a7c15ull;
+}
+
+static inline uint64_t mix_final(uint64_t h) {
+  return h ^ (h >> 29) ^ (h >> 47);
+}
+
 
 // The key of |call|: rounded sizes, exact properties, buffer alignments.
 // |client| may be NULL (no device part). The per-call path: no allocation,
@@ -220,16 +235,14 @@ static cube_status_t key_compute(const cube_tune_op_t *op, cube_client_t *client
     for (uint32_t i = 0; i < op->size_count; ++i) sizes[i] = call->sizes[i];
   }
   uint32_t n = 0;
-  for (uint32_t i = 0; i < op->size_count; ++i)
-    out->words[n++] = cube_tune_anchor(sizes[i], op->anchor);
-  out->exact.count = op->exact_count;
-  for (uint32_t i = 0; i < op->exact_count; ++i) out->words[n++] = out->exact.values[i] = exact[i];
+  for (uint32_t i = 0; i < op->size_count; ++i) out->words[n++] = anchor_fast(op, sizes[i]);
+  for (uint32_t i = 0; i < op->exact_count; ++i) out->words[n++] = exact[i];
   uint64_t packed = 0;
-  out->exact.buffer_count = (uint32_t)args->buffer_count;
   for (size_t b = 0; b < args->buffer_count; ++b) {
-    uint32_t a = alignment_of(args->buffers[b].binding.offset);
-    out->exact.alignment[b] = a;
-    packed |= (uint64_t)__builtin_ctz(a) << (4 * b);
+    uint64_t offset = args->buffers[b].binding.offset;
+    // log2 of the offset's alignment, at most 8 (256 bytes); 8 for offset 0.
+    uint32_t shift = offset ? (uint32_t)__builtin_ctzll(offset) : 8;
+    packed |= (uint64_t)(shift < 8 ? shift : 8) << (4 * b);
   }
   out->words[n++] = args->buffer_count;
   out->words[n++] = packed;
@@ -237,8 +250,20 @@ static cube_status_t key_compute(const cube_tune_op_t *op, cube_client_t *client
   out->device = client ? cube_client_properties_hash(client) : 0;
   uint64_t h = mix64(0x51ed270b27c4a1c9ull, out->device);
   for (uint32_t i = 0; i < n; ++i) h = mix64(h, out->words[i]);
-  out->hash = h;
+  out->hash = mix_final(h);
   return CUBE_OK;
+}
+
+// The exact part of |key| as validity sees it.
+static void key_exact(const cube_tune_op_t *op, const call_key_t *key, cube_tune_exact_t *out) {
+  memset(out, 0, sizeof *out);
+  out->count = op->exact_count;
+  for (uint32_t i = 0; i < op->exact_count; ++i) out->values[i] = key->words[op->size_count + i];
+  uint32_t base = op->size_count + op->exact_count;
+  out->buffer_count = (uint32_t)key->words[base];
+  uint64_t packed = key->words[base + 1];
+  for (uint32_t b = 0; b < out->buffer_count && b < CUBE_TUNE_MAX_BUFFERS; ++b)
+    out->alignment[b] = 1u << ((packed >> (4 * b)) & 15);
 }
 
 // "n=16777216,k=64;dtype=1;align=256,256"
@@ -258,8 +283,9 @@ static void key_format(const cube_tune_op_t *op, const call_key_t *key, char *ou
   for (uint32_t i = 0; i < op->exact_count; ++i)
     PUT("%s%s=%" PRIu64, i ? "," : "", op->exact_names[i], key->words[w++]);
   PUT(";align=");
-  for (uint32_t b = 0; b < key->exact.buffer_count; ++b)
-    PUT("%s%u", b ? "," : "", key->exact.alignment[b]);
+  cube_tune_exact_t exact;
+  key_exact(op, key, &exact);
+  for (uint32_t b = 0; b < exact.buffer_count; ++b) PUT("%s%u", b ? "," : "", exact.alignment[b]);
 #undef PUT
   if (used >= capacity && capacity) out[capacity - 1] = '\0';
 }
@@ -300,8 +326,6 @@ static bool key_parse(const cube_tune_op_t *op, const char *text, uint64_t devic
   p += 7;
   uint32_t n = 0;
   for (uint32_t i = 0; i < op->size_count + op->exact_count; ++i) out->words[n++] = values[i];
-  out->exact.count = op->exact_count;
-  for (uint32_t i = 0; i < op->exact_count; ++i) out->exact.values[i] = values[op->size_count + i];
   uint32_t buffers = 0;
   uint64_t packed = 0;
   while (*p) {
@@ -311,18 +335,16 @@ static bool key_parse(const cube_tune_op_t *op, const char *text, uint64_t devic
     unsigned long a = strtoul(p, &end, 10);
     p = end;
     if (a == 0 || a > 256 || (a & (a - 1))) return false;
-    out->exact.alignment[buffers] = (uint32_t)a;
     packed |= (uint64_t)__builtin_ctzl(a) << (4 * buffers);
     buffers++;
   }
-  out->exact.buffer_count = buffers;
   out->words[n++] = buffers;
   out->words[n++] = packed;
   out->word_count = n;
   out->device = device;
   uint64_t h = mix64(0x51ed270b27c4a1c9ull, device);
   for (uint32_t i = 0; i < n; ++i) h = mix64(h, out->words[i]);
-  out->hash = h;
+  out->hash = mix_final(h);
   return true;
 }
 
@@ -373,9 +395,9 @@ static entry_t *table_probe(const cube_tune_op_t *op, const table_t *t, const ca
     entry_t *e = entry_at(op, t, i);
     if (atomic_load_explicit(&e->decision, memory_order_acquire) == SLOT_FREE) return NULL;
     if (e->hash != key->hash || e->device != key->device) continue;
-    bool same = true;
-    for (uint32_t w = 0; w < op->word_count && same; ++w) same = e->words[w] == key->words[w];
-    if (same) return e;
+    uint32_t w = 0;
+    while (w < key->word_count && e->words[w] == key->words[w]) ++w;
+    if (w == key->word_count) return e;
   }
 }
 
@@ -519,8 +541,10 @@ static void hydrate_row(const char *text, const char *winner, void *user) {
   int index = candidate_by_name(h->op, winner);
   // A winner no longer in the set, or no longer valid for its key, is
   // missing: that key is tuned again.
-  if (index < 0 || !key_parse(h->op, text, h->device, &key) ||
-      !candidate_valid(&h->op->candidates[index], &key.exact)) {
+  cube_tune_exact_t exact;
+  bool parsed = index >= 0 && key_parse(h->op, text, h->device, &key);
+  if (parsed) key_exact(h->op, &key, &exact);
+  if (!parsed || !candidate_valid(&h->op->candidates[index], &exact)) {
     h->skipped++;
     return;
   }
@@ -606,9 +630,11 @@ static cube_status_t run_first_valid(const cube_tune_op_t *op, cube_client_t *cl
   size_t error_count = 0;
   cube_status_t status = CUBE_OK;
   int chosen = -1;
+  cube_tune_exact_t exact;
+  key_exact(op, key, &exact);
   for (size_t i = 0; i < op->candidate_count && chosen < 0; ++i) {
     const candidate_t *c = &op->candidates[i];
-    if (!candidate_valid(c, &key->exact)) continue;
+    if (!candidate_valid(c, &exact)) continue;
     // A dry run first: a refusal found here claims nothing.
     status = candidate_run(op, c, client, stream, call, CUBE_LAUNCH_COMPILE_ONLY);
     if (cube_status_is_ok(status))
@@ -836,10 +862,12 @@ static void tune_key(const cube_tune_op_t *op, cube_client_t *client, const cube
     status = CUBE_OK;
   } else {
     bool progress = isatty(STDERR_FILENO);
+    cube_tune_exact_t exact;
+    key_exact(op, key, &exact);
     for (size_t i = 0; i < op->candidate_count && have_scratch; ++i) {
       const candidate_t *c = &op->candidates[i];
       cube_tune_result_t *r = &tuned->results[i];
-      if (!candidate_valid(c, &key->exact)) {
+      if (!candidate_valid(c, &exact)) {
         r->outcome = CUBE_TUNE_INVALID;
         continue;
       }
@@ -1459,6 +1487,7 @@ cube_status_t cube_tune_op_create(const cube_tune_op_desc_t *desc, cube_tune_op_
     for (uint32_t i = 0; i < desc->exact_count; ++i)
       snprintf(op->exact_names[i], CUBE_TUNE_NAME_MAX, "%s", desc->exact_names[i]);
     op->anchor = desc->anchor;
+    op->anchor_kind = anchor_kind_of(desc->anchor);
     op->user = desc->user;
     op->warmup = desc->warmup ? desc->warmup : DEFAULT_WARMUP;
     op->samples = desc->samples ? desc->samples : DEFAULT_SAMPLES;

@@ -205,11 +205,7 @@ typedef struct store_t {
 } store_t;
 
 static store_t g_store = {.lock = PTHREAD_MUTEX_INITIALIZER};
-static atomic_uint_fast64_t g_clear_epoch;
-
-uint64_t cube_tune_clear_epoch(void) {
-  return (uint64_t)atomic_load_explicit(&g_clear_epoch, memory_order_relaxed);
-}
+atomic_uint_fast64_t cube_tune_clear_epoch_value;
 
 typedef enum verdict_t { VERDICT_OK, VERDICT_CORRUPT, VERDICT_FOREIGN, VERDICT_FAIL } verdict_t;
 
@@ -691,7 +687,7 @@ cube_status_t cube_tune_cache_visit(const char *op, const char *key,
 cube_status_t cube_tune_cache_clear(const char *op, uint64_t *out_removed) {
   if (out_removed) *out_removed = 0;
   // Memory first: whatever the file does, live operations forget.
-  atomic_fetch_add_explicit(&g_clear_epoch, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&cube_tune_clear_epoch_value, 1, memory_order_relaxed);
   cube_status_t status = CUBE_OK;
   pthread_mutex_lock(&g_store.lock);
   sqlite3_stmt *stmt = NULL;

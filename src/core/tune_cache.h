@@ -11,6 +11,8 @@
 #ifndef CUBE_CORE_TUNE_CACHE_H_
 #define CUBE_CORE_TUNE_CACHE_H_
 
+#include <stdatomic.h>
+
 #include "cube/tune.h"
 #include "base/util.h"
 
@@ -40,8 +42,11 @@ CUBE_INTERNAL void cube_tune_store_close(void);
 CUBE_INTERNAL bool cube_tune_store_exec(const char *sql);
 
 // The clear epoch: cube_tune_cache_clear bumps it, and operations drop
-// their memory when they see it move.
-CUBE_INTERNAL uint64_t cube_tune_clear_epoch(void);
+// their memory when they see it move (read on every hit: inline).
+CUBE_INTERNAL extern atomic_uint_fast64_t cube_tune_clear_epoch_value;
+static inline uint64_t cube_tune_clear_epoch(void) {
+  return (uint64_t)atomic_load_explicit(&cube_tune_clear_epoch_value, memory_order_relaxed);
+}
 
 // Decisions, at info level: printed only when CUBE_LOG is info or debug
 // (until the logger lands; warnings go through core/warn.h).
