@@ -206,7 +206,6 @@ static inline uint64_t mix_final(uint64_t h) {
   return h ^ (h >> 29) ^ (h >> 47);
 }
 
-
 // The key of |call|: rounded sizes, exact properties, buffer alignments.
 // |client| may be NULL (no device part). The per-call path: no allocation,
 // no formatting.
@@ -331,9 +330,8 @@ static bool key_parse(const cube_tune_op_t *op, const char *text, uint64_t devic
   while (*p) {
     if (buffers && *p++ != ',') return false;
     if (buffers == CUBE_TUNE_MAX_BUFFERS || *p < '0' || *p > '9') return false;
-    char *end = NULL;
-    unsigned long a = strtoul(p, &end, 10);
-    p = end;
+    unsigned long a = 0;
+    for (; *p >= '0' && *p <= '9' && a <= 256; ++p) a = a * 10 + (unsigned long)(*p - '0');
     if (a == 0 || a > 256 || (a & (a - 1))) return false;
     packed |= (uint64_t)__builtin_ctzl(a) << (4 * buffers);
     buffers++;
@@ -442,7 +440,9 @@ static void table_reset(cube_tune_op_t *op) {
 // Grows to hold |entries| at half load, at least double. Lock held.
 static bool table_grow(cube_tune_op_t *op, size_t entries) {
   table_t *old = table_current(op);
-  size_t capacity = old ? old->capacity * 2 : 64;
+  // Four times once large: fewer passes (and retired tables) while a file's
+  // rows stream in.
+  size_t capacity = old ? old->capacity * (old->capacity >= 4096 ? 4 : 2) : 64;
   while (capacity < entries * 2) capacity *= 2;
   table_t *t = table_new(op, capacity);
   if (!t) return false;
@@ -528,13 +528,6 @@ static int candidate_by_name(const cube_tune_op_t *op, const char *name) {
   return -1;
 }
 
-static void hydrate_reserve(uint64_t rows, void *user) {
-  hydrate_t *h = user;
-  table_t *t = table_current(h->op);
-  size_t want = (t ? t->used : 0) + (size_t)rows;
-  if (!t || want * 2 > t->capacity) table_grow(h->op, want);  // else it grows as it goes
-}
-
 static void hydrate_row(const char *text, const char *winner, void *user) {
   hydrate_t *h = user;
   call_key_t key;
@@ -573,8 +566,7 @@ static void hydrate_locked(cube_tune_op_t *op, uint64_t device) {
   char hex[17];
   device_hex(device, hex);
   hydrate_t h = {.op = op, .device = device};
-  if (cube_tune_store_load(hex, op->name, op->version, op->checksum, hydrate_reserve, hydrate_row,
-                           &h)) {
+  if (cube_tune_store_load(hex, op->name, op->version, op->checksum, hydrate_row, &h)) {
     atomic_fetch_add_explicit(&g_file_entries, h.loaded, memory_order_relaxed);
     if (h.loaded || h.skipped)
       cube_tune_info("tune '%s': %" PRIu64 " decisions read from the tune cache (%" PRIu64

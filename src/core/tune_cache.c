@@ -198,7 +198,7 @@ typedef struct store_t {
   bool tried;  // an open was attempted by this process
   pid_t pid;
   sqlite3 *db;
-  sqlite3_stmt *count_rows, *select_rows, *select_results, *upsert;
+  sqlite3_stmt *select_rows, *select_results, *upsert;
   char path[4096];
   dev_t dev;  // the file the connection opened: damage found later sets
   ino_t ino;  // aside this one, not a fresh file another process made
@@ -240,11 +240,13 @@ static const char kSchema[] =
     "BEGIN IMMEDIATE;"
     "CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT) WITHOUT ROWID;"
     "INSERT OR IGNORE INTO meta VALUES('schema_version', '1');"
+    // set_id: a 64-bit hash of (device, op, version, checksum), so reading a
+    // set compares one integer per row.
     "CREATE TABLE IF NOT EXISTS tune("
+    "  set_id INTEGER NOT NULL, key TEXT NOT NULL,"
     "  device TEXT NOT NULL, device_name TEXT, op TEXT NOT NULL, version INTEGER NOT NULL,"
-    "  checksum TEXT NOT NULL, key TEXT NOT NULL, winner TEXT NOT NULL, results TEXT,"
-    "  tuned_at INTEGER,"
-    "  PRIMARY KEY (device, op, version, checksum, key)) WITHOUT ROWID;"
+    "  checksum TEXT NOT NULL, winner TEXT NOT NULL, results TEXT, tuned_at INTEGER,"
+    "  PRIMARY KEY (set_id, key)) WITHOUT ROWID;"
     "PRAGMA application_id = 1129660997;"  // CUBE_TUNE_APPLICATION_ID
     "COMMIT;";
 
@@ -345,8 +347,7 @@ static void set_aside(const char *path, const char *kind, const char *why) {
 }
 
 static void store_finalize_locked(void) {
-  sqlite3_stmt **stmts[] = {&g_store.count_rows, &g_store.select_rows, &g_store.select_results,
-                            &g_store.upsert};
+  sqlite3_stmt **stmts[] = {&g_store.select_rows, &g_store.select_results, &g_store.upsert};
   for (size_t i = 0; i < sizeof stmts / sizeof stmts[0]; ++i) {
     if (*stmts[i]) g_sql.sqlite3_finalize(*stmts[i]);
     *stmts[i] = NULL;
@@ -387,22 +388,15 @@ static bool store_open_file_locked(void) {
     cube_warn("tune cache: memory only: %s", why);
     return false;
   }
-  static const char kCountRows[] =
-      "SELECT count(*) FROM tune WHERE device = ?1 AND op = ?2 AND version = ?3 AND checksum = ?4";
-  static const char kSelectRows[] =
-      "SELECT key, winner FROM tune WHERE device = ?1 AND op = ?2 AND version = ?3 AND "
-      "checksum = ?4";
-  static const char kSelectResults[] =
-      "SELECT results FROM tune WHERE device = ?1 AND op = ?2 AND version = ?3 AND "
-      "checksum = ?4 AND key = ?5";
+  static const char kSelectRows[] = "SELECT key, winner FROM tune WHERE set_id = ?1";
+  static const char kSelectResults[] = "SELECT results FROM tune WHERE set_id = ?1 AND key = ?2";
   static const char kUpsert[] =
-      "INSERT INTO tune(device, device_name, op, version, checksum, key, winner, results, "
-      "tuned_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT(device, op, version, "
-      "checksum, key) DO UPDATE SET winner = excluded.winner, results = excluded.results, "
-      "device_name = excluded.device_name, tuned_at = excluded.tuned_at";
+      "INSERT INTO tune(set_id, key, device, device_name, op, version, checksum, winner, results, "
+      "tuned_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT(set_id, key) DO "
+      "UPDATE SET winner = excluded.winner, results = excluded.results, device_name = "
+      "excluded.device_name, tuned_at = excluded.tuned_at";
   g_store.db = db;
-  if (g_sql.sqlite3_prepare_v2(db, kCountRows, -1, &g_store.count_rows, NULL) != SQLITE_OK ||
-      g_sql.sqlite3_prepare_v2(db, kSelectRows, -1, &g_store.select_rows, NULL) != SQLITE_OK ||
+  if (g_sql.sqlite3_prepare_v2(db, kSelectRows, -1, &g_store.select_rows, NULL) != SQLITE_OK ||
       g_sql.sqlite3_prepare_v2(db, kSelectResults, -1, &g_store.select_results, NULL) !=
           SQLITE_OK ||
       g_sql.sqlite3_prepare_v2(db, kUpsert, -1, &g_store.upsert, NULL) != SQLITE_OK) {
@@ -419,7 +413,7 @@ static bool store_ready_locked(void) {
   if (g_store.tried && g_store.pid != pid) {
     // A forked child: the parent's connection is not ours to use or close.
     g_store.db = NULL;
-    g_store.count_rows = g_store.select_rows = g_store.select_results = g_store.upsert = NULL;
+    g_store.select_rows = g_store.select_results = g_store.upsert = NULL;
     g_store.tried = false;
   }
   if (g_store.tried) return g_store.db != NULL;
@@ -497,27 +491,33 @@ bool cube_tune_store_exec(const char *sql) {
   return ok;
 }
 
-static void bind_key_prefix(sqlite3_stmt *stmt, const char *device, const char *op,
-                            uint32_t version, const char *checksum) {
-  g_sql.sqlite3_bind_text(stmt, 1, device, -1, SQLITE_TRANSIENT);
-  g_sql.sqlite3_bind_text(stmt, 2, op, -1, SQLITE_TRANSIENT);
-  g_sql.sqlite3_bind_int64(stmt, 3, (long long)version);
-  g_sql.sqlite3_bind_text(stmt, 4, checksum, -1, SQLITE_TRANSIENT);
+// The set a decision belongs to, as one integer: a hash of (device, op,
+// version, checksum). Two sets of one file colliding on 64 bits is not a
+// case worth a per-row check (and their rows would still have to parse as
+// this operation's keys and name its candidates).
+static long long set_id(const char *device, const char *op, uint32_t version,
+                        const char *checksum) {
+  cube_hash128_state_t s;
+  cube_hash128_init(&s);
+  cube_hash128_update(&s, device, strlen(device) + 1);
+  cube_hash128_update(&s, op, strlen(op) + 1);
+  char v[16];
+  int n = snprintf(v, sizeof v, "%u", version);
+  cube_hash128_update(&s, v, (size_t)n + 1);
+  cube_hash128_update(&s, checksum, strlen(checksum) + 1);
+  return (long long)cube_hash128_final(&s).low;
 }
 
 bool cube_tune_store_load(const char *device, const char *op, uint32_t version,
-                          const char *checksum, void (*reserve)(uint64_t, void *),
-                          void (*row)(const char *, const char *, void *), void *user) {
+                          const char *checksum, void (*row)(const char *, const char *, void *),
+                          void *user) {
   pthread_mutex_lock(&g_store.lock);
   bool ok = store_ready_locked();
+  long long id = set_id(device, op, version, checksum);
   for (int attempt = 0; ok && attempt < 2; ++attempt) {
-    sqlite3_stmt *stmt = g_store.count_rows;
-    bind_key_prefix(stmt, device, op, version, checksum);
-    int rc = g_sql.sqlite3_step(stmt);
-    if (rc == SQLITE_ROW) reserve((uint64_t)g_sql.sqlite3_column_int64(stmt, 0), user);
-    g_sql.sqlite3_reset(stmt);
-    stmt = g_store.select_rows;
-    bind_key_prefix(stmt, device, op, version, checksum);
+    sqlite3_stmt *stmt = g_store.select_rows;
+    g_sql.sqlite3_bind_int64(stmt, 1, id);
+    int rc;
     while ((rc = g_sql.sqlite3_step(stmt)) == SQLITE_ROW) {
       const char *key = (const char *)g_sql.sqlite3_column_text(stmt, 0);
       const char *winner = (const char *)g_sql.sqlite3_column_text(stmt, 1);
@@ -539,8 +539,8 @@ bool cube_tune_store_results(const char *device, const char *op, uint32_t versio
   bool found = false;
   if (store_ready_locked()) {
     sqlite3_stmt *stmt = g_store.select_results;
-    bind_key_prefix(stmt, device, op, version, checksum);
-    g_sql.sqlite3_bind_text(stmt, 5, key, -1, SQLITE_TRANSIENT);
+    g_sql.sqlite3_bind_int64(stmt, 1, set_id(device, op, version, checksum));
+    g_sql.sqlite3_bind_text(stmt, 2, key, -1, SQLITE_TRANSIENT);
     int rc = g_sql.sqlite3_step(stmt);
     if (rc == SQLITE_ROW) {
       const char *text = (const char *)g_sql.sqlite3_column_text(stmt, 0);
@@ -565,19 +565,20 @@ bool cube_tune_store_put(const cube_tune_entry_t *entries, size_t count) {
     for (size_t i = 0; rc == SQLITE_OK && i < count; ++i) {
       const cube_tune_entry_t *e = &entries[i];
       sqlite3_stmt *stmt = g_store.upsert;
-      g_sql.sqlite3_bind_text(stmt, 1, e->device, -1, SQLITE_TRANSIENT);
-      g_sql.sqlite3_bind_text(stmt, 2, e->device_name ? e->device_name : "", -1, SQLITE_TRANSIENT);
-      g_sql.sqlite3_bind_text(stmt, 3, e->op, -1, SQLITE_TRANSIENT);
-      g_sql.sqlite3_bind_int64(stmt, 4, (long long)e->version);
-      g_sql.sqlite3_bind_text(stmt, 5, e->checksum, -1, SQLITE_TRANSIENT);
-      g_sql.sqlite3_bind_text(stmt, 6, e->key, -1, SQLITE_TRANSIENT);
-      g_sql.sqlite3_bind_text(stmt, 7, e->winner, -1, SQLITE_TRANSIENT);
+      g_sql.sqlite3_bind_int64(stmt, 1, set_id(e->device, e->op, e->version, e->checksum));
+      g_sql.sqlite3_bind_text(stmt, 2, e->key, -1, SQLITE_TRANSIENT);
+      g_sql.sqlite3_bind_text(stmt, 3, e->device, -1, SQLITE_TRANSIENT);
+      g_sql.sqlite3_bind_text(stmt, 4, e->device_name ? e->device_name : "", -1, SQLITE_TRANSIENT);
+      g_sql.sqlite3_bind_text(stmt, 5, e->op, -1, SQLITE_TRANSIENT);
+      g_sql.sqlite3_bind_int64(stmt, 6, (long long)e->version);
+      g_sql.sqlite3_bind_text(stmt, 7, e->checksum, -1, SQLITE_TRANSIENT);
+      g_sql.sqlite3_bind_text(stmt, 8, e->winner, -1, SQLITE_TRANSIENT);
       if (e->results) {
-        g_sql.sqlite3_bind_text(stmt, 8, e->results, -1, SQLITE_TRANSIENT);
+        g_sql.sqlite3_bind_text(stmt, 9, e->results, -1, SQLITE_TRANSIENT);
       } else {
-        g_sql.sqlite3_bind_null(stmt, 8);
+        g_sql.sqlite3_bind_null(stmt, 9);
       }
-      g_sql.sqlite3_bind_int64(stmt, 9, (long long)e->tuned_at);
+      g_sql.sqlite3_bind_int64(stmt, 10, (long long)e->tuned_at);
       rc = g_sql.sqlite3_step(stmt);
       g_sql.sqlite3_reset(stmt);
       if (rc == SQLITE_DONE) rc = SQLITE_OK;

@@ -18,12 +18,10 @@
 
 #define CUBE_TUNE_SCHEMA_VERSION 1
 
-// Rows of (device, op, version, checksum): |reserve| first gets how many
-// there are, then |row| gets each key and winner. Answers false (and calls
-// nothing) when there is no store.
+// Rows of (device, op, version, checksum): |row| gets each key and winner.
+// Answers false (and calls nothing) when there is no store.
 CUBE_INTERNAL bool cube_tune_store_load(
     const char *device, const char *op, uint32_t version, const char *checksum,
-    void (*reserve)(uint64_t rows, void *user),
     void (*row)(const char *key, const char *winner, void *user), void *user);
 // The stored results text of one decision into |out| ("" when none).
 CUBE_INTERNAL bool cube_tune_store_results(const char *device, const char *op, uint32_t version,
