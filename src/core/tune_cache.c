@@ -309,6 +309,20 @@ static verdict_t open_checked(const char *path, sqlite3 **out_db, char *why, siz
       verdict = VERDICT_FOREIGN;
     }
   }
+  if (verdict == VERDICT_OK) {
+    // Tables that are not the ones this cubec writes (an older layout under
+    // the same version number, a file edited by hand) are foreign too.
+    sqlite3_stmt *stmt = NULL;
+    rc = g_sql.sqlite3_prepare_v2(db,
+                                  "SELECT set_id, key, device, device_name, op, version, checksum, "
+                                  "winner, results, tuned_at FROM tune LIMIT 0",
+                                  -1, &stmt, NULL);
+    if (rc != SQLITE_OK) {
+      say(why, why_capacity, "its tables are not this cubec's: %s", g_sql.sqlite3_errmsg(db));
+      verdict = is_corrupt_code(rc) ? VERDICT_CORRUPT : VERDICT_FOREIGN;
+    }
+    g_sql.sqlite3_finalize(stmt);
+  }
   // No PRAGMA quick_check here: it costs 7 ms for 10,000 entries, more than
   // the whole load may. A file cut short (a full disk, a power loss) fails
   // its first read above (SQLite compares the header's page count with the
@@ -489,6 +503,15 @@ bool cube_tune_store_exec(const char *sql) {
   bool ok = store_ready_locked() && exec(g_store.db, sql) == SQLITE_OK;
   pthread_mutex_unlock(&g_store.lock);
   return ok;
+}
+
+// At exit (or when the library is unloaded) the connection closes, so the
+// WAL is checkpointed and its files go. Skipped if another thread is inside
+// the store right now, and in a forked child (not its connection).
+__attribute__((destructor)) static void store_at_exit(void) {
+  if (pthread_mutex_trylock(&g_store.lock) != 0) return;
+  if (g_store.db && g_store.pid == getpid()) store_close_locked();
+  pthread_mutex_unlock(&g_store.lock);
 }
 
 // The set a decision belongs to, as one integer: a hash of (device, op,
