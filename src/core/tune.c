@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "core/log.h"
 #include "core/server.h"  // the client's process-unique id, read only
 #include "core/tune_cache.h"
 #include "core/tune_internal.h"
@@ -370,6 +371,9 @@ static void entry_decide(entry_t *e, int state, int source, int winner) {
   atomic_store_explicit(&e->decision, decision_pack(state, source, winner), memory_order_release);
 }
 
+// Decisions, at info level, through the client's logger (CUBE_LOG=info).
+#define TUNE_INFO(client, ...) CUBE_LOG(&cube_server_of(client)->log, CUBE_LOG_INFO, __VA_ARGS__)
+
 // A client's identity for "checked on this client": its address and its
 // process-unique id together, so a client made where a released one lived
 // is not taken for it.
@@ -552,7 +556,7 @@ static void device_hex(uint64_t device, char out[17]) {
   snprintf(out, 17, "%016" PRIx64, device);
 }
 
-static void hydrate_locked(cube_tune_op_t *op, uint64_t device) {
+static void hydrate_locked(cube_tune_op_t *op, cube_client_t *client, uint64_t device) {
   for (size_t i = 0; i < op->hydrated_count; ++i)
     if (op->hydrated[i] == device) return;
   if (op->hydrated_count == op->hydrated_capacity) {
@@ -569,9 +573,10 @@ static void hydrate_locked(cube_tune_op_t *op, uint64_t device) {
   if (cube_tune_store_load(hex, op->name, op->version, op->checksum, hydrate_row, &h)) {
     atomic_fetch_add_explicit(&g_file_entries, h.loaded, memory_order_relaxed);
     if (h.loaded || h.skipped)
-      cube_tune_info("tune '%s': %" PRIu64 " decisions read from the tune cache (%" PRIu64
-                     " skipped: winner missing or invalid)",
-                     op->name, h.loaded, h.skipped);
+      TUNE_INFO(client,
+                "tune '%s': %" PRIu64 " decisions read from the tune cache (%" PRIu64
+                " skipped: winner missing or invalid)",
+                op->name, h.loaded, h.skipped);
   }
 }
 
@@ -846,8 +851,8 @@ static void tune_key(const cube_tune_op_t *op, cube_client_t *client, const cube
       // Skipped as any launch would), or no memory for scratch copies.
       char why[512];
       cube_status_format(status, why, sizeof why);
-      cube_tune_info("tune '%s' [%s]: cannot tune now (%s); running the first valid candidate",
-                     op->name, key_text, why);
+      TUNE_INFO(client, "tune '%s' [%s]: cannot tune now (%s); running the first valid candidate",
+                op->name, key_text, why);
       cube_status_release(status);
       out->impossible = true;
     }
@@ -1030,9 +1035,9 @@ static cube_status_t tune_and_run(cube_tune_op_t *op, cube_client_t *client, cub
 
   cube_status_t status = d.status;
   if (cube_status_is_ok(status) && d.winner >= 0 && !d.impossible) {
-    cube_tune_info("tune '%s' [%s]: winner '%s'%s", op->name, key_text,
-                   op->candidates[d.winner].name,
-                   d.measured ? (stored ? ", stored" : ", kept in memory") : " (unmeasured)");
+    TUNE_INFO(client, "tune '%s' [%s]: winner '%s'%s", op->name, key_text,
+              op->candidates[d.winner].name,
+              d.measured ? (stored ? ", stored" : ", kept in memory") : " (unmeasured)");
     status =
         candidate_run(op, &op->candidates[d.winner], client, stream, call, CUBE_LAUNCH_EXECUTE);
   } else if (cube_status_is_ok(status) && d.impossible) {
@@ -1064,8 +1069,8 @@ static cube_status_t fall_back(cube_tune_op_t *op, cube_client_t *client, cube_s
   char why[512];
   cube_status_format(refusal, why, sizeof why);
   cube_status_release(refusal);
-  cube_tune_info("tune '%s' [%s]: the cached winner '%s' cannot launch here (%s): tuning again",
-                 op->name, key_text, op->candidates[old].name, why);
+  TUNE_INFO(client, "tune '%s' [%s]: the cached winner '%s' cannot launch here (%s): tuning again",
+            op->name, key_text, op->candidates[old].name, why);
   pthread_mutex_lock(&op->lock);
   entry_t *e = table_find(op, key);
   if (e && entry_decision(e).state == SLOT_READY && entry_decision(e).winner == old)
@@ -1116,7 +1121,7 @@ cube_status_t cube_tune_launch(cube_tune_op_t *op, cube_client_t *client, cube_s
 
   pthread_mutex_lock(&op->lock);
   table_sync_epoch(op);
-  if (mode == CUBE_TUNE_CACHED) hydrate_locked(op, key.device);
+  if (mode == CUBE_TUNE_CACHED) hydrate_locked(op, client, key.device);
   const entry_t *e = table_find(op, &key);
   bool verified = false, pending = false;
   decision_word_t now = e ? entry_decision(e) : (decision_word_t){SLOT_FREE, 0, -1};

@@ -128,17 +128,6 @@ static void say(char *out, size_t capacity, const char *format, ...) {
   va_end(ap);
 }
 
-void cube_tune_info(const char *format, ...) {
-  const char *level = getenv("CUBE_LOG");  // the logger's variable, until it lands
-  if (!level || (strcmp(level, "info") != 0 && strcmp(level, "debug") != 0)) return;
-  char text[1024];
-  va_list ap;
-  va_start(ap, format);
-  vsnprintf(text, sizeof text, format, ap);
-  va_end(ap);
-  fprintf(stderr, "cubec: info: %s\n", text);
-}
-
 //===--- Where the file lives ---===//
 
 // The tune cache's path, by the cache-directory policy (core/cache_dir.h):

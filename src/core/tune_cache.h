@@ -46,8 +46,4 @@ static inline uint64_t cube_tune_clear_epoch(void) {
   return (uint64_t)atomic_load_explicit(&cube_tune_clear_epoch_value, memory_order_relaxed);
 }
 
-// Decisions, at info level: printed only when CUBE_LOG is info or debug
-// (until the logger lands; warnings go through core/warn.h).
-CUBE_INTERNAL void cube_tune_info(const char *format, ...) CUBE_PRINTF(1, 2);
-
 #endif  // CUBE_CORE_TUNE_CACHE_H_
