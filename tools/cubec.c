@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "cube/cube.h"
+#include "cubec_tune.h"
 #include "kernels.h"
 
 //===--- Small helpers ---===//
@@ -644,6 +645,7 @@ static int command_demo(const cli_command_t *self, int argc, char **argv) {
   // The failure demo runs after the cache line: a kernel that fails to
   // compile is never cached, so it would read "cold" on every run.
   if (ran) ran = demo_failure(&demo);
+  if (ran) ran = cubec_demo_autotune(demo.client, &demo.checks_passed, &demo.checks_failed);
   double t1 = now_seconds();
   if (ran) print_memory_report(demo.client);
 

@@ -110,6 +110,16 @@ enum {
   X(COLLECTIVE_TIMEOUT_S, "CUBE_COLLECTIVE_TIMEOUT_S", COUNT, 600, 1, 86400, 0, NULL,              \
     "seconds any wait on a collective may take (a peer's part, a queued collective, a "            \
     "communicator) before the communicator is aborted and its group fails")                        \
+  /* Autotune (docs/tune.md) */                                                                    \
+  X(TUNE, "CUBE_TUNE", CHOICE, 0, 0, 0, 0, "cached|off|full|test",                                 \
+    "how tunable operations pick a candidate: cached (tune a key once, keep the winner in the "    \
+    "tune cache), off (the first valid candidate), full (retune every key once), test (one "       \
+    "sample, no warm-up, memory only)")                                                            \
+  X(TUNE_CACHE, "CUBE_TUNE_CACHE", PATH, 0, 0, 4000, 0, NULL,                                      \
+    "the tune cache file, an absolute path (default: tune.sqlite in the cache directory); off: "   \
+    "memory only")                                                                                 \
+  X(SQLITE_PATH, "CUBE_SQLITE_PATH", PATH, 0, 0, 1023, 0, NULL,                                    \
+    "the SQLite library the tune cache loads (a path or a soname; default: libsqlite3.so.0)")      \
   /* CUDA backend */                                                                               \
   X(NVRTC_PATH, "CUBE_NVRTC_PATH", PATH, 0, 0, 1023, 0, NULL,                                      \
     "the NVRTC library to load first (a path or a soname)")                                        \

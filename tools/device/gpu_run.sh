@@ -28,6 +28,7 @@ timeout 240 ./build-gpu/bench/bench_cuda ${1:+--quick} 2>&1 | tee "$out/bench_cu
 # PyTorch before and after cubec's run, so neither side gets the only warm GPU.
 PYTHONUNBUFFERED=1 timeout 200 python3 bench/graph_torch.py 2>&1 | tee "$out/graph_torch.log" | tail -4
 timeout 200 ./build-gpu/bench/bench_graph 2>&1 | tee "$out/bench_graph.log" | tail -25
+timeout 300 ./build-gpu/bench/bench_tune 2>&1 | tee "$out/bench_tune.log" | tail -26
 PYTHONUNBUFFERED=1 timeout 200 python3 bench/graph_torch.py 2>&1 | tee -a "$out/graph_torch.log" | tail -4
 cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
 if [ -n "$cs" ]; then
