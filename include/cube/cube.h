@@ -13,5 +13,6 @@
 #include "cube/profile.h"
 #include "cube/collective.h"
 #include "cube/cache.h"
+#include "cube/world.h"
 
 #endif  // CUBE_CUBE_H_
