@@ -27,6 +27,7 @@
 #ifndef CUBE_WORLD_H_
 #define CUBE_WORLD_H_
 
+#include "cube/collective.h"
 #include "cube/status.h"
 
 #ifdef __cplusplus
@@ -85,6 +86,91 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_id_fetch(const char *dir, 
 // SLURM_STEP_ID, OMPI_MCA_ess_base_jobid, PMI_KVSNAME), else "cubec-world".
 // Two runs sharing a directory and a name race: give each run its own.
 CUBE_API void cube_comm_default_name(char *out_name, size_t capacity);
+
+//===--- A world's communicator ---===//
+//
+// cube_comm_init_rank joins this process's client to a world as one rank;
+// the collectives below then run over the world, with the same rules as
+// every collective (include/cube/collective.h): sources checked like reads,
+// destinations released when queued and claimed by any failure, every
+// rank's status carried to the others before a byte moves (a stale source
+// on one rank claims every rank's destination with REMOTE_FAILURE), a
+// deadline on every wait (CUBE_COLLECTIVE_TIMEOUT_S), and a failed
+// transport or a rank gone failing the world: every later call answers
+// GROUP_FAILED. Every rank must make the same calls over a world in the same
+// order (one thread per world, as MPI and NCCL require).
+//
+// Transports: CPU clients talk through MPI (loaded at run time: without it
+// NO_DEVICE_TRANSPORT), CUDA clients through NCCL. cube_sync_collective on
+// the client waits for a world's collectives too.
+typedef struct cube_comm_s cube_comm_t;
+
+// Rank 0: a new world's unique id for |client|'s transport. Hand it to every
+// rank (cube_comm_id_publish / _fetch, or your own channel).
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_id_create(cube_client_t *client,
+                                                                uint32_t world_size,
+                                                                cube_comm_id_t *out_id);
+// Joins |client| to the world of |id| as |rank| of |world_size|. Collective:
+// every rank calls it, within the deadline of each other. VALIDATION for an
+// id of another transport or world size; TRANSPORT_FAILED when the world
+// cannot be formed in time.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_init_rank(cube_client_t *client,
+                                                                const cube_comm_id_t *id,
+                                                                uint32_t rank, uint32_t world_size,
+                                                                cube_comm_t **out_comm);
+
+typedef struct cube_comm_env_options_t {
+  cube_backend_kind_t backend;  // CUBE_BACKEND_DEFAULT: the default backend
+  int32_t device;               // -1: the local rank (a CPU client: device 0)
+  // Where the unique id meets the other ranks (a directory every rank sees,
+  // see cube_comm_id_publish); NULL: $CUBE_RENDEZVOUS_DIR. Not needed for
+  // MPI's worlds (every rank makes the same token), nor under an MPI
+  // launcher, where MPI carries the id when no directory is named.
+  const char *rendezvous_dir;
+  const char *name;  // NULL: cube_comm_default_name
+} cube_comm_env_options_t;
+CUBE_API void cube_comm_env_options_initialize(cube_comm_env_options_t *out_options);
+// The whole bootstrap from the launcher's environment: discovers the rank,
+// makes the client (device = local rank unless named), makes or fetches the
+// unique id, and joins. |options| may be NULL.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_init_env(
+    const cube_comm_env_options_t *options, cube_client_t **out_client, cube_comm_t **out_comm);
+// Leaves the world (the client's queued collectives over it run first).
+CUBE_API void cube_comm_release(cube_comm_t *comm);
+CUBE_API uint32_t cube_comm_rank(const cube_comm_t *comm);
+CUBE_API uint32_t cube_comm_size(const cube_comm_t *comm);
+// The client (borrowed) and the transport's name ("mpi", "nccl").
+CUBE_API cube_client_t *cube_comm_client(const cube_comm_t *comm);
+CUBE_API const char *cube_comm_transport(const cube_comm_t *comm);
+
+// The collectives over a world; sizes and meaning as in collective.h, the
+// root and the peer are ranks.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_all_reduce(
+    cube_comm_t *comm, cube_stream_t stream, cube_binding_t source, cube_binding_t destination,
+    cube_dtype_t dtype, cube_reduce_op_t op, cube_compute_wait_t wait);
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_all_gather(cube_comm_t *comm,
+                                                                 cube_stream_t stream,
+                                                                 cube_binding_t source,
+                                                                 cube_binding_t destination,
+                                                                 cube_compute_wait_t wait);
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_reduce_scatter(
+    cube_comm_t *comm, cube_stream_t stream, cube_binding_t source, cube_binding_t destination,
+    cube_dtype_t dtype, cube_reduce_op_t op, cube_compute_wait_t wait);
+// Only |root| passes a source; the others pass CUBE_NO_BINDING.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t
+cube_comm_broadcast(cube_comm_t *comm, cube_stream_t stream, cube_binding_t source,
+                    cube_binding_t destination, uint32_t root, cube_compute_wait_t wait);
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_all_to_all(cube_comm_t *comm,
+                                                                 cube_stream_t stream,
+                                                                 cube_binding_t source,
+                                                                 cube_binding_t destination,
+                                                                 cube_compute_wait_t wait);
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_send(cube_comm_t *comm, cube_stream_t stream,
+                                                           cube_binding_t source, uint32_t peer,
+                                                           cube_compute_wait_t wait);
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_recv(cube_comm_t *comm, cube_stream_t stream,
+                                                           cube_binding_t destination,
+                                                           uint32_t peer, cube_compute_wait_t wait);
 
 #ifdef __cplusplus
 }

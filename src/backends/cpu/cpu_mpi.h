@@ -127,4 +127,11 @@ CUBE_INTERNAL void cube_mpi_comm_destroy(cube_mpi_comm_t *comm);
 CUBE_INTERNAL uint32_t cube_mpi_comm_rank(const cube_mpi_comm_t *comm);
 CUBE_INTERNAL uint32_t cube_mpi_comm_size(const cube_mpi_comm_t *comm);
 
+// The CPU transport's world form (cpu_mpi_transport.c): the "mpi" transport,
+// or NO_DEVICE_TRANSPORT without MPI.
+typedef struct cube_backend_device_t cube_backend_device_t;
+typedef struct cube_transport_vtable_t cube_transport_vtable_t;
+CUBE_INTERNAL cube_status_t cube_cpu_world_transport(cube_backend_device_t *device,
+                                                     const cube_transport_vtable_t **out_world);
+
 #endif  // CUBE_BACKENDS_CPU_CPU_MPI_H_
