@@ -10,7 +10,7 @@
 #             MPI over TCP between them; removed on exit
 # Exit 77 (skipped) without mpirun or libmpi; every run bounded by timeout.
 set -uo pipefail
-mode="$1" np="$2" bin="$3"
+mode="$1" np="$2" bin="$3" world="$4"
 command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun (apt-get install openmpi-bin libopenmpi-dev)"; exit 77; }
 out="$("$bin" probe 2>&1)"
 if [ $? -eq 77 ]; then echo "$out"; exit 77; fi
@@ -42,6 +42,12 @@ local)
   expect "^PASS exchange" "$np" "status exchange"
   expect "^PASS stale" "$np" "a stale part seen by every rank"
   ! grep -q "^FAIL" "$log" || { cat "$log"; exit 1; }
+  CUBE_COLLECTIVE_TIMEOUT_S=60 timeout 240 "${launch[@]}" -np "$np" "$world" conformance >"$log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] || { cat "$log"; echo "FAIL: mpirun (world_ranks) exited $rc"; exit 1; }
+  grep "^PASS" "$log"
+  expect "^PASS world-conformance" "$np" "cube_comm_*: every collective and element type, $np ranks"
+  expect "^PASS world-stale" "$np" "cube_comm_*: a stale source on rank 1 claims every destination"
   ;;
 failures)
   # A killed rank: the survivors fail within the deadline (3 s). Open MPI's
@@ -61,6 +67,20 @@ failures)
   expect "^PASS timeout" "$np" "a timed-out all_reduce fails on every rank, bounded"
   ! grep -q "^FAIL" "$log" || { cat "$log"; exit 1; }
   echo "timeout run took $((SECONDS - start)) s"
+  # The same through the public API: killed before a collective, killed
+  # while the payload moves, late.
+  for m in killed killed-mid timeout; do
+    start=$SECONDS
+    CUBE_COLLECTIVE_TIMEOUT_S=3 timeout 60 "${launch[@]}" --enable-recovery -np "$np" "$world" "$m" >"$log" 2>&1
+    grep "^PASS\|^FAIL" "$log"
+    case $m in
+    killed) expect "^PASS world-killed rank .*destination claimed" "$((np - 1))" "cube_comm_*: survivors of a SIGKILLed rank" ;;
+    killed-mid) expect "^PASS world-killed-mid" "$((np - 1))" "cube_comm_*: a rank killed mid-payload" ;;
+    timeout) expect "^PASS world-timeout rank .*destination claimed" "$np" "cube_comm_*: a late rank" ;;
+    esac
+    ! grep -q "^FAIL" "$log" || { cat "$log"; exit 1; }
+    echo "$m run took $((SECONDS - start)) s"
+  done
   # The launcher says 2 ranks, MPI's world (no mpirun) says 1: refused.
   CUBE_RANK=1 CUBE_WORLD_SIZE=2 timeout 60 "$bin" mismatch >"$log" 2>&1
   cat "$log"
@@ -105,8 +125,21 @@ AGENT
   expect "^PASS stale" "$((2 * half))" "a stale part seen across hosts"
   hosts="$(grep "^PASS conformance" "$log" | sed 's/.*net:/net:/' | sort -u | wc -l)"
   [ "$hosts" = 2 ] || { echo "FAIL: the ranks ran in $hosts network namespaces, not 2"; exit 1; }
+  CUBE_COLLECTIVE_TIMEOUT_S=60 timeout 240 ip netns exec "$h1" unshare --uts \
+    /bin/sh -c 'hostname cubec-h1 && exec "$@"' sh "${launch[@]}" -np "$((2 * half))" \
+    --host "10.213.77.1:$half,10.213.77.2:$half" \
+    --mca plm_rsh_agent "$agent" --mca btl_tcp_if_include 10.213.77.0/24 \
+    --mca oob_tcp_if_include 10.213.77.0/24 -x CUBE_COLLECTIVE_TIMEOUT_S -x CUBE_CACHE_DIR \
+    "$world" conformance >"$log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] || { cat "$log"; echo "FAIL: mpirun (world_ranks) over two hosts exited $rc"; exit 1; }
+  grep "^PASS" "$log"
+  expect "^PASS world-conformance" "$((2 * half))" "cube_comm_*: every collective across two hosts"
+  expect "^PASS world-stale" "$((2 * half))" "cube_comm_*: a stale source claims every destination across hosts"
+  hosts="$(grep "^PASS world-conformance" "$log" | sed 's/.*net:/net:/' | sort -u | wc -l)"
+  [ "$hosts" = 2 ] || { echo "FAIL: world_ranks ran in $hosts network namespaces, not 2"; exit 1; }
   echo "ok: ranks in 2 network namespaces (test hosts), talking over TCP"
   ;;
-*) echo "usage: $0 local|failures|netns NP BINARY"; exit 2 ;;
+*) echo "usage: $0 local|failures|netns NP MPI_RANKS WORLD_RANKS"; exit 2 ;;
 esac
 echo "passed: $mode"

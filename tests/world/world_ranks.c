@@ -6,6 +6,7 @@
 // rank that comes late (the others fail within the deadline, their
 // destinations claimed, the world refused afterwards, the device still
 // usable). Run by run_mpi.sh under mpirun; prints "PASS <mode> rank R ...".
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -306,6 +307,62 @@ static void stale(void) {
       g_rank, took);
 }
 
+static void *killer(void *arg) {
+  (void)arg;
+  struct timespec pause = {0, 20000000};  // 20 ms: the payload is on its way
+  nanosleep(&pause, NULL);
+  kill(getpid(), SIGKILL);
+  return NULL;
+}
+
+// A rank killed while the payload moves (after every rank's record said
+// ready): the survivors' parts fail on their streams within the deadline,
+// and the destinations claim it when read.
+static void killed_mid_payload(void) {
+  uint32_t victim = g_size - 1;
+  const uint64_t bytes = 64ull << 20;
+  cube_handle_t src = buffer(bytes), dst = buffer(bytes);
+  float *host = calloc(bytes / 4, 4);
+  put(src, host, bytes);
+  cube_status_t s =
+      cube_comm_all_reduce(g_comm, S, cube_handle_binding(src), cube_handle_binding(dst),
+                           CUBE_DTYPE_F32, CUBE_REDUCE_SUM, CUBE_COMPUTE_WAIT_NOW);
+  CHECK(!s, "warm-up all_reduce: %s", text(s));
+  cube_status_release(s);
+  s = cube_sync_collective(g_client, S);
+  cube_status_release(s);
+  pthread_t thread;
+  if (g_rank == victim) pthread_create(&thread, NULL, killer, NULL);
+  uint64_t start = cube_now_ns();
+  s = cube_comm_all_reduce(g_comm, S, cube_handle_binding(src), cube_handle_binding(dst),
+                           CUBE_DTYPE_F32, CUBE_REDUCE_SUM, CUBE_COMPUTE_WAIT_AT_SYNC);
+  cube_status_t sync = cube_sync_collective(g_client, S);
+  cube_status_t r = get(dst, host, bytes);
+  double took = (double)(cube_now_ns() - start) * 1e-9;
+  CHECK(s || sync, "the collective a peer died in must fail (call %s, sync %s)", text(s),
+        text(sync));
+  CHECK(cube_status_code(r) == CUBE_STATUS_UNWRITTEN, "its destination claims it: %s", text(r));
+  CHECK(took <= timeout_s() + 3.0, "failed after %.3f s, the deadline is %.3f s", took,
+        timeout_s());
+  printf(
+      "PASS world-killed-mid rank %u: failed after %.3f s (deadline %.3f s); call %s, sync %s, "
+      "read %s\n",
+      g_rank, took, timeout_s(), cube_status_code_name(cube_status_code(s)),
+      cube_status_code_name(cube_status_code(sync)), cube_status_code_name(cube_status_code(r)));
+  cube_status_release(s);
+  cube_status_release(sync);
+  cube_status_release(r);
+  s = cube_comm_all_reduce(g_comm, S, cube_handle_binding(src), cube_handle_binding(dst),
+                           CUBE_DTYPE_F32, CUBE_REDUCE_SUM, CUBE_COMPUTE_WAIT_NOW);
+  CHECK(cube_status_code(s) == CUBE_STATUS_GROUP_FAILED, "later collectives are refused: %s",
+        text(s));
+  cube_status_release(s);
+  free(host);
+  drop(src);
+  drop(dst);
+  fflush(stdout);
+}
+
 static void lose_a_rank(bool kill_it) {
   const char *mode = kill_it ? "world-killed" : "world-timeout";
   uint32_t victim = g_size - 1;
@@ -385,6 +442,8 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "conformance") == 0) {
     conformance();
     stale();
+  } else if (strcmp(mode, "killed-mid") == 0) {
+    killed_mid_payload();
   } else if (strcmp(mode, "killed") == 0 || strcmp(mode, "timeout") == 0) {
     lose_a_rank(strcmp(mode, "killed") == 0);
   }
