@@ -15,6 +15,11 @@ command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun (apt-get install op
 out="$("$bin" probe 2>&1)"
 if [ $? -eq 77 ]; then echo "$out"; exit 77; fi
 mpirun --version 2>/dev/null | grep -q "Open MPI" || { echo "SKIP: this suite drives Open MPI's mpirun"; exit 77; }
+# In a sanitizer build: MPI's plugins are unloaded at exit with what they
+# allocated still reachable only from them, which LeakSanitizer reports as
+# leaks of an unknown module; cubec's own leaks are checked by the
+# single-process suites. Everything else ASan and UBSan find still fails.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 # Root is allowed and ranks may outnumber cores (CI: 2 cores).
 launch=(mpirun --allow-run-as-root --oversubscribe --mca btl self,vader,tcp)
 log="$(mktemp)"
