@@ -452,6 +452,10 @@ static cube_status_t call_exchange_world(coll_call_t *call) {
   cube_coll_header_t headers[CUBE_COMM_MAX_RANKS];
   bool transfer = is_transfer(call->kind);
   cube_status_t status = CUBE_OK;
+  cube_bstream_t *stream = NULL;  // the comm's own
+  pthread_mutex_lock(&call->server->lock);
+  if (m->stream && !m->left) stream = call->server->streams[m->stream].backend;
+  pthread_mutex_unlock(&call->server->lock);
   if (!transfer && g->nranks == 1) {
     headers[0] = call->header;  // a world of one: nothing to carry
   } else if (!g->transport->exchange_status) {
@@ -467,11 +471,11 @@ static cube_status_t call_exchange_world(coll_call_t *call) {
     // The pair's two records, the lower rank's first.
     uint32_t peer = call->peer_rank, mine = call->rank < peer ? 0 : 1;
     headers[mine] = call->header;
-    status = g->transport->exchange_status(call->server->device, m->comm, peer, &call->header,
-                                           &headers[1 - mine], sizeof call->header);
+    status = g->transport->exchange_status(call->server->device, m->comm, stream, peer,
+                                           &call->header, &headers[1 - mine], sizeof call->header);
   } else {
-    status = g->transport->exchange_status(call->server->device, m->comm, UINT32_MAX, &call->header,
-                                           headers, sizeof call->header);
+    status = g->transport->exchange_status(call->server->device, m->comm, stream, UINT32_MAX,
+                                           &call->header, headers, sizeof call->header);
   }
   if (status) {
     // The others wait for this record or already gave up: the group fails.

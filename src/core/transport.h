@@ -123,8 +123,11 @@ typedef struct cube_transport_vtable_t {
   // that spans processes learn each other's verdict before any payload
   // moves. NULL for transports whose ranks all live in this process: the
   // core's board (comm_group.c) carries the status there.
-  cube_status_t (*exchange_status)(cube_backend_device_t *device, cube_tcomm_t *comm, uint32_t peer,
-                                   const void *mine, void *out, size_t bytes);
+  // |stream| is the comm's own (NCCL moves the records there, in order
+  // with the payloads).
+  cube_status_t (*exchange_status)(cube_backend_device_t *device, cube_tcomm_t *comm,
+                                   cube_bstream_t *stream, uint32_t peer, const void *mine,
+                                   void *out, size_t bytes);
   // This device's transport for groups whose ranks live in several
   // processes (cube_comm_init_rank): MPI for CPU clients, NCCL itself for
   // CUDA. NULL, or an error, when it has none (NO_DEVICE_TRANSPORT).

@@ -153,8 +153,9 @@ static void mpi_comm_destroy(cube_backend_device_t *device, cube_tcomm_t *comm) 
 }
 
 static cube_status_t mpi_exchange_status(cube_backend_device_t *device, cube_tcomm_t *comm,
-                                         uint32_t peer, const void *mine, void *out, size_t bytes) {
-  (void)device;
+                                         cube_bstream_t *stream, uint32_t peer, const void *mine,
+                                         void *out, size_t bytes) {
+  (void)device, (void)stream;  // MPI's status channel is a communicator of its own
   mpi_tcomm_t *c = mpi_cast(comm);
   return cube_mpi_exchange(c->mpi, peer, mine, out, bytes, cube_now_ns() + c->timeout_ns);
 }
