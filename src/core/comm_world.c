@@ -179,7 +179,10 @@ cube_status_t cube_comm_init_env(const cube_comm_env_options_t *options, cube_cl
     // One GPU per rank of a host: its local rank.
     cube_backend_info_t info;
     status = cube_backend_query(kind, &info);
-    if (!status && info.device_count <= env.local_rank) {
+    if (!status && !info.available) {
+      status = cube_status_make(CUBE_STATUS_UNAVAILABLE, "%s: the %s backend is unavailable: %s",
+                                kOp, info.name ? info.name : "requested", info.detail);
+    } else if (!status && info.device_count <= env.local_rank) {
       status = cube_status_make(CUBE_STATUS_VALIDATION,
                                 "%s: local rank %u (%s) drives device %u, and %s has %u devices "
                                 "(name one in the options, or launch fewer ranks per host)",
