@@ -5,7 +5,9 @@
 // destination claims it, nobody hangs), a rank killed with SIGKILL and a
 // rank that comes late (the others fail within the deadline, their
 // destinations claimed, the world refused afterwards, the device still
-// usable). Run by run_mpi.sh under mpirun; prints "PASS <mode> rank R ...".
+// usable). Run by run_mpi.sh under mpirun (CPU ranks over MPI), and by
+// tools/device/multi_gpu_run.sh with "cuda" (one GPU per rank over NCCL,
+// torchrun-style environment); prints "PASS <mode> rank R ...".
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -426,9 +428,11 @@ int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "conformance";
   cube_comm_env_options_t options;
   cube_comm_env_options_initialize(&options);
-  options.backend = CUBE_BACKEND_CPU;
+  // argv[2]: "cuda" for one GPU per rank over NCCL (tools/device/multi_gpu_run.sh).
+  options.backend = argc > 2 && strcmp(argv[2], "cuda") == 0 ? CUBE_BACKEND_CUDA : CUBE_BACKEND_CPU;
   cube_status_t s = cube_comm_init_env(&options, &g_client, &g_comm);
-  if (cube_status_code(s) == CUBE_STATUS_NO_DEVICE_TRANSPORT) {
+  if (cube_status_code(s) == CUBE_STATUS_NO_DEVICE_TRANSPORT ||
+      cube_status_code(s) == CUBE_STATUS_UNAVAILABLE) {
     printf("SKIP: %s\n", text(s));
     cube_status_release(s);
     return 77;
@@ -441,7 +445,7 @@ int main(int argc, char **argv) {
   g_size = cube_comm_size(g_comm);
   if (strcmp(mode, "conformance") == 0) {
     conformance();
-    stale();
+    if (g_size > 1) stale();  // a stale peer needs a peer
   } else if (strcmp(mode, "killed-mid") == 0) {
     killed_mid_payload();
   } else if (strcmp(mode, "killed") == 0 || strcmp(mode, "timeout") == 0) {
