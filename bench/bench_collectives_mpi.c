@@ -12,6 +12,10 @@
 // each carries the ranks' status records before its payload.
 // Targets (issue 11): >= 0.95x raw at >= 1 MiB; <= raw + 2 us per call for
 // small sizes.
+// With "cuda" after the size (one process per GPU, torchrun-style
+// environment; tools/device/multi_gpu_run.sh): cubec's world all_reduce over
+// NCCL alone, busbw and time per call (the raw baselines there are
+// bench_collectives and torch.distributed).
 #include <dlfcn.h>
 #include <string.h>
 
@@ -22,13 +26,15 @@ typedef int (*barrier_fn)(void *);
 
 int main(int argc, char **argv) {
   uint64_t max_bytes = argc > 1 ? strtoull(argv[1], NULL, 0) : (256ull << 20);
+  bool cuda = argc > 2 && strcmp(argv[2], "cuda") == 0;
   cube_comm_env_options_t options;
   cube_comm_env_options_initialize(&options);
-  options.backend = CUBE_BACKEND_CPU;
+  options.backend = cuda ? CUBE_BACKEND_CUDA : CUBE_BACKEND_CPU;
   cube_client_t *client = NULL;
   cube_comm_t *comm = NULL;
   cube_status_t status = cube_comm_init_env(&options, &client, &comm);
-  if (cube_status_code(status) == CUBE_STATUS_NO_DEVICE_TRANSPORT) {
+  if (cube_status_code(status) == CUBE_STATUS_NO_DEVICE_TRANSPORT ||
+      cube_status_code(status) == CUBE_STATUS_UNAVAILABLE) {
     printf("bench_collectives --mpi: skipped: %s\n", cube_status_message(status));
     return 0;
   }
@@ -41,10 +47,8 @@ int main(int argc, char **argv) {
   void *world = mpi ? dlsym(mpi, "ompi_mpi_comm_world") : NULL;
   void *f32 = mpi ? dlsym(mpi, "ompi_mpi_float") : NULL;
   void *sum = mpi ? dlsym(mpi, "ompi_mpi_op_sum") : NULL;
-  void *in_place = (void *)1;
-  (void)in_place;
   uint32_t rank = cube_comm_rank(comm), n = cube_comm_size(comm);
-  if (!raw || !barrier || !world || !f32 || !sum) {
+  if (!cuda && (!raw || !barrier || !world || !f32 || !sum)) {
     if (rank == 0)
       printf("bench_collectives --mpi: needs Open MPI (libmpi.so.40) for the baseline\n");
     cube_comm_release(comm);
@@ -54,8 +58,9 @@ int main(int argc, char **argv) {
   const cube_stream_t S = CUBE_STREAM_CURRENT;
   double factor = 2.0 * (n - 1) / n;
   if (rank == 0) {
-    printf("bench_collectives --mpi: all_reduce f32 sum, %u ranks (%s), %s\n", n,
-           cube_comm_transport(comm), getenv("OMPI_COMM_WORLD_SIZE") ? "Open MPI" : "?");
+    printf("bench_collectives --mpi: all_reduce f32 sum, %u ranks (%s over %s)%s\n", n,
+           cube_client_backend_name(client), cube_comm_transport(comm),
+           cuda ? ", no raw baseline in this mode" : ", raw = MPI_Allreduce of Open MPI");
     printf("%12s %8s %12s %12s %10s %10s %8s %10s\n", "bytes", "iters", "raw_us", "cubec_us",
            "raw_GB/s", "cubec_GB/s", "ratio", "over_us");
   }
@@ -64,6 +69,10 @@ int main(int argc, char **argv) {
     int iters = bytes <= (64 << 10) ? 200 : bytes <= (4 << 20) ? 20 : bytes <= (64 << 20) ? 4 : 2;
     int reps = bytes <= (4 << 20) ? 7 : 3;
     float *a = calloc(count, 4), *b = calloc(count, 4);
+    if (!a || !b) {
+      fprintf(stderr, "out of host memory at %llu bytes\n", (unsigned long long)bytes);
+      return 1;
+    }
     for (uint64_t i = 0; i < count; ++i) a[i] = (float)(i % 7);
     cube_handle_t src, dst;
     CHECK(cube_handle_create(client, S, bytes, &src));
@@ -71,11 +80,20 @@ int main(int argc, char **argv) {
     CHECK(cube_write(client, S, cube_handle_binding(src), a, bytes));
     double raw_t[8], cube_t[8];
     for (int rep = 0; rep < reps; ++rep) {
-      barrier(world);
       double t0 = now_s();
-      for (int i = 0; i < iters; ++i) raw(a, b, (int)count, f32, sum, world);
-      raw_t[rep] = (now_s() - t0) / iters;
-      barrier(world);
+      if (!cuda) {
+        barrier(world);
+        t0 = now_s();
+        for (int i = 0; i < iters; ++i) raw(a, b, (int)count, f32, sum, world);
+        raw_t[rep] = (now_s() - t0) / iters;
+        barrier(world);
+      } else {
+        raw_t[rep] = 0;
+        // Lined up by a tiny collective (no MPI here).
+        CHECK(cube_comm_all_reduce(comm, S, cube_handle_binding(src), cube_handle_binding(src),
+                                   CUBE_DTYPE_F32, CUBE_REDUCE_MAX, CUBE_COMPUTE_WAIT_NOW));
+        CHECK(cube_sync_collective(client, S));
+      }
       t0 = now_s();
       for (int i = 0; i < iters; ++i) {
         CHECK(cube_comm_all_reduce(comm, S, cube_handle_binding(src), cube_handle_binding(dst),
@@ -93,7 +111,11 @@ int main(int argc, char **argv) {
       }
     }
     double r = median(raw_t, reps), c = median(cube_t, reps);
-    if (rank == 0) {
+    if (rank == 0 && cuda) {
+      printf("%12llu %8d %12s %12.2f %10s %10.3f %8s %10s\n", (unsigned long long)bytes, iters, "-",
+             c * 1e6, "-", factor * bytes / c * 1e-9, "-", "-");
+      fflush(stdout);
+    } else if (rank == 0) {
       printf("%12llu %8d %12.2f %12.2f %10.3f %10.3f %8.3f %10.2f\n", (unsigned long long)bytes,
              iters, r * 1e6, c * 1e6, factor * bytes / r * 1e-9, factor * bytes / c * 1e-9, r / c,
              (c - r) * 1e6);
