@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cpu/cpu_mpi.h"  // the id's ride through MPI when an MPI launched the job
 #include "base/util.h"
 #include "core/collective.h"
 #include "core/comm_group.h"
@@ -136,24 +135,45 @@ void cube_comm_env_options_initialize(cube_comm_env_options_t *out_options) {
 }
 
 // The id of a world launched by an MPI, from rank 0 to every rank through
-// MPI itself (no shared directory needed).
+// MPI itself (no shared directory needed): a CPU client's world transport
+// (MPI) for the one exchange, through the transport slots like any other.
 static cube_status_t id_through_mpi(cube_client_t *client, const cube_rank_env_t *env,
                                     cube_comm_id_t *inout_id) {
-  uint64_t deadline = cube_now_ns() + cube_collective_timeout_ns(cube_server_of(client));
-  cube_mpi_comm_t *mpi = NULL;
-  cube_status_t status = cube_mpi_comm_create(env->world_size, env->rank, deadline, &mpi);
+  cube_client_t *cpu = NULL;
+  cube_client_options_t co;
+  cube_client_options_initialize(&co);
+  co.backend = CUBE_BACKEND_CPU;
+  co.fault_plan = "";
+  cube_status_t status = cube_client_create(&co, &cpu);
+  const cube_transport_vtable_t *mpi = NULL;
+  cube_server_t *server = cpu ? cube_server_of(cpu) : NULL;
+  if (!status) status = world_transport(server, "comm_init_env (the id through MPI)", &mpi);
+  if (!status && strcmp(mpi->name, "mpi") != 0)
+    status = cube_status_make(CUBE_STATUS_NO_DEVICE_TRANSPORT, "comm_init_env: no MPI here");
+  cube_tuid_t token;
+  cube_tcomm_t *comm = NULL;
+  uint64_t timeout = server ? cube_collective_timeout_ns(server) : 0;
+  if (!status) status = mpi->unique_id(server->device, &token);
+  if (!status)
+    status = mpi->comm_create(server->device, &token, env->world_size, env->rank, timeout, &comm);
   if (!status && env->rank == 0) status = cube_comm_id_create(client, env->world_size, inout_id);
   cube_comm_id_t *all = NULL;
   if (!status) {
     all = malloc(sizeof *all * env->world_size);
     if (!all) status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "comm_init_env: memory");
   }
-  // Every rank's record; rank 0's is the id (an error on rank 0 reaches
-  // the others as a zero id, which init_rank refuses).
-  if (!status) status = cube_mpi_exchange(mpi, UINT32_MAX, inout_id, all, sizeof *all, deadline);
+  // Every rank's record; rank 0's is the id (an error on rank 0 reaches the
+  // others as a zero id, which init_rank refuses).
+  if (!status)
+    status =
+        mpi->exchange_status(server->device, comm, NULL, UINT32_MAX, inout_id, all, sizeof *all);
   if (!status) *inout_id = all[0];
   free(all);
-  if (mpi) cube_mpi_comm_destroy(mpi);
+  if (comm) {
+    if (status) mpi->abort(server->device, comm);
+    mpi->comm_destroy(server->device, comm);
+  }
+  cube_client_release(cpu);
   return status;
 }
 
@@ -223,7 +243,7 @@ cube_status_t cube_comm_init_env(const cube_comm_env_options_t *options, cube_cl
       } else {
         status = cube_comm_id_fetch(dir, name, env.world_size, 0, &id);
       }
-    } else if (mpi_launched && cube_mpi_available(NULL)) {
+    } else if (mpi_launched) {
       status = id_through_mpi(client, &env, &id);
     } else {
       status = cube_status_make(CUBE_STATUS_VALIDATION,
