@@ -64,7 +64,8 @@ int main(int argc, char **argv) {
     printf("%12s %8s %12s %12s %10s %10s %8s %10s\n", "bytes", "iters", "raw_us", "cubec_us",
            "raw_GB/s", "cubec_GB/s", "ratio", "over_us");
   }
-  for (uint64_t bytes = 8; bytes <= max_bytes; bytes *= 4) {
+  for (uint64_t bytes = 8; bytes <= max_bytes;
+       bytes = bytes * 4 > max_bytes && bytes < max_bytes ? max_bytes : bytes * 4) {
     uint64_t count = bytes / 4;
     int iters = bytes <= (64 << 10) ? 200 : bytes <= (4 << 20) ? 20 : bytes <= (64 << 20) ? 4 : 2;
     int reps = bytes <= (4 << 20) ? 7 : 3;
