@@ -2,7 +2,7 @@
 // clients, the "mpi" transport) against a raw MPI_Allreduce of the same
 // size, in the same run, on the same MPI (the library cubec loaded).
 // `bench_collectives --mpi` is this benchmark. Run under mpirun:
-//   mpirun -np 2 build/bench/bench_collectives_mpi [MAX_BYTES]
+//   mpirun -np 2 build/bench/bench_collectives --mpi [--max BYTES] [--cuda]
 // Per size (8 B .. 256 MiB, x4): the median over repetitions of the time per
 // call (rank 0's clock, a barrier before each repetition), busbw with
 // nccl-tests' all_reduce factor 2(n-1)/n, the ratio raw/cubec (1.00 = as
@@ -12,21 +12,34 @@
 // each carries the ranks' status records before its payload.
 // Targets (issue 11): >= 0.95x raw at >= 1 MiB; <= raw + 2 us per call for
 // small sizes.
-// With "cuda" after the size (one process per GPU, torchrun-style
+// With --cuda (one process per GPU, torchrun-style
 // environment; tools/device/multi_gpu_run.sh): cubec's world all_reduce over
 // NCCL alone, busbw and time per call (the raw baselines there are
 // bench_collectives and torch.distributed).
 #include <dlfcn.h>
 #include <string.h>
 
+#include "bench_args.h"
 #include "bench_common.h"
 
 typedef int (*allreduce_fn)(const void *, void *, int, void *, void *, void *);
 typedef int (*barrier_fn)(void *);
 
 int main(int argc, char **argv) {
-  uint64_t max_bytes = argc > 1 ? strtoull(argv[1], NULL, 0) : (256ull << 20);
-  bool cuda = argc > 2 && strcmp(argv[2], "cuda") == 0;
+  static const char *const kOptions[] = {"--max=N", "--cuda", NULL};
+  bench_check_args(argc, argv,
+                   "usage: bench_collectives_mpi [--max BYTES] [--cuda]\n"
+                   "  under mpirun (or one process per GPU, torchrun-style, with --cuda):\n"
+                   "  cubec's world all_reduce against a raw MPI_Allreduce, 8 B .. --max\n"
+                   "  (default 256 MiB)\n",
+                   kOptions);
+  uint64_t max_bytes = 256ull << 20;
+  bool cuda = false;
+  for (int i = 1; i < argc; ++i) {
+    if (strncmp(argv[i], "--max", 5) == 0)
+      max_bytes = strtoull(argv[i][5] == '=' ? argv[i] + 6 : argv[++i], NULL, 0);
+    if (strcmp(argv[i], "--cuda") == 0) cuda = true;
+  }
   cube_comm_env_options_t options;
   cube_comm_env_options_initialize(&options);
   options.backend = cuda ? CUBE_BACKEND_CUDA : CUBE_BACKEND_CPU;

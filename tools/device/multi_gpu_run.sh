@@ -114,13 +114,14 @@ section "5. benchmarks"
 max=$((4 << 30))
 [ "$quick" = quick ] && max=$((256 << 20))
 if [ -x $b/bench/bench_collectives ]; then
-  timeout 1200 $b/bench/bench_collectives --max-bytes "$max" 2>&1 | tee "$out/bench_collectives.log" | tail -40
+  timeout 1200 $b/bench/bench_collectives --backend cuda --ranks "$ngpu" --max "$max" 2>&1 |
+    tee "$out/bench_collectives.log" | tail -40
   note "bench_collectives (cubec vs raw NCCL, one process, $ngpu GPUs): exit ${PIPESTATUS[0]}"
 else
   note "bench_collectives: not built here (the collectives branch's benchmark)"
 fi
-CUBE_COLLECTIVE_TIMEOUT_S=300 per_gpu "bench_world$ngpu" "$ngpu" 1200 $b/bench/bench_collectives_mpi "$max" cuda
-note "bench_collectives_mpi cuda (cubec world all_reduce, $ngpu processes): exit $?"
+CUBE_COLLECTIVE_TIMEOUT_S=300 per_gpu "bench_world$ngpu" "$ngpu" 1200 $b/bench/bench_collectives_mpi --max "$max" --cuda
+note "bench_collectives_mpi --cuda (cubec world all_reduce, $ngpu processes): exit $?"
 cat "$out/bench_world$ngpu.rank0.log" | tail -30
 if python3 -c 'import torch' 2>/dev/null; then
   PYTHONUNBUFFERED=1 timeout 1200 torchrun --standalone --nproc-per-node "$ngpu" \
