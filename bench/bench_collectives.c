@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/cuda_nccl_api.h"
@@ -317,12 +318,25 @@ static void raw_teardown(bench_t *b) {
 static void usage(void) {
   printf(
       "usage: bench_collectives [--backend cpu|cuda] [--ranks N] [--max BYTES] [--quick]\n"
+      "       bench_collectives --mpi [ARGS]   (under mpirun: bench_collectives_mpi ARGS)\n"
       "  cubec's all_reduce / all_gather / reduce_scatter against the raw transport call,\n"
       "  sizes 8 B .. --max (default 1 GiB on CUDA, 64 MiB on the CPU; --quick: 16 MiB),\n"
       "  busbw as nccl-tests computes it, and the host time per call.\n");
 }
 
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--mpi") == 0) {
+    // The MPI world's benchmark is its own program (bench_collectives_mpi,
+    // one rank per process under mpirun): run it in this process.
+    char path[4096];
+    const char *slash = strrchr(argv[0], '/');
+    snprintf(path, sizeof path, "%.*sbench_collectives_mpi", slash ? (int)(slash - argv[0] + 1) : 0,
+             argv[0]);
+    argv[1] = path;
+    execv(path, argv + 1);
+    perror(path);
+    return 2;
+  }
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--quick") == 0) {
       quick = true;

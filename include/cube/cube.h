@@ -14,5 +14,6 @@
 #include "cube/collective.h"
 #include "cube/cache.h"
 #include "cube/tune.h"
+#include "cube/world.h"
 
 #endif  // CUBE_CUBE_H_

@@ -111,6 +111,10 @@ typedef struct coll_call_t {
   cube_server_t *peer;  // send / recv
   size_t client_count;
   cube_compute_wait_t wait;
+  // A world call (cube_comm_*): the group is given (retained), the root and
+  // the peer are ranks, the members' records travel through the transport.
+  bool world;
+  uint32_t root_rank, peer_rank;
 
   cube_comm_group_t *group;
   uint32_t rank, channel;
@@ -188,7 +192,7 @@ static cube_status_t call_validate(coll_call_t *call, const cube_resolved_t *src
   const char *op = call->operation;
   uint32_t esize = reduces(call->kind) ? cube_dtype_size(call->dtype) : 1;
   if (reduces(call->kind)) {
-    const cube_transport_vtable_t *t = cube_backend_transport(call->server->device);
+    const cube_transport_vtable_t *t = call->group->transport;
     if ((unsigned)call->dtype >= CUBE_DTYPE_COUNT || (unsigned)call->op >= CUBE_REDUCE_OP_COUNT) {
       return cube_status_make(CUBE_STATUS_VALIDATION, "%s: unknown element type %d or operation %d",
                               op, (int)call->dtype, (int)call->op);
@@ -272,6 +276,7 @@ static void header_device(cube_coll_header_t *header, const cube_server_t *serve
 
 // Resolves the group and this client's rank; joins a pair. No lock held.
 static cube_status_t call_group(coll_call_t *call) {
+  if (call->world) return CUBE_OK;  // the comm's group, retained by the caller
   if (is_transfer(call->kind)) {
     if (!call->peer || call->peer == call->server) {
       return cube_status_make(CUBE_STATUS_VALIDATION, "%s: the peer must be another client (%s)",
@@ -297,8 +302,11 @@ static cube_status_t call_group(coll_call_t *call) {
 static void call_round(coll_call_t *call) {
   cube_comm_member_t *m = &call->group->members[call->rank];
   if (is_transfer(call->kind)) {
-    uint32_t sender = call->kind == CUBE_TOP_SEND ? call->rank : 1 - call->rank;
-    call->channel = 1 + sender;
+    uint32_t other = call->world ? call->peer_rank : 1 - call->rank;
+    // A world's transfers: a channel per peer and direction (the peer's
+    // sends to this rank, this rank's sends to the peer, apart).
+    call->channel =
+        call->world ? 1 + other : 1 + (call->kind == CUBE_TOP_SEND ? call->rank : other);
   } else {
     call->channel = 0;
   }
@@ -323,9 +331,8 @@ static void member_check_locked(cube_server_t *server, cube_comm_group_t *group,
   if (m->left || !m->stream) return;
   if (!server->poison) cube_server_settle(server, m->stream);
   pthread_mutex_lock(&m->lock);
-  cube_status_t error = m->aborted || !m->comm
-                            ? CUBE_OK
-                            : cube_backend_transport(server->device)->poll(server->device, m->comm);
+  cube_status_t error =
+      m->aborted || !m->comm ? CUBE_OK : group->transport->poll(server->device, m->comm);
   pthread_mutex_unlock(&m->lock);
   if (error) cube_comm_group_fail(group, error);
 }
@@ -345,7 +352,14 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
   h->root = 0;
   h->failure_id = 0;
   h->code = 0;
-  if (call->kind == CUBE_TOP_BROADCAST) {
+  if (call->kind == CUBE_TOP_BROADCAST && call->world) {
+    h->root = call->root_rank;
+    if (h->root >= n) {
+      call_fail_local(call, cube_status_make(CUBE_STATUS_VALIDATION,
+                                             "%s: the root rank %u is not below the world's %u",
+                                             call->operation, call->root_rank, n));
+    }
+  } else if (call->kind == CUBE_TOP_BROADCAST) {
     h->root = n;
     for (uint32_t r = 0; r < n; ++r) {
       if (call->group->members[r].server == call->root) h->root = r;
@@ -357,7 +371,7 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
                            call->operation, call->root ? call->root->name : "(null)"));
     }
   } else if (is_transfer(call->kind)) {
-    h->root = 1 - call->rank;
+    h->root = call->world ? call->peer_rank : 1 - call->rank;
   }
   if (!call->local)
     call_fail_local(call, cube_server_refuse_capturing(server, stream_index, call->operation));
@@ -419,10 +433,67 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
     header_describe(h, call->local);
     header_device(h, server);
   }
+  if (call->world) {
+    call->posted = true;  // exchanged by call_wait_round, with no lock held
+    return;
+  }
   cube_status_t posted =
       cube_comm_group_post(call->group, call->channel, call->seq, call->rank, &call->header);
   call->posted = cube_status_is_ok(posted);
   call_fail_local(call, posted);
+}
+
+// A world call's round: this rank's record exchanged with every rank (or,
+// for a transfer, with its peer) through the transport, then judged as the
+// board's rounds are. No lock held.
+static cube_status_t call_exchange_world(coll_call_t *call) {
+  cube_comm_group_t *g = call->group;
+  cube_comm_member_t *m = &g->members[call->rank];
+  cube_coll_header_t headers[CUBE_COMM_MAX_RANKS];
+  bool transfer = is_transfer(call->kind);
+  cube_status_t status = CUBE_OK;
+  cube_bstream_t *stream = NULL;  // the comm's own
+  pthread_mutex_lock(&call->server->lock);
+  if (m->stream && !m->left) stream = call->server->streams[m->stream].backend;
+  pthread_mutex_unlock(&call->server->lock);
+  if (!transfer && g->nranks == 1) {
+    headers[0] = call->header;  // a world of one: nothing to carry
+  } else if (!g->transport->exchange_status) {
+    status = cube_status_make(CUBE_STATUS_NO_DEVICE_TRANSPORT,
+                              "%s: the %s transport carries no status between processes",
+                              call->operation, g->transport->name);
+  } else if (m->aborted || !m->comm) {
+    status = cube_comm_group_refusal(g, call->operation);
+    if (!status)
+      status = cube_status_make(CUBE_STATUS_TRANSPORT_FAILED, "%s: the communicator was aborted",
+                                call->operation);
+  } else if (transfer) {
+    // The pair's two records, the lower rank's first.
+    uint32_t peer = call->peer_rank, mine = call->rank < peer ? 0 : 1;
+    headers[mine] = call->header;
+    status = g->transport->exchange_status(call->server->device, m->comm, stream, peer,
+                                           &call->header, &headers[1 - mine], sizeof call->header);
+  } else {
+    status = g->transport->exchange_status(call->server->device, m->comm, stream, UINT32_MAX,
+                                           &call->header, headers, sizeof call->header);
+  }
+  if (status) {
+    // The others wait for this record or already gave up: the group fails.
+    cube_comm_group_fail(g, cube_status_retain(status));
+    cube_status_t refused = cube_comm_group_refusal(g, call->operation);
+    if (refused) {
+      cube_status_release(status);
+      status = refused;
+    }
+    return status;
+  }
+  cube_comm_round_evaluate(headers, transfer ? 2 : g->nranks, transfer, &call->outcome);
+  if (transfer && call->outcome.failed_count) {
+    uint32_t lo = call->rank < call->peer_rank ? call->rank : call->peer_rank;
+    uint32_t hi = call->rank < call->peer_rank ? call->peer_rank : call->rank;
+    call->outcome.failed = call->outcome.failed == 0 ? lo : hi;  // the pair's index to a rank
+  }
+  return CUBE_OK;
 }
 
 // Tells the others this rank's part failed before it could be checked (a
@@ -434,6 +505,11 @@ static void call_post_failed(coll_call_t *call, cube_status_t status) {
   pthread_mutex_lock(&call->server->lock);
   call_round(call);
   pthread_mutex_unlock(&call->server->lock);
+  if (call->world) {
+    call->header = h;
+    cube_status_release(call_exchange_world(call));
+    return;
+  }
   cube_status_release(cube_comm_group_post(call->group, call->channel, call->seq, call->rank, &h));
 }
 
@@ -555,7 +631,7 @@ static cube_top_t call_top(const coll_call_t *call, const cube_resolved_t *src, 
                     .send = have_src ? src->address : 0,
                     .recv = have_dst ? dst->address : 0,
                     .root = call->header.root,
-                    .peer = 1 - call->rank};
+                    .peer = call->world ? call->peer_rank : 1 - call->rank};
   uint32_t n = call->group->nranks;
   uint32_t esize = reduces(call->kind) ? cube_dtype_size(call->dtype) : 1;
   switch (call->kind) {
@@ -701,7 +777,7 @@ static void call_submit_locked(coll_call_t *call) {
 static cube_status_t call_wait_enqueued(coll_call_t *call) {
   cube_comm_member_t *m = &call->group->members[call->rank];
   cube_server_t *server = call->server;
-  const cube_transport_vtable_t *t = cube_backend_transport(server->device);
+  const cube_transport_vtable_t *t = call->group->transport;
   uint64_t deadline = 0, backoff = 200;  // read only when it has to wait
   for (;;) {
     bool ready = false;
@@ -825,9 +901,11 @@ static bool call_enter_and_post(coll_call_t *call, coll_call_t *const *earlier, 
 // The round's outcome (no server lock held).
 static void call_wait_round(coll_call_t *call) {
   if (!call->posted) return;
-  cube_status_t status = cube_comm_group_wait(call->group, call->channel, call->seq, call->rank,
-                                              cube_collective_timeout_ns(call->server),
-                                              call->operation, &call->outcome);
+  cube_status_t status =
+      call->world ? call_exchange_world(call)
+                  : cube_comm_group_wait(call->group, call->channel, call->seq, call->rank,
+                                         cube_collective_timeout_ns(call->server),
+                                         call->operation, &call->outcome);
   if (!cube_status_is_ok(status)) {
     call_fail_local(call, status);
     call->outcome.ok = false;
@@ -933,7 +1011,7 @@ cube_status_t cube_collective_group_end(void) {
     coll_call_t *call = calls[i];
     if (!live[i]) continue;
     call_wait_round(call);
-    const cube_transport_vtable_t *t = cube_backend_transport(call->server->device);
+    const cube_transport_vtable_t *t = call->group ? call->group->transport : NULL;
     bool seen = false;
     for (size_t b = 0; b < begun_count; ++b) seen = seen || begun[b] == t;
     if (t && !seen && begun_count < 8 && call->outcome.ok && !call->local && !call->stale) {
@@ -1151,6 +1229,41 @@ cube_status_t cube_comm_init(cube_client_t *const *clients, size_t count) {
   return status;
 }
 
+//===--- Worlds (cube_comm_*: groups whose ranks live in several processes) ---===//
+
+cube_status_t cube_collective_world(cube_server_t *server, cube_comm_group_t *group,
+                                    const cube_world_op_t *op) {
+  if (op->wait != CUBE_COMPUTE_WAIT_AT_SYNC && op->wait != CUBE_COMPUTE_WAIT_NOW) {
+    return cube_status_make(CUBE_STATUS_VALIDATION, "%s: unknown compute wait %d",
+                            cube_top_kind_name(op->kind), (int)op->wait);
+  }
+  if (is_transfer(op->kind) && (op->peer >= group->nranks || op->peer == group->local_rank)) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "%s: the peer must be another rank of the world (rank %u of %u, "
+                            "this rank is %u)",
+                            cube_top_kind_name(op->kind), op->peer, group->nranks,
+                            group->local_rank);
+  }
+  coll_call_t call = {.kind = op->kind,
+                      .operation = cube_top_kind_name(op->kind),
+                      .server = server,
+                      .stream = op->stream,
+                      .source = op->source,
+                      .destination = op->destination,
+                      .has_source = op->has_source,
+                      .dtype = op->dtype,
+                      .op = op->op,
+                      .wait = op->wait,
+                      .world = true,
+                      .root_rank = op->root,
+                      .peer_rank = op->peer,
+                      .group = group,
+                      .rank = group->local_rank};
+  cube_comm_group_retain(group);  // the call's, released at its end
+  if (tls_batch.depth > 0) return batch_record(&call);
+  return call_run(&call);
+}
+
 //===--- Failed groups, sync_collective, release ---===//
 
 void cube_collective_groups_failed(cube_server_t *server) {
@@ -1181,7 +1294,7 @@ void cube_collective_server_release(cube_server_t *server) {
 static cube_status_t member_wait(cube_server_t *server, cube_comm_group_t *group,
                                  cube_comm_member_t *m, cube_bevent_t *event, bool *out_transport) {
   const cube_backend_vtable_t *vt = server->device->vtable;
-  const cube_transport_vtable_t *t = cube_backend_transport(server->device);
+  const cube_transport_vtable_t *t = group->transport;
   uint64_t deadline = deadline_from_now(server), backoff = 2000;
   unsigned spins = 0;
   *out_transport = false;

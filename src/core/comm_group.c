@@ -119,15 +119,15 @@ void cube_comm_group_retain(cube_comm_group_t *group) {
 // Aborts |member|'s communicator, retires its stream (drained: aborted
 // work ends at once) and destroys the communicator, once. No server lock
 // held.
-static void member_teardown(cube_comm_member_t *member) {
+static void member_teardown(const cube_transport_vtable_t *group_transport,
+                            cube_comm_member_t *member) {
   pthread_mutex_lock(&member->lock);
   bool first = !member->left;
   member->left = true;
   cube_server_t *server = member->server;
   cube_tcomm_t *comm = member->comm;
   member->comm = NULL;
-  const cube_transport_vtable_t *transport =
-      first && server ? cube_backend_transport(server->device) : NULL;
+  const cube_transport_vtable_t *transport = first && server ? group_transport : NULL;
   // A member that goes never waits on its peers again.
   if (transport && comm && !member->aborted) transport->abort(server->device, comm);
   member->aborted = true;
@@ -195,7 +195,8 @@ void cube_comm_group_release(cube_comm_group_t *group) {
 // destroyed): a group that was replaced or never finished. No server lock
 // held.
 static void group_teardown(cube_comm_group_t *group) {
-  for (uint32_t r = 0; r < group->nranks; ++r) member_teardown(&group->members[r]);
+  for (uint32_t r = 0; r < group->nranks; ++r)
+    member_teardown(group->transport, &group->members[r]);
   pthread_mutex_lock(&registry_lock);
   bool last = group_free_locked(group);
   pthread_mutex_unlock(&registry_lock);
@@ -422,6 +423,114 @@ cube_status_t cube_comm_group_find(cube_client_t *const *clients, size_t count, 
   return CUBE_OK;
 }
 
+//===--- Worlds: groups whose ranks live in several processes ---===//
+
+cube_status_t cube_comm_group_make_world(cube_server_t *server,
+                                         const cube_transport_vtable_t *transport,
+                                         const cube_tuid_t *uid, uint32_t nranks, uint32_t rank,
+                                         cube_comm_group_t **out_group) {
+  *out_group = NULL;
+  if (nranks == 0 || nranks > CUBE_COMM_MAX_RANKS || rank >= nranks) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "comm_init_rank: rank %u of %u (a world holds 1 to %d ranks)", rank,
+                            nranks, CUBE_COMM_MAX_RANKS);
+  }
+  cube_comm_group_t *group = calloc(1, sizeof *group + nranks * sizeof group->members[0]);
+  if (!group)
+    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "comm_init_rank: out of host memory");
+  cube_hash128_t h = cube_hash128(uid->bytes, sizeof uid->bytes);
+  group->id = h.low;
+  group->nranks = nranks;
+  group->transport = transport;
+  group->world = true;
+  group->local_rank = rank;
+  group->refs = 1;  // the caller's: a world is never in the registry
+  pthread_mutex_init(&group->lock, NULL);
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&group->changed, &attr);
+  pthread_condattr_destroy(&attr);
+  for (uint32_t r = 0; r < nranks; ++r) {
+    cube_comm_member_t *m = &group->members[r];
+    pthread_mutex_init(&m->lock, NULL);
+    m->key = r;
+    m->left = r != rank;  // the other ranks are members of other processes
+    m->aborted = r != rank;
+  }
+  cube_comm_member_t *m = &group->members[rank];
+  m->server = server;
+  pthread_mutex_lock(&server->lock);
+  cube_status_t status = cube_server_stream_open(server, false, &m->stream);
+  pthread_mutex_unlock(&server->lock);
+  uint64_t timeout = cube_collective_timeout_ns(server);
+  if (!status)
+    status = transport->comm_create(server->device, uid, nranks, rank, timeout, &m->comm);
+  uint64_t deadline = cube_now_ns() + timeout, backoff = 1000;
+  for (bool ready = false; !status && !ready;) {
+    status = transport->comm_ready(server->device, m->comm, &ready);
+    if (status || ready) break;
+    if (cube_now_ns() >= deadline) {
+      status = cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
+                                "comm_init_rank: rank %u of %u was not ready after %.3f s "
+                                "(CUBE_COLLECTIVE_TIMEOUT_S)",
+                                rank, nranks, (double)timeout * 1e-9);
+      break;
+    }
+    pause_ns(backoff);
+    if (backoff < 1000000) backoff *= 2;
+  }
+  pthread_mutex_lock(&registry_lock);
+  group->next_all = all_groups;
+  all_groups = group;
+  pthread_mutex_unlock(&registry_lock);
+  if (status) {
+    status = cube_status_wrap(status, CUBE_STATUS_TRANSPORT_FAILED,
+                              "comm_init_rank: the %s communicator of rank %u of %u could not be "
+                              "made",
+                              transport->name, rank, nranks);
+    if (m->comm) transport->abort(server->device, m->comm);
+    m->aborted = true;
+    group->refs = 0;
+    group_teardown(group);
+    return status;
+  }
+  *out_group = group;
+  return CUBE_OK;
+}
+
+void cube_comm_group_leave_world(cube_comm_group_t *group) {
+  if (!group) return;
+  cube_comm_member_t *m = &group->members[group->local_rank];
+  pthread_mutex_lock(&m->lock);
+  bool first = !m->left;
+  cube_server_t *server = m->server;
+  cube_tcomm_t *comm = m->comm;
+  m->left = true;
+  m->comm = NULL;
+  pthread_mutex_unlock(&m->lock);
+  if (first && server) {
+    // Drained first: a healthy communicator goes without an abort (MPI's
+    // abort abandons it for good; NCCL finalizes it cleanly).
+    pthread_mutex_lock(&server->lock);
+    if (m->stream && server->streams[m->stream].live)
+      cube_status_release(cube_server_stream_retire(server, m->stream));
+    m->stream = 0;
+    pthread_mutex_unlock(&server->lock);
+    if (comm) group->transport->comm_destroy(server->device, comm);
+    free(m->inflight);
+    m->inflight = NULL;
+    m->inflight_count = m->inflight_capacity = 0;
+  }
+  cube_comm_group_fail(
+      group, cube_status_make(CUBE_STATUS_GROUP_FAILED, "rank %u released its world communicator",
+                              group->local_rank));
+  pthread_mutex_lock(&m->lock);
+  m->server = NULL;
+  pthread_mutex_unlock(&m->lock);
+  cube_comm_group_release(group);
+}
+
 //===--- Rounds ---===//
 
 static cube_round_t *round_find_locked(cube_comm_group_t *group, uint32_t channel, uint64_t seq,
@@ -497,25 +606,24 @@ static bool reduces_kind(uint8_t kind) {
 }
 
 // The outcome every rank computes alike from the round's headers.
-static void round_evaluate(const cube_comm_group_t *group, const cube_round_t *round,
-                           cube_round_outcome_t *out) {
+void cube_comm_round_evaluate(const cube_coll_header_t *headers, uint32_t n, bool transfers,
+                              cube_round_outcome_t *out) {
   memset(out, 0, sizeof *out);
-  uint32_t n = group->nranks;
   for (uint32_t r = 0; r < n; ++r) {
-    if (round->headers[r].verdict != CUBE_VERDICT_OK) {
+    if (headers[r].verdict != CUBE_VERDICT_OK) {
       if (out->failed_count++ == 0) {
         out->failed = r;
-        out->header = round->headers[r];
+        out->header = headers[r];
       }
     }
   }
   if (out->failed_count) return;
-  const cube_coll_header_t *h0 = &round->headers[0];
+  const cube_coll_header_t *h0 = &headers[0];
   for (uint32_t r = 1; r < n && !out->mismatch; ++r) {
-    const cube_coll_header_t *h = &round->headers[r];
+    const cube_coll_header_t *h = &headers[r];
     const char *a = cube_top_kind_name((cube_top_kind_t)h0->kind);
     const char *b = cube_top_kind_name((cube_top_kind_t)h->kind);
-    if (group->transfers) {
+    if (transfers) {
       bool paired = (h0->kind == CUBE_TOP_SEND && h->kind == CUBE_TOP_RECV) ||
                     (h0->kind == CUBE_TOP_RECV && h->kind == CUBE_TOP_SEND);
       const cube_coll_header_t *send = h0->kind == CUBE_TOP_SEND ? h0 : h;
@@ -557,8 +665,8 @@ static void round_evaluate(const cube_comm_group_t *group, const cube_round_t *r
                (unsigned long long)h0->recv_bytes, r, (unsigned long long)h->recv_bytes);
     }
   }
-  if (!out->mismatch && !group->transfers && h0->kind == CUBE_TOP_BROADCAST) {
-    const cube_coll_header_t *root = &round->headers[h0->root < n ? h0->root : 0];
+  if (!out->mismatch && !transfers && h0->kind == CUBE_TOP_BROADCAST) {
+    const cube_coll_header_t *root = &headers[h0->root < n ? h0->root : 0];
     if (root->send_bytes != root->recv_bytes) {
       out->mismatch = true;
       snprintf(out->why, sizeof out->why,
@@ -603,7 +711,7 @@ cube_status_t cube_comm_group_wait(cube_comm_group_t *group, uint32_t channel, u
   }
   bool failed = group->failed;
   if (!failed && !timeout) {
-    round_evaluate(group, round, out_outcome);
+    cube_comm_round_evaluate(round->headers, group->nranks, group->transfers, out_outcome);
     if (++round->taken == group->nranks) round_unlink_locked(group, round);
   }
   pthread_mutex_unlock(&group->lock);
@@ -629,7 +737,7 @@ void cube_comm_group_fail(cube_comm_group_t *group, cube_status_t cause) {
     cube_comm_member_t *m = &group->members[r];
     pthread_mutex_lock(&m->lock);
     if (m->comm && !m->aborted && m->server) {
-      cube_backend_transport(m->server->device)->abort(m->server->device, m->comm);
+      group->transport->abort(m->server->device, m->comm);
       m->aborted = true;
     }
     // Its server claims the destinations in flight at its next call.
@@ -663,8 +771,8 @@ cube_status_t cube_comm_group_submit(cube_comm_group_t *group, uint32_t rank,
                               cube_top_kind_name(op->kind), rank);
   } else {
     cube_server_t *server = m->server;
-    status = cube_backend_transport(server->device)
-                 ->submit(server->device, m->comm, server->streams[m->stream].backend, op);
+    status =
+        group->transport->submit(server->device, m->comm, server->streams[m->stream].backend, op);
   }
   pthread_mutex_unlock(&m->lock);
   return status;
@@ -732,7 +840,7 @@ void cube_comm_group_leave_all(cube_server_t *client) {
                                                  "rank %u (%s) left the group: its client was "
                                                  "released",
                                                  rank, client->name));
-    member_teardown(&group->members[rank]);
+    member_teardown(group->transport, &group->members[rank]);
     pthread_mutex_lock(&group->members[rank].lock);
     group->members[rank].server = NULL;
     pthread_mutex_unlock(&group->members[rank].lock);

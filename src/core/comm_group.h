@@ -89,6 +89,11 @@ typedef struct cube_comm_group_t {
   cube_round_t *free_rounds;  // kept for reuse
   uint32_t free_round_count;
   uint32_t leaving;              // members released since the group formed
+  // A world (cube_comm_init_rank): its ranks live in several processes;
+  // only |local_rank| is a member here, the others' records travel through
+  // the transport's exchange_status. Never in the registry.
+  bool world;
+  uint32_t local_rank;
   cube_comm_member_t members[];  // |nranks|, by rank
 } cube_comm_group_t;
 
@@ -136,6 +141,25 @@ CUBE_INTERNAL cube_status_t cube_comm_group_rebuild_pairs(cube_client_t *const *
                                                           size_t count, const char *operation);
 CUBE_INTERNAL void cube_comm_group_retain(cube_comm_group_t *group);
 CUBE_INTERNAL void cube_comm_group_release(cube_comm_group_t *group);
+
+// Makes the world group in which |server| is rank |rank| of |nranks|, over
+// the world transport |transport| and its token |uid|: only that member is
+// in this process. Blocks until its communicator is ready (bounded by the
+// deadline; every rank must make its part at about the same time).
+CUBE_INTERNAL cube_status_t cube_comm_group_make_world(cube_server_t *server,
+                                                       const cube_transport_vtable_t *transport,
+                                                       const cube_tuid_t *uid, uint32_t nranks,
+                                                       uint32_t rank,
+                                                       cube_comm_group_t **out_group);
+// The local member leaves its world group (the caller's reference goes):
+// its stream drained, its communicator destroyed (a healthy one cleanly,
+// an aborted one left to the transport). No server lock held.
+CUBE_INTERNAL void cube_comm_group_leave_world(cube_comm_group_t *group);
+
+// The outcome every rank computes alike from a round's |n| headers (by
+// rank; for a transfer, the sender's and the receiver's).
+CUBE_INTERNAL void cube_comm_round_evaluate(const cube_coll_header_t *headers, uint32_t n,
+                                            bool transfers, cube_round_outcome_t *out);
 
 // Posts |rank|'s header for round (channel, seq); never blocks.
 CUBE_INTERNAL cube_status_t cube_comm_group_post(cube_comm_group_t *group, uint32_t channel,

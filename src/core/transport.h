@@ -9,12 +9,13 @@
 // sees it (NCCL checks no pointer, and in non-blocking mode one invalid
 // argument leaves the communicator's error set for good).
 //
-// Transports today: "inproc" (CPU clients of one process, cpu_transport.c)
-// and "nccl" (CUDA, cuda_nccl.c). A transport whose ranks live in several
-// processes (MPI, multi-process NCCL: issue 11) fits the same slots: the
-// unique id travels between processes through the bootstrap hook below, and
-// the members' status travels through `exchange_status` instead of the core's
-// in-process board.
+// Transports today: "inproc" (CPU clients of one process, cpu_transport.c),
+// "nccl" (CUDA, cuda_nccl.c; one process or many) and "mpi" (CPU clients in
+// several processes and hosts, cpu_mpi_transport.c). A world transport
+// (ranks in several processes, reached through `world`) fits the same
+// slots: its unique_id's token travels between processes (include/cube/
+// world.h), and the members' status travels through `exchange_status`
+// instead of the core's in-process board.
 //
 // Part of the backend interface: the build's backend view holds this header
 // beside core/backend.h (CMakeLists.txt), and it includes nothing else of
@@ -115,13 +116,22 @@ typedef struct cube_transport_vtable_t {
   // NULL when devices have no identity of their own (CPU clients: the core
   // sorts them by client, in creation order).
   uint64_t (*device_key)(cube_backend_device_t *device);
-  // Multi-process hook (issue 11): exchanges one small status record per
-  // rank between every rank of |comm|, blocking, so that the members of a
-  // group that spans processes learn each other's verdict before any payload
+  // Multi-process hook (issue 11): exchanges one small status record with
+  // every rank of |comm| (|peer| UINT32_MAX: |out| receives nranks records,
+  // by rank) or with |peer| alone (|out| receives its one record), blocking
+  // and bounded by the collective deadline, so that the members of a group
+  // that spans processes learn each other's verdict before any payload
   // moves. NULL for transports whose ranks all live in this process: the
   // core's board (comm_group.c) carries the status there.
+  // |stream| is the comm's own (NCCL moves the records there, in order
+  // with the payloads).
   cube_status_t (*exchange_status)(cube_backend_device_t *device, cube_tcomm_t *comm,
-                                   const void *mine, void *all, size_t bytes);
+                                   cube_bstream_t *stream, uint32_t peer, const void *mine,
+                                   void *out, size_t bytes);
+  // This device's transport for groups whose ranks live in several
+  // processes (cube_comm_init_rank): MPI for CPU clients, NCCL itself for
+  // CUDA. NULL, or an error, when it has none (NO_DEVICE_TRANSPORT).
+  cube_status_t (*world)(cube_backend_device_t *device, const cube_transport_vtable_t **out_world);
 } cube_transport_vtable_t;
 
 // |device|'s transport (the backend slot "transport"), or NULL: then every

@@ -95,6 +95,11 @@ typedef struct nccl_comm_t {
   uint32_t rank, nranks;
   uint64_t timeout_ns;  // CUBE_COLLECTIVE_TIMEOUT_S of the client that made it
   bool aborted;         // the core calls abort under the member's lock: no race with submit
+  // World groups (issue 11): the status records' device buffer and pinned
+  // host staging, made at the first exchange, kept until the comm goes.
+  CUdeviceptr xdev;
+  void *xhost;
+  size_t xbytes;
 } nccl_comm_t;
 
 static nccl_comm_t *nccl_cast(cube_tcomm_t *comm) {
@@ -372,9 +377,106 @@ static void nccl_comm_destroy(cube_backend_device_t *base, cube_tcomm_t *tcomm) 
     } else {
       (void)nccl->ncclCommAbort(comm->comm);
     }
+    // An aborted comm's records are left: a kernel of it may still write.
+    if (clean && comm->xdev) (void)comm->device->cu->cuMemFree(comm->xdev);
+    if (clean && comm->xhost) (void)comm->device->cu->cuMemFreeHost(comm->xhost);
   }
   free(comm);
 }
+
+// World groups (issue 11): every rank's status record through NCCL itself,
+// on the comm's own stream (so in order with its payloads), into pinned
+// host memory (a pageable copy could block in the driver with no deadline),
+// polled against the deadline with the comm's asynchronous error.
+static cube_status_t nccl_exchange_status(cube_backend_device_t *base, cube_tcomm_t *tcomm,
+                                          cube_bstream_t *bstream, uint32_t peer, const void *mine,
+                                          void *out, size_t bytes) {
+  nccl_comm_t *comm = nccl_cast(tcomm);
+  const cube_nccl_api_t *nccl = cube_nccl_api(NULL);
+  cube_cuda_device_t *device = cube_cuda_device(base);
+  const cube_cuda_driver_t *cu = device->cu;
+  if (!bstream) {
+    return cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
+                            "nccl status exchange on cuda:%u: the communicator has no stream",
+                            device->index);
+  }
+  cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_SERVER);
+  if (status) return status;
+  CUstream stream = cube_cuda_stream(bstream);
+  size_t total = peer == UINT32_MAX ? bytes * comm->nranks : bytes;
+  size_t need = bytes + total;
+  CUresult r = CUDA_SUCCESS;
+  if (comm->xbytes < need) {
+    if (comm->xdev) (void)cu->cuMemFree(comm->xdev);
+    if (comm->xhost) (void)cu->cuMemFreeHost(comm->xhost);
+    comm->xdev = 0;
+    comm->xhost = NULL;
+    comm->xbytes = 0;
+    r = cu->cuMemAlloc(&comm->xdev, need);
+    if (r == CUDA_SUCCESS) r = cu->cuMemHostAlloc(&comm->xhost, need, 0);
+    if (r != CUDA_SUCCESS)
+      return cube_cuda_error(device, r, CUBE_CUDA_OP_IO, "nccl status records (%zu bytes)", need);
+    comm->xbytes = need;
+  }
+  memcpy(comm->xhost, mine, bytes);
+  r = cu->cuMemcpyHtoDAsync(comm->xdev, comm->xhost, bytes, stream);
+  if (r != CUDA_SUCCESS)
+    return cube_cuda_error(device, r, CUBE_CUDA_OP_IO, "cuMemcpyHtoDAsync (status record)");
+  void *send = (void *)(uintptr_t)comm->xdev, *recv = (void *)(uintptr_t)(comm->xdev + bytes);
+  ncclResult_t result;
+  if (peer == UINT32_MAX) {
+    result = nccl->ncclAllGather(send, recv, bytes, ncclUint8, comm->comm, stream);
+  } else {
+    result = nccl->ncclGroupStart();
+    if (nccl_ok(result))
+      result = nccl->ncclSend(send, bytes, ncclUint8, (int)peer, comm->comm, stream);
+    if (nccl_ok(result))
+      result = nccl->ncclRecv(recv, bytes, ncclUint8, (int)peer, comm->comm, stream);
+    ncclResult_t ended = nccl->ncclGroupEnd();
+    if (nccl_ok(result)) result = ended;
+  }
+  if (!nccl_ok(result)) return nccl_error(nccl, comm, result, "the status exchange");
+  uint64_t deadline = cube_now_ns() + comm->timeout_ns, backoff = 1000;
+  bool enqueued = false, copied = false;
+  for (;;) {
+    bool ready = false;
+    status = nccl_state(comm, &ready);  // the enqueue, and any asynchronous error
+    if (status) return status;
+    if (ready && !enqueued) {
+      enqueued = true;
+      r = cu->cuMemcpyDtoHAsync(comm->xhost, comm->xdev + bytes, total, stream);
+      if (r != CUDA_SUCCESS)
+        return cube_cuda_error(device, r, CUBE_CUDA_OP_IO, "cuMemcpyDtoHAsync (status records)");
+    }
+    if (enqueued) {
+      r = cu->cuStreamQuery(stream);
+      if (r == CUDA_SUCCESS) {
+        copied = true;
+        break;
+      }
+      if (r != CUDA_ERROR_NOT_READY)
+        return cube_cuda_error(device, r, CUBE_CUDA_OP_SERVER, "cuStreamQuery (status records)");
+    }
+    if (cube_now_ns() >= deadline) break;
+    struct timespec pause = {0, (long)backoff};
+    nanosleep(&pause, NULL);
+    if (backoff < 200000) backoff *= 2;
+  }
+  if (!copied) {
+    return cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
+                            "nccl status exchange on cuda:%u (rank %u of %u): the peers' records "
+                            "did not come within %.3f s (CUBE_COLLECTIVE_TIMEOUT_S)",
+                            device->index, comm->rank, comm->nranks,
+                            (double)comm->timeout_ns * 1e-9);
+  }
+  memcpy(out, comm->xhost, total);
+  return CUBE_OK;
+}
+
+// NCCL's communicators span processes as they are: the world form is the
+// same transport, with the records carried by NCCL (nccl_exchange_status).
+static cube_status_t nccl_world(cube_backend_device_t *device,
+                                const cube_transport_vtable_t **out_world);
 
 static uint64_t nccl_device_key(cube_backend_device_t *base) {
   return cube_cuda_device(base)->index;
@@ -394,8 +496,18 @@ static const cube_transport_vtable_t kNcclTransport = {
     .abort = nccl_abort,
     .comm_destroy = nccl_comm_destroy,
     .device_key = nccl_device_key,
-    .exchange_status = NULL,  // in-process groups: the core's board carries the status
+    // In-process groups: the core's board carries the status; worlds
+    // (ranks in several processes) exchange it through NCCL.
+    .exchange_status = nccl_exchange_status,
+    .world = nccl_world,
 };
+
+static cube_status_t nccl_world(cube_backend_device_t *device,
+                                const cube_transport_vtable_t **out_world) {
+  (void)device;
+  *out_world = &kNcclTransport;
+  return CUBE_OK;
+}
 
 cube_status_t cube_cuda_transport(cube_backend_device_t *device,
                                   const cube_transport_vtable_t **out_transport) {
