@@ -200,9 +200,8 @@
 #endif
 #define CUBE__SIG_DESC(i, t) CUBE__APPLY(CUBE__SIG_DESC_, i, t)
 #define CUBE__SIG_DESC_(i, io, T, name) , CUBE__SIG_DESC_##io(io, T)
-#define CUBE__SIG_DESC_BUF(io, T)                                                  \
-  (CUBE__SIG_KIND_##io << 28 |                                                     \
-   (uint32_t)(CUBE__ALIGNOF(T) < 255 ? CUBE__ALIGNOF(T) : 255) << 20 |             \
+#define CUBE__SIG_DESC_BUF(io, T)                                                                  \
+  (CUBE__SIG_KIND_##io << 28 | (uint32_t)(CUBE__ALIGNOF(T) < 255 ? CUBE__ALIGNOF(T) : 255) << 20 | \
    (uint32_t)(sizeof(T) < 0xfffffu ? sizeof(T) : 0xfffffu))
 #define CUBE__SIG_DESC_R(io, T) CUBE__SIG_DESC_BUF(io, T)
 #define CUBE__SIG_DESC_W(io, T) CUBE__SIG_DESC_BUF(io, T)
@@ -308,7 +307,7 @@ struct cube__const_u32 {
   extern "C" __device__ const char name##__cube_io[] = iostr;                                    \
   extern "C" __device__ const uint32_t name##__cube_sig[] = {CUBE__UNPACK sig};                  \
   extern "C" __device__ const char name##__cube_sig_names[] = signames;                          \
-  static __device__ constexpr uint32_t name##__cube_sigc[] = {CUBE__UNPACK sig};                   \
+  static __device__ constexpr uint32_t name##__cube_sigc[] = {CUBE__UNPACK sig};                 \
   CUBE__ENTRY(name, , cube__static_info_t, (entry_params), (args))                               \
   CUBE__ENTRY(name, __w8, cube__static_info8_t, (entry_params), (args))                          \
   CUBE__ENTRY(name, __w16, cube__static_info16_t, (entry_params), (args))                        \
@@ -317,10 +316,10 @@ struct cube__const_u32 {
                                  uint32_t cube__uz CUBE__UNUSED,                                 \
                                  uint64_t cube__shoff CUBE__UNUSED params)
 
-#define CUBE_KERNEL(name, ...)                                                       \
-  CUBE__KERNEL_(name, CUBE__MAP(CUBE__BODY_PARAM, CUBE__NOTHING, __VA_ARGS__),       \
-                CUBE__MAP(CUBE__ENTRY_PARAM, CUBE__NOTHING, __VA_ARGS__),            \
-                CUBE__MAP(CUBE__BODY_ARG, CUBE__NOTHING, __VA_ARGS__),               \
+#define CUBE_KERNEL(name, ...)                                                              \
+  CUBE__KERNEL_(name, CUBE__MAP(CUBE__BODY_PARAM, CUBE__NOTHING, __VA_ARGS__),              \
+                CUBE__MAP(CUBE__ENTRY_PARAM, CUBE__NOTHING, __VA_ARGS__),                   \
+                CUBE__MAP(CUBE__BODY_ARG, CUBE__NOTHING, __VA_ARGS__),                      \
                 CUBE__MAP(CUBE__IOSTR, CUBE__NOTHING, __VA_ARGS__), CUBE__SIG(__VA_ARGS__), \
                 CUBE__MAP(CUBE__SIG_NAME, CUBE__NOTHING, __VA_ARGS__))
 #define CUBE_KERNEL0(name) CUBE__KERNEL_(name, , , , "", (CUBE__SIG_MAGIC, 0), "")
@@ -388,16 +387,16 @@ CUBE__DEVICE T cube__plane_min(T v) {
 // some): the 64-bit signed and `long` flavours go through the unsigned
 // 64-bit ones (two's complement makes add, exchange and CAS the same bits).
 // The value is converted to the pointee's type first, as on the CPU.
-#define CUBE__ATOMIC_AS(name, T, U, call)                                         \
-  CUBE__DEVICE T name(T *p, T v) {                                                \
-    return (T)call((U *)p, (U)v);                                                 \
+#define CUBE__ATOMIC_AS(name, T, U, call) \
+  CUBE__DEVICE T name(T *p, T v) {        \
+    return (T)call((U *)p, (U)v);         \
   }
-#define CUBE__ATOMIC_SET(name, call, SIGNED64)                                   \
-  CUBE__ATOMIC_AS(name, int, int, call)                                          \
-  CUBE__ATOMIC_AS(name, unsigned, unsigned, call)                                \
-  CUBE__ATOMIC_AS(name, unsigned long long, unsigned long long, call)            \
-  CUBE__ATOMIC_AS(name, unsigned long, unsigned long long, call)                 \
-  CUBE__ATOMIC_AS(name, long long, SIGNED64, call)                               \
+#define CUBE__ATOMIC_SET(name, call, SIGNED64)                        \
+  CUBE__ATOMIC_AS(name, int, int, call)                               \
+  CUBE__ATOMIC_AS(name, unsigned, unsigned, call)                     \
+  CUBE__ATOMIC_AS(name, unsigned long long, unsigned long long, call) \
+  CUBE__ATOMIC_AS(name, unsigned long, unsigned long long, call)      \
+  CUBE__ATOMIC_AS(name, long long, SIGNED64, call)                    \
   CUBE__ATOMIC_AS(name, long, SIGNED64, call)
 static_assert(sizeof(long) == 8 && sizeof(long long) == 8, "64-bit long expected");
 CUBE__ATOMIC_SET(cube__atomic_add_, atomicAdd, unsigned long long)
@@ -414,9 +413,9 @@ CUBE__DEVICE double cube__atomic_exch_(double *p, double v) {
   return __longlong_as_double(
       (long long)atomicExch((unsigned long long *)p, (unsigned long long)__double_as_longlong(v)));
 }
-#define CUBE__CAS_AS(T, U)                                                  \
-  CUBE__DEVICE T cube__atomic_cas_(T *p, T expected, T desired) {           \
-    return (T)atomicCAS((U *)p, (U)expected, (U)desired);                   \
+#define CUBE__CAS_AS(T, U)                                        \
+  CUBE__DEVICE T cube__atomic_cas_(T *p, T expected, T desired) { \
+    return (T)atomicCAS((U *)p, (U)expected, (U)desired);         \
   }
 CUBE__CAS_AS(int, int)
 CUBE__CAS_AS(unsigned, unsigned)
@@ -553,9 +552,9 @@ typedef struct cube__ctx_t {
                                  uint32_t cube__uz CUBE__UNUSED,                                  \
                                  uint64_t cube__shoff CUBE__UNUSED params)
 
-#define CUBE_KERNEL(name, ...)                                                             \
-  CUBE__KERNEL_(name, CUBE__MAP(CUBE__BODY_PARAM, CUBE__NOTHING, __VA_ARGS__),             \
-                CUBE__MAP(CUBE__BODY_ARG, CUBE__NOTHING, __VA_ARGS__),                     \
+#define CUBE_KERNEL(name, ...)                                                              \
+  CUBE__KERNEL_(name, CUBE__MAP(CUBE__BODY_PARAM, CUBE__NOTHING, __VA_ARGS__),              \
+                CUBE__MAP(CUBE__BODY_ARG, CUBE__NOTHING, __VA_ARGS__),                      \
                 CUBE__MAP(CUBE__IOSTR, CUBE__NOTHING, __VA_ARGS__), CUBE__SIG(__VA_ARGS__), \
                 CUBE__MAP(CUBE__SIG_NAME, CUBE__NOTHING, __VA_ARGS__))
 #define CUBE_KERNEL0(name) CUBE__KERNEL_(name, , , "", (CUBE__SIG_MAGIC, 0), "")
@@ -659,11 +658,11 @@ CUBE__ATOMIC_ADD_INT(cube__atomic_add_u64, uint64_t)
   })
 // The generic __atomic_exchange: float and double too (lock-free at 4 and 8
 // bytes), as CUDA's atomicExch.
-#define ATOMIC_EXCH(ptr, v)                                                   \
-  ({                                                                          \
-    __typeof__(*(ptr)) cube__v = (v), cube__r;                                \
-    __atomic_exchange((ptr), &cube__v, &cube__r, __ATOMIC_RELAXED);           \
-    cube__r;                                                                  \
+#define ATOMIC_EXCH(ptr, v)                                         \
+  ({                                                                \
+    __typeof__(*(ptr)) cube__v = (v), cube__r;                      \
+    __atomic_exchange((ptr), &cube__v, &cube__r, __ATOMIC_RELAXED); \
+    cube__r;                                                        \
   })
 #define ATOMIC_AND(ptr, v) __atomic_fetch_and((ptr), (v), __ATOMIC_RELAXED)
 #define ATOMIC_OR(ptr, v) __atomic_fetch_or((ptr), (v), __ATOMIC_RELAXED)
@@ -691,10 +690,10 @@ static inline double cube__double_of(uint64_t bits) {
 
 // Checked LOAD/STORE (see the end of this header): statement expressions, so
 // the index and the value are evaluated exactly once, as on CUDA.
-#define cube__load(p, i, n)                                     \
-  ({                                                            \
-    __typeof__(p) cube__p = (p);                                \
-    uint64_t cube__i = (i);                                     \
+#define cube__load(p, i, n)                                       \
+  ({                                                              \
+    __typeof__(p) cube__p = (p);                                  \
+    uint64_t cube__i = (i);                                       \
     cube__i < (n) ? cube__p[cube__i] : (__typeof__(*cube__p)){0}; \
   })
 #define cube__store(p, i, n, v)                    \
@@ -920,9 +919,10 @@ CUBE__DEVICE e5m2 cube__f32_to_e5m2(float f) {
 #define CUBE__LINE_ALIGN(bytes) ((bytes) < 16 ? (bytes) : 16)
 #define LINE(T, N) CUBE__CAT(CUBE__CAT(CUBE__CAT(cube__line_, T), _), N)
 #define CUBE__LINE_WIDTHS(X, T) X(T, 1) X(T, 2) X(T, 4) X(T, 8) X(T, 16)
-#define CUBE__LINE_ARITH(X)                                                         \
-  X(float) X(double) X(int8_t) X(uint8_t) X(int16_t) X(uint16_t) X(int32_t) X(uint32_t) \
-  X(int64_t) X(uint64_t)
+#define CUBE__LINE_ARITH(X)                                                               \
+  X(float)                                                                                \
+  X(double) X(int8_t) X(uint8_t) X(int16_t) X(uint16_t) X(int32_t) X(uint32_t) X(int64_t) \
+      X(uint64_t)
 #define CUBE__LINE_STORAGE(X) X(f16) X(bf16) X(e4m3) X(e5m2)
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
@@ -957,32 +957,32 @@ template <typename T>
 struct cube__same_t {
   typedef T type;
 };
-#define CUBE__LINE_BINOP(op)                                                                 \
-  template <typename T, int N>                                                               \
-  CUBE__DEVICE cube__vline<T, N> operator op(const cube__vline<T, N> &a,                     \
-                                             const cube__vline<T, N> &b) {                   \
-    cube__vline<T, N> r;                                                                     \
-    _Pragma("unroll") for (int k = 0; k < N; ++k) r.e[k] = (T)(a.e[k] op b.e[k]);           \
-    return r;                                                                                \
-  }                                                                                          \
-  template <typename T, int N>                                                               \
-  CUBE__DEVICE cube__vline<T, N> operator op(const cube__vline<T, N> &a,                     \
-                                             typename cube__same_t<T>::type s) {             \
-    cube__vline<T, N> r;                                                                     \
-    _Pragma("unroll") for (int k = 0; k < N; ++k) r.e[k] = (T)(a.e[k] op s);                \
-    return r;                                                                                \
-  }                                                                                          \
-  template <typename T, int N>                                                               \
-  CUBE__DEVICE cube__vline<T, N> operator op(typename cube__same_t<T>::type s,               \
-                                             const cube__vline<T, N> &a) {                   \
-    cube__vline<T, N> r;                                                                     \
-    _Pragma("unroll") for (int k = 0; k < N; ++k) r.e[k] = (T)(s op a.e[k]);                \
-    return r;                                                                                \
-  }                                                                                          \
-  template <typename T, int N, typename U>                                                   \
-  CUBE__DEVICE cube__vline<T, N> &operator op##=(cube__vline<T, N> &a, const U &b) {         \
-    a = a op b;                                                                              \
-    return a;                                                                                \
+#define CUBE__LINE_BINOP(op)                                                         \
+  template <typename T, int N>                                                       \
+  CUBE__DEVICE cube__vline<T, N> operator op(const cube__vline<T, N> &a,             \
+                                             const cube__vline<T, N> &b) {           \
+    cube__vline<T, N> r;                                                             \
+    _Pragma("unroll") for (int k = 0; k < N; ++k) r.e[k] = (T)(a.e[k] op b.e[k]);    \
+    return r;                                                                        \
+  }                                                                                  \
+  template <typename T, int N>                                                       \
+  CUBE__DEVICE cube__vline<T, N> operator op(const cube__vline<T, N> &a,             \
+                                             typename cube__same_t<T>::type s) {     \
+    cube__vline<T, N> r;                                                             \
+    _Pragma("unroll") for (int k = 0; k < N; ++k) r.e[k] = (T)(a.e[k] op s);         \
+    return r;                                                                        \
+  }                                                                                  \
+  template <typename T, int N>                                                       \
+  CUBE__DEVICE cube__vline<T, N> operator op(typename cube__same_t<T>::type s,       \
+                                             const cube__vline<T, N> &a) {           \
+    cube__vline<T, N> r;                                                             \
+    _Pragma("unroll") for (int k = 0; k < N; ++k) r.e[k] = (T)(s op a.e[k]);         \
+    return r;                                                                        \
+  }                                                                                  \
+  template <typename T, int N, typename U>                                           \
+  CUBE__DEVICE cube__vline<T, N> &operator op##=(cube__vline<T, N> &a, const U &b) { \
+    a = a op b;                                                                      \
+    return a;                                                                        \
   }
 CUBE__LINE_BINOP(+)
 CUBE__LINE_BINOP(-)
@@ -1077,22 +1077,22 @@ template <int N>
 CUBE__DEVICE cube__vline<float, N> cube__to_f32(const cube__vline<float, N> &v) {
   return v;
 }
-#define CUBE__TO_NARROW(T)                                                   \
-  CUBE__DEVICE T cube__to_##T(float v) {                                    \
-    return cube__f32_to_##T(v);                                             \
-  }                                                                         \
-  CUBE__DEVICE T cube__to_##T(T v) {                                        \
-    return v;                                                               \
-  }                                                                         \
-  template <int N>                                                          \
-  CUBE__DEVICE cube__sline<T, N> cube__to_##T(const cube__vline<float, N> &v) { \
-    cube__sline<T, N> r;                                                    \
+#define CUBE__TO_NARROW(T)                                                           \
+  CUBE__DEVICE T cube__to_##T(float v) {                                             \
+    return cube__f32_to_##T(v);                                                      \
+  }                                                                                  \
+  CUBE__DEVICE T cube__to_##T(T v) {                                                 \
+    return v;                                                                        \
+  }                                                                                  \
+  template <int N>                                                                   \
+  CUBE__DEVICE cube__sline<T, N> cube__to_##T(const cube__vline<float, N> &v) {      \
+    cube__sline<T, N> r;                                                             \
     _Pragma("unroll") for (int k = 0; k < N; ++k) r.e[k] = cube__f32_to_##T(v.e[k]); \
-    return r;                                                               \
-  }                                                                         \
-  template <int N>                                                          \
-  CUBE__DEVICE cube__sline<T, N> cube__to_##T(const cube__sline<T, N> &v) { \
-    return v;                                                               \
+    return r;                                                                        \
+  }                                                                                  \
+  template <int N>                                                                   \
+  CUBE__DEVICE cube__sline<T, N> cube__to_##T(const cube__sline<T, N> &v) {          \
+    return v;                                                                        \
   }
 CUBE__TO_NARROW(f16)
 CUBE__TO_NARROW(bf16)
@@ -1124,14 +1124,14 @@ CUBE__DEVICE cube__vline<T, N> cube__plane_min(cube__vline<T, N> v) {
   for (int k = 0; k < N; ++k) v.e[k] = cube__plane_min(v.e[k]);
   return v;
 }
-#define CUBE__PLANE_NARROW(T)                                 \
-  CUBE__DEVICE T cube__plane_sum(T v) {                       \
+#define CUBE__PLANE_NARROW(T)                                  \
+  CUBE__DEVICE T cube__plane_sum(T v) {                        \
     return cube__f32_to_##T(cube__plane_sum(cube__to_f32(v))); \
-  }                                                           \
-  CUBE__DEVICE T cube__plane_max(T v) {                       \
+  }                                                            \
+  CUBE__DEVICE T cube__plane_max(T v) {                        \
     return cube__f32_to_##T(cube__plane_max(cube__to_f32(v))); \
-  }                                                           \
-  CUBE__DEVICE T cube__plane_min(T v) {                       \
+  }                                                            \
+  CUBE__DEVICE T cube__plane_min(T v) {                        \
     return cube__f32_to_##T(cube__plane_min(cube__to_f32(v))); \
   }
 CUBE__PLANE_NARROW(f16)
@@ -1148,10 +1148,10 @@ CUBE__DEVICE cube__vline<T, N> cube__plane_broadcast(cube__vline<T, N> v, uint32
   for (int k = 0; k < N; ++k) v.e[k] = __shfl_sync(0xffffffffu, v.e[k], (int)lane);
   return v;
 }
-#define CUBE__BROADCAST_NARROW(T)                                                   \
-  CUBE__DEVICE T cube__plane_broadcast(T v, uint32_t lane) {                        \
+#define CUBE__BROADCAST_NARROW(T)                                                    \
+  CUBE__DEVICE T cube__plane_broadcast(T v, uint32_t lane) {                         \
     T r = {(decltype(v.bits))__shfl_sync(0xffffffffu, (unsigned)v.bits, (int)lane)}; \
-    return r;                                                                       \
+    return r;                                                                        \
   }
 CUBE__BROADCAST_NARROW(f16)
 CUBE__BROADCAST_NARROW(bf16)
@@ -1167,12 +1167,12 @@ CUBE__BROADCAST_NARROW(e5m2)
 // never make.
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
-#define CUBE__LINE_VTYPE(T, N)                                                      \
-  typedef T LINE(T, N) __attribute__((vector_size(sizeof(T) * N),                  \
-                                      aligned(CUBE__LINE_ALIGN(sizeof(T) * N))));
-#define CUBE__LINE_STYPE(T, N)                                                      \
-  typedef struct __attribute__((aligned(CUBE__LINE_ALIGN(sizeof(T) * N)))) {       \
-    T e[N];                                                                         \
+#define CUBE__LINE_VTYPE(T, N) \
+  typedef T LINE(T, N)         \
+      __attribute__((vector_size(sizeof(T) * N), aligned(CUBE__LINE_ALIGN(sizeof(T) * N))));
+#define CUBE__LINE_STYPE(T, N)                                               \
+  typedef struct __attribute__((aligned(CUBE__LINE_ALIGN(sizeof(T) * N)))) { \
+    T e[N];                                                                  \
   } LINE(T, N);
 #define CUBE__LINE_VTYPES(T) CUBE__LINE_WIDTHS(CUBE__LINE_VTYPE, T)
 #define CUBE__LINE_STYPES(T) CUBE__LINE_WIDTHS(CUBE__LINE_STYPE, T)
@@ -1195,72 +1195,81 @@ CUBE__LINE_STORAGE(CUBE__LINE_STYPES)
 #define CUBE__LKIND_e4m3 S
 #define CUBE__LKIND_e5m2 S
 #define CUBE__SPLAT_V(T, N, s) ((LINE(T, N)){0} + (T)(s))
-#define CUBE__SPLAT_S(T, N, s)                                       \
-  ({                                                                 \
-    LINE(T, N) cube__r;                                              \
-    T cube__s = (s);                                                 \
+#define CUBE__SPLAT_S(T, N, s)                                                  \
+  ({                                                                            \
+    LINE(T, N) cube__r;                                                         \
+    T cube__s = (s);                                                            \
     for (int cube__k = 0; cube__k < N; ++cube__k) cube__r.e[cube__k] = cube__s; \
-    cube__r;                                                         \
+    cube__r;                                                                    \
   })
 #define LINE_SPLAT(T, N, s) CUBE__CAT(CUBE__SPLAT_, CUBE__LKIND_##T)(T, N, s)
 #define LINE_CAST(T, N, v) __builtin_convertvector((v), LINE(T, N))
-#define CUBE__LINE_FOLD(v, init, step)                                                  \
-  ({                                                                                    \
-    __typeof__(v) cube__l = (v);                                                        \
-    __typeof__(cube__l[0]) cube__s = init;                                              \
+#define CUBE__LINE_FOLD(v, init, step)                                                    \
+  ({                                                                                      \
+    __typeof__(v) cube__l = (v);                                                          \
+    __typeof__(cube__l[0]) cube__s = init;                                                \
     for (unsigned cube__k = 1; cube__k < sizeof cube__l / sizeof cube__l[0]; ++cube__k) { \
-      __typeof__(cube__l[0]) cube__x = cube__l[cube__k];                                \
-      step;                                                                             \
-    }                                                                                   \
-    cube__s;                                                                            \
+      __typeof__(cube__l[0]) cube__x = cube__l[cube__k];                                  \
+      step;                                                                               \
+    }                                                                                     \
+    cube__s;                                                                              \
   })
 // The sum starts from element 0, then adds elements 1.. in order, as CUDA's.
-#define LINE_REDUCE_SUM(v) CUBE__LINE_FOLD(v, cube__l[0], cube__s = (__typeof__(cube__s))(cube__s + cube__x))
-#define LINE_REDUCE_MAX(v) CUBE__LINE_FOLD(v, cube__l[0], cube__s = cube__x > cube__s ? cube__x : cube__s)
-#define LINE_REDUCE_MIN(v) CUBE__LINE_FOLD(v, cube__l[0], cube__s = cube__x < cube__s ? cube__x : cube__s)
+#define LINE_REDUCE_SUM(v) \
+  CUBE__LINE_FOLD(v, cube__l[0], cube__s = (__typeof__(cube__s))(cube__s + cube__x))
+#define LINE_REDUCE_MAX(v) \
+  CUBE__LINE_FOLD(v, cube__l[0], cube__s = cube__x > cube__s ? cube__x : cube__s)
+#define LINE_REDUCE_MIN(v) \
+  CUBE__LINE_FOLD(v, cube__l[0], cube__s = cube__x < cube__s ? cube__x : cube__s)
 
 // Conversions: _Generic picks the scalar or line flavour.
-#define CUBE__TO_F32_LINE(T, N)                                                     \
-  CUBE__DEVICE LINE(float, N) cube__to_f32_##T##_##N(LINE(T, N) v) {                \
-    LINE(float, N) r;                                                               \
-    for (int k = 0; k < N; ++k) r[k] = cube__##T##_to_f32(v.e[k]);                  \
-    return r;                                                                       \
-  }                                                                                 \
-  CUBE__DEVICE LINE(T, N) cube__to_##T##_##N(LINE(float, N) v) {                    \
-    LINE(T, N) r;                                                                   \
-    for (int k = 0; k < N; ++k) r.e[k] = cube__f32_to_##T(v[k]);                    \
-    return r;                                                                       \
-  }                                                                                 \
-  CUBE__DEVICE LINE(T, N) cube__same_##T##_##N(LINE(T, N) v) {                      \
-    return v;                                                                       \
+#define CUBE__TO_F32_LINE(T, N)                                      \
+  CUBE__DEVICE LINE(float, N) cube__to_f32_##T##_##N(LINE(T, N) v) { \
+    LINE(float, N) r;                                                \
+    for (int k = 0; k < N; ++k) r[k] = cube__##T##_to_f32(v.e[k]);   \
+    return r;                                                        \
+  }                                                                  \
+  CUBE__DEVICE LINE(T, N) cube__to_##T##_##N(LINE(float, N) v) {     \
+    LINE(T, N) r;                                                    \
+    for (int k = 0; k < N; ++k) r.e[k] = cube__f32_to_##T(v[k]);     \
+    return r;                                                        \
+  }                                                                  \
+  CUBE__DEVICE LINE(T, N) cube__same_##T##_##N(LINE(T, N) v) {       \
+    return v;                                                        \
   }
 #define CUBE__TO_F32_LINES(T) CUBE__LINE_WIDTHS(CUBE__TO_F32_LINE, T)
 CUBE__LINE_STORAGE(CUBE__TO_F32_LINES)
-#define CUBE__FLOAT_SAME(T, N)                                     \
+#define CUBE__FLOAT_SAME(T, N)                                         \
   CUBE__DEVICE LINE(float, N) cube__same_float_##N(LINE(float, N) v) { \
-    return v;                                                      \
+    return v;                                                          \
   }
 CUBE__LINE_WIDTHS(CUBE__FLOAT_SAME, float)
 CUBE__DEVICE float cube__same_float(float v) {
   return v;
 }
-#define CUBE__SAME_NARROW(T)              \
-  CUBE__DEVICE T cube__same_##T(T v) {    \
-    return v;                             \
+#define CUBE__SAME_NARROW(T)           \
+  CUBE__DEVICE T cube__same_##T(T v) { \
+    return v;                          \
   }
 CUBE__LINE_STORAGE(CUBE__SAME_NARROW)
 #define CUBE__ASSOC_TO_F32(T, N) , LINE(T, N) : cube__to_f32_##T##_##N
 #define CUBE__ASSOC_SAME_F32(T, N) , LINE(float, N) : cube__same_float_##N
 #define CUBE__ASSOC_TO_F32_ALL(T) CUBE__LINE_WIDTHS(CUBE__ASSOC_TO_F32, T)
-#define TO_F32(v)                                                                              \
-  _Generic((v), f16 : cube__f16_to_f32, bf16 : cube__bf16_to_f32, e4m3 : cube__e4m3_to_f32,  \
-           e5m2 : cube__e5m2_to_f32 CUBE__LINE_STORAGE(CUBE__ASSOC_TO_F32_ALL)                 \
-               CUBE__LINE_WIDTHS(CUBE__ASSOC_SAME_F32, float),                                 \
-           default : cube__same_float)(v)
-#define CUBE__ASSOC_TO_NARROW(T, N) , LINE(float, N) : cube__to_##T##_##N, LINE(T, N) : cube__same_##T##_##N
-#define CUBE__TO_NARROW_G(T, v)                                                        \
-  _Generic((v), T : cube__same_##T CUBE__LINE_WIDTHS(CUBE__ASSOC_TO_NARROW, T),         \
-           default : cube__f32_to_##T)(v)
+#define TO_F32(v)                                                         \
+  _Generic((v), f16                                                       \
+           : cube__f16_to_f32, bf16                                       \
+           : cube__bf16_to_f32, e4m3                                      \
+           : cube__e4m3_to_f32, e5m2                                      \
+           : cube__e5m2_to_f32 CUBE__LINE_STORAGE(CUBE__ASSOC_TO_F32_ALL) \
+                 CUBE__LINE_WIDTHS(CUBE__ASSOC_SAME_F32, float),          \
+             default                                                      \
+           : cube__same_float)(v)
+#define CUBE__ASSOC_TO_NARROW(T, N) \
+  , LINE(float, N) : cube__to_##T##_##N, LINE(T, N) : cube__same_##T##_##N
+#define CUBE__TO_NARROW_G(T, v)                                                  \
+  _Generic((v), T                                                                \
+           : cube__same_##T CUBE__LINE_WIDTHS(CUBE__ASSOC_TO_NARROW, T), default \
+           : cube__f32_to_##T)(v)
 #define TO_F16(v) CUBE__TO_NARROW_G(f16, v)
 #define TO_BF16(v) CUBE__TO_NARROW_G(bf16, v)
 #define TO_E4M3(v) CUBE__TO_NARROW_G(e4m3, v)
@@ -1376,7 +1385,8 @@ CUBE__DEVICE uint32_t cube__pair16(const uint16_t *p, uint32_t r, uint32_t c, ui
                                    int layout, bool down) {
   // Two elements along the row (down == false) or the column.
   uint32_t lo = cube__at16(p, r, c, stride, layout);
-  uint32_t hi = down ? cube__at16(p, r + 1, c, stride, layout) : cube__at16(p, r, c + 1, stride, layout);
+  uint32_t hi =
+      down ? cube__at16(p, r + 1, c, stride, layout) : cube__at16(p, r, c + 1, stride, layout);
   return lo | hi << 16;
 }
 // A (M x K, MT tiles of 16 rows) in mma.sync's register layout: lane
@@ -1393,7 +1403,8 @@ CUBE__DEVICE void cube__frag_load_a(cube__frag_a<BF, MT> &f, const uint16_t *p, 
       if (layout == ROW_MAJOR)
         q = p + (uint64_t)(mt * 16 + (lane & 15u)) * stride + (lane >> 4) * 8u;
       else
-        q = p + (uint64_t)((lane & 7u) + (lane >> 4) * 8u) * stride + mt * 16 + ((lane >> 3) & 1u) * 8u;
+        q = p + (uint64_t)((lane & 7u) + (lane >> 4) * 8u) * stride + mt * 16 +
+            ((lane >> 3) & 1u) * 8u;
       cube__ldmatrix_x4(f.r[mt], q, layout != ROW_MAJOR);
     }
     return;
@@ -1445,7 +1456,8 @@ CUBE__DEVICE void cube__frag_load(cube__frag_acc<MT, NT> &f, const float *p, uin
 #pragma unroll
       for (int h = 0; h < 4; ++h) {
         uint32_t r = mt * 16 + g + (h >> 1) * 8, c = nt * 8 + 2 * t + (h & 1);
-        f.r[mt][nt][h] = layout == ROW_MAJOR ? p[(uint64_t)r * stride + c] : p[(uint64_t)c * stride + r];
+        f.r[mt][nt][h] =
+            layout == ROW_MAJOR ? p[(uint64_t)r * stride + c] : p[(uint64_t)c * stride + r];
       }
 }
 template <int MT>
@@ -1514,12 +1526,13 @@ CUBE__DEVICE void cube__frag_store(T *p, const cube__frag_acc<MT, NT> &f, uint32
 #pragma unroll
       for (int h = 0; h < 4; ++h) {
         uint32_t r = mt * 16 + g + (h >> 1) * 8, c = nt * 8 + 2 * t + (h & 1);
-        cube__store_elem(layout == ROW_MAJOR ? p + (uint64_t)r * stride + c : p + (uint64_t)c * stride + r,
-                         f.r[mt][nt][h]);
+        cube__store_elem(
+            layout == ROW_MAJOR ? p + (uint64_t)r * stride + c : p + (uint64_t)c * stride + r,
+            f.r[mt][nt][h]);
       }
 }
 #define CUBE__MMA_ASM(kind)                                                                  \
-  asm("mma.sync.aligned.m16n8k16.row.col.f32." kind "." kind                                \
+  asm("mma.sync.aligned.m16n8k16.row.col.f32." kind "." kind                                 \
       ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"             \
       : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)                                               \
       : "r"(a.r[mt][0]), "r"(a.r[mt][1]), "r"(a.r[mt][2]), "r"(a.r[mt][3]), "r"(b.r[nt][0]), \
@@ -1550,8 +1563,8 @@ CUBE__DEVICE void cube__frag_mma(cube__frag_acc<MT, NT> &d, const cube__frag_a<B
 
 #else  // CPU: one plane is one unit, which holds the whole tile as floats
 #define CUBE__FRAG_TYPE(role, T, M, N, K, count) \
-  typedef struct {                             \
-    float v[count];                            \
+  typedef struct {                               \
+    float v[count];                              \
   } CUBE__FRAG_NAME(role, T, M, N, K);
 CUBE__FRAG_TYPE(A, f16, 16, 16, 16, 256)
 CUBE__FRAG_TYPE(A, bf16, 16, 16, 16, 256)
@@ -1565,24 +1578,24 @@ CUBE__FRAG_TYPE(B, bf16, 32, 8, 16, 128)
 CUBE__FRAG_TYPE(ACC, float, 32, 8, 16, 256)
 
 // rows x cols of floats from |p| (16-bit elements converted exactly).
-#define CUBE__FRAG_GATHER(E, conv)                                                          \
-  CUBE__DEVICE void cube__frag_gather_##E(float *v, const E *p, uint32_t rows, uint32_t cols, \
-                                          uint32_t stride, int layout) {                    \
-    for (uint32_t r = 0; r < rows; ++r)                                                     \
-      for (uint32_t c = 0; c < cols; ++c)                                                   \
-        v[r * cols + c] =                                                                   \
+#define CUBE__FRAG_GATHER(E, conv)                                                                 \
+  CUBE__DEVICE void cube__frag_gather_##E(float *v, const E *p, uint32_t rows, uint32_t cols,      \
+                                          uint32_t stride, int layout) {                           \
+    for (uint32_t r = 0; r < rows; ++r)                                                            \
+      for (uint32_t c = 0; c < cols; ++c)                                                          \
+        v[r * cols + c] =                                                                          \
             conv(layout == ROW_MAJOR ? p[(uint64_t)r * stride + c] : p[(uint64_t)c * stride + r]); \
   }
 CUBE__FRAG_GATHER(f16, cube__f16_to_f32)
 CUBE__FRAG_GATHER(bf16, cube__bf16_to_f32)
 CUBE__FRAG_GATHER(float, (float))
-#define CUBE__FRAG_SCATTER(E, conv)                                                          \
+#define CUBE__FRAG_SCATTER(E, conv)                                                            \
   CUBE__DEVICE void cube__frag_scatter_##E(E *p, const float *v, uint32_t rows, uint32_t cols, \
-                                           uint32_t stride, int layout) {                    \
-    for (uint32_t r = 0; r < rows; ++r)                                                      \
-      for (uint32_t c = 0; c < cols; ++c)                                                    \
-        p[layout == ROW_MAJOR ? (uint64_t)r * stride + c : (uint64_t)c * stride + r] =       \
-            conv(v[r * cols + c]);                                                           \
+                                           uint32_t stride, int layout) {                      \
+    for (uint32_t r = 0; r < rows; ++r)                                                        \
+      for (uint32_t c = 0; c < cols; ++c)                                                      \
+        p[layout == ROW_MAJOR ? (uint64_t)r * stride + c : (uint64_t)c * stride + r] =         \
+            conv(v[r * cols + c]);                                                             \
   }
 CUBE__FRAG_SCATTER(f16, cube__f32_to_f16)
 CUBE__FRAG_SCATTER(bf16, cube__f32_to_bf16)
@@ -1601,16 +1614,15 @@ CUBE__DEVICE void cube__frag_mma_ref(float *d, const float *a, const float *b, c
 }
 // One set of functions per fragment type; _Generic picks them, and a type
 // or pointer that matches none does not compile (as on CUDA).
-#define CUBE__FRAG_OPS(role, T, M, N, K, rows, cols, E, round)                                    \
-  CUBE__DEVICE void cube__fill_##role##_##T##_##M##_##N##_##K(CUBE__FRAG_NAME(role, T, M, N, K) * f, \
-                                                            float x) {                           \
-    float v = round(x);                                                                           \
-    for (uint32_t i = 0; i < (rows) * (cols); ++i) f->v[i] = v;                                    \
-  }                                                                                               \
-  CUBE__DEVICE void cube__load_##role##_##T##_##M##_##N##_##K(CUBE__FRAG_NAME(role, T, M, N, K) * f, \
-                                                            const E *p, uint32_t stride,        \
-                                                            int layout) {                        \
-    cube__frag_gather_##E(f->v, p, rows, cols, stride, layout);                                   \
+#define CUBE__FRAG_OPS(role, T, M, N, K, rows, cols, E, round)                          \
+  CUBE__DEVICE void cube__fill_##role##_##T##_##M##_##N##_##K(                          \
+      CUBE__FRAG_NAME(role, T, M, N, K) * f, float x) {                                 \
+    float v = round(x);                                                                 \
+    for (uint32_t i = 0; i < (rows) * (cols); ++i) f->v[i] = v;                         \
+  }                                                                                     \
+  CUBE__DEVICE void cube__load_##role##_##T##_##M##_##N##_##K(                          \
+      CUBE__FRAG_NAME(role, T, M, N, K) * f, const E *p, uint32_t stride, int layout) { \
+    cube__frag_gather_##E(f->v, p, rows, cols, stride, layout);                         \
   }
 #define CUBE__ROUND_f16(x) cube__f16_to_f32(cube__f32_to_f16(x))
 #define CUBE__ROUND_bf16(x) cube__bf16_to_f32(cube__f32_to_bf16(x))
@@ -1625,18 +1637,18 @@ CUBE__FRAG_OPS(A, bf16, 32, 8, 16, 32, 16, bf16, CUBE__ROUND_bf16)
 CUBE__FRAG_OPS(B, f16, 32, 8, 16, 16, 8, f16, CUBE__ROUND_f16)
 CUBE__FRAG_OPS(B, bf16, 32, 8, 16, 16, 8, bf16, CUBE__ROUND_bf16)
 CUBE__FRAG_OPS(ACC, float, 32, 8, 16, 32, 8, float, CUBE__ROUND_float)
-#define CUBE__FRAG_STORE_OPS(M, N, K)                                                             \
-  CUBE__DEVICE void cube__store_##M##_##N##_##K##_float(float *p, const CUBE__FRAG_NAME(ACC, float, M, N, K) * f, \
-                                                        uint32_t stride, int layout) {              \
-    cube__frag_scatter_float(p, f->v, M, N, stride, layout);                                      \
-  }                                                                                               \
-  CUBE__DEVICE void cube__store_##M##_##N##_##K##_f16(f16 *p, const CUBE__FRAG_NAME(ACC, float, M, N, K) * f, \
-                                                      uint32_t stride, int layout) {                \
-    cube__frag_scatter_f16(p, f->v, M, N, stride, layout);                                        \
-  }                                                                                               \
-  CUBE__DEVICE void cube__store_##M##_##N##_##K##_bf16(bf16 *p, const CUBE__FRAG_NAME(ACC, float, M, N, K) * f, \
-                                                       uint32_t stride, int layout) {               \
-    cube__frag_scatter_bf16(p, f->v, M, N, stride, layout);                                       \
+#define CUBE__FRAG_STORE_OPS(M, N, K)                                                          \
+  CUBE__DEVICE void cube__store_##M##_##N##_##K##_float(                                       \
+      float *p, const CUBE__FRAG_NAME(ACC, float, M, N, K) * f, uint32_t stride, int layout) { \
+    cube__frag_scatter_float(p, f->v, M, N, stride, layout);                                   \
+  }                                                                                            \
+  CUBE__DEVICE void cube__store_##M##_##N##_##K##_f16(                                         \
+      f16 *p, const CUBE__FRAG_NAME(ACC, float, M, N, K) * f, uint32_t stride, int layout) {   \
+    cube__frag_scatter_f16(p, f->v, M, N, stride, layout);                                     \
+  }                                                                                            \
+  CUBE__DEVICE void cube__store_##M##_##N##_##K##_bf16(                                        \
+      bf16 *p, const CUBE__FRAG_NAME(ACC, float, M, N, K) * f, uint32_t stride, int layout) {  \
+    cube__frag_scatter_bf16(p, f->v, M, N, stride, layout);                                    \
   }
 CUBE__FRAG_STORE_OPS(16, 16, 16)
 CUBE__FRAG_STORE_OPS(32, 8, 16)
@@ -1659,54 +1671,55 @@ void cube__frag_mismatch(const void *first, ...)
                          "pointer's element type must agree: see docs/dialect.md)")));
 #define CUBE__FRAG_FILL_ASSOC(role, T, M, N, K) \
   CUBE__FRAG_NAME(role, T, M, N, K) : cube__fill_##role##_##T##_##M##_##N##_##K
-#define FRAG_FILL(f, x)                                                              \
-  _Generic((f), CUBE__FRAG_FILL_ASSOC(A, f16, 16, 16, 16),                          \
-           CUBE__FRAG_FILL_ASSOC(A, bf16, 16, 16, 16),                              \
-           CUBE__FRAG_FILL_ASSOC(B, f16, 16, 16, 16),                               \
-           CUBE__FRAG_FILL_ASSOC(B, bf16, 16, 16, 16),                              \
-           CUBE__FRAG_FILL_ASSOC(ACC, float, 16, 16, 16),                           \
-           CUBE__FRAG_FILL_ASSOC(A, f16, 32, 8, 16), CUBE__FRAG_FILL_ASSOC(A, bf16, 32, 8, 16), \
-           CUBE__FRAG_FILL_ASSOC(B, f16, 32, 8, 16), CUBE__FRAG_FILL_ASSOC(B, bf16, 32, 8, 16), \
+#define FRAG_FILL(f, x)                                                                           \
+  _Generic((f), CUBE__FRAG_FILL_ASSOC(A, f16, 16, 16, 16),                                        \
+           CUBE__FRAG_FILL_ASSOC(A, bf16, 16, 16, 16), CUBE__FRAG_FILL_ASSOC(B, f16, 16, 16, 16), \
+           CUBE__FRAG_FILL_ASSOC(B, bf16, 16, 16, 16),                                            \
+           CUBE__FRAG_FILL_ASSOC(ACC, float, 16, 16, 16),                                         \
+           CUBE__FRAG_FILL_ASSOC(A, f16, 32, 8, 16), CUBE__FRAG_FILL_ASSOC(A, bf16, 32, 8, 16),   \
+           CUBE__FRAG_FILL_ASSOC(B, f16, 32, 8, 16), CUBE__FRAG_FILL_ASSOC(B, bf16, 32, 8, 16),   \
            CUBE__FRAG_FILL_ASSOC(ACC, float, 32, 8, 16))(&(f), (float)(x))
-#define CUBE__FRAG_LOAD_ASSOC(role, T, M, N, K, E, p)                                       \
+#define CUBE__FRAG_LOAD_ASSOC(role, T, M, N, K, E, p) \
   CUBE__FRAG_NAME(role, T, M, N, K)                                                         \
       : _Generic((p), const E * : cube__load_##role##_##T##_##M##_##N##_##K,                \
                  E * : cube__load_##role##_##T##_##M##_##N##_##K, default : cube__frag_mismatch)
-#define FRAG_LOAD(f, p, stride, layout)                                                       \
-  _Generic((f), CUBE__FRAG_LOAD_ASSOC(A, f16, 16, 16, 16, f16, p),                           \
-           CUBE__FRAG_LOAD_ASSOC(A, bf16, 16, 16, 16, bf16, p),                              \
-           CUBE__FRAG_LOAD_ASSOC(B, f16, 16, 16, 16, f16, p),                                \
-           CUBE__FRAG_LOAD_ASSOC(B, bf16, 16, 16, 16, bf16, p),                              \
-           CUBE__FRAG_LOAD_ASSOC(ACC, float, 16, 16, 16, float, p),                          \
-           CUBE__FRAG_LOAD_ASSOC(A, f16, 32, 8, 16, f16, p),                                 \
-           CUBE__FRAG_LOAD_ASSOC(A, bf16, 32, 8, 16, bf16, p),                               \
-           CUBE__FRAG_LOAD_ASSOC(B, f16, 32, 8, 16, f16, p),                                 \
-           CUBE__FRAG_LOAD_ASSOC(B, bf16, 32, 8, 16, bf16, p),                               \
+#define FRAG_LOAD(f, p, stride, layout)                                                           \
+  _Generic((f), CUBE__FRAG_LOAD_ASSOC(A, f16, 16, 16, 16, f16, p),                                \
+           CUBE__FRAG_LOAD_ASSOC(A, bf16, 16, 16, 16, bf16, p),                                   \
+           CUBE__FRAG_LOAD_ASSOC(B, f16, 16, 16, 16, f16, p),                                     \
+           CUBE__FRAG_LOAD_ASSOC(B, bf16, 16, 16, 16, bf16, p),                                   \
+           CUBE__FRAG_LOAD_ASSOC(ACC, float, 16, 16, 16, float, p),                               \
+           CUBE__FRAG_LOAD_ASSOC(A, f16, 32, 8, 16, f16, p),                                      \
+           CUBE__FRAG_LOAD_ASSOC(A, bf16, 32, 8, 16, bf16, p),                                    \
+           CUBE__FRAG_LOAD_ASSOC(B, f16, 32, 8, 16, f16, p),                                      \
+           CUBE__FRAG_LOAD_ASSOC(B, bf16, 32, 8, 16, bf16, p),                                    \
            CUBE__FRAG_LOAD_ASSOC(ACC, float, 32, 8, 16, float, p))(&(f), (p), (uint32_t)(stride), \
                                                                    (layout))
-#define CUBE__FRAG_STORE_ASSOC(M, N, K, p)                                              \
+#define CUBE__FRAG_STORE_ASSOC(M, N, K, p) \
   CUBE__FRAG_NAME(ACC, float, M, N, K)                                                  \
       : _Generic((p), float * : cube__store_##M##_##N##_##K##_float,                   \
                  f16 * : cube__store_##M##_##N##_##K##_f16,                            \
                  bf16 * : cube__store_##M##_##N##_##K##_bf16, default : cube__frag_mismatch)
 // Stored by lane 0 of the plane: every lane holds the whole tile.
-#define FRAG_STORE(p, f, stride, layout)                                                   \
-  do {                                                                                     \
-    if (UNIT_POS_PLANE == 0)                                                               \
+#define FRAG_STORE(p, f, stride, layout)                                                          \
+  do {                                                                                            \
+    if (UNIT_POS_PLANE == 0)                                                                      \
       _Generic((f), CUBE__FRAG_STORE_ASSOC(16, 16, 16, p), CUBE__FRAG_STORE_ASSOC(32, 8, 16, p))( \
-          (p), &(f), (uint32_t)(stride), (layout));                                        \
+          (p), &(f), (uint32_t)(stride), (layout));                                               \
   } while (0)
-#define CUBE__FRAG_MMA_AB(T, M, N, K, a, b)                                        \
-  CUBE__FRAG_NAME(A, T, M, N, K)                                                   \
-      : _Generic((b), CUBE__FRAG_NAME(B, T, M, N, K) : cube__mma_##T##_##M##_##N##_##K, \
-                 default : cube__frag_mismatch)
-#define CUBE__FRAG_MMA_D(M, N, K, a, b)                                                      \
-  CUBE__FRAG_NAME(ACC, float, M, N, K)                                                       \
-      : _Generic((a), CUBE__FRAG_MMA_AB(f16, M, N, K, a, b), CUBE__FRAG_MMA_AB(bf16, M, N, K, a, b), \
-                 default : cube__frag_mismatch)
-#define FRAG_MMA(d, a, b, c)                                                                   \
+#define CUBE__FRAG_MMA_AB(T, M, N, K, a, b)                 \
+  CUBE__FRAG_NAME(A, T, M, N, K)                            \
+      : _Generic((b), CUBE__FRAG_NAME(B, T, M, N, K)        \
+                 : cube__mma_##T##_##M##_##N##_##K, default \
+                 : cube__frag_mismatch)
+#define CUBE__FRAG_MMA_D(M, N, K, a, b)                          \
+  CUBE__FRAG_NAME(ACC, float, M, N, K)                           \
+      : _Generic((a), CUBE__FRAG_MMA_AB(f16, M, N, K, a, b),     \
+                 CUBE__FRAG_MMA_AB(bf16, M, N, K, a, b), default \
+                 : cube__frag_mismatch)
+#define FRAG_MMA(d, a, b, c)                                                                       \
   _Generic((d), CUBE__FRAG_MMA_D(16, 16, 16, a, b), CUBE__FRAG_MMA_D(32, 8, 16, a, b))(&(d), &(a), \
-                                                                                      &(b), &(c))
+                                                                                       &(b), &(c))
 #endif
 
 //===--- Asynchronous copies into shared memory (dialect version 2) ---===//
@@ -1724,10 +1737,11 @@ CUBE__DEVICE void cube__copy_async(void *dst, const void *src) {
   static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "COPY_ASYNC copies 4, 8 or 16 bytes");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   if (BYTES == 16)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(cube__shared_addr(dst)), "l"(src));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(cube__shared_addr(dst)),
+                 "l"(src));
   else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(cube__shared_addr(dst)), "l"(src),
-                 "n"(BYTES));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(cube__shared_addr(dst)),
+                 "l"(src), "n"(BYTES));
 #else
   struct cube__chunk {
     alignas(BYTES) unsigned char b[BYTES];
@@ -1750,11 +1764,11 @@ CUBE__DEVICE void cube__async_commit(void) {
 #define ASYNC_COMMIT() cube__async_commit()
 #define ASYNC_WAIT(n) cube__async_wait<(n)>()
 #else
-#define COPY_ASYNC(dst, src, bytes)                                                        \
-  do {                                                                                     \
-    _Static_assert((bytes) == 4 || (bytes) == 8 || (bytes) == 16,                         \
-                   "COPY_ASYNC copies 4, 8 or 16 bytes");                                  \
-    memcpy((void *)(dst), (const void *)(src), (bytes));                                   \
+#define COPY_ASYNC(dst, src, bytes)                               \
+  do {                                                            \
+    _Static_assert((bytes) == 4 || (bytes) == 8 || (bytes) == 16, \
+                   "COPY_ASYNC copies 4, 8 or 16 bytes");         \
+    memcpy((void *)(dst), (const void *)(src), (bytes));          \
   } while (0)
 #define ASYNC_COMMIT() ((void)0)
 #define ASYNC_WAIT(n) ((void)(n))
