@@ -716,7 +716,8 @@ static inline double cube__double_of(uint64_t bits) {
 // f32. The conversions are integer code shared by both backends (CUDA uses
 // its cvt instruction for finite f16 values, which rounds identically), so
 // their results are bit-identical everywhere:
-//   to f32     exact (every value of these types is a float)
+//   to f32     exact (every value of these types is a float); an f16 or
+//              e5m2 NaN keeps its payload and comes out quiet
 //   from f32   round to nearest, ties to even; subnormal results exact
 //   f16, bf16  overflow to +-inf; NaN stays NaN (sign kept, quiet bit set,
 //              the top payload bits kept), as x86 F16C and IEEE narrowing
@@ -808,7 +809,8 @@ CUBE__DEVICE uint16_t cube__f32_to_f16_soft(uint32_t x) {
 }
 CUBE__DEVICE uint32_t cube__f16_to_f32_soft(uint32_t h) {
   uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  if (e == 31) return sign | 0x7f800000u | (m << 13);  // inf, NaN with its payload
+  // inf; a NaN keeps its payload and comes out quiet (as F16C's vcvtph2ps)
+  if (e == 31) return sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u);
   if (e == 0) {
     if (m == 0) return sign;
     e = 1;
@@ -872,6 +874,21 @@ CUBE__DEVICE float cube__f16_to_f32(f16 h) {
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)h.bits));
   return f;
 }
+#elif defined(__F16C__) && defined(__FLT16_MAX__)
+// x86 F16C (the kernels build with -march=native): the hardware conversion,
+// which tests/base/test_numeric.c checks equals the integer code on every
+// one of the 2^32 floats, NaNs included.
+CUBE__DEVICE uint16_t cube__f32_to_f16_bits(float f) {
+  _Float16 h = (_Float16)f;
+  uint16_t b;
+  memcpy(&b, &h, 2);
+  return b;
+}
+CUBE__DEVICE float cube__f16_to_f32(f16 h) {
+  _Float16 v;
+  memcpy(&v, &h.bits, 2);
+  return (float)v;
+}
 #else
 CUBE__DEVICE uint16_t cube__f32_to_f16_bits(float f) {
   return cube__f32_to_f16_soft(cube__bits_of_f32(f));
@@ -919,10 +936,10 @@ CUBE__DEVICE e5m2 cube__f32_to_e5m2(float f) {
 #define CUBE__LINE_ALIGN(bytes) ((bytes) < 16 ? (bytes) : 16)
 #define LINE(T, N) CUBE__CAT(CUBE__CAT(CUBE__CAT(cube__line_, T), _), N)
 #define CUBE__LINE_WIDTHS(X, T) X(T, 1) X(T, 2) X(T, 4) X(T, 8) X(T, 16)
-#define CUBE__LINE_ARITH(X)                                                               \
-  X(float)                                                                                \
-  X(double) X(int8_t) X(uint8_t) X(int16_t) X(uint16_t) X(int32_t) X(uint32_t) X(int64_t) \
-      X(uint64_t)
+#define CUBE__LINE_ARITH(X) \
+  X(float)                  \
+  X(double)                 \
+  X(int8_t) X(uint8_t) X(int16_t) X(uint16_t) X(int32_t) X(uint32_t) X(int64_t) X(uint64_t)
 #define CUBE__LINE_STORAGE(X) X(f16) X(bf16) X(e4m3) X(e5m2)
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
