@@ -349,7 +349,9 @@ struct cube__const_u32 {
 #define PLANE_DIM 32u
 #define UNIT_POS_PLANE (UNIT_POS & 31u)
 #define SYNC_CUBE() __syncthreads()
-#define SHARED(T, name, count) __shared__ T name[count]
+// 16-byte aligned whatever T is: a tile of 16-bit elements can feed ldmatrix
+// (matrix fragments) and 128-bit line accesses.
+#define SHARED(T, name, count) __shared__ __align__(16) T name[count]
 #define SHARED_DYNAMIC(T, name)                                         \
   extern __shared__ __align__(16) unsigned char cube__dynamic_shared[]; \
   T *name = (T *)cube__dynamic_shared
@@ -729,6 +731,9 @@ static inline double cube__double_of(uint64_t bits) {
 CUBE__DEVICE uint32_t cube__bits_of_f32(float f) {
   return __float_as_uint(f);
 }
+CUBE__DEVICE uint64_t cube__bits_of_f64(double d) {
+  return (uint64_t)__double_as_longlong(d);
+}
 CUBE__DEVICE float cube__f32_of_bits(uint32_t b) {
   return __uint_as_float(b);
 }
@@ -737,6 +742,11 @@ CUBE__DEVICE float cube__f32_of_bits(uint32_t b) {
 CUBE__DEVICE uint32_t cube__bits_of_f32(float f) {
   uint32_t b;
   memcpy(&b, &f, 4);
+  return b;
+}
+CUBE__DEVICE uint64_t cube__bits_of_f64(double d) {
+  uint64_t b;
+  memcpy(&b, &d, 8);
   return b;
 }
 CUBE__DEVICE float cube__f32_of_bits(uint32_t b) {
@@ -1907,6 +1917,11 @@ CUBE__DEVICE uint64_t cube__stride(const uint64_t *m, uint32_t d) {
 #define CUBE__SCALAR_bf16(w) cube__bf16_of((uint16_t)(w))
 #define CUBE__SCALAR_e4m3(w) cube__e4m3_of((uint8_t)(w))
 #define CUBE__SCALAR_e5m2(w) cube__e5m2_of((uint8_t)(w))
+// Bit casts, the same on every backend.
+#define F32_FROM_BITS(b) cube__f32_of_bits((uint32_t)(b))
+#define F32_BITS(f) cube__bits_of_f32((float)(f))
+#define F64_FROM_BITS(b) CUBE__DOUBLE_OF((uint64_t)(b))
+#define F64_BITS(d) cube__bits_of_f64((double)(d))
 // The i-th scalar of a type: SCALAR(f32, 0), SCALAR(u32, 1), ... (0 when the
 // launch passed no such scalar; the launch check refuses that beforehand).
 #define SCALAR(type, i) CUBE__SCALAR_##type(CUBE__SCALAR_WORD(type, i))
