@@ -183,7 +183,7 @@
 //                (bytes; a LINE is one element; 1 and 1 for a tensor map,
 //                whose binding is checked by the map's own rules)
 //   ARG          bits 0..7 the scalar type (CUBE__SCALAR_TYPE_*)
-// name__cube_sig_names: each entry's type as written, comma-terminated. The
+// name__cube_sig_names: "type name," for each entry, for messages. The
 // same array, as a local, tells an ARG where its word is (cube__arg_word).
 #define CUBE__SIG_MAGIC 0x31627563u
 #define CUBE__SIG_KIND_R 1u
@@ -212,7 +212,7 @@
 #define CUBE__SIG_DESC_MW(io, T) CUBE__SIG_DESC_MAP(io)
 #define CUBE__SIG_DESC_MX(io, T) CUBE__SIG_DESC_MAP(io)
 #define CUBE__SIG_NAME(i, t) CUBE__APPLY(CUBE__SIG_NAME_, i, t)
-#define CUBE__SIG_NAME_(i, io, T, name) #T ","
+#define CUBE__SIG_NAME_(i, io, T, name) #T " " #name ","
 // Parenthesized: the commas must survive being a macro argument.
 #define CUBE__SIG(...) \
   (CUBE__SIG_MAGIC, CUBE__NARGS(__VA_ARGS__) CUBE__MAP(CUBE__SIG_DESC, CUBE__NOTHING, __VA_ARGS__))
