@@ -1369,17 +1369,13 @@ CUBE__DEVICE uint32_t cube__lane(void) {
   return lane;
 }
 // Whether |p| is shared memory that ldmatrix can read rows of 16 bytes from.
+// __isShared folds to a constant where the compiler sees the pointer is a
+// SHARED array's; the alignment test is one AND, the same for the plane.
 CUBE__DEVICE bool cube__ldmatrix_ok(const void *p, uint32_t stride) {
-  uint32_t shared;
-  asm("{\n .reg .pred q;\n isspacep.shared q, %1;\n selp.u32 %0, 1, 0, q;\n}"
-      : "=r"(shared)
-      : "l"(p));
-  return shared && ((uint64_t)p & 15u) == 0 && (stride & 7u) == 0;
+  return __isShared(p) && ((uint64_t)p & 15u) == 0 && (stride & 7u) == 0;
 }
 CUBE__DEVICE uint32_t cube__shared_addr(const void *p) {
-  uint64_t a;
-  asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
-  return (uint32_t)a;
+  return (uint32_t)__cvta_generic_to_shared(p);
 }
 CUBE__DEVICE void cube__ldmatrix_x4(uint32_t *r, const uint16_t *p, bool trans) {
   uint32_t a = cube__shared_addr(p);
@@ -1542,10 +1538,36 @@ CUBE__DEVICE void cube__store_elem(f16 *p, float v) {
 CUBE__DEVICE void cube__store_elem(bf16 *p, float v) {
   *p = cube__f32_to_bf16(v);
 }
+// Two neighbouring elements of a row at once (the pair a lane holds).
+CUBE__DEVICE void cube__store_pair(float *p, float a, float b) {
+  float2 v;
+  v.x = a;
+  v.y = b;
+  *(float2 *)p = v;
+}
+CUBE__DEVICE void cube__store_pair(f16 *p, float a, float b) {
+  *(uint32_t *)p = (uint32_t)cube__f32_to_f16(a).bits | (uint32_t)cube__f32_to_f16(b).bits << 16;
+}
+CUBE__DEVICE void cube__store_pair(bf16 *p, float a, float b) {
+  *(uint32_t *)p = (uint32_t)cube__f32_to_bf16(a).bits | (uint32_t)cube__f32_to_bf16(b).bits << 16;
+}
 template <typename T, int MT, int NT>
 CUBE__DEVICE void cube__frag_store(T *p, const cube__frag_acc<MT, NT> &f, uint32_t stride,
                                    int layout) {
   uint32_t lane = cube__lane(), g = lane >> 2, t = lane & 3u;
+  if (layout == ROW_MAJOR && ((uint64_t)p & (2 * sizeof(T) - 1)) == 0 && (stride & 1u) == 0) {
+    // Row-major with pairs aligned: one 2-element store per pair.
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int h = 0; h < 4; h += 2) {
+          uint32_t r = mt * 16 + g + (h >> 1) * 8, c = nt * 8 + 2 * t;
+          cube__store_pair(p + (uint64_t)r * stride + c, f.r[mt][nt][h], f.r[mt][nt][h + 1]);
+        }
+    return;
+  }
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -1917,6 +1939,13 @@ CUBE__DEVICE uint64_t cube__stride(const uint64_t *m, uint32_t d) {
 #define CUBE__SCALAR_bf16(w) cube__bf16_of((uint16_t)(w))
 #define CUBE__SCALAR_e4m3(w) cube__e4m3_of((uint8_t)(w))
 #define CUBE__SCALAR_e5m2(w) cube__e5m2_of((uint8_t)(w))
+// A hint to unroll the loop that follows (the CUDA compiler and gcc both
+// take it; loops over fragment arrays must unroll to stay in registers).
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define UNROLL _Pragma("unroll")
+#else
+#define UNROLL _Pragma("GCC unroll 16")
+#endif
 // Bit casts, the same on every backend.
 #define F32_FROM_BITS(b) cube__f32_of_bits((uint32_t)(b))
 #define F32_BITS(f) cube__bits_of_f32((float)(f))

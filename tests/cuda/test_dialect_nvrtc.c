@@ -133,6 +133,11 @@ static void test_the_examples_compile(void **state) {
   tally_t tally = {0, 0};
   compile_everywhere("saxpy", CUBE_EXAMPLE_SAXPY, 256, &tally);
   compile_everywhere("reduce_sum", CUBE_EXAMPLE_REDUCE, 256, &tally);
+  compile_everywhere("reduce_lines", CUBE_EXAMPLE_REDUCE_LINES, 256, &tally);
+  compile_everywhere("saxpy_lines", CUBE_EXAMPLE_SAXPY_LINES, 256, &tally);
+  compile_everywhere("copy_lines", CUBE_EXAMPLE_COPY_LINES, 256, &tally);
+  // The GEMM at its H200 shape (8 planes of 32 units).
+  compile_everywhere("gemm_bf16", CUBE_EXAMPLE_GEMM_BF16, 256, &tally);
   assert_int_equal(tally.failed, 0);
 }
 
