@@ -8,6 +8,10 @@
 //
 // Exits 77 (skipped) when NVRTC cannot be loaded (CUBE_NVRTC_PATH, or
 // libnvrtc.so.13/.12 on the loader path).
+//
+//   test_dialect_nvrtc --dump DIR   writes every kernel as DIR/<name>.cu (the
+//                                   prelude, then the source) for nvcc
+//                                   (tools/device/dialect_nvcc.sh) and exits
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -167,7 +171,44 @@ static void test_fragments_need_sm80(void **state) {
   free(source);
 }
 
-int main(void) {
+static const char *g_dump_dir;
+
+static void dump_one(const char *name, const char *source, uint32_t units, void *user) {
+  int *failed = user;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s.cu", g_dump_dir, name);
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    (*failed)++;
+    return;
+  }
+  fprintf(f,
+          "// cube dim x: %u (0: the plane size)\n#ifndef CUBE__DIM_X\n#define CUBE__DIM_X "
+          "%u\n#endif\n",
+          units, units ? units : 32);
+  fprintf(f,
+          "#define CUBE__DIM_Y 1\n#define CUBE__DIM_Z 1\n#define CUBE__CHECKED 1\n%s\n#line 1 "
+          "\"%s.cube\"\n%s\n",
+          cube_dialect_source, name, source);
+  if (fclose(f) != 0) (*failed)++;
+}
+
+static int dump(const char *dir) {
+  g_dump_dir = dir;
+  int failed = 0;
+  size_t count = dc_each_source(dump_one, &failed);
+  dump_one("saxpy", CUBE_EXAMPLE_SAXPY, 256, &failed);
+  dump_one("reduce_sum", CUBE_EXAMPLE_REDUCE, 256, &failed);
+  dump_one("reduce_lines", CUBE_EXAMPLE_REDUCE_LINES, 256, &failed);
+  dump_one("saxpy_lines", CUBE_EXAMPLE_SAXPY_LINES, 256, &failed);
+  dump_one("copy_lines", CUBE_EXAMPLE_COPY_LINES, 256, &failed);
+  dump_one("gemm_bf16", CUBE_EXAMPLE_GEMM_BF16, 256, &failed);
+  printf("%zu kernels written to %s, %d failed\n", count + 6, dir, failed);
+  return failed ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "--dump") == 0) return dump(argv[2]);
   const char *detail = NULL;
   rtc = cube_cuda_nvrtc(&detail);
   if (!rtc) {
