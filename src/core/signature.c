@@ -123,6 +123,17 @@ void cube_signature_scan(const char *source, cube_scalar_reads_t *out) {
       out->at_least |= (uint16_t)(1u << t);
     }
   }
+  for (int t = 0; t < CUBE_SCALAR_TYPE_COUNT; ++t) {
+    uint64_t byte = (uint64_t)out->count[t] << (8 * (t & 7));
+    uint64_t mask = (out->at_least >> t) & 1u ? 0 : 0xffull << (8 * (t & 7));
+    if (t < 8) {
+      out->want_lo |= byte;
+      out->exact_lo |= mask;
+    } else {
+      out->want_hi |= byte;
+      out->exact_hi |= mask;
+    }
+  }
 }
 
 //===--- Building the compact signature ---===//
@@ -374,15 +385,22 @@ cube_status_t cube_signature_check(const char *kernel_name, const cube_signature
   // No ARGs: the launch passes what the SCALAR reads take, no more (at least
   // as many where an index is not a literal).
   if (!reads->any && !args->scalar_count) return CUBE_OK;
-  uint8_t given[CUBE_SCALAR_TYPE_COUNT] = {0};
-  for (size_t k = 0; k < args->scalar_count; ++k) {
+  // The per-type counts a byte each, as the info header packs them (at most
+  // 255 scalars: no byte carries into the next; more are refused later).
+  uint64_t lo = 0, hi = 0;
+  for (size_t k = 0; k < args->scalar_count && args->scalar_count <= 255; ++k) {
     unsigned type = (unsigned)args->scalars[k].type;
-    if (type < CUBE_SCALAR_TYPE_COUNT && given[type] < 255) given[type]++;
+    if (type < 8) {
+      lo += 1ull << (8 * type);
+    } else {
+      hi += 1ull << (8 * (type - 8));
+    }
   }
-  for (int k = 0; k < CUBE_SCALAR_TYPE_COUNT; ++k) {
-    bool minimum = (reads->at_least >> k) & 1u;
-    if (minimum ? given[k] < reads->count[k] : given[k] != reads->count[k])
-      return scalar_mismatch(kernel_name, s, reads, args);
+  bool bad =
+      (((lo ^ reads->want_lo) & reads->exact_lo) | ((hi ^ reads->want_hi) & reads->exact_hi));
+  for (int k = 0; k < CUBE_SCALAR_TYPE_COUNT && reads->at_least && !bad; ++k) {
+    uint64_t given = ((k < 8 ? lo : hi) >> (8 * (k & 7))) & 0xff;
+    bad = ((reads->at_least >> k) & 1u) && given < reads->count[k];
   }
-  return CUBE_OK;
+  return bad ? scalar_mismatch(kernel_name, s, reads, args) : CUBE_OK;
 }

@@ -23,10 +23,13 @@
 // names (SCALAR used inside a user macro) leaves the scalars unchecked.
 typedef struct cube_scalar_reads_t {
   uint8_t count[CUBE_SCALAR_TYPE_COUNT];
-  uint16_t at_least;  // bit t: count[t] is a minimum
+  uint16_t at_least;   // bit t: count[t] is a minimum
   bool any;            // some SCALAR read was found
   bool unchecked;      // a read the scan could not type
   bool declares_args;  // the source names ARG(...): its compiled signature decides
+  // The counts packed a byte per type (types 0..7 in lo, 8..9 in hi) and the
+  // bytes that must match exactly, so a launch compares two words.
+  uint64_t want_lo, want_hi, exact_lo, exact_hi;
 } cube_scalar_reads_t;
 
 // Scans |source| (comments and literals skipped).
