@@ -148,8 +148,8 @@ static void bench_dialect_copy(cube_client_t *client, const cube_cuda_driver_t *
   cube_kernel_t *dialect = dialect_kernel("copy_lines", CUBE_EXAMPLE_COPY_LINES, 256, NULL);
   cube_kernel_t *rawk = kernel("copy_float4", kRawCopy4, CUBE_KERNEL_CUDA, 256);
   CUfunction raw = raw_function(client, rawk);
-  cube_kernel_buffer_t buffers[2] = {{cube_handle_binding(x), CUBE_IO_READ, 0, NULL, NULL},
-                                     {cube_handle_binding(y), CUBE_IO_WRITE, 0, NULL, NULL}};
+  cube_kernel_buffer_t buffers[2] = {{.binding = cube_handle_binding(x), .io = CUBE_IO_READ},
+                                     {.binding = cube_handle_binding(y), .io = CUBE_IO_WRITE}};
   cube_kernel_args_t args = {buffers, 2, NULL, 0};
   CUdeviceptr xp = address_of(client, x), yp = address_of(client, y);
   unsigned long long nv = lines;
@@ -227,8 +227,9 @@ static void bench_dialect_reduce(cube_client_t *client, const cube_cuda_driver_t
                                           "-DREDUCE_WIDTH=4 -DREDUCE_PER_UNIT=16");
   cube_kernel_t *rawk = kernel("reduce_float4", kRawReduce4, CUBE_KERNEL_CUDA, units);
   CUfunction raw = raw_function(client, rawk);
-  cube_kernel_buffer_t buffers[2] = {{cube_handle_binding(x), CUBE_IO_READ, 0, NULL, NULL},
-                                     {cube_handle_binding(partial), CUBE_IO_WRITE, 0, NULL, NULL}};
+  cube_kernel_buffer_t buffers[2] = {
+      {.binding = cube_handle_binding(x), .io = CUBE_IO_READ},
+      {.binding = cube_handle_binding(partial), .io = CUBE_IO_WRITE}};
   cube_kernel_args_t args = {buffers, 2, NULL, 0};
   CUdeviceptr xp = address_of(client, x), pp = address_of(client, partial);
   unsigned long long nv = lines;
@@ -338,9 +339,9 @@ static void bench_dialect_gemm(cube_client_t *client, const cube_cuda_driver_t *
       }
     }
     double t[16];
-    cube_kernel_buffer_t buffers[3] = {{cube_handle_binding(ha), CUBE_IO_READ, 0, NULL, NULL},
-                                       {cube_handle_binding(hb), CUBE_IO_READ, 0, NULL, NULL},
-                                       {cube_handle_binding(hc), CUBE_IO_WRITE, 0, NULL, NULL}};
+    cube_kernel_buffer_t buffers[3] = {{.binding = cube_handle_binding(ha), .io = CUBE_IO_READ},
+                                       {.binding = cube_handle_binding(hb), .io = CUBE_IO_READ},
+                                       {.binding = cube_handle_binding(hc), .io = CUBE_IO_WRITE}};
     cube_scalar_t scalars[3] = {cube_scalar_u32(m), cube_scalar_u32(n), cube_scalar_u32(k)};
     cube_kernel_args_t args = {buffers, 3, scalars, 3};
     launch_ctx_t ctx = {.client = client,

@@ -442,13 +442,13 @@ static cube_status_t launch_body(launch_t *l) {
   }
   status = launch_compile(l);
   if (!cube_status_is_ok(status)) return status;
-  status = launch_check(l, &l->compiled->signature);
-  if (!cube_status_is_ok(status)) return status;
   // A map where the kernel takes a buffer (or the reverse) runs nothing.
   if (!l->compiled->takes_maps)
     l->compiled->takes_maps = strpbrk(l->compiled->info.io, "RWX") ? 2 : 1;
   if (l->tensor_maps || l->compiled->takes_maps == 2)
     status = cube_tensor_map_match(l->kernel->name, l->compiled->info.io, l->args);
+  if (!cube_status_is_ok(status)) return status;
+  status = launch_check(l, &l->compiled->signature);
   if (!cube_status_is_ok(status)) return status;
   if (l->mode == CUBE_LAUNCH_COMPILE_ONLY) {
     // A dry run checks its maps as the launch would, and encodes none.

@@ -167,12 +167,14 @@ cube_status_t cube_signature_build(const char *kernel_name, const cube_kernel_in
       out->arg_types[args++] = (uint8_t)type;
       continue;
     }
-    if (kind < 1 || kind > 3 || args > 0 || buffers == CUBE_SIGNATURE_MAX_BUFFERS) {
+    // 1..3 IN, OUT, INOUT; 5..7 their tensor-map forms (TMA), whose bindings
+    // the map's own rules check (they declare 1-byte, 1-aligned elements).
+    bool buffer = (kind >= 1 && kind <= 3) || (kind >= 5 && kind <= 7);
+    if (!buffer || args > 0 || buffers == CUBE_SIGNATURE_MAX_BUFFERS) {
       return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
                               "kernel '%s': entry %u of its signature is %s; buffers (IN, OUT, "
                               "INOUT) come first, ARGs after them, at most %d buffers",
-                              kernel_name, j,
-                              kind >= 1 && kind <= 3 ? "a buffer after an ARG" : "unknown",
+                              kernel_name, j, buffer ? "a buffer after an ARG" : "unknown",
                               CUBE_SIGNATURE_MAX_BUFFERS);
     }
     uint32_t size = d & 0xfffffu, align = (d >> 20) & 0xffu;
@@ -261,10 +263,11 @@ static void put_entry(text_t *t, const char *names, uint32_t index) {
 
 // The kernel's signature as written: IN(float x), ARG(f32 a), ...
 static void put_signature(text_t *t, const cube_signature_t *s) {
-  static const char *const kKinds[4] = {"?", "IN", "OUT", "INOUT"};
+  static const char *const kKinds[8] = {
+      "?", "IN", "OUT", "INOUT", "?", "TENSOR_MAP_IN", "TENSOR_MAP_OUT", "TENSOR_MAP_INOUT"};
   put(t, "(");
   for (uint32_t i = 0; i < s->buffer_count; ++i) {
-    put(t, "%s%s ", i ? ", " : "", kKinds[s->kind[i] & 3]);
+    put(t, "%s%s ", i ? ", " : "", kKinds[s->kind[i] & 7]);
     put_entry(t, s->names, i);
   }
   for (uint32_t k = 0; k < s->arg_count; ++k) {

@@ -40,7 +40,7 @@ typedef struct cube_signature_t {
   uint8_t buffer_count;
   uint8_t arg_count;  // ARGs declared, in order
   uint8_t arg_types[CUBE_SIGNATURE_MAX_ARGS];
-  uint8_t kind[CUBE_SIGNATURE_MAX_BUFFERS];  // 1 IN, 2 OUT, 3 INOUT
+  uint8_t kind[CUBE_SIGNATURE_MAX_BUFFERS];  // 1 IN, 2 OUT, 3 INOUT, 5..7 tensor maps
   uint32_t elem_size[CUBE_SIGNATURE_MAX_BUFFERS];
   // Bits a binding's size (elem_size - 1, when that is a power of two) and
   // its address (alignment - 1) must not have; a size that is not a power
