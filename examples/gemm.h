@@ -17,12 +17,15 @@ typedef struct gemm_shape_t {
   uint32_t wm, wn;      // planes along m and n
   uint32_t stages;      // shared-memory buffers in flight (>= 2)
   uint32_t group_m;     // tile rows a group of cubes walks
+  // Build with -DCUBE_FRAG_TRUST_ALIGNMENT: the tiles' rows are 16-byte
+  // aligned by construction, so fragment loads skip the alignment test.
+  bool trust_alignment;
 } gemm_shape_t;
 
 // The H200 default (8 planes of 64x64, 3 stages, 80 KiB of shared memory),
 // and a small one the CPU runs in its 64 KiB arena.
-static const gemm_shape_t kGemmCudaShape = {128, 256, 32, 2, 4, 3, 8};
-static const gemm_shape_t kGemmCpuShape = {64, 64, 32, 2, 2, 2, 4};
+static const gemm_shape_t kGemmCudaShape = {128, 256, 32, 2, 4, 3, 8, false};
+static const gemm_shape_t kGemmCpuShape = {64, 64, 32, 2, 2, 2, 4, false};
 
 // Whether |s| is a shape the kernel can take (NULL) or why not.
 static inline const char *gemm_shape_invalid(const gemm_shape_t *s) {
@@ -41,11 +44,12 @@ static inline uint32_t gemm_shared_bytes(const gemm_shape_t *s) {
 // The kernel for |s| on a device with planes of |plane| units.
 static inline cube_status_t gemm_kernel_create(const gemm_shape_t *s, uint32_t plane,
                                                cube_kernel_t **out_kernel) {
-  char options[256];
+  char options[320];
   snprintf(options, sizeof options,
            "-DGEMM_BM=%u -DGEMM_BN=%u -DGEMM_BK=%u -DGEMM_WM=%u -DGEMM_WN=%u -DGEMM_STAGES=%u "
-           "-DGEMM_GROUP_M=%u",
-           s->bm, s->bn, s->bk, s->wm, s->wn, s->stages, s->group_m);
+           "-DGEMM_GROUP_M=%u%s",
+           s->bm, s->bn, s->bk, s->wm, s->wn, s->stages, s->group_m,
+           s->trust_alignment ? " -DCUBE_FRAG_TRUST_ALIGNMENT" : "");
   cube_kernel_desc_t desc;
   memset(&desc, 0, sizeof desc);
   desc.name = "gemm_bf16";

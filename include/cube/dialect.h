@@ -1371,8 +1371,15 @@ CUBE__DEVICE uint32_t cube__lane(void) {
 // Whether |p| is shared memory that ldmatrix can read rows of 16 bytes from.
 // __isShared folds to a constant where the compiler sees the pointer is a
 // SHARED array's; the alignment test is one AND, the same for the plane.
+// Built with -DCUBE_FRAG_TRUST_ALIGNMENT, a kernel promises that every
+// fragment load from shared memory is 16-byte aligned (as wmma's loads must
+// be): the test, and the per-lane path, go.
 CUBE__DEVICE bool cube__ldmatrix_ok(const void *p, uint32_t stride) {
+#if defined(CUBE_FRAG_TRUST_ALIGNMENT)
+  return __isShared(p) && (stride & 7u) == 0;
+#else
   return __isShared(p) && ((uint64_t)p & 15u) == 0 && (stride & 7u) == 0;
+#endif
 }
 CUBE__DEVICE uint32_t cube__shared_addr(const void *p) {
   return (uint32_t)__cvta_generic_to_shared(p);
