@@ -143,6 +143,12 @@ static void test_the_examples_compile(void **state) {
   // The GEMM at its H200 shape (8 planes of 32 units).
   compile_everywhere("gemm_bf16", CUBE_EXAMPLE_GEMM_BF16, 256, &tally);
   assert_int_equal(tally.failed, 0);
+  // And with the alignment promise bench_cuda's GEMM shapes make.
+  char *log = NULL;
+  int result = compile("gemm_bf16", CUBE_EXAMPLE_GEMM_BF16, 256, "sm_90a",
+                       "-DCUBE_FRAG_TRUST_ALIGNMENT", &log);
+  if (result != 0) fail_msg("gemm_bf16 with -DCUBE_FRAG_TRUST_ALIGNMENT: %s", log ? log : "");
+  free(log);
 }
 
 // The refusals are about types and shapes, the same for every target.
