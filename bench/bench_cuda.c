@@ -446,8 +446,8 @@ int main(int argc, char **argv) {
                    "usage: bench_cuda [--quick] [--dialect]\n"
                    "cubec vs the raw CUDA driver on the first GPU (launch enqueue, axpy, D2D,\n"
                    "H2D/D2H, copy kernel, NVRTC cache), and the dialect's line copy, reduction\n"
-                   "and bf16 GEMM against CUDA by hand (--dialect: only those); exits 0 with a\n"
-                   "note without a GPU\n",
+                   "and bf16 GEMM against CUDA by hand (--dialect: only those, with the GEMM\n"
+                   "over seven tile shapes); exits 0 with a note without a GPU\n",
                    flags);
   bool dialect_only = false;
   for (int i = 1; i < argc; ++i) {
@@ -471,7 +471,7 @@ int main(int argc, char **argv) {
     bench_copy_kernel(client, cu);
     bench_tma(client, cu);
   }
-  bench_dialect(client, cu);
+  bench_dialect(client, cu, dialect_only);
   cube_client_release(client);
   if (!dialect_only) bench_compile();
   printf("\n%-44s %12s %12s %8s  %s\n", "benchmark", "cubec", "raw", "ratio", "target");
