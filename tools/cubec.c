@@ -466,7 +466,9 @@ done:
   return ok;
 }
 
-// (4) A deliberate failure, as a user meets it: a kernel that does not
+#include "demo_gemm.h"  // (4) the bf16 GEMM
+
+// (5) A deliberate failure, as a user meets it: a kernel that does not
 // compile is launched into A, a second kernel reads A into B (Skipped), and
 // reading B tells the whole story. Then a host write into A releases the
 // claim and the second kernel runs.
@@ -480,7 +482,7 @@ static bool demo_failure(demo_t *demo) {
   cube_status_t status = CUBE_OK;
   float *host = malloc(bytes);
 
-  printf("\n[4] a deliberate failure: compile error -> skipped launch -> unwritten read\n");
+  printf("\n[5] a deliberate failure: compile error -> skipped launch -> unwritten read\n");
   if (!host) {
     fprintf(stderr, "error: out of host memory\n");
     goto done;
@@ -630,7 +632,8 @@ static int command_demo(const cli_command_t *self, int argc, char **argv) {
   // traces the whole client on its own and writes the Chrome trace (open it
   // in Perfetto) when the client is released.
   bool traced = cli_report("cube_trace_start", cube_trace_start(demo.client));
-  bool ran = demo_saxpy(&demo) && demo_reduction(&demo) && demo_transpose(&demo);
+  bool ran =
+      demo_saxpy(&demo) && demo_reduction(&demo) && demo_transpose(&demo) && demo_gemm(&demo);
   cube_kernel_cache_stats(&after);
   printf("\n");
   print_cache_line(&before, &after);

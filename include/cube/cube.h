@@ -15,5 +15,6 @@
 #include "cube/cache.h"
 #include "cube/tune.h"
 #include "cube/world.h"
+#include "cube/numeric.h"
 
 #endif  // CUBE_CUBE_H_

@@ -48,6 +48,13 @@ typedef struct cube_kernel_info_t {
   uint32_t static_shared_memory;  // bytes the kernel declares statically
   uint32_t max_units_per_cube;    // what the compiled code allows (registers)
   bool from_disk_cache;           // loaded rather than compiled (set by the core)
+  // The kernel's exported signature (cube/dialect.h, name__cube_sig: each
+  // buffer's element size and alignment, each ARG's type) and its entries'
+  // "type name," list (name__cube_sig_names); NULL when the kernel exported
+  // none (raw CUDA C++). Owned by the backend kernel. The core checks every
+  // launch against them (core/signature.h).
+  const uint32_t *signature;
+  const char *signature_names;
 } cube_kernel_info_t;
 
 // The size of a kernel_target description, NUL included.

@@ -220,6 +220,12 @@ cube_status_t cube_kernel_cache_get(cube_server_t *server, cube_kernel_t *kernel
                                             &entry->backend, &entry->info),
                           CUBE_STATUS_FAMILY_COMPILATION);
   double seconds = (double)(cube_now_ns() - start) * 1e-9;
+  if (cube_status_is_ok(status)) {
+    // A signature that contradicts itself is a fact about the kernel: refused.
+    status = cube_signature_build(kernel->name, &entry->info, &kernel->reads, &entry->signature);
+    if (!cube_status_is_ok(status))
+      server->device->vtable->kernel_release(server->device, entry->backend);
+  }
   if (!cube_status_is_ok(status)) {
     entry->backend = NULL;
     entry->info = (cube_kernel_info_t){.io = ""};

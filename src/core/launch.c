@@ -123,7 +123,7 @@ static cube_status_t fits_device(cube_server_t *server, const cube_kernel_t *ker
 
 static cube_status_t launch_locked(cube_server_t *server, uint32_t stream, cube_kernel_t *kernel,
                                    cube_cube_count_t count, const cube_kernel_args_t *args,
-                                   cube_launch_mode_t mode);
+                                   cube_launch_mode_t mode, bool deferred);
 
 static cube_status_t queue_launch(cube_server_t *server, uint32_t stream, cube_kernel_t *kernel,
                                   cube_cube_count_t count, const cube_kernel_args_t *args) {
@@ -177,8 +177,8 @@ void cube_launch_flush_deferred(cube_server_t *server) {
     // The launch already answered its caller: a failure now lives on the
     // buffers it leaves unwritten.
     if (server->streams[p->stream].live) {
-      cube_status_release(
-          launch_locked(server, p->stream, p->kernel, p->count, &p->args, CUBE_LAUNCH_EXECUTE));
+      cube_status_release(launch_locked(server, p->stream, p->kernel, p->count, &p->args,
+                                        CUBE_LAUNCH_EXECUTE, true));
     }
     pending_free(p);
     p = next;
@@ -215,6 +215,7 @@ typedef struct launch_t {
   cube_resolved_t count_buffer;
   cube_compiled_t *compiled;
   bool tensor_maps;  // some argument is a TMA tensor map
+  bool deferred;     // a queued launch, enqueued now: its caller heard OK already
 } launch_t;
 
 // A launch about to go through the phases. Field by field: zeroing the
@@ -232,6 +233,7 @@ static void launch_start(launch_t *l, cube_server_t *server, uint32_t stream, cu
   l->dynamic = count.dynamic;
   l->compiled = NULL;
   l->tensor_maps = false;
+  l->deferred = false;
 }
 
 // 1. Arguments: a bad one is the caller's error, and nothing is claimed.
@@ -415,12 +417,29 @@ static cube_status_t launch_dispatch(launch_t *l) {
   return status;
 }
 
+// 2b. The arguments against what the kernel takes (core/signature.h), before
+// anything runs: VALIDATION, nothing claimed, in every launch mode; a
+// deferred launch that turns out not to match claims its outputs instead
+// (its caller was answered already). |signature| is NULL before the kernel
+// is compiled: the source's SCALAR reads alone are checked then.
+static cube_status_t launch_check(launch_t *l, const cube_signature_t *signature) {
+  uint64_t addresses[CUBE_MAX_BUFFERS];
+  for (size_t i = 0; i < l->n; ++i) addresses[i] = l->resolved[i].address;
+  cube_status_t status = cube_signature_check(l->kernel->name, signature, &l->kernel->reads,
+                                              l->args, l->lengths, addresses);
+  if (!cube_status_is_ok(status) && l->deferred) launch_fail(l, status);
+  return status;
+}
+
 static cube_status_t launch_body(launch_t *l) {
   cube_status_t status = launch_resolve(l);
   if (!cube_status_is_ok(status)) return status;
   l->compiled = cube_kernel_cache_find(l->server, l->kernel);
-  if (l->mode == CUBE_LAUNCH_QUEUE && !l->compiled)
+  if (l->mode == CUBE_LAUNCH_QUEUE && !l->compiled) {
+    status = launch_check(l, NULL);
+    if (!cube_status_is_ok(status)) return status;
     return queue_launch(l->server, l->stream, l->kernel, l->count, l->args);
+  }
   status = launch_compile(l);
   if (!cube_status_is_ok(status)) return status;
   // A map where the kernel takes a buffer (or the reverse) runs nothing.
@@ -428,6 +447,8 @@ static cube_status_t launch_body(launch_t *l) {
     l->compiled->takes_maps = strpbrk(l->compiled->info.io, "RWX") ? 2 : 1;
   if (l->tensor_maps || l->compiled->takes_maps == 2)
     status = cube_tensor_map_match(l->kernel->name, l->compiled->info.io, l->args);
+  if (!cube_status_is_ok(status)) return status;
+  status = launch_check(l, &l->compiled->signature);
   if (!cube_status_is_ok(status)) return status;
   if (l->mode == CUBE_LAUNCH_COMPILE_ONLY) {
     // A dry run checks its maps as the launch would, and encodes none.
@@ -463,9 +484,10 @@ static cube_status_t launch_body(launch_t *l) {
 // recorded in and invalidates open profiling windows.
 static cube_status_t launch_locked(cube_server_t *server, uint32_t stream, cube_kernel_t *kernel,
                                    cube_cube_count_t count, const cube_kernel_args_t *args,
-                                   cube_launch_mode_t mode) {
+                                   cube_launch_mode_t mode, bool deferred) {
   launch_t l;
   launch_start(&l, server, stream, kernel, args, mode, count);
+  l.deferred = deferred;
   cube_status_t status = launch_body(&l);
   if (!cube_status_is_ok(status) && mode != CUBE_LAUNCH_COMPILE_ONLY)
     cube_server_work_failed(server, stream, status);
@@ -570,7 +592,8 @@ cube_status_t cube_launch(cube_client_t *client, cube_stream_t stream, cube_kern
       cube_status_release(resolved);
     }
   }
-  if (cube_status_is_ok(status)) status = launch_locked(server, index, kernel, count, args, mode);
+  if (cube_status_is_ok(status))
+    status = launch_locked(server, index, kernel, count, args, mode, false);
   cube_server_leave(server);
   return status;
 }

@@ -32,9 +32,11 @@
 #include "core/log.h"
 #include "base/util.h"
 #include "core/memory_pool.h"
+#include "core/signature.h"
 
 #define CUBE_MAX_STREAMS 256
 #define CUBE_MAX_BUFFERS 16  // per launch: the dialect's argument limit
+_Static_assert(CUBE_MAX_BUFFERS == CUBE_SIGNATURE_MAX_BUFFERS, "core/signature.h: buffer limit");
 
 typedef struct cube_server_t cube_server_t;
 
@@ -87,6 +89,7 @@ typedef struct cube_compiled_t {
   cube_kernel_t *kernel;  // retained
   cube_bkernel_t *backend;
   cube_kernel_info_t info;
+  cube_signature_t signature;  // what a launch must pass (core/signature.h)
   cube_status_t error;  // the compile error, kept: a failed compile is not retried
   // The last cube dim and dynamic shared memory found to fit the device
   // (kernels of one source may differ in both).
@@ -205,6 +208,7 @@ struct cube_kernel_t {
   cube_dim3_t cube_dim;
   uint32_t dynamic_shared_memory;
   cube_hash128_t key;  // content hash, the compiled-kernel cache key
+  cube_scalar_reads_t reads;  // its SCALAR(type, i) reads (core/signature.h)
   // (client id << 32 | index) of the compiled entry last found for this
   // kernel: kernels are shared between clients and threads, hence atomic.
   atomic_uint_fast64_t hint;

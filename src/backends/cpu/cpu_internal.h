@@ -36,6 +36,10 @@ struct cube_bkernel_t {
   char key[33];  // hash of the entry point and the bytes loaded
   char *name;
   char *io;
+  // The exported signature (name__cube_sig, name__cube_sig_names), inside
+  // the loaded library; NULL for an object built without one.
+  const uint32_t *signature;
+  const char *signature_names;
   void *library;
   void (*loop)(struct cube__ctx_t *ctx);
   void (*unit)(struct cube__ctx_t *ctx, uint32_t x, uint32_t y, uint32_t z);
