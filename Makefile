@@ -39,9 +39,17 @@ define apt_install
 	$$sudo apt-get update -qq && $$sudo apt-get install -y -qq --no-install-recommends $$missing
 endef
 
+# A literal '#': written `\#` outside a function it means the same to every
+# GNU make (inside $(shell ...) make 4.3 keeps the backslash, and the
+# preprocessor then reads `\#include`, which it accepts and ignores).
+HASH := \#
 HAVE_CMAKE = $(shell command -v $(CMAKE) >/dev/null 2>&1 && echo yes)
 HAVE_CC = $(shell command -v $(CC) >/dev/null 2>&1 && echo yes)
-HAVE_CMOCKA = $(shell printf '\#include <cmocka.h>\n' | $(CC) -E -x c - >/dev/null 2>&1 && echo yes)
+# cmocka is there when a program including its header links against it (the
+# header alone, or the run-time library alone, is not enough to build tests).
+CMOCKA_PROBE = printf '$(HASH)include <stdarg.h>\n$(HASH)include <stddef.h>\n$(HASH)include <stdint.h>\n$(HASH)include <setjmp.h>\n$(HASH)include <cmocka.h>\nint main(void) { return cmocka_run_group_tests(NULL, NULL, NULL) == 0 ? 0 : 0; }\n' | \
+  $(CC) -x c - -o /dev/null -lcmocka >/dev/null 2>&1
+HAVE_CMOCKA = $(shell $(CMOCKA_PROBE) && echo yes)
 # xxhash.h: the kernel cache's hash, used header-only (Debian's libxxhash-dev).
 HAVE_XXHASH = $(shell test -f /usr/include/xxhash.h && echo yes)
 MISSING_BUILD = $(if $(HAVE_CMAKE),,cmake) $(if $(HAVE_CC),,gcc) $(if $(shell command -v make),,make) \
@@ -52,16 +60,24 @@ ifneq ($(strip $(MISSING_BUILD)),)
 	$(call apt_install,$(strip $(MISSING_BUILD)))
 endif
 
+# After installing, the probe runs again: a package that installed but does
+# not build a cmocka program is an error here, not a suite without tests.
 deps-test: deps
 ifneq ($(HAVE_CMOCKA),yes)
 	$(call apt_install,libcmocka-dev)
+	@$(CMOCKA_PROBE) || { echo "error: libcmocka-dev is installed but a cmocka program does not build with $(CC)" >&2; exit 1; }
 endif
 
-# Tests are configured in only when cmocka is there, so `make demo` works
-# without it; `make test` installs it first.
+# `make demo` works without cmocka (the suite is left out, and it says so);
+# `make test` configures with the suite always (TESTS=ON), so CMake stops
+# with an error naming cmocka if it is still missing.
+TESTS ?= auto
 configure: deps
-	@if printf '#include <cmocka.h>\n' | $(CC) -E -x c - >/dev/null 2>&1; then tests=ON; else \
-	  tests=OFF; echo "note: cmocka not found, configuring without the test suite (make test installs it)"; fi; \
+	@tests="$(TESTS)"; \
+	if [ "$$tests" = auto ]; then \
+	  if [ "$(HAVE_CMOCKA)" = yes ]; then tests=ON; else tests=OFF; \
+	    echo "note: cmocka not found, configuring without the test suite (make test installs it)"; fi; \
+	fi; \
 	$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCUBE_BUILD_TESTS=$$tests >/dev/null
 
 build-all: configure
@@ -75,9 +91,11 @@ info: configure
 	$(CMAKE) --build $(BUILD_DIR) -j $(JOBS) --target cubec_cli
 	./$(BUILD_DIR)/cubec info
 
+# --no-tests=error: a build that somehow has no tests fails instead of
+# printing "No tests were found!!!" and exiting 0.
 test: deps-test
-	$(MAKE) --no-print-directory build-all
-	$(CTEST) --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+	$(MAKE) --no-print-directory build-all TESTS=ON
+	$(CTEST) --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error -j $(JOBS)
 
 # The bench's own set-up: PoCL (pocl-opencl-icd, ocl-icd-opencl-dev,
 # opencl-headers) runs the same barrier kernels written in OpenCL C beside
@@ -102,9 +120,9 @@ bench: deps-bench configure
 	./$(BUILD_DIR)/bench/bench_cpu $(BENCH_ARGS)
 
 asan: deps-test
-	$(CMAKE) -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DCUBE_ENABLE_ASAN=ON -DCUBE_BUILD_BENCH=OFF >/dev/null
+	$(CMAKE) -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DCUBE_ENABLE_ASAN=ON -DCUBE_BUILD_BENCH=OFF -DCUBE_BUILD_TESTS=ON >/dev/null
 	$(CMAKE) --build $(ASAN_DIR) -j $(JOBS)
-	$(CTEST) --test-dir $(ASAN_DIR) --output-on-failure -j $(JOBS)
+	$(CTEST) --test-dir $(ASAN_DIR) --output-on-failure --no-tests=error -j $(JOBS)
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_DIR)

@@ -14,6 +14,7 @@
 #include "core/server.h"
 #include "cube/cube.h"
 #include "bench_common.h"
+#include "bench_args.h"
 
 enum { PAIRS = 20000, REPEATS = 15, SIZES = 6 };
 static const uint64_t kSizes[SIZES] = {256, 4096, 65536, 1 << 20, 8 << 20, 64 << 20};
@@ -80,7 +81,13 @@ static double cuda_round(const cube_cuda_driver_t *cu, CUstream stream, alloc_as
   return t / pairs * 1e9;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  static const char *const flags[] = {NULL};
+  bench_check_args(argc, argv,
+                   "usage: bench_alloc\n"
+                   "allocate+free pairs through cubec against malloc/free (CPU) and\n"
+                   "cuMemAllocAsync / cuMemAlloc (CUDA, when present); medians, ns per pair\n",
+                   flags);
   double a[REPEATS], b[REPEATS], c[REPEATS];
   printf("allocate+free pairs, sizes 256 B .. 64 MiB, 4 live, medians of %d x %d pairs\n", REPEATS,
          PAIRS);

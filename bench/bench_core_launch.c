@@ -10,6 +10,7 @@
 #include "core/server.h"
 #include "cube/cube.h"
 #include "bench_common.h"
+#include "bench_args.h"
 
 enum { LAUNCHES = 100000, REPEATS = 31 };
 
@@ -19,7 +20,13 @@ static cube_status_t noop_dispatch(cube_backend_device_t *device, cube_bstream_t
   return CUBE_OK;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  static const char *const flags[] = {NULL};
+  bench_check_args(argc, argv,
+                   "usage: bench_core_launch\n"
+                   "the core's launch path alone (the CPU dispatch replaced by a no-op), ns per\n"
+                   "launch, empty and with 2 buffers + a scalar\n",
+                   flags);
   cube_client_t *client = bench_client(CUBE_BACKEND_CPU);
   cube_kernel_desc_t empty_desc = {
       .name = "empty", .source = "CUBE_KERNEL0(empty) {}\n", .cube_dim = {1, 1, 1}};

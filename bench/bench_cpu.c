@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "bench_common.h"
+#include "bench_args.h"
 #include "cpu_sections.h"
 #include "cube/cube.h"
 #include "kernels.h"
@@ -41,6 +42,7 @@ static bool ok(cube_status_t status, const char *what) {
   } while (0)
 
 static const char saxpy_source[] = CUBE_EXAMPLE_SAXPY;
+static const char saxpy_line8_source[] = CUBE_EXAMPLE_SAXPY_LINES;
 
 // The same saxpy with each unit doing one line of 16 consecutive floats, as
 // CubeCL's vectorized lines do: the unit's inner loop has a plain bound, so
@@ -73,13 +75,21 @@ static cube_status_t make_kernel(const char *name, const char *source, uint32_t 
 static volatile double sink;
 
 typedef struct results_t {
-  double saxpy_gbs, saxpy_lines_gbs, memcpy_gbs;
+  double saxpy_gbs, saxpy_lines_gbs, saxpy_line8_gbs, memcpy_gbs;
   double reduce_ms, loop_ms;
   bool reduce_agrees;
   double launch_us;
 } results_t;
 
 int main(int argc, char **argv) {
+  static const char *const flags[] = {"--mib=N",          "--launches=N", "--saxpy-units=N",
+                                      "--reduce-units=N", "--reps=N",     NULL};
+  bench_check_args(argc, argv,
+                   "usage: bench_cpu [--mib N] [--launches N] [--reps N] [--saxpy-units N]\n"
+                   "                 [--reduce-units N]\n"
+                   "the CPU backend through the public API: saxpy vs memcpy bandwidth, a\n"
+                   "barrier reduction vs a C loop, the empty-launch enqueue cost\n",
+                   flags);
   uint64_t mib = 256;
   uint32_t launches = 100000, reps = 7, saxpy_units = 256, units = 256;
   for (int i = 1; i < argc; ++i) {
@@ -200,6 +210,30 @@ int main(int argc, char **argv) {
     printf("    saxpy   %8.2f ms  %7.2f GB/s  (lines of 16 floats per unit)\n", t * 1e3,
            r.saxpy_lines_gbs);
     cube_kernel_release(lines);
+    // The dialect's own lines: IN(LINE(float, 8), x), one line per unit
+    // (examples/kernels.h, CUBE_EXAMPLE_SAXPY_LINES).
+    cube_kernel_t *line8 = NULL;
+    TRY("kernel create", make_kernel("saxpy_lines", saxpy_line8_source, saxpy_units, &line8));
+    uint64_t line8_units = n / 8;
+    cube_count_selection_t line8_selection =
+        cube_count_selection_new(client, (uint32_t)((line8_units + saxpy_units - 1) / saxpy_units));
+    TRY("launch saxpy LINE(float, 8)",
+        cube_launch(client, CUBE_STREAM_CURRENT, line8, line8_selection.count, &args,
+                    CUBE_LAUNCH_EXECUTE));
+    TRY("sync", cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
+    for (uint32_t rep = 0; rep < reps; ++rep) {
+      double t0 = now_s();
+      TRY("launch saxpy LINE(float, 8)",
+          cube_launch(client, CUBE_STREAM_CURRENT, line8, line8_selection.count, &args,
+                      CUBE_LAUNCH_EXECUTE));
+      TRY("sync", cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
+      samples[rep] = now_s() - t0;
+    }
+    t = median(samples, (int)reps);
+    r.saxpy_line8_gbs = 3.0 * (double)bytes / t / 1e9;
+    printf("    saxpy   %8.2f ms  %7.2f GB/s  (IN(LINE(float, 8)): one line per unit)\n", t * 1e3,
+           r.saxpy_line8_gbs);
+    cube_kernel_release(line8);
   }
   memset(copy_src, 1, bytes);
   memset(copy_dst, 0, bytes);
@@ -324,6 +358,9 @@ int main(int argc, char **argv) {
            ratio >= 0.8 ? "PASS" : "MISS");
     printf("%-44s %12.2f %10s %s\n", "saxpy / memcpy bandwidth (16-float lines)", lines_ratio,
            ">= 0.80", lines_ratio >= 0.8 ? "PASS" : "MISS");
+    double line8_ratio = r.saxpy_line8_gbs / r.memcpy_gbs;
+    printf("%-44s %12.2f %10s %s\n", "saxpy / memcpy bandwidth (LINE(float, 8))", line8_ratio,
+           ">= 0.80", line8_ratio >= 0.8 ? "PASS" : "MISS");
     printf("%-44s %12.2f %10s\n", "cube reduction (ms)", r.reduce_ms, "");
     printf("%-44s %12.2f %10s\n", "plain C loop (ms)", r.loop_ms, "");
     printf("%-44s %12.2f %10s %s\n", "reduction speedup (loop time / cube time)", speedup, "-",

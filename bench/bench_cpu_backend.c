@@ -9,6 +9,7 @@
 
 #include "core/backend.h"
 #include "core/kernel_cache.h"
+#include "bench_args.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -33,7 +34,13 @@ static cube_bkernel_t *compile(cube_backend_device_t *device, const char *name,
   return kernel;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  static const char *const flags[] = {NULL};
+  bench_check_args(argc, argv,
+                   "usage: bench_cpu_backend\n"
+                   "the CPU backend through its vtable: empty-launch enqueue cost, launch\n"
+                   "throughput, saxpy vs memcpy (BENCH_OPTS: extra kernel compiler options)\n",
+                   flags);
   cube_backend_device_t *device = NULL;
   if (check(cube_cpu_backend_factory.create_device(0, NULL, &device))) return 1;
   const cube_backend_vtable_t *vt = device->vtable;

@@ -17,6 +17,7 @@
 #include "core/server.h"
 #include "cube/cube.h"
 #include "bench_common.h"
+#include "bench_args.h"
 
 static bool quick;
 
@@ -396,6 +397,8 @@ static void bench_copy_kernel(cube_client_t *client, const cube_cuda_driver_t *c
   cube_kernel_release(rawk);
 }
 
+#include "bench_cuda_dialect.h"
+
 static void bench_compile(void) {
   char dir[] = "/tmp/cubec-bench-cache-XXXXXX";
   if (!mkdtemp(dir)) return;
@@ -438,7 +441,19 @@ static void bench_compile(void) {
 }
 
 int main(int argc, char **argv) {
-  quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+  static const char *const flags[] = {"--quick", "--dialect", NULL};
+  bench_check_args(argc, argv,
+                   "usage: bench_cuda [--quick] [--dialect]\n"
+                   "cubec vs the raw CUDA driver on the first GPU (launch enqueue, axpy, D2D,\n"
+                   "H2D/D2H, copy kernel, NVRTC cache), and the dialect's line copy, reduction\n"
+                   "and bf16 GEMM against CUDA by hand (--dialect: only those, with the GEMM\n"
+                   "over seven tile shapes); exits 0 with a note without a GPU\n",
+                   flags);
+  bool dialect_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (strcmp(argv[i], "--quick") == 0) quick = true;
+    if (strcmp(argv[i], "--dialect") == 0) dialect_only = true;
+  }
   cube_backend_info_t info;
   CHECK(cube_backend_query(CUBE_BACKEND_CUDA, &info));
   if (!info.available) {
@@ -450,12 +465,15 @@ int main(int argc, char **argv) {
   cube_client_t *client = bench_client(CUBE_BACKEND_CUDA);
   printf("bench_cuda on %s (%s), medians\n", cube_client_properties(client)->name,
          cube_client_backend_name(client));
-  bench_launch(client, cu);
-  bench_copies(client, cu);
-  bench_copy_kernel(client, cu);
-  bench_tma(client, cu);
+  if (!dialect_only) {
+    bench_launch(client, cu);
+    bench_copies(client, cu);
+    bench_copy_kernel(client, cu);
+    bench_tma(client, cu);
+  }
+  bench_dialect(client, cu, dialect_only);
   cube_client_release(client);
-  bench_compile();
+  if (!dialect_only) bench_compile();
   printf("\n%-44s %12s %12s %8s  %s\n", "benchmark", "cubec", "raw", "ratio", "target");
   for (int i = 0; i < row_count; ++i) {
     printf("%-44s %12.3f %12.3f %8.3f  %s %s\n", rows[i].what, rows[i].cubec, rows[i].raw,

@@ -10,6 +10,7 @@
 #include "core/server.h"
 #include "cube/cube.h"
 #include "bench_common.h"
+#include "bench_args.h"
 
 // Short batches, many, with tracking on and off alternating which goes first:
 // the stream thread's own timing noise lands on both sides alike.
@@ -28,7 +29,13 @@ static double round_us(cube_client_t *client, cube_kernel_t *kernel,
   return t / LAUNCHES * 1e6;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  static const char *const flags[] = {NULL};
+  bench_check_args(argc, argv,
+                   "usage: bench_failure_store\n"
+                   "launches with the failure store's claim tracking on and off, alternating;\n"
+                   "medians (target: under 5% difference)\n",
+                   flags);
   cube_client_t *client = bench_client(CUBE_BACKEND_CPU);
   cube_kernel_desc_t empty_desc = {
       .name = "empty", .source = "CUBE_KERNEL0(empty) {}\n", .cube_dim = {1, 1, 1}};

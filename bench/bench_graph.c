@@ -28,6 +28,7 @@
 #include "core/server.h"
 #include "cube/cube.h"
 #include "bench_common.h"
+#include "bench_args.h"
 
 static bool quick;
 
@@ -319,6 +320,12 @@ static void bench_decode(cube_client_t *client) {
 }
 
 int main(int argc, char **argv) {
+  static const char *const flags[] = {"--quick", "--cpu", NULL};
+  bench_check_args(argc, argv,
+                   "usage: bench_graph [--quick] [--cpu]\n"
+                   "graph replay of 100 small kernels vs a raw driver graph (CUDA), and a\n"
+                   "64-kernel decode step eager vs graph; --cpu: the CPU backend only\n",
+                   flags);
   bool force_cpu = false;
   for (int i = 1; i < argc; ++i) {
     quick |= strcmp(argv[i], "--quick") == 0;

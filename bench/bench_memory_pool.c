@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "bench_common.h"
+#include "bench_args.h"
 #include "core/memory_pool.h"
 
 #define KIB ((uint64_t)1 << 10)
@@ -335,6 +336,13 @@ static void transformer(const char *name, bool weights) {
 }
 
 int main(int argc, char **argv) {
+  static const char *const flags[] = {"--reps=N", "--pairs=N", NULL};
+  bench_check_args(argc, argv,
+                   "usage: bench_memory_pool [--reps N] [--pairs N]\n"
+                   "the memory manager on a fake storage: reserve+free pairs vs malloc/free,\n"
+                   "and fragmentation (peak reserved / peak live) of shape changes and a\n"
+                   "transformer trace\n",
+                   flags);
   int reps = 9;
   uint64_t pairs = 2000000;
   for (int i = 1; i + 1 < argc; i += 2) {

@@ -1,5 +1,7 @@
 // cubec — the command-line tool: `cubec info` lists backends and devices,
-// `cubec demo` runs the showcase kernels and checks them against the host.
+// `cubec demo` runs the showcase kernels and checks them against the host;
+// main() dispatches to the subcommands of tools/commands.h (the option
+// parser and the other subcommands: tools/cli.h, tools/cubec_*.c).
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -7,7 +9,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli.h"
 #include "cube/cube.h"
+#include "cubec_tune.h"
 #include "kernels.h"
 
 //===--- Small helpers ---===//
@@ -18,31 +22,11 @@ static double now_seconds(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static const char *backend_kind_name(cube_backend_kind_t kind) {
-  switch (kind) {
-    case CUBE_BACKEND_CPU:
-      return "cpu";
-    case CUBE_BACKEND_CUDA:
-      return "cuda";
-    default:
-      return "default";
-  }
-}
-
-// Prints |status| under a heading and releases it; returns whether it was OK.
-static bool report_status(const char *what, cube_status_t status) {
-  if (cube_status_is_ok(status)) return true;
-  fprintf(stderr, "error: %s failed:\n", what);
-  cube_status_fprint(status, stderr);
-  cube_status_release(status);
-  return false;
-}
-
 // Evaluates a status expression; on failure prints it and jumps to `done`
 // (every function using it keeps its clean-up there).
-#define TRY(what, expr)                            \
-  do {                                             \
-    if (!report_status((what), (expr))) goto done; \
+#define TRY(what, expr)                         \
+  do {                                          \
+    if (!cli_report((what), (expr))) goto done; \
   } while (0)
 
 static void format_bytes(uint64_t bytes, char *buffer, size_t capacity) {
@@ -87,7 +71,7 @@ static void print_row_dim(const char *key, cube_dim3_t dim) {
 static void print_properties(const cube_device_properties_t *p) {
   char text[64];
   print_row("name", p->name);
-  print_row("backend", backend_kind_name(p->backend));
+  print_row("backend", cli_backend_name(p->backend));
   snprintf(text, sizeof text, "%" PRIu32 " .. %" PRIu32, p->plane_size_min, p->plane_size_max);
   print_row("plane size (min .. max)", text);
   print_row_u64("max units per cube", p->max_units_per_cube);
@@ -109,16 +93,19 @@ static void print_properties(const cube_device_properties_t *p) {
   print_row("properties hash", text);
 }
 
-static int command_info(void) {
+static int command_info(const cli_command_t *self, int argc, char **argv) {
   static const cube_backend_kind_t kinds[] = {CUBE_BACKEND_CPU, CUBE_BACKEND_CUDA};
-  int rc = 0;
-  printf("cubec %d.%d.%d\n", CUBE_VERSION_MAJOR, CUBE_VERSION_MINOR, CUBE_VERSION_PATCH);
-  printf("default backend: %s\n\n", backend_kind_name(cube_backend_default()));
+  cli_common_t common;
+  int rc = cli_parse(self, argc, argv, NULL, 0, &common, NULL);
+  if (rc != CLI_CONTINUE) return rc;
+  rc = 0;
+  printf("cubec %s\n", cube_version());
+  printf("default backend: %s\n\n", cli_backend_name(cube_backend_default()));
   printf("  %-8s %-11s %-8s %s\n", "backend", "available", "devices", "detail");
   cube_backend_info_t infos[2];
   for (size_t k = 0; k < 2; ++k) {
     memset(&infos[k], 0, sizeof infos[k]);
-    if (!report_status("cube_backend_query", cube_backend_query(kinds[k], &infos[k]))) {
+    if (!cli_report("cube_backend_query", cube_backend_query(kinds[k], &infos[k]))) {
       rc = 1;
       continue;
     }
@@ -126,22 +113,67 @@ static int command_info(void) {
            infos[k].available ? "yes" : "no", infos[k].device_count,
            infos[k].detail ? infos[k].detail : "");
   }
+  // The collectives' transports: which one each backend would use, its
+  // version, or why there is none (docs/collectives.md).
+  printf("\n  %-9s %-11s %-8s %s\n", "transport", "available", "version", "detail");
   for (size_t k = 0; k < 2; ++k) {
+    cube_transport_info_t transport;
+    memset(&transport, 0, sizeof transport);
+    if (!cli_report("cube_transport_query", cube_transport_query(kinds[k], &transport))) {
+      rc = 1;
+      continue;
+    }
+    char version[32] = "-";
+    if (transport.version > 0) {
+      snprintf(version, sizeof version, "%d.%d.%d", transport.version / 10000,
+               transport.version / 100 % 100, transport.version % 100);
+    }
+    printf("  %-9s %-11s %-8s %s (%s backend)\n", transport.name ? transport.name : "?",
+           transport.available ? "yes" : "no", version, transport.detail ? transport.detail : "",
+           cli_backend_name(kinds[k]));
+  }
+  // --backend and --device narrow the device listing (the table above
+  // always shows every backend, so that a missing one says why).
+  bool found = false;
+  for (size_t k = 0; k < 2; ++k) {
+    if (common.backend_given && kinds[k] != common.backend &&
+        common.backend != CUBE_BACKEND_DEFAULT) {
+      continue;
+    }
     if (!infos[k].available) continue;
     for (uint32_t d = 0; d < infos[k].device_count; ++d) {
+      if (common.device_given && d != common.device) continue;
+      found = true;
       cube_device_properties_t properties;
       memset(&properties, 0, sizeof properties);
-      printf("\n  %s device %" PRIu32 "\n", backend_kind_name(kinds[k]), d);
-      if (!report_status("cube_device_properties",
-                         cube_device_properties(kinds[k], d, &properties))) {
+      printf("\n  %s device %" PRIu32 "\n", cli_backend_name(kinds[k]), d);
+      if (!cli_report("cube_device_properties", cube_device_properties(kinds[k], d, &properties))) {
         rc = 1;
         continue;
       }
       print_properties(&properties);
     }
   }
+  if ((common.backend_given || common.device_given) && !found) {
+    fprintf(stderr, "cubec info: no such device (backend %s, device %" PRIu32 ")\n",
+            cli_backend_name(common.backend), common.device);
+    rc = 1;
+  }
   return rc;
 }
+
+const cli_command_t cli_command_info = {
+    .name = "info",
+    .synopsis = "",
+    .summary = "list backends, collective transports, devices and every device property",
+    .description =
+        "Every backend and every collective transport (inproc, nccl) is listed with\n"
+        "whether it is available and, when it is not, why. --backend and --device show only that "
+        "backend's or that device's\n"
+        "properties.",
+    .uses_device = true,
+    .run = command_info,
+};
 
 //===--- cubec demo ---===//
 
@@ -219,7 +251,7 @@ static cube_kernel_buffer_t kernel_buffer(cube_handle_t handle, cube_buffer_io_t
 
 static void release_handle(cube_client_t *client, cube_handle_t *handle) {
   if (handle->bits == 0) return;
-  (void)report_status("cube_handle_release", cube_handle_release(client, *handle));
+  (void)cli_report("cube_handle_release", cube_handle_release(client, *handle));
   handle->bits = 0;
 }
 
@@ -434,7 +466,9 @@ done:
   return ok;
 }
 
-// (4) A deliberate failure, as a user meets it: a kernel that does not
+#include "demo_gemm.h"  // (4) the bf16 GEMM
+
+// (5) A deliberate failure, as a user meets it: a kernel that does not
 // compile is launched into A, a second kernel reads A into B (Skipped), and
 // reading B tells the whole story. Then a host write into A releases the
 // claim and the second kernel runs.
@@ -448,7 +482,7 @@ static bool demo_failure(demo_t *demo) {
   cube_status_t status = CUBE_OK;
   float *host = malloc(bytes);
 
-  printf("\n[4] a deliberate failure: compile error -> skipped launch -> unwritten read\n");
+  printf("\n[5] a deliberate failure: compile error -> skipped launch -> unwritten read\n");
   if (!host) {
     fprintf(stderr, "error: out of host memory\n");
     goto done;
@@ -548,8 +582,7 @@ static void format_short(uint64_t bytes, char *buffer, size_t capacity) {
 // from the backend, what was live, and the high-water marks.
 static void print_memory_report(cube_client_t *client) {
   cube_memory_report_t report;
-  if (!report_status("cube_memory_report",
-                     cube_memory_report(client, CUBE_STREAM_CURRENT, &report))) {
+  if (!cli_report("cube_memory_report", cube_memory_report(client, CUBE_STREAM_CURRENT, &report))) {
     return;
   }
   char a[32], b[32], c[32], d[32], e[32];
@@ -573,30 +606,20 @@ static void print_memory_report(cube_client_t *client) {
   printf("  %-22s %10s %10s %10s %10s %10s\n", "total", "", b, c, d, e);
 }
 
-static int command_demo(cube_backend_kind_t backend) {
+static int command_demo(const cli_command_t *self, int argc, char **argv) {
   demo_t demo = {NULL, 0, 0};
-  int rc = 1;
-  if (backend != CUBE_BACKEND_DEFAULT) {
-    cube_backend_info_t info;
-    memset(&info, 0, sizeof info);
-    if (!report_status("cube_backend_query", cube_backend_query(backend, &info))) return 1;
-    if (!info.available) {
-      fprintf(stderr, "error: the %s backend is not available here: %s\n",
-              backend_kind_name(backend), info.detail ? info.detail : "");
-      return 1;
-    }
-  }
-  cube_client_options_t options;
-  cube_client_options_initialize(&options);
-  options.backend = backend;
-  if (!report_status("cube_client_create", cube_client_create(&options, &demo.client))) return 1;
+  cli_common_t common;
+  int rc = cli_parse(self, argc, argv, NULL, 0, &common, NULL);
+  if (rc != CLI_CONTINUE) return rc;
+  rc = 1;
+  if (!cli_client_create(self->name, &common, &demo.client)) return 1;
 
   const cube_device_properties_t *p = cube_client_properties(demo.client);
   printf("cubec demo on %s: %s (%" PRIu32 " cores)\n", cube_client_backend_name(demo.client),
          p->name, p->core_count);
   // Where compiled kernels are kept, resolved as the core does.
   cube_cache_report_t cache;
-  if (report_status("cube_cache_walk", cube_cache_walk(CUBE_CACHE_INFO, NULL, NULL, &cache))) {
+  if (cli_report("cube_cache_walk", cube_cache_walk(CUBE_CACHE_INFO, NULL, NULL, &cache))) {
     printf("kernel disk cache: %s%s%s (set CUBE_CACHE_DIR to move it)\n",
            cache.usable ? cache.directory : "none: ", cache.usable ? "" : cache.why,
            cache.usable && cache.why[0] ? " (memory only)" : "");
@@ -605,22 +628,27 @@ static int command_demo(cube_backend_kind_t backend) {
   cube_kernel_cache_stats_t before, after;
   cube_kernel_cache_stats(&before);
   double t0 = now_seconds();
-  // Device timing of every kernel and copy (cube_trace_*); CUBE_TRACE=<path>
-  // also writes the Chrome trace (open it in Perfetto).
-  bool traced = report_status("cube_trace_start", cube_trace_start(demo.client));
-  bool ran = demo_saxpy(&demo) && demo_reduction(&demo) && demo_transpose(&demo);
+  // Device timing of every kernel and copy (cube_trace_*). CUBE_TRACE=<path>
+  // traces the whole client on its own and writes the Chrome trace (open it
+  // in Perfetto) when the client is released.
+  bool traced = cli_report("cube_trace_start", cube_trace_start(demo.client));
+  bool ran =
+      demo_saxpy(&demo) && demo_reduction(&demo) && demo_transpose(&demo) && demo_gemm(&demo);
   cube_kernel_cache_stats(&after);
   printf("\n");
   print_cache_line(&before, &after);
   if (traced) {
     const char *trace_path = getenv("CUBE_TRACE");
-    printf("\nper-kernel device time (cube_trace_stop%s%s)\n", trace_path ? " -> " : "",
-           trace_path ? trace_path : "");
-    report_status("cube_trace_stop", cube_trace_stop(demo.client, trace_path, stdout));
+    printf("\nper-kernel device time (cube_trace_stop)%s%s%s\n",
+           trace_path && *trace_path ? "; CUBE_TRACE: the whole run goes to " : "",
+           trace_path && *trace_path ? trace_path : "",
+           trace_path && *trace_path ? " at exit" : "");
+    cli_report("cube_trace_stop", cube_trace_stop(demo.client, NULL, stdout));
   }
   // The failure demo runs after the cache line: a kernel that fails to
   // compile is never cached, so it would read "cold" on every run.
   if (ran) ran = demo_failure(&demo);
+  if (ran) ran = cubec_demo_autotune(demo.client, &demo.checks_passed, &demo.checks_failed);
   double t1 = now_seconds();
   if (ran) print_memory_report(demo.client);
 
@@ -635,22 +663,52 @@ static int command_demo(cube_backend_kind_t backend) {
   return rc;
 }
 
+const cli_command_t cli_command_demo = {
+    .name = "demo",
+    .synopsis = "",
+    .summary = "run the showcase kernels on a device and check them against the host",
+    .description =
+        "saxpy over 16 Mi floats, a shared-memory reduction with barriers, a 2D\n"
+        "transpose, and one deliberate failure (a kernel that does not compile, a\n"
+        "launch that depends on it, and the read that reports the chain), each\n"
+        "checked against the host; then the device time of every kernel and copy\n"
+        "and the memory report. Run it twice: the second run loads every kernel\n"
+        "from the on-disk cache. CUBE_TRACE=FILE writes a Chrome trace of the run.",
+    .uses_device = true,
+    .run = command_demo,
+};
+
 //===--- main ---===//
 
-int cubec_command_cache(int argc, char **argv);  // cubec_cache.c
+#define CUBE_CLI_COMMAND(name) extern const cli_command_t cli_command_##name;
+#include "commands.h"
+#undef CUBE_CLI_COMMAND
+
+static const cli_command_t *const kCommands[] = {
+#define CUBE_CLI_COMMAND(name) &cli_command_##name,
+#include "commands.h"
+#undef CUBE_CLI_COMMAND
+};
+enum { COMMAND_COUNT = sizeof kCommands / sizeof kCommands[0] };
+
+static const cli_command_t *find_command(const char *name) {
+  for (size_t i = 0; i < COMMAND_COUNT; ++i) {
+    if (strcmp(kCommands[i]->name, name) == 0) return kCommands[i];
+  }
+  return NULL;
+}
 
 static void print_usage(FILE *out) {
+  fprintf(out, "usage: cubec <command> [options]\n\ncommands:\n");
+  for (size_t i = 0; i < COMMAND_COUNT; ++i) {
+    fprintf(out, "  %-22s %s\n", kCommands[i]->name, kCommands[i]->summary);
+  }
   fprintf(out,
-          "usage: cubec <command> [options]\n"
+          "  %-22s %s\n"
+          "  %-22s %s\n"
           "\n"
-          "commands:\n"
-          "  info                   list backends, their devices and device properties\n"
-          "  demo [--backend B]     run the showcase kernels on a device and check them\n"
-          "                         against the host (B: cpu | cuda; default: cuda when\n"
-          "                         a GPU is present, else cpu)\n"
-          "  cache info|verify|clear   the on-disk kernel cache (cubec cache --help)\n"
-          "  help, --help, -h       this text\n"
-          "  version, --version     the library version\n"
+          "Every command takes --help. Those that open a device take --backend B\n"
+          "(cpu | cuda) and --device N.\n"
           "\n"
           "environment:\n"
           "  CUBE_BACKEND           cpu | cuda: the default backend\n"
@@ -659,69 +717,53 @@ static void print_usage(FILE *out) {
           "  CUBE_CC                the C compiler the CPU backend builds kernels with\n"
           "  CUBE_NVRTC_PATH        where to load NVRTC from\n"
           "  CUBE_FAULT             a fault plan for the fault-injection backend\n"
-          "  CUBE_TRACE             demo: write a Chrome trace (JSON, Perfetto) there\n"
-          "\n"
+          "  CUBE_TRACE             write a Chrome trace (JSON, Perfetto) of every client there\n"
+          "  CUBE_LOG               error | warn | info | debug | off (default: warnings)\n"
           "  (every variable: docs/config.md)\n"
           "\n"
-          "exit status: 0 when every check passed, 1 on a failure, 2 on a usage error\n");
-}
-
-static bool parse_backend(const char *text, cube_backend_kind_t *out_kind) {
-  if (strcmp(text, "cpu") == 0) {
-    *out_kind = CUBE_BACKEND_CPU;
-  } else if (strcmp(text, "cuda") == 0) {
-    *out_kind = CUBE_BACKEND_CUDA;
-  } else if (strcmp(text, "default") == 0) {
-    *out_kind = CUBE_BACKEND_DEFAULT;
-  } else {
-    return false;
-  }
-  return true;
+          "exit status: 0 when every check passed, 1 on a failure, 2 on a usage error\n",
+          "help [COMMAND]", "this text, or a command's own (cubec COMMAND --help)",
+          "version, --version", "the library version");
 }
 
 int main(int argc, char **argv) {
   if (argc < 2) {
     print_usage(stderr);
-    return 2;
+    return CLI_EXIT_USAGE;
   }
-  const char *command = argv[1];
-  if (strcmp(command, "help") == 0 || strcmp(command, "--help") == 0 ||
-      strcmp(command, "-h") == 0) {
-    print_usage(stdout);
-    return 0;
-  }
-  if (strcmp(command, "version") == 0 || strcmp(command, "--version") == 0) {
-    printf("cubec %d.%d.%d\n", CUBE_VERSION_MAJOR, CUBE_VERSION_MINOR, CUBE_VERSION_PATCH);
-    return 0;
-  }
-  if (strcmp(command, "info") == 0) {
+  const char *name = argv[1];
+  if (strcmp(name, "help") == 0 || strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
     if (argc > 2) {
-      fprintf(stderr, "cubec info: unexpected argument '%s'\n", argv[2]);
-      return 2;
-    }
-    return command_info();
-  }
-  if (strcmp(command, "demo") == 0) {
-    cube_backend_kind_t backend = CUBE_BACKEND_DEFAULT;
-    for (int i = 2; i < argc; ++i) {
-      const char *value = NULL;
-      if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
-        value = argv[++i];
-      } else if (strncmp(argv[i], "--backend=", 10) == 0) {
-        value = argv[i] + 10;
-      } else {
-        fprintf(stderr, "cubec demo: unexpected argument '%s' (try cubec --help)\n", argv[i]);
-        return 2;
+      const cli_command_t *command = find_command(argv[2]);
+      if (!command) {
+        fprintf(stderr, "cubec help: unknown command '%s'\n", argv[2]);
+        return CLI_EXIT_USAGE;
       }
-      if (!parse_backend(value, &backend)) {
-        fprintf(stderr, "cubec demo: unknown backend '%s' (cpu or cuda)\n", value);
-        return 2;
-      }
+      // The command's own parser prints its help (it knows its options).
+      char *help_argv[] = {argv[2], "--help", NULL};
+      return command->run(command, 2, help_argv);
     }
-    return command_demo(backend);
+    print_usage(stdout);
+    return CLI_EXIT_OK;
   }
-  if (strcmp(command, "cache") == 0) return cubec_command_cache(argc, argv);
-  fprintf(stderr, "cubec: unknown command '%s' (commands: info, demo, cache, help, version)\n",
-          command);
-  return 2;
+  if (strcmp(name, "version") == 0 || strcmp(name, "--version") == 0) {
+    if (argc > 2 && strcmp(argv[2], "--help") != 0 && strcmp(argv[2], "-h") != 0) {
+      fprintf(stderr, "cubec version: unexpected argument '%s'\n", argv[2]);
+      return CLI_EXIT_USAGE;
+    }
+    if (argc > 2) {
+      printf("usage: cubec version\n\nthe library version (%s headers)\n", CUBE_VERSION_STRING);
+    } else {
+      printf("cubec %s\n", cube_version());
+    }
+    return CLI_EXIT_OK;
+  }
+  const cli_command_t *command = find_command(name);
+  if (!command) {
+    fprintf(stderr, "cubec: unknown command '%s' (commands:", name);
+    for (size_t i = 0; i < COMMAND_COUNT; ++i) fprintf(stderr, " %s,", kCommands[i]->name);
+    fprintf(stderr, " help, version)\n");
+    return CLI_EXIT_USAGE;
+  }
+  return command->run(command, argc - 1, argv + 1);
 }

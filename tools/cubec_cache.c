@@ -5,6 +5,8 @@
 
 #include "cube/cube.h"
 
+#include "cli.h"
+
 int cubec_command_cache(int argc, char **argv);
 
 typedef struct listing_t {
@@ -98,3 +100,38 @@ int cubec_command_cache(int argc, char **argv) {
       return 0;
   }
 }
+
+// The subcommand table's entry (tools/commands.h): --help, and an unknown
+// flag refused, the same way as every command; then the action as before.
+static int command_cache(const cli_command_t *self, int argc, char **argv) {
+  bool list = false;
+  const cli_option_t options[] = {
+      {"--list", CLI_FLAG, NULL, "info: every entry", &list},
+  };
+  cli_common_t common;
+  int positional = 0;
+  int rc = cli_parse(self, argc, argv, options, 1, &common, &positional);
+  if (rc != CLI_CONTINUE) return rc;
+  if (positional != 1) {
+    usage(stderr);
+    return CLI_EXIT_USAGE;
+  }
+  char *args[] = {"cubec", "cache", argv[1], list ? "--list" : NULL, NULL};
+  return cubec_command_cache(list ? 4 : 3, args);
+}
+
+const cli_command_t cli_command_cache = {
+    .name = "cache",
+    .synopsis = "<info | verify | clear>",
+    .summary = "the on-disk kernel cache: where it is, what it holds; verify; clear",
+    .description =
+        "  info     where the kernel cache is, whether cubec uses it, what it holds\n"
+        "           (--list: every entry)\n"
+        "  verify   read and check every entry (header, key, hash); remove the damaged;\n"
+        "           exit status 1 when any was damaged\n"
+        "  clear    remove every entry, and what writers that died left behind\n"
+        "The cache is $CUBE_CACHE_DIR/kernels (default ~/.cache/cubec/kernels);\n"
+        "CUBE_CACHE_MAX_BYTES caps its size. See docs/security.md.",
+    .uses_device = false,
+    .run = command_cache,
+};

@@ -7,6 +7,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// CUBE_VERSION_MAJOR/MINOR/PATCH, CUBE_VERSION_STRING, CUBE_VERSION_NUMBER:
+// generated from CMake's project version into the build's (and the
+// install's) include directory.
+#include "cube/version.h"
+
 #if defined(CUBE_STATIC_DEFINE)
 #define CUBE_API
 #elif defined(CUBE_BUILDING_SHARED)
@@ -19,10 +24,6 @@
 #define CUBE_MUST_USE_RESULT __attribute__((warn_unused_result))
 #define CUBE_PRINTF(fmt_index, args_index) __attribute__((format(printf, fmt_index, args_index)))
 
-#define CUBE_VERSION_MAJOR 0
-#define CUBE_VERSION_MINOR 1
-#define CUBE_VERSION_PATCH 0
-
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -31,6 +32,14 @@ extern "C" {
 typedef struct cube_dim3_t {
   uint32_t x, y, z;
 } cube_dim3_t;
+
+// The version of the library in use ("0.1.0"), static storage. Compare it
+// with CUBE_VERSION_STRING to tell the headers a program was built with from
+// the shared library it runs with. Thread-safe.
+CUBE_API const char *cube_version(void);
+// The same as one number, MAJOR * 10000 + MINOR * 100 + PATCH (as
+// CUBE_VERSION_NUMBER).
+CUBE_API uint32_t cube_version_number(void);
 
 // Ownership rules, written once (CoreFoundation style):
 // - `*_create` returns an object with one reference, owned by the caller.

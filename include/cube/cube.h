@@ -4,6 +4,7 @@
 
 #include "cube/base.h"
 #include "cube/status.h"
+#include "cube/log.h"
 #include "cube/device.h"
 #include "cube/memory.h"
 #include "cube/kernel.h"
@@ -12,5 +13,8 @@
 #include "cube/profile.h"
 #include "cube/collective.h"
 #include "cube/cache.h"
+#include "cube/tune.h"
+#include "cube/world.h"
+#include "cube/numeric.h"
 
 #endif  // CUBE_CUBE_H_

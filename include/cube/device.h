@@ -4,9 +4,15 @@
 // call on it names a stream: CUBE_STREAM_CURRENT is the calling thread's own
 // default stream (created on first use, as in CubeCL), and explicit streams
 // come from cube_stream_create.
+//
+// Threads: docs/threads.md states, for every object (client, stream, kernel,
+// status, future, staging buffer), what may be called from where. In short:
+// a client may be used from any number of threads at once, except that its
+// last release must come after every other call on it.
 #ifndef CUBE_DEVICE_H_
 #define CUBE_DEVICE_H_
 
+#include "cube/log.h"
 #include "cube/status.h"
 
 #ifdef __cplusplus
@@ -77,6 +83,11 @@ typedef struct cube_client_options_t {
   // (see docs/faults.md); NULL reads the CUBE_FAULT environment variable,
   // "" disables it.
   const char *fault_plan;
+  // The log (cube/log.h): the level (CUBE_LOG_DEFAULT: CUBE_LOG from the
+  // environment, else warnings only) and where messages go (NULL: stderr).
+  cube_log_level_t log_level;
+  cube_log_fn_t log;
+  void *log_user_data;
 } cube_client_options_t;
 
 CUBE_API void cube_client_options_initialize(cube_client_options_t *out_options);
@@ -89,7 +100,9 @@ CUBE_API cube_client_t *cube_client_retain(cube_client_t *client);
 CUBE_API void cube_client_release(cube_client_t *client);
 CUBE_API const cube_device_properties_t *cube_client_properties(const cube_client_t *client);
 CUBE_API uint64_t cube_client_properties_hash(const cube_client_t *client);
-// "cpu", "cuda", "fault(cpu)".
+// The backend and device index the client runs on: "cpu:0", "cuda:1", or
+// "fault(cpu):0" when a fault plan wraps the backend (docs/faults.md).
+// Valid until the client's last release.
 CUBE_API const char *cube_client_backend_name(const cube_client_t *client);
 
 // Streams are small integers scoped to their client.

@@ -5,16 +5,18 @@
 // with NVRTC. The runtime puts this header in front of every dialect source;
 // a kernel file does not include it.
 //
-//   CUBE_KERNEL(saxpy, IN(float, x), INOUT(float, y)) {
-//     float a = SCALAR(f32, 0);
-//     uint32_t i = ABSOLUTE_POS;
+//   CUBE_KERNEL(saxpy, IN(float, x), INOUT(float, y), ARG(f32, a)) {
+//     uint64_t i = ABSOLUTE_POS;
 //     if (i < LEN(y)) y[i] += a * x[i];
 //   }
 //
 // Each buffer's IO is declared in the signature (IN, OUT, INOUT): that is the
 // compiled kernel's own answer to "what does it read and write", which the
-// failure model trusts over the caller's declaration. docs/dialect.md lists
-// every macro.
+// failure model trusts over the caller's declaration. Scalars are declared
+// with ARG after the buffers (or read undeclared with SCALAR(type, i)). The
+// compiled kernel exports its whole signature (name__cube_sig: each buffer's
+// element size and alignment, each ARG's type), which the core checks every
+// launch against before anything runs. docs/dialect.md lists every macro.
 //
 // The info block (64-bit words) every launch carries:
 //   word 0            header: per scalar type a count (8 bits each, in the
@@ -22,14 +24,21 @@
 //                     (bits 48..55), then the scalar total (bits 56..63), so
 //                     a kernel finds the buffer lengths with one shift
 //   scalars           grouped by type in that order, one word each
+//   [extension word]  only when the launch passes f16/bf16/e4m3/e5m2
+//                     scalars: their counts (8 bits each, in that order)
+//   [those scalars]   grouped by type in that order, one word each (bits in
+//                     the low 16 or 8 bits); the scalar total counts the
+//                     extension word too, so the words below keep their place
 //   buffer lengths    bytes, one word per buffer          } static part
 //   metadata offsets  per buffer, into the dynamic part   }
 //   dynamic part      per tensor: rank, shape[rank], strides[rank]
-// A metadata offset of UINT64_MAX means "no tensor metadata" (rank 0).
+// A metadata offset of UINT64_MAX means "no tensor metadata" (rank 0). A
+// launch without reduced-precision scalars has exactly the layout of dialect
+// version 1.
 #ifndef CUBE_DIALECT_H_
 #define CUBE_DIALECT_H_
 
-#define CUBE_DIALECT_VERSION 1
+#define CUBE_DIALECT_VERSION 2
 #define CUBE_STATIC_INFO_WORDS 64
 #define CUBE_INFO_NO_META 0xffffffffffffffffull
 
@@ -108,6 +117,10 @@
 #define IN(T, name) (R, T, name)
 #define OUT(T, name) (W, T, name)
 #define INOUT(T, name) (X, T, name)
+// A scalar declared in the signature (after every buffer): `name` is a
+// `const` local of the type's C type in the body. A launch must pass the
+// declared scalars, in the declared order, with the declared types.
+#define ARG(type, name) (S, type, name)
 
 #define CUBE__CONST_R const
 #define CUBE__CONST_W
@@ -115,14 +128,23 @@
 #define CUBE__IOSTR_R "r"
 #define CUBE__IOSTR_W "w"
 #define CUBE__IOSTR_X "x"
+#define CUBE__IOSTR_S ""
 #define CUBE__APPLY(M, i, t) CUBE__APPLY_(M, i, CUBE__UNPACK t)
 #define CUBE__APPLY_(M, i, ...) CUBE__APPLY__(M, i, __VA_ARGS__)
 #define CUBE__APPLY__(M, i, io, T, name) M(i, io, T, name)
 #define CUBE__UNPACK(...) __VA_ARGS__
 
 #define CUBE__BODY_PARAM(i, t) CUBE__APPLY(CUBE__BODY_PARAM_, i, t)
-#define CUBE__BODY_PARAM_(i, io, T, name) \
+#define CUBE__BODY_PARAM_(i, io, T, name) CUBE__BODY_PARAM_##io(io, T, name)
+#define CUBE__BODY_PARAM_BUF(io, T, name) \
   , CUBE__CONST_##io T *name CUBE__UNUSED, const uint32_t name##__idx CUBE__UNUSED
+#define CUBE__BODY_PARAM_R(io, T, name) CUBE__BODY_PARAM_BUF(io, T, name)
+#define CUBE__BODY_PARAM_W(io, T, name) CUBE__BODY_PARAM_BUF(io, T, name)
+#define CUBE__BODY_PARAM_X(io, T, name) CUBE__BODY_PARAM_BUF(io, T, name)
+#define CUBE__BODY_PARAM_MR(io, T, name) CUBE__BODY_PARAM_BUF(io, T, name)
+#define CUBE__BODY_PARAM_MW(io, T, name) CUBE__BODY_PARAM_BUF(io, T, name)
+#define CUBE__BODY_PARAM_MX(io, T, name) CUBE__BODY_PARAM_BUF(io, T, name)
+#define CUBE__BODY_PARAM_S(io, T, name) , const CUBE__CTYPE_##T name CUBE__UNUSED
 #define CUBE__BODY_ARG(i, t) CUBE__APPLY(CUBE__BODY_ARG_, i, t)
 #define CUBE__IOSTR(i, t) CUBE__APPLY(CUBE__IOSTR_, i, t)
 #define CUBE__IOSTR_(i, io, T, name) CUBE__IOSTR_##io
@@ -133,6 +155,67 @@
 #define CUBE__SCALAR_TYPE_i64 3
 #define CUBE__SCALAR_TYPE_u32 4
 #define CUBE__SCALAR_TYPE_i32 5
+// Reduced precision (dialect version 2): counted in the extension word.
+#define CUBE__SCALAR_TYPE_f16 6
+#define CUBE__SCALAR_TYPE_bf16 7
+#define CUBE__SCALAR_TYPE_e4m3 8
+#define CUBE__SCALAR_TYPE_e5m2 9
+#define CUBE__SCALAR_TYPES_V1 6
+#define CUBE__SCALAR_TYPES 10
+// The C type of each scalar type (an ARG's local).
+#define CUBE__CTYPE_f64 double
+#define CUBE__CTYPE_f32 float
+#define CUBE__CTYPE_u64 uint64_t
+#define CUBE__CTYPE_i64 int64_t
+#define CUBE__CTYPE_u32 uint32_t
+#define CUBE__CTYPE_i32 int32_t
+#define CUBE__CTYPE_f16 f16
+#define CUBE__CTYPE_bf16 bf16
+#define CUBE__CTYPE_e4m3 e4m3
+#define CUBE__CTYPE_e5m2 e5m2
+
+//===--- The exported signature ---===//
+// name__cube_sig, a uint32_t array: CUBE__SIG_MAGIC, the number of entries,
+// then one descriptor per entry of the signature, in order:
+//   bits 28..31  kind: 1 IN, 2 OUT, 3 INOUT, 4 ARG, 5 TENSOR_MAP_IN,
+//                6 TENSOR_MAP_OUT, 7 TENSOR_MAP_INOUT
+//   buffers      bits 20..27 the element's alignment, bits 0..19 its size
+//                (bytes; a LINE is one element; 1 and 1 for a tensor map,
+//                whose binding is checked by the map's own rules)
+//   ARG          bits 0..7 the scalar type (CUBE__SCALAR_TYPE_*)
+// name__cube_sig_names: "type name," for each entry, for messages. The
+// same array, as a local, tells an ARG where its word is (cube__arg_word).
+#define CUBE__SIG_MAGIC 0x31627563u
+#define CUBE__SIG_KIND_R 1u
+#define CUBE__SIG_KIND_W 2u
+#define CUBE__SIG_KIND_X 3u
+#define CUBE__SIG_KIND_S 4u
+#define CUBE__SIG_KIND_MR 5u
+#define CUBE__SIG_KIND_MW 6u
+#define CUBE__SIG_KIND_MX 7u
+#if defined(__cplusplus)
+#define CUBE__ALIGNOF(T) alignof(T)
+#else
+#define CUBE__ALIGNOF(T) _Alignof(T)
+#endif
+#define CUBE__SIG_DESC(i, t) CUBE__APPLY(CUBE__SIG_DESC_, i, t)
+#define CUBE__SIG_DESC_(i, io, T, name) , CUBE__SIG_DESC_##io(io, T)
+#define CUBE__SIG_DESC_BUF(io, T)                                                                  \
+  (CUBE__SIG_KIND_##io << 28 | (uint32_t)(CUBE__ALIGNOF(T) < 255 ? CUBE__ALIGNOF(T) : 255) << 20 | \
+   (uint32_t)(sizeof(T) < 0xfffffu ? sizeof(T) : 0xfffffu))
+#define CUBE__SIG_DESC_R(io, T) CUBE__SIG_DESC_BUF(io, T)
+#define CUBE__SIG_DESC_W(io, T) CUBE__SIG_DESC_BUF(io, T)
+#define CUBE__SIG_DESC_X(io, T) CUBE__SIG_DESC_BUF(io, T)
+#define CUBE__SIG_DESC_S(io, T) (CUBE__SIG_KIND_S << 28 | (uint32_t)CUBE__SCALAR_TYPE_##T)
+#define CUBE__SIG_DESC_MAP(io) (CUBE__SIG_KIND_##io << 28 | 1u << 20 | 1u)
+#define CUBE__SIG_DESC_MR(io, T) CUBE__SIG_DESC_MAP(io)
+#define CUBE__SIG_DESC_MW(io, T) CUBE__SIG_DESC_MAP(io)
+#define CUBE__SIG_DESC_MX(io, T) CUBE__SIG_DESC_MAP(io)
+#define CUBE__SIG_NAME(i, t) CUBE__APPLY(CUBE__SIG_NAME_, i, t)
+#define CUBE__SIG_NAME_(i, io, T, name) #T " " #name ","
+// Parenthesized: the commas must survive being a macro argument.
+#define CUBE__SIG(...) \
+  (CUBE__SIG_MAGIC, CUBE__NARGS(__VA_ARGS__) CUBE__MAP(CUBE__SIG_DESC, CUBE__NOTHING, __VA_ARGS__))
 
 //===--- CUDA (NVRTC) ---===//
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
@@ -170,16 +253,40 @@ typedef struct cube__ctx_t {
 
 #define CUBE__DEVICE static __device__ __forceinline__
 // A buffer is a pointer parameter; a tensor map (TMA section) a by-value
-// one whose address the body takes.
-#define CUBE__BODY_ARG_(i, io, T, name) , CUBE__ARG_REF_##io name, i
+// one whose address the body takes; an ARG (S) no parameter at all: its
+// value is read from the info block.
+#define CUBE__BODY_ARG_(i, io, T, name) CUBE__BODY_ARG_##io(i, io, T, name)
+#define CUBE__BODY_ARG_REF(i, io, T, name) , CUBE__ARG_REF_##io name, i
+#define CUBE__BODY_ARG_R(i, io, T, name) CUBE__BODY_ARG_REF(i, io, T, name)
+#define CUBE__BODY_ARG_W(i, io, T, name) CUBE__BODY_ARG_REF(i, io, T, name)
+#define CUBE__BODY_ARG_X(i, io, T, name) CUBE__BODY_ARG_REF(i, io, T, name)
+#define CUBE__BODY_ARG_MR(i, io, T, name) CUBE__BODY_ARG_REF(i, io, T, name)
+#define CUBE__BODY_ARG_MW(i, io, T, name) CUBE__BODY_ARG_REF(i, io, T, name)
+#define CUBE__BODY_ARG_MX(i, io, T, name) CUBE__BODY_ARG_REF(i, io, T, name)
+// An ARG's word is a compile-time constant (the launch was checked against
+// the signature): one load from the by-value info block.
+#define CUBE__BODY_ARG_S(i, io, T, name) \
+  , CUBE__SCALAR_##T(cube__info.w[cube__const_u32<cube__arg_word(cube__sigc, i)>::value])
 #define CUBE__ENTRY_PARAM(i, t) CUBE__APPLY(CUBE__ENTRY_PARAM_, i, t)
-#define CUBE__ENTRY_PARAM_(i, io, T, name) CUBE__ENTRY_TYPE_##io(T) name,
+#define CUBE__ENTRY_PARAM_(i, io, T, name) CUBE__ENTRY_PARAM_##io(io, T, name)
+#define CUBE__ENTRY_PARAM_REF(io, T, name) CUBE__ENTRY_TYPE_##io(T) name,
+#define CUBE__ENTRY_PARAM_R(io, T, name) CUBE__ENTRY_PARAM_REF(io, T, name)
+#define CUBE__ENTRY_PARAM_W(io, T, name) CUBE__ENTRY_PARAM_REF(io, T, name)
+#define CUBE__ENTRY_PARAM_X(io, T, name) CUBE__ENTRY_PARAM_REF(io, T, name)
+#define CUBE__ENTRY_PARAM_MR(io, T, name) CUBE__ENTRY_PARAM_REF(io, T, name)
+#define CUBE__ENTRY_PARAM_MW(io, T, name) CUBE__ENTRY_PARAM_REF(io, T, name)
+#define CUBE__ENTRY_PARAM_MX(io, T, name) CUBE__ENTRY_PARAM_REF(io, T, name)
+#define CUBE__ENTRY_PARAM_S(io, T, name)
 #define CUBE__ARG_REF_R
 #define CUBE__ARG_REF_W
 #define CUBE__ARG_REF_X
 #define CUBE__ENTRY_TYPE_R(T) const T *
 #define CUBE__ENTRY_TYPE_W(T) T *
 #define CUBE__ENTRY_TYPE_X(T) T *
+template <uint32_t V>
+struct cube__const_u32 {
+  static constexpr uint32_t value = V;
+};
 
 // |entry_params| and |args| come parenthesized: their commas must not split
 // this macro's arguments.
@@ -187,16 +294,20 @@ typedef struct cube__ctx_t {
   extern "C" __global__ void name##suffix(                                              \
       CUBE__UNPACK entry_params const __grid_constant__ info_t cube__info,              \
       const uint64_t *cube__dynamic) {                                                  \
+    constexpr const uint32_t *cube__sigc CUBE__UNUSED = name##__cube_sigc;              \
     cube__ctx_t cube__c = {cube__info.w, cube__dynamic};                                \
     name##__body(&cube__c, threadIdx.x, CUBE__TID_Y, CUBE__TID_Z, 0 CUBE__UNPACK args); \
   }
 
-#define CUBE__KERNEL_(name, params, entry_params, args, iostr)                                   \
+#define CUBE__KERNEL_(name, params, entry_params, args, iostr, sig, signames)                    \
   CUBE__DEVICE void name##__body(const cube__ctx_t *cube__ctx CUBE__UNUSED,                      \
                                  uint32_t cube__ux CUBE__UNUSED, uint32_t cube__uy CUBE__UNUSED, \
                                  uint32_t cube__uz CUBE__UNUSED,                                 \
                                  uint64_t cube__shoff CUBE__UNUSED params);                      \
   extern "C" __device__ const char name##__cube_io[] = iostr;                                    \
+  extern "C" __device__ const uint32_t name##__cube_sig[] = {CUBE__UNPACK sig};                  \
+  extern "C" __device__ const char name##__cube_sig_names[] = signames;                          \
+  static __device__ constexpr uint32_t name##__cube_sigc[] = {CUBE__UNPACK sig};                 \
   CUBE__ENTRY(name, , cube__static_info_t, (entry_params), (args))                               \
   CUBE__ENTRY(name, __w8, cube__static_info8_t, (entry_params), (args))                          \
   CUBE__ENTRY(name, __w16, cube__static_info16_t, (entry_params), (args))                        \
@@ -205,12 +316,13 @@ typedef struct cube__ctx_t {
                                  uint32_t cube__uz CUBE__UNUSED,                                 \
                                  uint64_t cube__shoff CUBE__UNUSED params)
 
-#define CUBE_KERNEL(name, ...)                                                 \
-  CUBE__KERNEL_(name, CUBE__MAP(CUBE__BODY_PARAM, CUBE__NOTHING, __VA_ARGS__), \
-                CUBE__MAP(CUBE__ENTRY_PARAM, CUBE__NOTHING, __VA_ARGS__),      \
-                CUBE__MAP(CUBE__BODY_ARG, CUBE__NOTHING, __VA_ARGS__),         \
-                CUBE__MAP(CUBE__IOSTR, CUBE__NOTHING, __VA_ARGS__))
-#define CUBE_KERNEL0(name) CUBE__KERNEL_(name, , , , "")
+#define CUBE_KERNEL(name, ...)                                                              \
+  CUBE__KERNEL_(name, CUBE__MAP(CUBE__BODY_PARAM, CUBE__NOTHING, __VA_ARGS__),              \
+                CUBE__MAP(CUBE__ENTRY_PARAM, CUBE__NOTHING, __VA_ARGS__),                   \
+                CUBE__MAP(CUBE__BODY_ARG, CUBE__NOTHING, __VA_ARGS__),                      \
+                CUBE__MAP(CUBE__IOSTR, CUBE__NOTHING, __VA_ARGS__), CUBE__SIG(__VA_ARGS__), \
+                CUBE__MAP(CUBE__SIG_NAME, CUBE__NOTHING, __VA_ARGS__))
+#define CUBE_KERNEL0(name) CUBE__KERNEL_(name, , , , "", (CUBE__SIG_MAGIC, 0), "")
 
 #if defined(CUBE__DIM_X) && defined(CUBE__DIM_Y) && defined(CUBE__DIM_Z)
 // The kernel's cube dim, compiled in by the CUDA backend (it is part of the
@@ -237,7 +349,9 @@ typedef struct cube__ctx_t {
 #define PLANE_DIM 32u
 #define UNIT_POS_PLANE (UNIT_POS & 31u)
 #define SYNC_CUBE() __syncthreads()
-#define SHARED(T, name, count) __shared__ T name[count]
+// 16-byte aligned whatever T is: a tile of 16-bit elements can feed ldmatrix
+// (matrix fragments) and 128-bit line accesses.
+#define SHARED(T, name, count) __shared__ __align__(16) T name[count]
 #define SHARED_DYNAMIC(T, name)                                         \
   extern __shared__ __align__(16) unsigned char cube__dynamic_shared[]; \
   T *name = (T *)cube__dynamic_shared
@@ -270,16 +384,93 @@ CUBE__DEVICE T cube__plane_min(T v) {
 #define PLANE_ALL(p) __all_sync(0xffffffffu, (p))
 #define PLANE_ANY(p) __any_sync(0xffffffffu, (p))
 
-#define ATOMIC_ADD(ptr, v) atomicAdd((ptr), (v))
-#define ATOMIC_MAX(ptr, v) atomicMax((ptr), (v))
-#define ATOMIC_MIN(ptr, v) atomicMin((ptr), (v))
-#define ATOMIC_EXCH(ptr, v) atomicExch((ptr), (v))
-#define ATOMIC_CAS(ptr, expected, desired) atomicCAS((ptr), (expected), (desired))
+// Atomics: one overload per documented type. CUDA's own atomics take `int`,
+// `unsigned`, `unsigned long long`, `float` (and `double`, `long long` for
+// some): the 64-bit signed and `long` flavours go through the unsigned
+// 64-bit ones (two's complement makes add, exchange and CAS the same bits).
+// The value is converted to the pointee's type first, as on the CPU.
+#define CUBE__ATOMIC_AS(name, T, U, call) \
+  CUBE__DEVICE T name(T *p, T v) {        \
+    return (T)call((U *)p, (U)v);         \
+  }
+#define CUBE__ATOMIC_SET(name, call, SIGNED64)                        \
+  CUBE__ATOMIC_AS(name, int, int, call)                               \
+  CUBE__ATOMIC_AS(name, unsigned, unsigned, call)                     \
+  CUBE__ATOMIC_AS(name, unsigned long long, unsigned long long, call) \
+  CUBE__ATOMIC_AS(name, unsigned long, unsigned long long, call)      \
+  CUBE__ATOMIC_AS(name, long long, SIGNED64, call)                    \
+  CUBE__ATOMIC_AS(name, long, SIGNED64, call)
+static_assert(sizeof(long) == 8 && sizeof(long long) == 8, "64-bit long expected");
+CUBE__ATOMIC_SET(cube__atomic_add_, atomicAdd, unsigned long long)
+CUBE__ATOMIC_AS(cube__atomic_add_, float, float, atomicAdd)
+CUBE__ATOMIC_AS(cube__atomic_add_, double, double, atomicAdd)
+CUBE__ATOMIC_SET(cube__atomic_max_, atomicMax, long long)
+CUBE__ATOMIC_SET(cube__atomic_min_, atomicMin, long long)
+CUBE__ATOMIC_SET(cube__atomic_and_, atomicAnd, unsigned long long)
+CUBE__ATOMIC_SET(cube__atomic_or_, atomicOr, unsigned long long)
+CUBE__ATOMIC_SET(cube__atomic_xor_, atomicXor, unsigned long long)
+CUBE__ATOMIC_SET(cube__atomic_exch_, atomicExch, unsigned long long)
+CUBE__ATOMIC_AS(cube__atomic_exch_, float, float, atomicExch)
+CUBE__DEVICE double cube__atomic_exch_(double *p, double v) {
+  return __longlong_as_double(
+      (long long)atomicExch((unsigned long long *)p, (unsigned long long)__double_as_longlong(v)));
+}
+#define CUBE__CAS_AS(T, U)                                        \
+  CUBE__DEVICE T cube__atomic_cas_(T *p, T expected, T desired) { \
+    return (T)atomicCAS((U *)p, (U)expected, (U)desired);         \
+  }
+CUBE__CAS_AS(int, int)
+CUBE__CAS_AS(unsigned, unsigned)
+CUBE__CAS_AS(unsigned long long, unsigned long long)
+CUBE__CAS_AS(unsigned long, unsigned long long)
+CUBE__CAS_AS(long long, unsigned long long)
+CUBE__CAS_AS(long, unsigned long long)
+template <typename T, typename V>
+CUBE__DEVICE T cube__atomic_add(T *p, V v) {
+  return cube__atomic_add_(p, (T)v);
+}
+template <typename T, typename V>
+CUBE__DEVICE T cube__atomic_max(T *p, V v) {
+  return cube__atomic_max_(p, (T)v);
+}
+template <typename T, typename V>
+CUBE__DEVICE T cube__atomic_min(T *p, V v) {
+  return cube__atomic_min_(p, (T)v);
+}
+template <typename T, typename V>
+CUBE__DEVICE T cube__atomic_and(T *p, V v) {
+  return cube__atomic_and_(p, (T)v);
+}
+template <typename T, typename V>
+CUBE__DEVICE T cube__atomic_or(T *p, V v) {
+  return cube__atomic_or_(p, (T)v);
+}
+template <typename T, typename V>
+CUBE__DEVICE T cube__atomic_xor(T *p, V v) {
+  return cube__atomic_xor_(p, (T)v);
+}
+template <typename T, typename V>
+CUBE__DEVICE T cube__atomic_exch(T *p, V v) {
+  return cube__atomic_exch_(p, (T)v);
+}
+template <typename T, typename E, typename D>
+CUBE__DEVICE T cube__atomic_cas(T *p, E expected, D desired) {
+  return cube__atomic_cas_(p, (T)expected, (T)desired);
+}
+#define ATOMIC_ADD(ptr, v) cube__atomic_add((ptr), (v))
+#define ATOMIC_MAX(ptr, v) cube__atomic_max((ptr), (v))
+#define ATOMIC_MIN(ptr, v) cube__atomic_min((ptr), (v))
+#define ATOMIC_AND(ptr, v) cube__atomic_and((ptr), (v))
+#define ATOMIC_OR(ptr, v) cube__atomic_or((ptr), (v))
+#define ATOMIC_XOR(ptr, v) cube__atomic_xor((ptr), (v))
+#define ATOMIC_EXCH(ptr, v) cube__atomic_exch((ptr), (v))
+#define ATOMIC_CAS(ptr, expected, desired) cube__atomic_cas((ptr), (expected), (desired))
 
-// Checked LOAD/STORE (see the end of this header).
+// Checked LOAD/STORE (see the end of this header). T() is zero for every
+// element type, lines and reduced-precision types included.
 template <typename T>
 CUBE__DEVICE T cube__load(const T *p, uint64_t i, uint64_t n) {
-  return i < n ? p[i] : T(0);
+  return i < n ? p[i] : T();
 }
 template <typename T, typename V>
 CUBE__DEVICE void cube__store(T *p, uint64_t i, uint64_t n, V v) {
@@ -333,20 +524,30 @@ void *memcpy(void *, const void *, size_t);
 void *memmove(void *, const void *, size_t);
 void *memset(void *, int, size_t);
 int memcmp(const void *, const void *, size_t);
-#define CUBE__PARSE_MATH1(f) double f(double); float f##f(float);
-#define CUBE__PARSE_MATH2(f) double f(double, double); float f##f(float, float);
-CUBE__PARSE_MATH1(sqrt) CUBE__PARSE_MATH1(cbrt) CUBE__PARSE_MATH1(exp) CUBE__PARSE_MATH1(exp2)
-CUBE__PARSE_MATH1(expm1) CUBE__PARSE_MATH1(log) CUBE__PARSE_MATH1(log2) CUBE__PARSE_MATH1(log10)
-CUBE__PARSE_MATH1(log1p) CUBE__PARSE_MATH1(sin) CUBE__PARSE_MATH1(cos) CUBE__PARSE_MATH1(tan)
-CUBE__PARSE_MATH1(asin) CUBE__PARSE_MATH1(acos) CUBE__PARSE_MATH1(atan) CUBE__PARSE_MATH1(sinh)
-CUBE__PARSE_MATH1(cosh) CUBE__PARSE_MATH1(tanh) CUBE__PARSE_MATH1(asinh) CUBE__PARSE_MATH1(acosh)
-CUBE__PARSE_MATH1(atanh) CUBE__PARSE_MATH1(erf) CUBE__PARSE_MATH1(erfc) CUBE__PARSE_MATH1(tgamma)
-CUBE__PARSE_MATH1(lgamma) CUBE__PARSE_MATH1(fabs) CUBE__PARSE_MATH1(floor) CUBE__PARSE_MATH1(ceil)
-CUBE__PARSE_MATH1(round) CUBE__PARSE_MATH1(trunc) CUBE__PARSE_MATH1(rint) CUBE__PARSE_MATH1(nearbyint)
-CUBE__PARSE_MATH2(pow) CUBE__PARSE_MATH2(atan2) CUBE__PARSE_MATH2(fmin) CUBE__PARSE_MATH2(fmax)
-CUBE__PARSE_MATH2(fmod) CUBE__PARSE_MATH2(hypot) CUBE__PARSE_MATH2(copysign) CUBE__PARSE_MATH2(fdim)
-CUBE__PARSE_MATH2(remainder) CUBE__PARSE_MATH2(nextafter)
-double fma(double, double, double);
+#define CUBE__PARSE_MATH1(f) \
+  double f(double);          \
+  float f##f(float);
+#define CUBE__PARSE_MATH2(f) \
+  double f(double, double);  \
+  float f##f(float, float);
+CUBE__PARSE_MATH1(sqrt)
+CUBE__PARSE_MATH1(cbrt) CUBE__PARSE_MATH1(exp) CUBE__PARSE_MATH1(exp2) CUBE__PARSE_MATH1(expm1)
+    CUBE__PARSE_MATH1(log) CUBE__PARSE_MATH1(log2) CUBE__PARSE_MATH1(log10) CUBE__PARSE_MATH1(log1p)
+        CUBE__PARSE_MATH1(sin) CUBE__PARSE_MATH1(cos) CUBE__PARSE_MATH1(tan) CUBE__PARSE_MATH1(asin)
+            CUBE__PARSE_MATH1(acos) CUBE__PARSE_MATH1(atan) CUBE__PARSE_MATH1(sinh)
+                CUBE__PARSE_MATH1(cosh) CUBE__PARSE_MATH1(tanh) CUBE__PARSE_MATH1(asinh)
+                    CUBE__PARSE_MATH1(acosh) CUBE__PARSE_MATH1(atanh) CUBE__PARSE_MATH1(erf)
+                        CUBE__PARSE_MATH1(erfc) CUBE__PARSE_MATH1(tgamma) CUBE__PARSE_MATH1(lgamma)
+                            CUBE__PARSE_MATH1(fabs) CUBE__PARSE_MATH1(floor) CUBE__PARSE_MATH1(ceil)
+                                CUBE__PARSE_MATH1(round) CUBE__PARSE_MATH1(trunc) CUBE__PARSE_MATH1(
+                                    rint) CUBE__PARSE_MATH1(nearbyint) CUBE__PARSE_MATH2(pow)
+                                    CUBE__PARSE_MATH2(atan2) CUBE__PARSE_MATH2(fmin)
+                                        CUBE__PARSE_MATH2(fmax) CUBE__PARSE_MATH2(fmod)
+                                            CUBE__PARSE_MATH2(hypot) CUBE__PARSE_MATH2(copysign)
+                                                CUBE__PARSE_MATH2(fdim) CUBE__PARSE_MATH2(remainder)
+                                                    CUBE__PARSE_MATH2(nextafter) double fma(double,
+                                                                                            double,
+                                                                                            double);
 float fmaf(float, float, float);
 double ldexp(double, int);
 float ldexpf(float, int);
@@ -383,16 +584,31 @@ typedef struct cube__ctx_t {
 
 #define CUBE__DEVICE static inline __attribute__((always_inline))
 #define CUBE__EXPORT __attribute__((visibility("default")))
-#define CUBE__BODY_ARG_(i, io, T, name) , (CUBE__CONST_##io T *)cube__c->buffers[i], i
+#define CUBE__BODY_ARG_(i, io, T, name) CUBE__BODY_ARG_##io(i, io, T)
+#define CUBE__BODY_ARG_BUF(i, io, T) , (CUBE__CONST_##io T *)cube__c->buffers[i], i
+#define CUBE__BODY_ARG_R(i, io, T) CUBE__BODY_ARG_BUF(i, io, T)
+#define CUBE__BODY_ARG_W(i, io, T) CUBE__BODY_ARG_BUF(i, io, T)
+#define CUBE__BODY_ARG_X(i, io, T) CUBE__BODY_ARG_BUF(i, io, T)
+#define CUBE__BODY_ARG_MR(i, io, T) CUBE__BODY_ARG_BUF(i, io, T)
+#define CUBE__BODY_ARG_MW(i, io, T) CUBE__BODY_ARG_BUF(i, io, T)
+#define CUBE__BODY_ARG_MX(i, io, T) CUBE__BODY_ARG_BUF(i, io, T)
+// An ARG's word index folds to a constant (cube__sigc is a local constant
+// array), so the read is one load the unit loop hoists.
+#define CUBE__BODY_ARG_S(i, io, T) , CUBE__SCALAR_##T(cube__c->info[cube__arg_word(cube__sigc, i)])
+// The signature as a local constant, for CUBE__BODY_ARG_S.
+#define CUBE__SIG_LOCAL(sig) static const uint32_t cube__sigc[] CUBE__UNUSED = {CUBE__UNPACK sig};
 
-#define CUBE__KERNEL_(name, params, args, iostr)                                                  \
+#define CUBE__KERNEL_(name, params, args, iostr, sig, signames)                                   \
   CUBE__DEVICE void name##__body(cube__ctx_t *cube__ctx CUBE__UNUSED,                             \
                                  uint32_t cube__ux CUBE__UNUSED, uint32_t cube__uy CUBE__UNUSED,  \
                                  uint32_t cube__uz CUBE__UNUSED,                                  \
                                  uint64_t cube__shoff CUBE__UNUSED params);                       \
   CUBE__EXPORT const char name##__cube_io[] = iostr;                                              \
+  CUBE__EXPORT const uint32_t name##__cube_sig[] = {CUBE__UNPACK sig};                            \
+  CUBE__EXPORT const char name##__cube_sig_names[] = signames;                                    \
   CUBE__NO_BARRIER_MARK(name)                                                                     \
   CUBE__EXPORT void name##__cube_loop(cube__ctx_t *cube__c) {                                     \
+    CUBE__SIG_LOCAL(sig)                                                                          \
     const uint32_t dx = CUBE__CTX_DIM(cube__c, X), dy = CUBE__CTX_DIM(cube__c, Y),                \
                    dz = CUBE__CTX_DIM(cube__c, Z);                                                \
     for (uint32_t z = 0; z < dz; ++z)                                                             \
@@ -403,6 +619,7 @@ typedef struct cube__ctx_t {
         }                                                                                         \
   }                                                                                               \
   CUBE__EXPORT void name##__cube_unit(cube__ctx_t *cube__c, uint32_t x, uint32_t y, uint32_t z) { \
+    CUBE__SIG_LOCAL(sig)                                                                          \
     name##__body(cube__c, x, y, z, 0 args);                                                       \
   }                                                                                               \
   CUBE__DEVICE void name##__body(cube__ctx_t *cube__ctx CUBE__UNUSED,                             \
@@ -410,11 +627,12 @@ typedef struct cube__ctx_t {
                                  uint32_t cube__uz CUBE__UNUSED,                                  \
                                  uint64_t cube__shoff CUBE__UNUSED params)
 
-#define CUBE_KERNEL(name, ...)                                                 \
-  CUBE__KERNEL_(name, CUBE__MAP(CUBE__BODY_PARAM, CUBE__NOTHING, __VA_ARGS__), \
-                CUBE__MAP(CUBE__BODY_ARG, CUBE__NOTHING, __VA_ARGS__),         \
-                CUBE__MAP(CUBE__IOSTR, CUBE__NOTHING, __VA_ARGS__))
-#define CUBE_KERNEL0(name) CUBE__KERNEL_(name, , , "")
+#define CUBE_KERNEL(name, ...)                                                              \
+  CUBE__KERNEL_(name, CUBE__MAP(CUBE__BODY_PARAM, CUBE__NOTHING, __VA_ARGS__),              \
+                CUBE__MAP(CUBE__BODY_ARG, CUBE__NOTHING, __VA_ARGS__),                      \
+                CUBE__MAP(CUBE__IOSTR, CUBE__NOTHING, __VA_ARGS__), CUBE__SIG(__VA_ARGS__), \
+                CUBE__MAP(CUBE__SIG_NAME, CUBE__NOTHING, __VA_ARGS__))
+#define CUBE_KERNEL0(name) CUBE__KERNEL_(name, , , "", (CUBE__SIG_MAGIC, 0), "")
 
 // The kernel's cube dim, compiled in by the CPU backend as on CUDA (it is
 // part of the kernel's identity): unit loops get constant trip counts and
@@ -526,7 +744,17 @@ CUBE__ATOMIC_ADD_INT(cube__atomic_add_u64, uint64_t)
       ;                                                                                           \
     cube__o;                                                                                      \
   })
-#define ATOMIC_EXCH(ptr, v) __atomic_exchange_n((ptr), (v), __ATOMIC_RELAXED)
+// The generic __atomic_exchange: float and double too (lock-free at 4 and 8
+// bytes), as CUDA's atomicExch.
+#define ATOMIC_EXCH(ptr, v)                                         \
+  ({                                                                \
+    __typeof__(*(ptr)) cube__v = (v), cube__r;                      \
+    __atomic_exchange((ptr), &cube__v, &cube__r, __ATOMIC_RELAXED); \
+    cube__r;                                                        \
+  })
+#define ATOMIC_AND(ptr, v) __atomic_fetch_and((ptr), (v), __ATOMIC_RELAXED)
+#define ATOMIC_OR(ptr, v) __atomic_fetch_or((ptr), (v), __ATOMIC_RELAXED)
+#define ATOMIC_XOR(ptr, v) __atomic_fetch_xor((ptr), (v), __ATOMIC_RELAXED)
 #define ATOMIC_CAS(ptr, expected, desired)                                       \
   ({                                                                             \
     __typeof__(*(ptr)) cube__e = (expected);                                     \
@@ -550,11 +778,11 @@ static inline double cube__double_of(uint64_t bits) {
 
 // Checked LOAD/STORE (see the end of this header): statement expressions, so
 // the index and the value are evaluated exactly once, as on CUDA.
-#define cube__load(p, i, n)                                     \
-  ({                                                            \
-    __typeof__(p) cube__p = (p);                                \
-    uint64_t cube__i = (i);                                     \
-    cube__i < (n) ? cube__p[cube__i] : (__typeof__(*cube__p))0; \
+#define cube__load(p, i, n)                                       \
+  ({                                                              \
+    __typeof__(p) cube__p = (p);                                  \
+    uint64_t cube__i = (i);                                       \
+    cube__i < (n) ? cube__p[cube__i] : (__typeof__(*cube__p)){0}; \
   })
 #define cube__store(p, i, n, v)                    \
   ({                                               \
@@ -571,28 +799,31 @@ static inline double cube__double_of(uint64_t bits) {
 // that runs a whole cube as loops over its units between barriers (regions),
 // and <name>__cube_split_scratch, the bytes of per-unit storage it needs. The
 // generated body uses the names below; none of them is for kernel authors.
-#define CUBE__SPLIT_KERNEL_(name, params, args)                                        \
-  CUBE__DEVICE void name##__split(cube__ctx_t *cube__ctx CUBE__UNUSED params);           \
-  CUBE__EXPORT void name##__cube_split(cube__ctx_t *cube__c) { name##__split(cube__c args); } \
+#define CUBE__SPLIT_KERNEL_(name, params, args)                                \
+  CUBE__DEVICE void name##__split(cube__ctx_t *cube__ctx CUBE__UNUSED params); \
+  CUBE__EXPORT void name##__cube_split(cube__ctx_t *cube__c) {                 \
+    const uint32_t *const cube__sigc CUBE__UNUSED = name##__cube_sig;          \
+    name##__split(cube__c args);                                               \
+  }                                                                            \
   CUBE__DEVICE void name##__split(cube__ctx_t *cube__ctx CUBE__UNUSED params)
-#define CUBE__SPLIT_KERNEL(name, ...)                                                  \
+#define CUBE__SPLIT_KERNEL(name, ...)                                                \
   CUBE__SPLIT_KERNEL_(name, CUBE__MAP(CUBE__BODY_PARAM, CUBE__NOTHING, __VA_ARGS__), \
                       CUBE__MAP(CUBE__BODY_ARG, CUBE__NOTHING, __VA_ARGS__))
 #define CUBE__SPLIT_KERNEL0(name) CUBE__SPLIT_KERNEL_(name, , )
 // The cube's shape, read once: inside a split entry CUBE_DIM_X and friends
 // name these constants, so no store through a buffer can make gcc reload them.
-#define CUBE__SPLIT_BEGIN                                                                 \
+#define CUBE__SPLIT_BEGIN                                                                        \
   const uint32_t cube__dx = CUBE__CTX_DIM(cube__ctx, X), cube__dy = CUBE__CTX_DIM(cube__ctx, Y), \
-                 cube__dz = CUBE__CTX_DIM(cube__ctx, Z);                                  \
-  const uint32_t cube__px CUBE__UNUSED = cube__ctx->cube_pos[0],                          \
-                          cube__py CUBE__UNUSED = cube__ctx->cube_pos[1],                 \
-                          cube__pz CUBE__UNUSED = cube__ctx->cube_pos[2];                 \
-  const uint32_t cube__cx CUBE__UNUSED = cube__ctx->cube_count[0],                        \
-                          cube__cy CUBE__UNUSED = cube__ctx->cube_count[1],               \
-                          cube__cz CUBE__UNUSED = cube__ctx->cube_count[2];               \
-  const uint32_t cube__units CUBE__UNUSED = cube__dx * cube__dy * cube__dz;              \
-  uint64_t cube__shoff CUBE__UNUSED = 0;                                                  \
-  unsigned char *cube__sp CUBE__UNUSED = cube__ctx->scratch;                              \
+                 cube__dz = CUBE__CTX_DIM(cube__ctx, Z);                                         \
+  const uint32_t cube__px CUBE__UNUSED = cube__ctx->cube_pos[0],                                 \
+                          cube__py CUBE__UNUSED = cube__ctx->cube_pos[1],                        \
+                          cube__pz CUBE__UNUSED = cube__ctx->cube_pos[2];                        \
+  const uint32_t cube__cx CUBE__UNUSED = cube__ctx->cube_count[0],                               \
+                          cube__cy CUBE__UNUSED = cube__ctx->cube_count[1],                      \
+                          cube__cz CUBE__UNUSED = cube__ctx->cube_count[2];                      \
+  const uint32_t cube__units CUBE__UNUSED = cube__dx * cube__dy * cube__dz;                      \
+  uint64_t cube__shoff CUBE__UNUSED = 0;                                                         \
+  unsigned char *cube__sp CUBE__UNUSED = cube__ctx->scratch;                                     \
   uint32_t cube__ndead CUBE__UNUSED = 0;
 // Every unit of the cube, x fastest; cube__u is the unit's linear index, in
 // 64 bits and affine in cube__ux so that gcc sees per-unit storage as one
@@ -602,21 +833,20 @@ static inline double cube__double_of(uint64_t bits) {
 // through memory from one unit to the next, which `ivdep` tells gcc: it
 // vectorizes loads under a condition (`u >= off ? tile[u - off] : 0`) that it
 // would otherwise have to prove safe.
-#define CUBE__UNITS_BEGIN                                                         \
-  for (uint32_t cube__uz = 0; cube__uz < cube__dz; ++cube__uz)                   \
-    for (uint32_t cube__uy = 0; cube__uy < cube__dy; ++cube__uy)                 \
-      _Pragma("GCC ivdep")                                                        \
-      for (uint32_t cube__ux = 0; cube__ux < cube__dx; ++cube__ux) {             \
-        const size_t cube__u CUBE__UNUSED =                                       \
+#define CUBE__UNITS_BEGIN                                                                 \
+  for (uint32_t cube__uz = 0; cube__uz < cube__dz; ++cube__uz)                            \
+    for (uint32_t cube__uy = 0; cube__uy < cube__dy; ++cube__uy)                          \
+      _Pragma("GCC ivdep") for (uint32_t cube__ux = 0; cube__ux < cube__dx; ++cube__ux) { \
+        const size_t cube__u CUBE__UNUSED =                                               \
             (size_t)cube__dx * (cube__uy + (size_t)cube__dy * cube__uz) + cube__ux;
 #define CUBE__UNITS_END }
 // SHARED inside a split entry: the whole cube runs in one invocation and
 // reaches each array through this one pointer, which no other shared array,
 // buffer or storage overlaps, so it is restrict (never on the fiber path,
 // where units interleave at barriers through pointers of their own).
-#define CUBE__SPLIT_SHARED(T, name, count)                                                  \
-  T *restrict name = (T *)cube__shared_take(cube__ctx, &cube__shoff,                        \
-                                            sizeof(T) * (uint64_t)(count), _Alignof(T))
+#define CUBE__SPLIT_SHARED(T, name, count) \
+  T *restrict name =                       \
+      (T *)cube__shared_take(cube__ctx, &cube__shoff, sizeof(T) * (uint64_t)(count), _Alignof(T))
 #define CUBE__SPLIT_ROUND(bytes) (((uint64_t)(bytes) + 63u) & ~(uint64_t)63u)
 static inline void *cube__split_take(unsigned char **sp, uint64_t bytes) {
   void *p = *sp;
@@ -625,6 +855,1127 @@ static inline void *cube__split_take(unsigned char **sp, uint64_t bytes) {
 }
 
 #endif  // backend
+
+//===--- Reduced precision: f16, bf16, e4m3, e5m2 (dialect version 2) ---===//
+//
+// Storage types: a struct around the bits, the same on every backend, with
+// no arithmetic of their own (C has no operators for them, so CUDA gets none
+// either: a kernel that compiles on one backend compiles on the other).
+// Convert with TO_F32 / TO_F16 / TO_BF16 / TO_E4M3 / TO_E5M2 and compute in
+// f32. The conversions are integer code shared by both backends (CUDA uses
+// its cvt instruction for finite f16 values, which rounds identically), so
+// their results are bit-identical everywhere:
+//   to f32     exact (every value of these types is a float); an f16 or
+//              e5m2 NaN keeps its payload and comes out quiet
+//   from f32   round to nearest, ties to even; subnormal results exact
+//   f16, bf16  overflow to +-inf; NaN stays NaN (sign kept, quiet bit set,
+//              the top payload bits kept), as x86 F16C and IEEE narrowing
+//   e4m3       OCP FN: no inf; |x| > 448 (and inf) saturate to +-448, as
+//              the GPU's cvt.satfinite; NaN -> sign | 0x7f
+//   e5m2       saturates to +-57344 likewise (satfinite); NaN -> sign | 0x7f
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define CUBE__CONSTEXPR static __host__ __device__ constexpr
+CUBE__DEVICE uint32_t cube__bits_of_f32(float f) {
+  return __float_as_uint(f);
+}
+CUBE__DEVICE uint64_t cube__bits_of_f64(double d) {
+  return (uint64_t)__double_as_longlong(d);
+}
+CUBE__DEVICE float cube__f32_of_bits(uint32_t b) {
+  return __uint_as_float(b);
+}
+#else
+#define CUBE__CONSTEXPR static inline
+CUBE__DEVICE uint32_t cube__bits_of_f32(float f) {
+  uint32_t b;
+  memcpy(&b, &f, 4);
+  return b;
+}
+CUBE__DEVICE uint64_t cube__bits_of_f64(double d) {
+  uint64_t b;
+  memcpy(&b, &d, 8);
+  return b;
+}
+CUBE__DEVICE float cube__f32_of_bits(uint32_t b) {
+  float f;
+  memcpy(&f, &b, 4);
+  return f;
+}
+#endif
+
+typedef struct f16 {
+  uint16_t bits;
+} f16;
+typedef struct bf16 {
+  uint16_t bits;
+} bf16;
+typedef struct e4m3 {
+  uint8_t bits;
+} e4m3;
+typedef struct e5m2 {
+  uint8_t bits;
+} e5m2;
+
+CUBE__DEVICE f16 cube__f16_of(uint16_t b) {
+  f16 r = {b};
+  return r;
+}
+CUBE__DEVICE bf16 cube__bf16_of(uint16_t b) {
+  bf16 r = {b};
+  return r;
+}
+CUBE__DEVICE e4m3 cube__e4m3_of(uint8_t b) {
+  e4m3 r = {b};
+  return r;
+}
+CUBE__DEVICE e5m2 cube__e5m2_of(uint8_t b) {
+  e5m2 r = {b};
+  return r;
+}
+
+// Rounds |m24| (a mantissa with its implicit bit) right by |shift| bits, to
+// nearest, ties to even.
+CUBE__DEVICE uint32_t cube__round_shift(uint32_t m24, uint32_t shift) {
+  if (shift > 24) return 0;
+  uint32_t q = m24 >> shift, rem = m24 & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+  return q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u);
+}
+
+// f32 bits to a narrower format with |m| mantissa bits and exponent |bias|,
+// for finite non-NaN magnitudes |a| (sign removed). No overflow handling:
+// the caller compares the result with its largest finite code.
+CUBE__DEVICE uint32_t cube__narrow(uint32_t a, uint32_t m, uint32_t bias) {
+  uint32_t e = a >> 23;  // biased f32 exponent
+  if (e + bias >= 128) {
+    // Normal in the target: rebias, then round the dropped bits.
+    uint32_t r = a - ((127u - bias) << 23);
+    uint32_t shift = 23 - m;
+    uint32_t q = r >> shift, rem = r & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    return q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u);
+  }
+  // Subnormal in the target: value / 2^(1 - bias - m), rounded.
+  if (e == 0) return 0;  // an f32 subnormal is far below every target's
+  return cube__round_shift((a & 0x7fffffu) | 0x800000u, 151u - e - bias - m);
+}
+
+CUBE__DEVICE uint16_t cube__f32_to_f16_soft(uint32_t x) {
+  uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);  // rounds to inf (or is inf)
+  return (uint16_t)(sign | cube__narrow(a, 10, 15));
+}
+CUBE__DEVICE uint32_t cube__f16_to_f32_soft(uint32_t h) {
+  uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  // inf; a NaN keeps its payload and comes out quiet (as F16C's vcvtph2ps)
+  if (e == 31) return sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u);
+  if (e == 0) {
+    if (m == 0) return sign;
+    e = 1;
+    while (!(m & 0x400u)) {
+      m <<= 1;
+      e--;
+    }
+    m &= 0x3ffu;
+  }
+  return sign | ((e + 112u) << 23) | (m << 13);
+}
+CUBE__DEVICE uint16_t cube__f32_to_bf16_bits(uint32_t x) {
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+  return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+CUBE__DEVICE uint8_t cube__f32_to_e4m3_bits(uint32_t x) {
+  uint32_t sign = (x >> 24) & 0x80u, a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint8_t)(sign | 0x7fu);
+  if (a >= 0x43e00000u) return (uint8_t)(sign | 0x7eu);  // >= 448 (and inf): satfinite
+  uint32_t r = cube__narrow(a, 3, 7);
+  return (uint8_t)(sign | (r > 0x7eu ? 0x7eu : r));
+}
+CUBE__DEVICE uint8_t cube__f32_to_e5m2_bits(uint32_t x) {
+  uint32_t sign = (x >> 24) & 0x80u, a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint8_t)(sign | 0x7fu);
+  if (a >= 0x47600000u) return (uint8_t)(sign | 0x7bu);  // >= 57344 (and inf): satfinite
+  uint32_t r = cube__narrow(a, 2, 15);
+  return (uint8_t)(sign | (r > 0x7bu ? 0x7bu : r));
+}
+CUBE__DEVICE uint32_t cube__e4m3_to_f32_bits(uint32_t b) {
+  uint32_t sign = (b & 0x80u) << 24, e = (b >> 3) & 0xfu, m = b & 7u;
+  if ((b & 0x7fu) == 0x7fu) return sign | 0x7fc00000u;
+  if (e == 0) {
+    if (m == 0) return sign;
+    e = 1;
+    while (!(m & 8u)) {
+      m <<= 1;
+      e--;
+    }
+    m &= 7u;
+  }
+  return sign | ((e + 120u) << 23) | (m << 20);
+}
+CUBE__DEVICE uint32_t cube__e5m2_to_f32_bits(uint32_t b) {
+  return cube__f16_to_f32_soft(b << 8);  // e5m2 is the top byte of an f16
+}
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+// The cvt instructions round finite values exactly as the integer code does;
+// NaNs take the integer path, whose payload rule is this dialect's.
+CUBE__DEVICE uint16_t cube__f32_to_f16_bits(float f) {
+  uint32_t x = __float_as_uint(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return cube__f32_to_f16_soft(x);
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+CUBE__DEVICE float cube__f16_to_f32(f16 h) {
+  if ((h.bits & 0x7fffu) > 0x7c00u) return __uint_as_float(cube__f16_to_f32_soft(h.bits));
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)h.bits));
+  return f;
+}
+#elif defined(__F16C__) && defined(__FLT16_MAX__)
+// x86 F16C (the kernels build with -march=native): the hardware conversion,
+// which tests/base/test_numeric.c checks equals the integer code on every
+// one of the 2^32 floats, NaNs included.
+CUBE__DEVICE uint16_t cube__f32_to_f16_bits(float f) {
+  _Float16 h = (_Float16)f;
+  uint16_t b;
+  memcpy(&b, &h, 2);
+  return b;
+}
+CUBE__DEVICE float cube__f16_to_f32(f16 h) {
+  _Float16 v;
+  memcpy(&v, &h.bits, 2);
+  return (float)v;
+}
+#else
+CUBE__DEVICE uint16_t cube__f32_to_f16_bits(float f) {
+  return cube__f32_to_f16_soft(cube__bits_of_f32(f));
+}
+CUBE__DEVICE float cube__f16_to_f32(f16 h) {
+  return cube__f32_of_bits(cube__f16_to_f32_soft(h.bits));
+}
+#endif
+CUBE__DEVICE float cube__bf16_to_f32(bf16 h) {
+  return cube__f32_of_bits((uint32_t)h.bits << 16);
+}
+CUBE__DEVICE float cube__e4m3_to_f32(e4m3 h) {
+  return cube__f32_of_bits(cube__e4m3_to_f32_bits(h.bits));
+}
+CUBE__DEVICE float cube__e5m2_to_f32(e5m2 h) {
+  return cube__f32_of_bits(cube__e5m2_to_f32_bits(h.bits));
+}
+CUBE__DEVICE f16 cube__f32_to_f16(float f) {
+  return cube__f16_of(cube__f32_to_f16_bits(f));
+}
+CUBE__DEVICE bf16 cube__f32_to_bf16(float f) {
+  return cube__bf16_of(cube__f32_to_bf16_bits(cube__bits_of_f32(f)));
+}
+CUBE__DEVICE e4m3 cube__f32_to_e4m3(float f) {
+  return cube__e4m3_of(cube__f32_to_e4m3_bits(cube__bits_of_f32(f)));
+}
+CUBE__DEVICE e5m2 cube__f32_to_e5m2(float f) {
+  return cube__e5m2_of(cube__f32_to_e5m2_bits(cube__bits_of_f32(f)));
+}
+
+//===--- Lines: N elements per access (dialect version 2) ---===//
+//
+// LINE(T, N) is the type of N consecutive T (N = 1, 2, 4, 8 or 16), CubeCL's
+// Line<T>: a buffer declared IN(LINE(float, 4), x) is read and written one
+// line per index, LEN(x) counts lines, and a line is aligned to its size up
+// to 16 bytes (so a 16-byte line is one 128-bit access on CUDA). The launch
+// refuses a binding whose size is not a whole number of lines or whose
+// address is not aligned to the line (VALIDATION).
+//
+// Lines of float, double and the 8-, 16-, 32- and 64-bit integers take
+// + - * / (and % & | ^ << >> ~ on integers), element-wise, with a line or a
+// scalar of the element type on either side, and v[k] for element k. Lines
+// of f16 / bf16 / e4m3 / e5m2 are storage only: TO_F32 turns one into a float
+// line, TO_F16 (...) turns a float line back.
+#define CUBE__LINE_ALIGN(bytes) ((bytes) < 16 ? (bytes) : 16)
+#define LINE(T, N) CUBE__CAT(CUBE__CAT(CUBE__CAT(cube__line_, T), _), N)
+#define CUBE__LINE_WIDTHS(X, T) X(T, 1) X(T, 2) X(T, 4) X(T, 8) X(T, 16)
+#define CUBE__LINE_ARITH(X) \
+  X(float)                  \
+  X(double)                 \
+  X(int8_t) X(uint8_t) X(int16_t) X(uint16_t) X(int32_t) X(uint32_t) X(int64_t) X(uint64_t)
+#define CUBE__LINE_STORAGE(X) X(f16) X(bf16) X(e4m3) X(e5m2)
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+// An arithmetic line: its elements and the element-wise operators. Copies of
+// a 16-byte-aligned line compile to one 128-bit load or store.
+template <typename T, int N>
+struct alignas(CUBE__LINE_ALIGN(sizeof(T) * N)) cube__vline {
+  typedef T elem;
+  static constexpr int width = N;
+  T e[N];
+  __device__ __forceinline__ T &operator[](int k) { return e[k]; }
+  __device__ __forceinline__ const T &operator[](int k) const { return e[k]; }
+};
+// A storage line (reduced precision): elements, no operators.
+template <typename T, int N>
+struct alignas(CUBE__LINE_ALIGN(sizeof(T) * N)) cube__sline {
+  typedef T elem;
+  static constexpr int width = N;
+  T e[N];
+};
+#define CUBE__LINE_VTYPE(T, N) typedef cube__vline<T, N> LINE(T, N);
+#define CUBE__LINE_STYPE(T, N) typedef cube__sline<T, N> LINE(T, N);
+#define CUBE__LINE_VTYPES(T) CUBE__LINE_WIDTHS(CUBE__LINE_VTYPE, T)
+#define CUBE__LINE_STYPES(T) CUBE__LINE_WIDTHS(CUBE__LINE_STYPE, T)
+CUBE__LINE_ARITH(CUBE__LINE_VTYPES)
+CUBE__LINE_STORAGE(CUBE__LINE_STYPES)
+
+// The scalar side is not deduced: any scalar that converts to the element
+// type is taken (a superset of what gcc's vectors take, so a kernel that
+// compiles on the CPU compiles here).
+template <typename T>
+struct cube__same_t {
+  typedef T type;
+};
+#define CUBE__LINE_BINOP(op)                                                         \
+  template <typename T, int N>                                                       \
+  CUBE__DEVICE cube__vline<T, N> operator op(const cube__vline<T, N> &a,             \
+                                             const cube__vline<T, N> &b) {           \
+    cube__vline<T, N> r;                                                             \
+    _Pragma("unroll") for (int k = 0; k < N; ++k) r.e[k] = (T)(a.e[k] op b.e[k]);    \
+    return r;                                                                        \
+  }                                                                                  \
+  template <typename T, int N>                                                       \
+  CUBE__DEVICE cube__vline<T, N> operator op(const cube__vline<T, N> &a,             \
+                                             typename cube__same_t<T>::type s) {     \
+    cube__vline<T, N> r;                                                             \
+    _Pragma("unroll") for (int k = 0; k < N; ++k) r.e[k] = (T)(a.e[k] op s);         \
+    return r;                                                                        \
+  }                                                                                  \
+  template <typename T, int N>                                                       \
+  CUBE__DEVICE cube__vline<T, N> operator op(typename cube__same_t<T>::type s,       \
+                                             const cube__vline<T, N> &a) {           \
+    cube__vline<T, N> r;                                                             \
+    _Pragma("unroll") for (int k = 0; k < N; ++k) r.e[k] = (T)(s op a.e[k]);         \
+    return r;                                                                        \
+  }                                                                                  \
+  template <typename T, int N, typename U>                                           \
+  CUBE__DEVICE cube__vline<T, N> &operator op##=(cube__vline<T, N> &a, const U &b) { \
+    a = a op b;                                                                      \
+    return a;                                                                        \
+  }
+CUBE__LINE_BINOP(+)
+CUBE__LINE_BINOP(-)
+CUBE__LINE_BINOP(*)
+CUBE__LINE_BINOP(/)
+CUBE__LINE_BINOP(%)
+CUBE__LINE_BINOP(&)
+CUBE__LINE_BINOP(|)
+CUBE__LINE_BINOP(^)
+CUBE__LINE_BINOP(<<)
+CUBE__LINE_BINOP(>>)
+template <typename T, int N>
+CUBE__DEVICE cube__vline<T, N> operator-(const cube__vline<T, N> &a) {
+  cube__vline<T, N> r;
+#pragma unroll
+  for (int k = 0; k < N; ++k) r.e[k] = (T)(-a.e[k]);
+  return r;
+}
+template <typename T, int N>
+CUBE__DEVICE cube__vline<T, N> operator~(const cube__vline<T, N> &a) {
+  cube__vline<T, N> r;
+#pragma unroll
+  for (int k = 0; k < N; ++k) r.e[k] = (T)(~a.e[k]);
+  return r;
+}
+template <typename L, typename S>
+CUBE__DEVICE L cube__line_splat(S s) {
+  L r;
+#pragma unroll
+  for (int k = 0; k < L::width; ++k) r.e[k] = (typename L::elem)s;
+  return r;
+}
+template <typename L, typename T, int N>
+CUBE__DEVICE L cube__line_cast(const cube__vline<T, N> &v) {
+  static_assert(L::width == N, "LINE_CAST keeps the line's width");
+  L r;
+#pragma unroll
+  for (int k = 0; k < N; ++k) r.e[k] = (typename L::elem)v.e[k];
+  return r;
+}
+template <typename T, int N>
+CUBE__DEVICE T cube__line_sum(const cube__vline<T, N> &v) {
+  T s = v.e[0];
+#pragma unroll
+  for (int k = 1; k < N; ++k) s = (T)(s + v.e[k]);
+  return s;
+}
+template <typename T, int N>
+CUBE__DEVICE T cube__line_max(const cube__vline<T, N> &v) {
+  T s = v.e[0];
+#pragma unroll
+  for (int k = 1; k < N; ++k) s = v.e[k] > s ? v.e[k] : s;
+  return s;
+}
+template <typename T, int N>
+CUBE__DEVICE T cube__line_min(const cube__vline<T, N> &v) {
+  T s = v.e[0];
+#pragma unroll
+  for (int k = 1; k < N; ++k) s = v.e[k] < s ? v.e[k] : s;
+  return s;
+}
+#define LINE_SPLAT(T, N, s) cube__line_splat<LINE(T, N)>(s)
+#define LINE_CAST(T, N, v) cube__line_cast<LINE(T, N)>(v)
+#define LINE_REDUCE_SUM(v) cube__line_sum(v)
+#define LINE_REDUCE_MAX(v) cube__line_max(v)
+#define LINE_REDUCE_MIN(v) cube__line_min(v)
+
+// Conversions, scalar and element-wise on lines.
+CUBE__DEVICE float cube__to_f32(f16 v) {
+  return cube__f16_to_f32(v);
+}
+CUBE__DEVICE float cube__to_f32(bf16 v) {
+  return cube__bf16_to_f32(v);
+}
+CUBE__DEVICE float cube__to_f32(e4m3 v) {
+  return cube__e4m3_to_f32(v);
+}
+CUBE__DEVICE float cube__to_f32(e5m2 v) {
+  return cube__e5m2_to_f32(v);
+}
+CUBE__DEVICE float cube__to_f32(float v) {
+  return v;
+}
+template <typename T, int N>
+CUBE__DEVICE cube__vline<float, N> cube__to_f32(const cube__sline<T, N> &v) {
+  cube__vline<float, N> r;
+#pragma unroll
+  for (int k = 0; k < N; ++k) r.e[k] = cube__to_f32(v.e[k]);
+  return r;
+}
+template <int N>
+CUBE__DEVICE cube__vline<float, N> cube__to_f32(const cube__vline<float, N> &v) {
+  return v;
+}
+#define CUBE__TO_NARROW(T)                                                           \
+  CUBE__DEVICE T cube__to_##T(float v) {                                             \
+    return cube__f32_to_##T(v);                                                      \
+  }                                                                                  \
+  CUBE__DEVICE T cube__to_##T(T v) {                                                 \
+    return v;                                                                        \
+  }                                                                                  \
+  template <int N>                                                                   \
+  CUBE__DEVICE cube__sline<T, N> cube__to_##T(const cube__vline<float, N> &v) {      \
+    cube__sline<T, N> r;                                                             \
+    _Pragma("unroll") for (int k = 0; k < N; ++k) r.e[k] = cube__f32_to_##T(v.e[k]); \
+    return r;                                                                        \
+  }                                                                                  \
+  template <int N>                                                                   \
+  CUBE__DEVICE cube__sline<T, N> cube__to_##T(const cube__sline<T, N> &v) {          \
+    return v;                                                                        \
+  }
+CUBE__TO_NARROW(f16)
+CUBE__TO_NARROW(bf16)
+CUBE__TO_NARROW(e4m3)
+CUBE__TO_NARROW(e5m2)
+#define TO_F32(v) cube__to_f32(v)
+#define TO_F16(v) cube__to_f16(v)
+#define TO_BF16(v) cube__to_bf16(v)
+#define TO_E4M3(v) cube__to_e4m3(v)
+#define TO_E5M2(v) cube__to_e5m2(v)
+
+// Plane operations on lines (element-wise) and on reduced-precision values
+// (through f32; a max or min is one of the values, a sum rounds once).
+template <typename T, int N>
+CUBE__DEVICE cube__vline<T, N> cube__plane_sum(cube__vline<T, N> v) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) v.e[k] = cube__plane_sum(v.e[k]);
+  return v;
+}
+template <typename T, int N>
+CUBE__DEVICE cube__vline<T, N> cube__plane_max(cube__vline<T, N> v) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) v.e[k] = cube__plane_max(v.e[k]);
+  return v;
+}
+template <typename T, int N>
+CUBE__DEVICE cube__vline<T, N> cube__plane_min(cube__vline<T, N> v) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) v.e[k] = cube__plane_min(v.e[k]);
+  return v;
+}
+#define CUBE__PLANE_NARROW(T)                                  \
+  CUBE__DEVICE T cube__plane_sum(T v) {                        \
+    return cube__f32_to_##T(cube__plane_sum(cube__to_f32(v))); \
+  }                                                            \
+  CUBE__DEVICE T cube__plane_max(T v) {                        \
+    return cube__f32_to_##T(cube__plane_max(cube__to_f32(v))); \
+  }                                                            \
+  CUBE__DEVICE T cube__plane_min(T v) {                        \
+    return cube__f32_to_##T(cube__plane_min(cube__to_f32(v))); \
+  }
+CUBE__PLANE_NARROW(f16)
+CUBE__PLANE_NARROW(bf16)
+CUBE__PLANE_NARROW(e4m3)
+CUBE__PLANE_NARROW(e5m2)
+template <typename T>
+CUBE__DEVICE T cube__plane_broadcast(T v, uint32_t lane) {
+  return __shfl_sync(0xffffffffu, v, (int)lane);
+}
+template <typename T, int N>
+CUBE__DEVICE cube__vline<T, N> cube__plane_broadcast(cube__vline<T, N> v, uint32_t lane) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) v.e[k] = __shfl_sync(0xffffffffu, v.e[k], (int)lane);
+  return v;
+}
+#define CUBE__BROADCAST_NARROW(T)                                                    \
+  CUBE__DEVICE T cube__plane_broadcast(T v, uint32_t lane) {                         \
+    T r = {(decltype(v.bits))__shfl_sync(0xffffffffu, (unsigned)v.bits, (int)lane)}; \
+    return r;                                                                        \
+  }
+CUBE__BROADCAST_NARROW(f16)
+CUBE__BROADCAST_NARROW(bf16)
+CUBE__BROADCAST_NARROW(e4m3)
+CUBE__BROADCAST_NARROW(e5m2)
+#undef PLANE_BROADCAST
+#define PLANE_BROADCAST(v, lane) cube__plane_broadcast((v), (uint32_t)(lane))
+
+#else  // CPU: gcc vector types for arithmetic lines, structs for storage lines
+#if defined(__GNUC__) && !defined(__clang__)
+// A 64-byte line passed by value on a host without AVX-512: gcc's note about
+// the ABI is about calls between objects built differently, which kernels
+// never make.
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+#define CUBE__LINE_VTYPE(T, N) \
+  typedef T LINE(T, N)         \
+      __attribute__((vector_size(sizeof(T) * N), aligned(CUBE__LINE_ALIGN(sizeof(T) * N))));
+#define CUBE__LINE_STYPE(T, N)                                               \
+  typedef struct __attribute__((aligned(CUBE__LINE_ALIGN(sizeof(T) * N)))) { \
+    T e[N];                                                                  \
+  } LINE(T, N);
+#define CUBE__LINE_VTYPES(T) CUBE__LINE_WIDTHS(CUBE__LINE_VTYPE, T)
+#define CUBE__LINE_STYPES(T) CUBE__LINE_WIDTHS(CUBE__LINE_STYPE, T)
+CUBE__LINE_ARITH(CUBE__LINE_VTYPES)
+CUBE__LINE_STORAGE(CUBE__LINE_STYPES)
+
+// Which kind each element type makes: V (vector) or S (storage struct).
+#define CUBE__LKIND_float V
+#define CUBE__LKIND_double V
+#define CUBE__LKIND_int8_t V
+#define CUBE__LKIND_uint8_t V
+#define CUBE__LKIND_int16_t V
+#define CUBE__LKIND_uint16_t V
+#define CUBE__LKIND_int32_t V
+#define CUBE__LKIND_uint32_t V
+#define CUBE__LKIND_int64_t V
+#define CUBE__LKIND_uint64_t V
+#define CUBE__LKIND_f16 S
+#define CUBE__LKIND_bf16 S
+#define CUBE__LKIND_e4m3 S
+#define CUBE__LKIND_e5m2 S
+#define CUBE__SPLAT_V(T, N, s) ((LINE(T, N)){0} + (T)(s))
+#define CUBE__SPLAT_S(T, N, s)                                                  \
+  ({                                                                            \
+    LINE(T, N) cube__r;                                                         \
+    T cube__s = (s);                                                            \
+    for (int cube__k = 0; cube__k < N; ++cube__k) cube__r.e[cube__k] = cube__s; \
+    cube__r;                                                                    \
+  })
+#define LINE_SPLAT(T, N, s) CUBE__CAT(CUBE__SPLAT_, CUBE__LKIND_##T)(T, N, s)
+#define LINE_CAST(T, N, v) __builtin_convertvector((v), LINE(T, N))
+#define CUBE__LINE_FOLD(v, init, step)                                                    \
+  ({                                                                                      \
+    __typeof__(v) cube__l = (v);                                                          \
+    __typeof__(cube__l[0]) cube__s = init;                                                \
+    for (unsigned cube__k = 1; cube__k < sizeof cube__l / sizeof cube__l[0]; ++cube__k) { \
+      __typeof__(cube__l[0]) cube__x = cube__l[cube__k];                                  \
+      step;                                                                               \
+    }                                                                                     \
+    cube__s;                                                                              \
+  })
+// The sum starts from element 0, then adds elements 1.. in order, as CUDA's.
+#define LINE_REDUCE_SUM(v) \
+  CUBE__LINE_FOLD(v, cube__l[0], cube__s = (__typeof__(cube__s))(cube__s + cube__x))
+#define LINE_REDUCE_MAX(v) \
+  CUBE__LINE_FOLD(v, cube__l[0], cube__s = cube__x > cube__s ? cube__x : cube__s)
+#define LINE_REDUCE_MIN(v) \
+  CUBE__LINE_FOLD(v, cube__l[0], cube__s = cube__x < cube__s ? cube__x : cube__s)
+
+// Conversions: _Generic picks the scalar or line flavour.
+#define CUBE__TO_F32_LINE(T, N)                                      \
+  CUBE__DEVICE LINE(float, N) cube__to_f32_##T##_##N(LINE(T, N) v) { \
+    LINE(float, N) r;                                                \
+    for (int k = 0; k < N; ++k) r[k] = cube__##T##_to_f32(v.e[k]);   \
+    return r;                                                        \
+  }                                                                  \
+  CUBE__DEVICE LINE(T, N) cube__to_##T##_##N(LINE(float, N) v) {     \
+    LINE(T, N) r;                                                    \
+    for (int k = 0; k < N; ++k) r.e[k] = cube__f32_to_##T(v[k]);     \
+    return r;                                                        \
+  }                                                                  \
+  CUBE__DEVICE LINE(T, N) cube__same_##T##_##N(LINE(T, N) v) {       \
+    return v;                                                        \
+  }
+#define CUBE__TO_F32_LINES(T) CUBE__LINE_WIDTHS(CUBE__TO_F32_LINE, T)
+CUBE__LINE_STORAGE(CUBE__TO_F32_LINES)
+#define CUBE__FLOAT_SAME(T, N)                                         \
+  CUBE__DEVICE LINE(float, N) cube__same_float_##N(LINE(float, N) v) { \
+    return v;                                                          \
+  }
+CUBE__LINE_WIDTHS(CUBE__FLOAT_SAME, float)
+CUBE__DEVICE float cube__same_float(float v) {
+  return v;
+}
+#define CUBE__SAME_NARROW(T)           \
+  CUBE__DEVICE T cube__same_##T(T v) { \
+    return v;                          \
+  }
+CUBE__LINE_STORAGE(CUBE__SAME_NARROW)
+#define CUBE__ASSOC_TO_F32(T, N) , LINE(T, N) : cube__to_f32_##T##_##N
+#define CUBE__ASSOC_SAME_F32(T, N) , LINE(float, N) : cube__same_float_##N
+#define CUBE__ASSOC_TO_F32_ALL(T) CUBE__LINE_WIDTHS(CUBE__ASSOC_TO_F32, T)
+#define TO_F32(v)                                                         \
+  _Generic((v), f16                                                       \
+           : cube__f16_to_f32, bf16                                       \
+           : cube__bf16_to_f32, e4m3                                      \
+           : cube__e4m3_to_f32, e5m2                                      \
+           : cube__e5m2_to_f32 CUBE__LINE_STORAGE(CUBE__ASSOC_TO_F32_ALL) \
+                 CUBE__LINE_WIDTHS(CUBE__ASSOC_SAME_F32, float),          \
+             default                                                      \
+           : cube__same_float)(v)
+#define CUBE__ASSOC_TO_NARROW(T, N) \
+  , LINE(float, N) : cube__to_##T##_##N, LINE(T, N) : cube__same_##T##_##N
+#define CUBE__TO_NARROW_G(T, v)                                                  \
+  _Generic((v), T                                                                \
+           : cube__same_##T CUBE__LINE_WIDTHS(CUBE__ASSOC_TO_NARROW, T), default \
+           : cube__f32_to_##T)(v)
+#define TO_F16(v) CUBE__TO_NARROW_G(f16, v)
+#define TO_BF16(v) CUBE__TO_NARROW_G(bf16, v)
+#define TO_E4M3(v) CUBE__TO_NARROW_G(e4m3, v)
+#define TO_E5M2(v) CUBE__TO_NARROW_G(e5m2, v)
+#endif
+
+//===--- Matrix fragments: CubeCL's cmma (dialect version 2) ---===//
+//
+// A fragment is a tile of a matrix held by a whole plane: every unit of the
+// plane calls each FRAG_ operation together, with the same arguments.
+//   FRAGMENT(A, bf16, 16, 16, 16) a;       the M x K left operand
+//   FRAGMENT(B, bf16, 16, 16, 16) b;       the K x N right operand
+//   FRAGMENT(ACC, float, 16, 16, 16) c;    the M x N accumulator
+//   FRAG_FILL(c, 0.0f);                    every element (rounded to A/B's type)
+//   FRAG_LOAD(a, ptr, stride, ROW_MAJOR);  element (r, k) at ptr[r * stride + k]
+//   FRAG_LOAD(b, ptr, stride, COL_MAJOR);  element (k, n) at ptr[n * stride + k]
+//   FRAG_MMA(c, a, b, c);                  d = a x b + c (d may be c)
+//   FRAG_STORE(ptr, c, stride, ROW_MAJOR); to float, f16 or bf16 memory (RNE)
+// Shapes (M, N, K): (16, 16, 16) and (32, 8, 16); A and B in f16 or bf16 (the
+// same for both), the accumulator f32. Any other shape or type does not
+// compile (COMPILE_REFUSED), nor does a device below sm_80.
+// CUDA: mma.sync m16n8k16 tensor-core instructions; a load from shared
+// memory whose address is 16-byte aligned with a stride a multiple of 8
+// elements is one ldmatrix per 16x16 (transposed where the layout asks),
+// any other load is per-lane. CPU: the plane holds the whole tile, and
+// FRAG_MMA is the reference loop: d[i][j] = c[i][j] + sum over k, in k
+// order, in f32 (products of f16/bf16 values are exact in f32).
+#define ROW_MAJOR 0
+#define COL_MAJOR 1
+#define FRAGMENT(role, T, M, N, K) CUBE__FRAG_NAME(role, T, M, N, K)
+#define CUBE__FRAG_NAME(role, T, M, N, K) cube__frag_##role##_##T##_##M##_##N##_##K
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+template <int BF, int MT>
+struct cube__frag_a {
+  uint32_t r[MT][4];
+};
+template <int BF, int NT>
+struct cube__frag_b {
+  uint32_t r[NT][2];
+};
+template <int MT, int NT>
+struct cube__frag_acc {
+  float r[MT][NT][4];
+};
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+// Declaring a fragment below sm_80 fails to compile, with this message.
+template <int ARCH>
+struct cube__frag_unsupported {
+  static_assert(ARCH >= 800, "matrix fragments need sm_80 or newer (mma.sync m16n8k16)");
+};
+#define CUBE__FRAG_T(...) cube__frag_unsupported<__CUDA_ARCH__>
+#else
+#define CUBE__FRAG_T(...) __VA_ARGS__
+#endif
+typedef CUBE__FRAG_T(cube__frag_a<0, 1>) cube__frag_A_f16_16_16_16;
+typedef CUBE__FRAG_T(cube__frag_a<1, 1>) cube__frag_A_bf16_16_16_16;
+typedef CUBE__FRAG_T(cube__frag_b<0, 2>) cube__frag_B_f16_16_16_16;
+typedef CUBE__FRAG_T(cube__frag_b<1, 2>) cube__frag_B_bf16_16_16_16;
+typedef CUBE__FRAG_T(cube__frag_acc<1, 2>) cube__frag_ACC_float_16_16_16;
+typedef CUBE__FRAG_T(cube__frag_a<0, 2>) cube__frag_A_f16_32_8_16;
+typedef CUBE__FRAG_T(cube__frag_a<1, 2>) cube__frag_A_bf16_32_8_16;
+typedef CUBE__FRAG_T(cube__frag_b<0, 1>) cube__frag_B_f16_32_8_16;
+typedef CUBE__FRAG_T(cube__frag_b<1, 1>) cube__frag_B_bf16_32_8_16;
+typedef CUBE__FRAG_T(cube__frag_acc<2, 1>) cube__frag_ACC_float_32_8_16;
+
+CUBE__DEVICE uint32_t cube__lane(void) {
+  uint32_t lane;
+  asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+  return lane;
+}
+// Whether |p| is shared memory that ldmatrix can read rows of 16 bytes from.
+// __isShared folds to a constant where the compiler sees the pointer is a
+// SHARED array's; the alignment test is one AND, the same for the plane.
+// Built with -DCUBE_FRAG_TRUST_ALIGNMENT, a kernel promises that every
+// fragment load from shared memory is 16-byte aligned (as wmma's loads must
+// be): the test, and the per-lane path, go.
+CUBE__DEVICE bool cube__ldmatrix_ok(const void *p, uint32_t stride) {
+#if defined(CUBE_FRAG_TRUST_ALIGNMENT)
+  return __isShared(p) && (stride & 7u) == 0;
+#else
+  return __isShared(p) && ((uint64_t)p & 15u) == 0 && (stride & 7u) == 0;
+#endif
+}
+CUBE__DEVICE uint32_t cube__shared_addr(const void *p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+CUBE__DEVICE void cube__ldmatrix_x4(uint32_t *r, const uint16_t *p, bool trans) {
+  uint32_t a = cube__shared_addr(p);
+  if (trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+CUBE__DEVICE void cube__ldmatrix_x2(uint32_t *r, const uint16_t *p, bool trans) {
+  uint32_t a = cube__shared_addr(p);
+  if (trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(a));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(a));
+}
+// Element (r, c) of a matrix of 16-bit elements in |layout|.
+CUBE__DEVICE uint32_t cube__at16(const uint16_t *p, uint32_t r, uint32_t c, uint32_t stride,
+                                 int layout) {
+  return layout == ROW_MAJOR ? p[(uint64_t)r * stride + c] : p[(uint64_t)c * stride + r];
+}
+CUBE__DEVICE uint32_t cube__pair16(const uint16_t *p, uint32_t r, uint32_t c, uint32_t stride,
+                                   int layout, bool down) {
+  // Two elements along the row (down == false) or the column.
+  uint32_t lo = cube__at16(p, r, c, stride, layout);
+  uint32_t hi =
+      down ? cube__at16(p, r + 1, c, stride, layout) : cube__at16(p, r, c + 1, stride, layout);
+  return lo | hi << 16;
+}
+// A (M x K, MT tiles of 16 rows) in mma.sync's register layout: lane
+// (g = lane / 4, t = lane % 4) holds rows g and g + 8, columns 2t, 2t + 1,
+// 2t + 8 and 2t + 9 of each tile.
+template <int BF, int MT>
+CUBE__DEVICE void cube__frag_load_a(cube__frag_a<BF, MT> &f, const uint16_t *p, uint32_t stride,
+                                    int layout) {
+  uint32_t lane = cube__lane();
+  if (cube__ldmatrix_ok(p, stride)) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const uint16_t *q;
+      if (layout == ROW_MAJOR)
+        q = p + (uint64_t)(mt * 16 + (lane & 15u)) * stride + (lane >> 4) * 8u;
+      else
+        q = p + (uint64_t)((lane & 7u) + (lane >> 4) * 8u) * stride + mt * 16 +
+            ((lane >> 3) & 1u) * 8u;
+      cube__ldmatrix_x4(f.r[mt], q, layout != ROW_MAJOR);
+    }
+    return;
+  }
+  uint32_t g = lane >> 2, t = lane & 3u;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    uint32_t r0 = mt * 16 + g;
+    f.r[mt][0] = cube__pair16(p, r0, 2 * t, stride, layout, false);
+    f.r[mt][1] = cube__pair16(p, r0 + 8, 2 * t, stride, layout, false);
+    f.r[mt][2] = cube__pair16(p, r0, 2 * t + 8, stride, layout, false);
+    f.r[mt][3] = cube__pair16(p, r0 + 8, 2 * t + 8, stride, layout, false);
+  }
+}
+// B (K x N, NT tiles of 8 columns): lane (g, t) holds rows (k) 2t, 2t + 1,
+// 2t + 8, 2t + 9 of column g of each tile.
+template <int BF, int NT>
+CUBE__DEVICE void cube__frag_load_b(cube__frag_b<BF, NT> &f, const uint16_t *p, uint32_t stride,
+                                    int layout) {
+  uint32_t lane = cube__lane();
+  if (cube__ldmatrix_ok(p, stride)) {
+    uint32_t q = lane >> 3, j = lane & 7u;
+    const uint16_t *a;
+    if (layout == ROW_MAJOR)  // rows are k: transposed
+      a = p + (uint64_t)((q & 1u) * 8u + j) * stride + (q >> 1) * 8u;
+    else  // rows are n
+      a = p + (uint64_t)((q >> 1) * 8u + j) * stride + (q & 1u) * 8u;
+    if (NT == 2)
+      cube__ldmatrix_x4(&f.r[0][0], a, layout == ROW_MAJOR);
+    else
+      cube__ldmatrix_x2(&f.r[0][0], a, layout == ROW_MAJOR);
+    return;
+  }
+  uint32_t g = lane >> 2, t = lane & 3u;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    f.r[nt][0] = cube__pair16(p, 2 * t, nt * 8 + g, stride, layout, true);
+    f.r[nt][1] = cube__pair16(p, 2 * t + 8, nt * 8 + g, stride, layout, true);
+  }
+}
+template <int MT, int NT>
+CUBE__DEVICE void cube__frag_load(cube__frag_acc<MT, NT> &f, const float *p, uint32_t stride,
+                                  int layout) {
+  uint32_t lane = cube__lane(), g = lane >> 2, t = lane & 3u;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int h = 0; h < 4; ++h) {
+        uint32_t r = mt * 16 + g + (h >> 1) * 8, c = nt * 8 + 2 * t + (h & 1);
+        f.r[mt][nt][h] =
+            layout == ROW_MAJOR ? p[(uint64_t)r * stride + c] : p[(uint64_t)c * stride + r];
+      }
+}
+template <int MT>
+CUBE__DEVICE void cube__frag_load(cube__frag_a<0, MT> &f, const f16 *p, uint32_t s, int l) {
+  cube__frag_load_a(f, (const uint16_t *)p, s, l);
+}
+template <int MT>
+CUBE__DEVICE void cube__frag_load(cube__frag_a<1, MT> &f, const bf16 *p, uint32_t s, int l) {
+  cube__frag_load_a(f, (const uint16_t *)p, s, l);
+}
+template <int NT>
+CUBE__DEVICE void cube__frag_load(cube__frag_b<0, NT> &f, const f16 *p, uint32_t s, int l) {
+  cube__frag_load_b(f, (const uint16_t *)p, s, l);
+}
+template <int NT>
+CUBE__DEVICE void cube__frag_load(cube__frag_b<1, NT> &f, const bf16 *p, uint32_t s, int l) {
+  cube__frag_load_b(f, (const uint16_t *)p, s, l);
+}
+template <int BF>
+CUBE__DEVICE uint32_t cube__fill_bits(float v) {
+  uint32_t h = BF ? cube__f32_to_bf16(v).bits : cube__f32_to_f16(v).bits;
+  return h | h << 16;
+}
+template <int BF, int MT>
+CUBE__DEVICE void cube__frag_fill(cube__frag_a<BF, MT> &f, float v) {
+  uint32_t w = cube__fill_bits<BF>(v);
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) f.r[i][j] = w;
+}
+template <int BF, int NT>
+CUBE__DEVICE void cube__frag_fill(cube__frag_b<BF, NT> &f, float v) {
+  uint32_t w = cube__fill_bits<BF>(v);
+#pragma unroll
+  for (int i = 0; i < NT; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) f.r[i][j] = w;
+}
+template <int MT, int NT>
+CUBE__DEVICE void cube__frag_fill(cube__frag_acc<MT, NT> &f, float v) {
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int h = 0; h < 4; ++h) f.r[i][j][h] = v;
+}
+CUBE__DEVICE void cube__store_elem(float *p, float v) {
+  *p = v;
+}
+CUBE__DEVICE void cube__store_elem(f16 *p, float v) {
+  *p = cube__f32_to_f16(v);
+}
+CUBE__DEVICE void cube__store_elem(bf16 *p, float v) {
+  *p = cube__f32_to_bf16(v);
+}
+// Two neighbouring elements of a row at once (the pair a lane holds).
+CUBE__DEVICE void cube__store_pair(float *p, float a, float b) {
+  float2 v;
+  v.x = a;
+  v.y = b;
+  *(float2 *)p = v;
+}
+CUBE__DEVICE void cube__store_pair(f16 *p, float a, float b) {
+  *(uint32_t *)p = (uint32_t)cube__f32_to_f16(a).bits | (uint32_t)cube__f32_to_f16(b).bits << 16;
+}
+CUBE__DEVICE void cube__store_pair(bf16 *p, float a, float b) {
+  *(uint32_t *)p = (uint32_t)cube__f32_to_bf16(a).bits | (uint32_t)cube__f32_to_bf16(b).bits << 16;
+}
+template <typename T, int MT, int NT>
+CUBE__DEVICE void cube__frag_store(T *p, const cube__frag_acc<MT, NT> &f, uint32_t stride,
+                                   int layout) {
+  uint32_t lane = cube__lane(), g = lane >> 2, t = lane & 3u;
+  if (layout == ROW_MAJOR && ((uint64_t)p & (2 * sizeof(T) - 1)) == 0 && (stride & 1u) == 0) {
+    // Row-major with pairs aligned: one 2-element store per pair.
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int h = 0; h < 4; h += 2) {
+          uint32_t r = mt * 16 + g + (h >> 1) * 8, c = nt * 8 + 2 * t;
+          cube__store_pair(p + (uint64_t)r * stride + c, f.r[mt][nt][h], f.r[mt][nt][h + 1]);
+        }
+    return;
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int h = 0; h < 4; ++h) {
+        uint32_t r = mt * 16 + g + (h >> 1) * 8, c = nt * 8 + 2 * t + (h & 1);
+        cube__store_elem(
+            layout == ROW_MAJOR ? p + (uint64_t)r * stride + c : p + (uint64_t)c * stride + r,
+            f.r[mt][nt][h]);
+      }
+}
+#define CUBE__MMA_ASM(kind)                                                                  \
+  asm("mma.sync.aligned.m16n8k16.row.col.f32." kind "." kind                                 \
+      ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"             \
+      : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)                                               \
+      : "r"(a.r[mt][0]), "r"(a.r[mt][1]), "r"(a.r[mt][2]), "r"(a.r[mt][3]), "r"(b.r[nt][0]), \
+        "r"(b.r[nt][1]), "f"(c0), "f"(c1), "f"(c2), "f"(c3))
+template <int BF, int MT, int NT>
+CUBE__DEVICE void cube__frag_mma(cube__frag_acc<MT, NT> &d, const cube__frag_a<BF, MT> &a,
+                                 const cube__frag_b<BF, NT> &b, const cube__frag_acc<MT, NT> &c) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float c0 = c.r[mt][nt][0], c1 = c.r[mt][nt][1], c2 = c.r[mt][nt][2], c3 = c.r[mt][nt][3];
+      float d0, d1, d2, d3;
+      if (BF)
+        CUBE__MMA_ASM("bf16");
+      else
+        CUBE__MMA_ASM("f16");
+      d.r[mt][nt][0] = d0;
+      d.r[mt][nt][1] = d1;
+      d.r[mt][nt][2] = d2;
+      d.r[mt][nt][3] = d3;
+    }
+}
+#define FRAG_FILL(f, v) cube__frag_fill((f), (float)(v))
+#define FRAG_LOAD(f, p, stride, layout) cube__frag_load((f), (p), (uint32_t)(stride), (layout))
+#define FRAG_STORE(p, f, stride, layout) cube__frag_store((p), (f), (uint32_t)(stride), (layout))
+#define FRAG_MMA(d, a, b, c) cube__frag_mma((d), (a), (b), (c))
+
+#else  // CPU: one plane is one unit, which holds the whole tile as floats
+#define CUBE__FRAG_TYPE(role, T, M, N, K, count) \
+  typedef struct {                               \
+    float v[count];                              \
+  } CUBE__FRAG_NAME(role, T, M, N, K);
+CUBE__FRAG_TYPE(A, f16, 16, 16, 16, 256)
+CUBE__FRAG_TYPE(A, bf16, 16, 16, 16, 256)
+CUBE__FRAG_TYPE(B, f16, 16, 16, 16, 256)
+CUBE__FRAG_TYPE(B, bf16, 16, 16, 16, 256)
+CUBE__FRAG_TYPE(ACC, float, 16, 16, 16, 256)
+CUBE__FRAG_TYPE(A, f16, 32, 8, 16, 512)
+CUBE__FRAG_TYPE(A, bf16, 32, 8, 16, 512)
+CUBE__FRAG_TYPE(B, f16, 32, 8, 16, 128)
+CUBE__FRAG_TYPE(B, bf16, 32, 8, 16, 128)
+CUBE__FRAG_TYPE(ACC, float, 32, 8, 16, 256)
+
+// rows x cols of floats from |p| (16-bit elements converted exactly).
+#define CUBE__FRAG_GATHER(E, conv)                                                                 \
+  CUBE__DEVICE void cube__frag_gather_##E(float *v, const E *p, uint32_t rows, uint32_t cols,      \
+                                          uint32_t stride, int layout) {                           \
+    for (uint32_t r = 0; r < rows; ++r)                                                            \
+      for (uint32_t c = 0; c < cols; ++c)                                                          \
+        v[r * cols + c] =                                                                          \
+            conv(layout == ROW_MAJOR ? p[(uint64_t)r * stride + c] : p[(uint64_t)c * stride + r]); \
+  }
+CUBE__FRAG_GATHER(f16, cube__f16_to_f32)
+CUBE__FRAG_GATHER(bf16, cube__bf16_to_f32)
+CUBE__FRAG_GATHER(float, (float))
+#define CUBE__FRAG_SCATTER(E, conv)                                                            \
+  CUBE__DEVICE void cube__frag_scatter_##E(E *p, const float *v, uint32_t rows, uint32_t cols, \
+                                           uint32_t stride, int layout) {                      \
+    for (uint32_t r = 0; r < rows; ++r)                                                        \
+      for (uint32_t c = 0; c < cols; ++c)                                                      \
+        p[layout == ROW_MAJOR ? (uint64_t)r * stride + c : (uint64_t)c * stride + r] =         \
+            conv(v[r * cols + c]);                                                             \
+  }
+CUBE__FRAG_SCATTER(f16, cube__f32_to_f16)
+CUBE__FRAG_SCATTER(bf16, cube__f32_to_bf16)
+CUBE__FRAG_SCATTER(float, (float))
+// d = c + a x b, each element summed in k order in f32.
+CUBE__DEVICE void cube__frag_mma_ref(float *d, const float *a, const float *b, const float *c,
+                                     uint32_t m, uint32_t n, uint32_t k) {
+  float t[256];
+  for (uint32_t i = 0; i < m * n; ++i) t[i] = c[i];
+  for (uint32_t i = 0; i < m; ++i)
+    for (uint32_t q = 0; q < k; ++q) {
+      float x = a[i * k + q];
+      for (uint32_t j = 0; j < n; ++j) t[i * n + j] += x * b[q * n + j];
+    }
+  for (uint32_t i = 0; i < m * n; ++i) d[i] = t[i];
+}
+// One set of functions per fragment type; _Generic picks them, and a type
+// or pointer that matches none does not compile (as on CUDA).
+#define CUBE__FRAG_OPS(role, T, M, N, K, rows, cols, E, round)                          \
+  CUBE__DEVICE void cube__fill_##role##_##T##_##M##_##N##_##K(                          \
+      CUBE__FRAG_NAME(role, T, M, N, K) * f, float x) {                                 \
+    float v = round(x);                                                                 \
+    for (uint32_t i = 0; i < (rows) * (cols); ++i) f->v[i] = v;                         \
+  }                                                                                     \
+  CUBE__DEVICE void cube__load_##role##_##T##_##M##_##N##_##K(                          \
+      CUBE__FRAG_NAME(role, T, M, N, K) * f, const E *p, uint32_t stride, int layout) { \
+    cube__frag_gather_##E(f->v, p, rows, cols, stride, layout);                         \
+  }
+#define CUBE__ROUND_f16(x) cube__f16_to_f32(cube__f32_to_f16(x))
+#define CUBE__ROUND_bf16(x) cube__bf16_to_f32(cube__f32_to_bf16(x))
+#define CUBE__ROUND_float(x) (x)
+CUBE__FRAG_OPS(A, f16, 16, 16, 16, 16, 16, f16, CUBE__ROUND_f16)
+CUBE__FRAG_OPS(A, bf16, 16, 16, 16, 16, 16, bf16, CUBE__ROUND_bf16)
+CUBE__FRAG_OPS(B, f16, 16, 16, 16, 16, 16, f16, CUBE__ROUND_f16)
+CUBE__FRAG_OPS(B, bf16, 16, 16, 16, 16, 16, bf16, CUBE__ROUND_bf16)
+CUBE__FRAG_OPS(ACC, float, 16, 16, 16, 16, 16, float, CUBE__ROUND_float)
+CUBE__FRAG_OPS(A, f16, 32, 8, 16, 32, 16, f16, CUBE__ROUND_f16)
+CUBE__FRAG_OPS(A, bf16, 32, 8, 16, 32, 16, bf16, CUBE__ROUND_bf16)
+CUBE__FRAG_OPS(B, f16, 32, 8, 16, 16, 8, f16, CUBE__ROUND_f16)
+CUBE__FRAG_OPS(B, bf16, 32, 8, 16, 16, 8, bf16, CUBE__ROUND_bf16)
+CUBE__FRAG_OPS(ACC, float, 32, 8, 16, 32, 8, float, CUBE__ROUND_float)
+#define CUBE__FRAG_STORE_OPS(M, N, K)                                                          \
+  CUBE__DEVICE void cube__store_##M##_##N##_##K##_float(                                       \
+      float *p, const CUBE__FRAG_NAME(ACC, float, M, N, K) * f, uint32_t stride, int layout) { \
+    cube__frag_scatter_float(p, f->v, M, N, stride, layout);                                   \
+  }                                                                                            \
+  CUBE__DEVICE void cube__store_##M##_##N##_##K##_f16(                                         \
+      f16 *p, const CUBE__FRAG_NAME(ACC, float, M, N, K) * f, uint32_t stride, int layout) {   \
+    cube__frag_scatter_f16(p, f->v, M, N, stride, layout);                                     \
+  }                                                                                            \
+  CUBE__DEVICE void cube__store_##M##_##N##_##K##_bf16(                                        \
+      bf16 *p, const CUBE__FRAG_NAME(ACC, float, M, N, K) * f, uint32_t stride, int layout) {  \
+    cube__frag_scatter_bf16(p, f->v, M, N, stride, layout);                                    \
+  }
+CUBE__FRAG_STORE_OPS(16, 16, 16)
+CUBE__FRAG_STORE_OPS(32, 8, 16)
+#define CUBE__FRAG_MMA_OP(T, M, N, K)                                                             \
+  CUBE__DEVICE void cube__mma_##T##_##M##_##N##_##K(                                              \
+      CUBE__FRAG_NAME(ACC, float, M, N, K) * d, const CUBE__FRAG_NAME(A, T, M, N, K) * a,         \
+      const CUBE__FRAG_NAME(B, T, M, N, K) * b, const CUBE__FRAG_NAME(ACC, float, M, N, K) * c) { \
+    cube__frag_mma_ref(d->v, a->v, b->v, c->v, M, N, K);                                          \
+  }
+CUBE__FRAG_MMA_OP(f16, 16, 16, 16)
+CUBE__FRAG_MMA_OP(bf16, 16, 16, 16)
+CUBE__FRAG_MMA_OP(f16, 32, 8, 16)
+CUBE__FRAG_MMA_OP(bf16, 32, 8, 16)
+
+// A nested _Generic is checked even where the outer one does not pick it, so
+// the inner ones fall back to this: a call that survives (a real mismatch of
+// fragment, pointer or shape) is a compile error naming the rule.
+void cube__frag_mismatch(const void *first, ...)
+    __attribute__((error("fragment operands do not match (fragment types, shapes and the "
+                         "pointer's element type must agree: see docs/dialect.md)")));
+#define CUBE__FRAG_FILL_ASSOC(role, T, M, N, K) \
+  CUBE__FRAG_NAME(role, T, M, N, K) : cube__fill_##role##_##T##_##M##_##N##_##K
+#define FRAG_FILL(f, x)                                                                           \
+  _Generic((f), CUBE__FRAG_FILL_ASSOC(A, f16, 16, 16, 16),                                        \
+           CUBE__FRAG_FILL_ASSOC(A, bf16, 16, 16, 16), CUBE__FRAG_FILL_ASSOC(B, f16, 16, 16, 16), \
+           CUBE__FRAG_FILL_ASSOC(B, bf16, 16, 16, 16),                                            \
+           CUBE__FRAG_FILL_ASSOC(ACC, float, 16, 16, 16),                                         \
+           CUBE__FRAG_FILL_ASSOC(A, f16, 32, 8, 16), CUBE__FRAG_FILL_ASSOC(A, bf16, 32, 8, 16),   \
+           CUBE__FRAG_FILL_ASSOC(B, f16, 32, 8, 16), CUBE__FRAG_FILL_ASSOC(B, bf16, 32, 8, 16),   \
+           CUBE__FRAG_FILL_ASSOC(ACC, float, 32, 8, 16))(&(f), (float)(x))
+#define CUBE__FRAG_LOAD_ASSOC(role, T, M, N, K, E, p) \
+  CUBE__FRAG_NAME(role, T, M, N, K)                                                         \
+      : _Generic((p), const E * : cube__load_##role##_##T##_##M##_##N##_##K,                \
+                 E * : cube__load_##role##_##T##_##M##_##N##_##K, default : cube__frag_mismatch)
+#define FRAG_LOAD(f, p, stride, layout)                                                           \
+  _Generic((f), CUBE__FRAG_LOAD_ASSOC(A, f16, 16, 16, 16, f16, p),                                \
+           CUBE__FRAG_LOAD_ASSOC(A, bf16, 16, 16, 16, bf16, p),                                   \
+           CUBE__FRAG_LOAD_ASSOC(B, f16, 16, 16, 16, f16, p),                                     \
+           CUBE__FRAG_LOAD_ASSOC(B, bf16, 16, 16, 16, bf16, p),                                   \
+           CUBE__FRAG_LOAD_ASSOC(ACC, float, 16, 16, 16, float, p),                               \
+           CUBE__FRAG_LOAD_ASSOC(A, f16, 32, 8, 16, f16, p),                                      \
+           CUBE__FRAG_LOAD_ASSOC(A, bf16, 32, 8, 16, bf16, p),                                    \
+           CUBE__FRAG_LOAD_ASSOC(B, f16, 32, 8, 16, f16, p),                                      \
+           CUBE__FRAG_LOAD_ASSOC(B, bf16, 32, 8, 16, bf16, p),                                    \
+           CUBE__FRAG_LOAD_ASSOC(ACC, float, 32, 8, 16, float, p))(&(f), (p), (uint32_t)(stride), \
+                                                                   (layout))
+#define CUBE__FRAG_STORE_ASSOC(M, N, K, p) \
+  CUBE__FRAG_NAME(ACC, float, M, N, K)                                                  \
+      : _Generic((p), float * : cube__store_##M##_##N##_##K##_float,                   \
+                 f16 * : cube__store_##M##_##N##_##K##_f16,                            \
+                 bf16 * : cube__store_##M##_##N##_##K##_bf16, default : cube__frag_mismatch)
+// Stored by lane 0 of the plane: every lane holds the whole tile.
+#define FRAG_STORE(p, f, stride, layout)                                                          \
+  do {                                                                                            \
+    if (UNIT_POS_PLANE == 0)                                                                      \
+      _Generic((f), CUBE__FRAG_STORE_ASSOC(16, 16, 16, p), CUBE__FRAG_STORE_ASSOC(32, 8, 16, p))( \
+          (p), &(f), (uint32_t)(stride), (layout));                                               \
+  } while (0)
+#define CUBE__FRAG_MMA_AB(T, M, N, K, a, b)                 \
+  CUBE__FRAG_NAME(A, T, M, N, K)                            \
+      : _Generic((b), CUBE__FRAG_NAME(B, T, M, N, K)        \
+                 : cube__mma_##T##_##M##_##N##_##K, default \
+                 : cube__frag_mismatch)
+#define CUBE__FRAG_MMA_D(M, N, K, a, b)                          \
+  CUBE__FRAG_NAME(ACC, float, M, N, K)                           \
+      : _Generic((a), CUBE__FRAG_MMA_AB(f16, M, N, K, a, b),     \
+                 CUBE__FRAG_MMA_AB(bf16, M, N, K, a, b), default \
+                 : cube__frag_mismatch)
+#define FRAG_MMA(d, a, b, c)                                                                       \
+  _Generic((d), CUBE__FRAG_MMA_D(16, 16, 16, a, b), CUBE__FRAG_MMA_D(32, 8, 16, a, b))(&(d), &(a), \
+                                                                                       &(b), &(c))
+#endif
+
+//===--- Asynchronous copies into shared memory (dialect version 2) ---===//
+//
+// COPY_ASYNC(dst, src, bytes): copies |bytes| (4, 8 or 16, a constant; both
+// addresses aligned to it) from a global buffer to SHARED memory without the
+// unit waiting for it; ASYNC_COMMIT() closes a group of such copies and
+// ASYNC_WAIT(n) (n a constant) waits until at most n groups are still in
+// flight. The copied bytes are the unit's own after ASYNC_WAIT, the cube's
+// after a SYNC_CUBE() that follows it. CUDA: cp.async (sm_80+; a plain copy
+// below). CPU: an immediate copy, so every wait is already satisfied.
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+template <int BYTES>
+CUBE__DEVICE void cube__copy_async(void *dst, const void *src) {
+  static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "COPY_ASYNC copies 4, 8 or 16 bytes");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (BYTES == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(cube__shared_addr(dst)),
+                 "l"(src));
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(cube__shared_addr(dst)),
+                 "l"(src), "n"(BYTES));
+#else
+  struct cube__chunk {
+    alignas(BYTES) unsigned char b[BYTES];
+  };
+  *(cube__chunk *)dst = *(const cube__chunk *)src;
+#endif
+}
+template <int N>
+CUBE__DEVICE void cube__async_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+CUBE__DEVICE void cube__async_commit(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+#define COPY_ASYNC(dst, src, bytes) cube__copy_async<(bytes)>((void *)(dst), (const void *)(src))
+#define ASYNC_COMMIT() cube__async_commit()
+#define ASYNC_WAIT(n) cube__async_wait<(n)>()
+#else
+#define COPY_ASYNC(dst, src, bytes)                               \
+  do {                                                            \
+    _Static_assert((bytes) == 4 || (bytes) == 8 || (bytes) == 16, \
+                   "COPY_ASYNC copies 4, 8 or 16 bytes");         \
+    memcpy((void *)(dst), (const void *)(src), (bytes));          \
+  } while (0)
+#define ASYNC_COMMIT() ((void)0)
+#define ASYNC_WAIT(n) ((void)(n))
+#endif
 
 //===--- Shared by every backend ---===//
 #define UNIT_POS_X cube__ux
@@ -665,11 +2016,46 @@ CUBE__DEVICE uint64_t cube__absolute_pos(uint32_t ux, uint32_t uy, uint32_t uz) 
    CUBE__ABS64(Z) * ((uint64_t)CUBE_COUNT_X * CUBE_DIM_X) * ((uint64_t)CUBE_COUNT_Y * CUBE_DIM_Y))
 #endif
 
-CUBE__DEVICE uint32_t cube__scalar_index(const uint64_t *info, uint32_t type, uint32_t i) {
+// The word of SCALAR(type, i), or 0 when the launch passed fewer than i + 1
+// scalars of that type: an undeclared read never reaches another word.
+CUBE__DEVICE uint64_t cube__scalar_word(const uint64_t *info, uint32_t type, uint32_t i) {
   uint64_t header = info[0];
-  uint32_t before = 0;
-  for (uint32_t t = 0; t < type; ++t) before += (uint32_t)((header >> (8 * t)) & 0xff);
-  return 1 + before + i;
+  uint32_t before = 0, v1 = 0, count = 0, at = 1;
+  for (uint32_t t = 0; t < CUBE__SCALAR_TYPES_V1; ++t) {
+    uint32_t n = (uint32_t)((header >> (8 * t)) & 0xff);
+    if (t < type) before += n;
+    if (t == type) count = n;
+    v1 += n;
+  }
+  if (type < CUBE__SCALAR_TYPES_V1) {
+    at = 1 + before;
+  } else if ((uint32_t)(header >> 56) > v1) {
+    // The extension word follows the version-1 scalars.
+    uint64_t ext = info[1 + v1];
+    before = 0;
+    for (uint32_t t = CUBE__SCALAR_TYPES_V1; t < type; ++t)
+      before += (uint32_t)((ext >> (8 * (t - CUBE__SCALAR_TYPES_V1))) & 0xff);
+    count = (uint32_t)((ext >> (8 * (type - CUBE__SCALAR_TYPES_V1))) & 0xff);
+    at = 2 + v1 + before;
+  }
+  return i < count ? info[at + i] : 0;
+}
+// The info word of the ARG at signature position |pos|, from the signature
+// alone (the launch was checked against it): the ARGs of the types before
+// its type, the extension word if it is a reduced-precision type, then the
+// ARGs of its own type before it.
+CUBE__CONSTEXPR uint32_t cube__arg_word(const uint32_t *sig, uint32_t pos) {
+  uint32_t type = sig[2 + pos] & 0xffu, word = 1;
+  int ext = type >= CUBE__SCALAR_TYPES_V1;
+  for (uint32_t j = 0; j < sig[1]; ++j) {
+    uint32_t d = sig[2 + j];
+    if ((d >> 28) != CUBE__SIG_KIND_S) continue;
+    uint32_t t = d & 0xffu;
+    int v1 = t < CUBE__SCALAR_TYPES_V1;
+    if (ext ? (v1 || t < type) : t < type) word++;
+    if (t == type && j < pos) word++;
+  }
+  return word + (ext ? 1 : 0);
 }
 CUBE__DEVICE uint32_t cube__scalar_total(const uint64_t *info) {
   return (uint32_t)(info[0] >> 56);
@@ -696,14 +2082,31 @@ CUBE__DEVICE uint64_t cube__stride(const uint64_t *m, uint32_t d) {
 }
 
 #define CUBE__SCALAR_WORD(type, i) \
-  (cube__ctx->info[cube__scalar_index(cube__ctx->info, CUBE__SCALAR_TYPE_##type, (i))])
+  cube__scalar_word(cube__ctx->info, CUBE__SCALAR_TYPE_##type, (uint32_t)(i))
 #define CUBE__SCALAR_f64(w) CUBE__DOUBLE_OF(w)
 #define CUBE__SCALAR_f32(w) CUBE__FLOAT_OF(w)
 #define CUBE__SCALAR_u64(w) ((uint64_t)(w))
 #define CUBE__SCALAR_i64(w) ((int64_t)(w))
 #define CUBE__SCALAR_u32(w) ((uint32_t)(w))
 #define CUBE__SCALAR_i32(w) ((int32_t)(uint32_t)(w))
-// The i-th scalar of a type: SCALAR(f32, 0), SCALAR(u32, 1), ...
+#define CUBE__SCALAR_f16(w) cube__f16_of((uint16_t)(w))
+#define CUBE__SCALAR_bf16(w) cube__bf16_of((uint16_t)(w))
+#define CUBE__SCALAR_e4m3(w) cube__e4m3_of((uint8_t)(w))
+#define CUBE__SCALAR_e5m2(w) cube__e5m2_of((uint8_t)(w))
+// A hint to unroll the loop that follows (the CUDA compiler and gcc both
+// take it; loops over fragment arrays must unroll to stay in registers).
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define UNROLL _Pragma("unroll")
+#else
+#define UNROLL _Pragma("GCC unroll 16")
+#endif
+// Bit casts, the same on every backend.
+#define F32_FROM_BITS(b) cube__f32_of_bits((uint32_t)(b))
+#define F32_BITS(f) cube__bits_of_f32((float)(f))
+#define F64_FROM_BITS(b) CUBE__DOUBLE_OF((uint64_t)(b))
+#define F64_BITS(d) cube__bits_of_f64((double)(d))
+// The i-th scalar of a type: SCALAR(f32, 0), SCALAR(u32, 1), ... (0 when the
+// launch passed no such scalar; the launch check refuses that beforehand).
 #define SCALAR(type, i) CUBE__SCALAR_##type(CUBE__SCALAR_WORD(type, i))
 // Elements in a buffer (its binding's bytes over the element size).
 #define LEN(name) (cube__len_bytes(cube__ctx->info, name##__idx) / sizeof(*(name)))

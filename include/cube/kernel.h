@@ -43,7 +43,8 @@ typedef struct cube_kernel_desc_t {
 typedef struct cube_kernel_t cube_kernel_t;
 
 // Validates the description (names, dims) and keeps a copy; compiling
-// happens at the first launch on each device.
+// happens at the first launch on each device. A kernel is immutable: launch,
+// retain and release it from any thread (docs/threads.md).
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_kernel_create(const cube_kernel_desc_t *desc,
                                                                cube_kernel_t **out_kernel);
 CUBE_API cube_kernel_t *cube_kernel_retain(cube_kernel_t *kernel);
@@ -76,6 +77,8 @@ typedef struct cube_kernel_buffer_t {
   const struct cube_tensor_map_desc_t *tensor_map;
 } cube_kernel_buffer_t;
 
+// A scalar's type: the dialect's SCALAR(type, i) and ARG(type, name) names
+// (f64 ... e5m2), in the order the info block groups them (cube/dialect.h).
 typedef enum cube_scalar_type_t {
   CUBE_SCALAR_F64 = 0,
   CUBE_SCALAR_F32 = 1,
@@ -83,7 +86,12 @@ typedef enum cube_scalar_type_t {
   CUBE_SCALAR_I64 = 3,
   CUBE_SCALAR_U32 = 4,
   CUBE_SCALAR_I32 = 5,
-  CUBE_SCALAR_TYPE_COUNT = 6,
+  // Reduced precision (the bits, as cube/numeric.h converts them).
+  CUBE_SCALAR_F16 = 6,
+  CUBE_SCALAR_BF16 = 7,
+  CUBE_SCALAR_E4M3 = 8,
+  CUBE_SCALAR_E5M2 = 9,
+  CUBE_SCALAR_TYPE_COUNT = 10,
 } cube_scalar_type_t;
 
 typedef struct cube_scalar_t {
@@ -95,6 +103,10 @@ typedef struct cube_scalar_t {
     int64_t i64;
     uint32_t u32;
     int32_t i32;
+    uint16_t f16;  // bits
+    uint16_t bf16;
+    uint8_t e4m3;
+    uint8_t e5m2;
   } value;
 } cube_scalar_t;
 
@@ -104,6 +116,16 @@ CUBE_API cube_scalar_t cube_scalar_u32(uint32_t value);
 CUBE_API cube_scalar_t cube_scalar_i32(int32_t value);
 CUBE_API cube_scalar_t cube_scalar_u64(uint64_t value);
 CUBE_API cube_scalar_t cube_scalar_i64(int64_t value);
+// Reduced-precision scalars from a float (rounded as the dialect's TO_F16,
+// TO_BF16, TO_E4M3 and TO_E5M2 round, cube/numeric.h), or from their bits.
+CUBE_API cube_scalar_t cube_scalar_f16(float value);
+CUBE_API cube_scalar_t cube_scalar_bf16(float value);
+CUBE_API cube_scalar_t cube_scalar_e4m3(float value);
+CUBE_API cube_scalar_t cube_scalar_e5m2(float value);
+CUBE_API cube_scalar_t cube_scalar_f16_bits(uint16_t bits);
+CUBE_API cube_scalar_t cube_scalar_bf16_bits(uint16_t bits);
+CUBE_API cube_scalar_t cube_scalar_e4m3_bits(uint8_t bits);
+CUBE_API cube_scalar_t cube_scalar_e5m2_bits(uint8_t bits);
 
 typedef struct cube_kernel_args_t {
   const cube_kernel_buffer_t *buffers;

@@ -39,6 +39,12 @@ typedef struct cube_copy_desc_t {
 
 // Creates a buffer of |size| bytes. Handles are minted without waiting for
 // the device. size 0 is valid (a buffer that holds nothing).
+//
+// What a new buffer holds is unspecified until it is written: memory is
+// pooled and reused, so it may hold the bytes an earlier buffer of this
+// client left there. Reading it first is not an error (no failed work
+// claims it) and returns those bytes. For defined contents use
+// cube_handle_create_zeroed or cube_handle_create_from.
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_handle_create(cube_client_t *client,
                                                                cube_stream_t stream, uint64_t size,
                                                                cube_handle_t *out_handle);
@@ -57,6 +63,19 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_handle_from_host(cube_client_t 
                                                                   cube_stream_t stream, void *host,
                                                                   uint64_t size,
                                                                   cube_handle_t *out_handle);
+// A new buffer of |size| bytes, all zero: the zeros are written in stream
+// order on |stream| (host writes from a zero page, chunk by chunk), so work
+// enqueued after it on that stream sees them. On failure no handle is left.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_handle_create_zeroed(cube_client_t *client,
+                                                                      cube_stream_t stream,
+                                                                      uint64_t size,
+                                                                      cube_handle_t *out_handle);
+// A new buffer holding a copy of |size| bytes from |data| (consumed before
+// the call returns, as cube_write does). On failure no handle is left.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_handle_create_from(cube_client_t *client,
+                                                                    cube_stream_t stream,
+                                                                    const void *data, uint64_t size,
+                                                                    cube_handle_t *out_handle);
 // Drops the caller's handle. A second release is IO_NOT_FOUND naming it.
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_handle_release(cube_client_t *client,
                                                                 cube_handle_t handle);
@@ -98,7 +117,8 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_read(cube_client_t *client, cub
 
 typedef struct cube_future_t cube_future_t;
 // Asynchronous strided read into |destination| (laid out densely, row-major,
-// shape[0..rank) * elem_size bytes). The claim check happens now; the bytes
+// shape[0..rank) * elem_size bytes). A future is not thread-safe: calls on
+// one future must not overlap (docs/threads.md). The claim check happens now; the bytes
 // are there when the future completes. |destination| must stay valid until
 // then.
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_read_async(cube_client_t *client,
@@ -195,7 +215,8 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t
 cube_memory_layout(cube_client_t *client, cube_stream_t stream, const cube_layout_desc_t *descs,
                    size_t count, cube_handle_t *out_handle, cube_layout_t *out_layouts);
 
-// Pinned host memory for fast transfers (aligned host memory on CPU). A
+// Pinned host memory for fast transfers (aligned host memory on CPU). The
+// calls are thread-safe; the bytes are the caller's (docs/threads.md). A
 // cube_write whose source lies in an acquired staging buffer copies straight
 // from it (no intermediate copy): leave those bytes untouched until the
 // stream has passed the write (a sync, or a read's future, on that stream).

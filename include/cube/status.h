@@ -14,6 +14,9 @@
 //
 // Statuses that must cost nothing (Skipped, TornDown, and any node made when
 // memory ran out) are static: retain/release on them are no-ops.
+//
+// A status is immutable and its reference count atomic: read, retain and
+// release it from any thread (docs/threads.md).
 #ifndef CUBE_STATUS_H_
 #define CUBE_STATUS_H_
 
@@ -35,6 +38,11 @@ typedef struct cube_status_s *cube_status_t;
   X(GENERIC, SERVER, "error")                                                \
   X(UNSUPPORTED, SERVER, "not supported by this backend")                    \
   X(NO_DEVICE_TRANSPORT, SERVER, "no transport between devices")             \
+  /* Collectives: a peer's part failed; the transport failed; the group */   \
+  /* failed earlier (docs/collectives.md). Neither refusals nor poison. */   \
+  X(REMOTE_FAILURE, SERVER, "a peer's part of the collective failed")        \
+  X(TRANSPORT_FAILED, SERVER, "the transport between devices failed")        \
+  X(GROUP_FAILED, SERVER, "the collective group failed")                     \
   X(FOREIGN_HANDLE, SERVER, "foreign handle")                                \
   X(SERVICE_MISMATCH, SERVER, "service mismatch")                            \
   X(DEVICE_POISONED, SERVER, "device poisoned")                              \

@@ -23,11 +23,12 @@
 #include "core/config.h"
 #include "core/tensor_map_types.h"
 
-typedef struct cube_backend_device_t cube_backend_device_t;  // a backend's device
-typedef struct cube_bstream_t cube_bstream_t;                // a backend queue
-typedef struct cube_bevent_t cube_bevent_t;                  // a point in a queue
-typedef struct cube_bkernel_t cube_bkernel_t;                // a compiled kernel
-typedef struct cube_bgraph_t cube_bgraph_t;                  // a recorded graph
+typedef struct cube_backend_device_t cube_backend_device_t;      // a backend's device
+typedef struct cube_bstream_t cube_bstream_t;                    // a backend queue
+typedef struct cube_bevent_t cube_bevent_t;                      // a point in a queue
+typedef struct cube_bkernel_t cube_bkernel_t;                    // a compiled kernel
+typedef struct cube_bgraph_t cube_bgraph_t;                      // a recorded graph
+typedef struct cube_transport_vtable_t cube_transport_vtable_t;  // core/transport.h
 
 // What the core asks a backend to compile.
 typedef struct cube_compile_request_t {
@@ -47,6 +48,13 @@ typedef struct cube_kernel_info_t {
   uint32_t static_shared_memory;  // bytes the kernel declares statically
   uint32_t max_units_per_cube;    // what the compiled code allows (registers)
   bool from_disk_cache;           // loaded rather than compiled (set by the core)
+  // The kernel's exported signature (cube/dialect.h, name__cube_sig: each
+  // buffer's element size and alignment, each ARG's type) and its entries'
+  // "type name," list (name__cube_sig_names); NULL when the kernel exported
+  // none (raw CUDA C++). Owned by the backend kernel. The core checks every
+  // launch against them (core/signature.h).
+  const uint32_t *signature;
+  const char *signature_names;
 } cube_kernel_info_t;
 
 // The size of a kernel_target description, NUL included.
@@ -164,6 +172,12 @@ typedef struct cube_bcopy_t {
 // Graphs
 //   capture_begin / capture_end / graph_replay / graph_destroy   record the
 //                        stream's dispatches into a graph and replay it.
+// Collectives
+//   transport            the device's transport between devices
+//                        (core/transport.h): group init, operations on raw
+//                        addresses and a stream, poll, abort. Anything but
+//                        OK with a vtable means none: every collective is
+//                        then NO_DEVICE_TRANSPORT.
 
 // The slot list. Every backend implements every slot (a backend without a
 // capability points it at the null backend's slot, which answers UNSUPPORTED);
@@ -258,7 +272,10 @@ typedef struct cube_bcopy_t {
   XS(graph_replay,                                                                              \
      (cube_backend_device_t *device, cube_bstream_t *stream, cube_bgraph_t *graph),             \
      (device, stream, graph))                                                                   \
-  XV(graph_destroy, (cube_backend_device_t *device, cube_bgraph_t *graph), (device, graph))
+  XV(graph_destroy, (cube_backend_device_t *device, cube_bgraph_t *graph), (device, graph))  \
+  /* Collectives */                                                                             \
+  XS(transport, (cube_backend_device_t *device, const cube_transport_vtable_t **out_transport),   \
+     (device, out_transport))
 // clang-format on
 
 typedef struct cube_backend_vtable_t {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "core/collective.h"
 #include "core/graph.h"
 #include "core/host_copy.h"
 #include "core/info.h"
@@ -16,6 +17,12 @@
 #include "core/registry.h"
 #include "core/server.h"
 #include "core/staging.h"
+
+// |probe|: a client made only to read the device's properties
+// (cube_device_properties): it logs nothing and is never traced, so that
+// CUBE_TRACE's file is the program's own client's.
+static cube_status_t client_create(const cube_client_options_t *options, bool probe,
+                                   cube_client_t **out_client);
 
 cube_status_t cube_device_properties(cube_backend_kind_t kind, uint32_t device_index,
                                      cube_device_properties_t *out_properties) {
@@ -28,8 +35,9 @@ cube_status_t cube_device_properties(cube_backend_kind_t kind, uint32_t device_i
   options.backend = kind;
   options.device_index = device_index;
   options.fault_plan = "";
+  options.log_level = CUBE_LOG_OFF;
   cube_client_t *client = NULL;
-  cube_status_t status = cube_client_create(&options, &client);
+  cube_status_t status = client_create(&options, true, &client);
   if (cube_status_is_ok(status)) {
     *out_properties = cube_server_of(client)->device->properties;
     cube_client_release(client);
@@ -147,9 +155,44 @@ static void thread_uses_note(cube_server_t *server) {
 
 //===--- Clients ---===//
 
+// Why a client runs where it does: the backend asked for, or what decided
+// the default (CUBE_BACKEND, or whether a GPU is there).
+static void cube_client_log_created(cube_server_t *server, const cube_client_options_t *options,
+                                    const char *plan) {
+  if (!cube_log_enabled(&server->log, CUBE_LOG_INFO)) return;
+  const cube_device_properties_t *p = &server->device->properties;
+  char why[192] = "asked for";
+  if (options->backend == CUBE_BACKEND_DEFAULT) {
+    // CUBE_BACKEND's choices: auto | cpu | cuda (core/config.h).
+    uint64_t chosen = cube_config_u64(&server->config, CUBE_CONFIG_BACKEND);
+    if (chosen == 1 || chosen == 2) {
+      snprintf(why, sizeof why, "CUBE_BACKEND=%s", chosen == 1 ? "cpu" : "cuda");
+    } else if (p->backend == CUBE_BACKEND_CPU) {
+      cube_backend_info_t cuda;
+      cube_registry_query(CUBE_BACKEND_CUDA, &cuda);
+      // The reason's first clause ("cannot load the CUDA driver (...)").
+      const char *detail = cuda.detail && cuda.detail[0] ? cuda.detail : "no CUDA device";
+      const char *colon = strstr(detail, ": ");
+      int length = colon ? (int)(colon - detail) : (int)strlen(detail);
+      snprintf(why, sizeof why, "the default: no usable GPU: %.*s", length > 150 ? 150 : length,
+               detail);
+    } else {
+      snprintf(why, sizeof why, "the default: a GPU is present");
+    }
+  }
+  CUBE_LOG(&server->log, CUBE_LOG_INFO, "client created: %s, %u cores (%s)%s%s%s", p->name,
+           p->core_count, why, plan && plan[0] ? "; fault plan '" : "", plan && plan[0] ? plan : "",
+           plan && plan[0] ? "' wraps the backend" : "");
+}
+
 static atomic_uint next_client_id = 1;
 
 cube_status_t cube_client_create(const cube_client_options_t *options, cube_client_t **out_client) {
+  return client_create(options, false, out_client);
+}
+
+static cube_status_t client_create(const cube_client_options_t *options, bool probe,
+                                   cube_client_t **out_client) {
   if (!out_client)
     return cube_status_make(CUBE_STATUS_VALIDATION, "cube_client_create: out_client is NULL");
   *out_client = NULL;
@@ -192,6 +235,9 @@ cube_status_t cube_client_create(const cube_client_options_t *options, cube_clie
   if (!server)
     status =
         cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "cube_client_create: out of host memory");
+  // The log first: a bad log_level is refused before a device is opened.
+  if (cube_status_is_ok(status))
+    status = cube_logger_init(&server->log, options, &config, server->name);
   if (cube_status_is_ok(status))
     status = factory->create_device(options->device_index, &config, &device);
   const char *plan = options->fault_plan ? options->fault_plan
@@ -231,10 +277,15 @@ cube_status_t cube_client_create(const cube_client_options_t *options, cube_clie
     server->hooks.work_failed[1] = cube_profile_note_failure;
     server->hooks.work_dropped = cube_info_cache_forget;
     server->hooks.thread_stream_opened = thread_uses_note;
+    server->hooks.collectives_failed = cube_collective_groups_failed;
   }
   if (cube_status_is_ok(status)) {
     registry_add(server);
     *out_client = cube_server_client(server);
+    if (!probe) {
+      cube_client_log_created(server, options, plan);
+      cube_trace_env_start(server);
+    }
   } else if (server) {
     if (server->device) {
       if (server->mm) cube_mm_destroy(server->mm);
@@ -256,14 +307,39 @@ cube_client_t *cube_client_retain(cube_client_t *client) {
   return client;
 }
 
+// Handles still alive at the last release are freed with the client; a
+// program that meant to keep them, or forgot them, hears about it.
+static void cube_client_log_live_handles(cube_server_t *server) {
+  if (!cube_log_enabled(&server->log, CUBE_LOG_WARN)) return;
+  uint32_t live = 0;
+  uint64_t bytes = 0;
+  cube_handle_t first = {0};
+  for (uint32_t i = 0; i < server->slot_count; ++i) {
+    if (!server->slots[i].live) continue;
+    if (!live) first = cube_server_handle(server, i);
+    live++;
+    bytes += server->slots[i].size;
+  }
+  if (live) {
+    CUBE_LOG(&server->log, CUBE_LOG_WARN,
+             "cube_client_release: %u handle%s still alive (%llu bytes; the first 0x%016llx), "
+             "freed with the client",
+             live, live == 1 ? "" : "s", (unsigned long long)bytes, (unsigned long long)first.bits);
+  }
+}
+
 void cube_client_release(cube_client_t *client) {
   cube_server_t *server = cube_server_of(client);
   if (!server || atomic_fetch_sub(&server->refs, 1) != 1) return;
   registry_remove(server);  // no exiting thread retains it from here on
+  // Its groups fail and its communicators go first: their streams are its own.
+  cube_collective_server_release(server);
   pthread_mutex_lock(&server->lock);
   if (!server->poison) cube_launch_flush_deferred(server);
   cube_launch_drop_deferred(server);
   pthread_mutex_unlock(&server->lock);
+  cube_trace_env_stop(server);  // CUBE_TRACE: the whole life, written now
+  cube_client_log_live_handles(server);
   const cube_backend_vtable_t *vt = server->device->vtable;
   for (uint32_t i = 1; i <= CUBE_MAX_STREAMS; ++i) {
     cube_stream_state_t *s = &server->streams[i];

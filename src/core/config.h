@@ -101,24 +101,24 @@ enum {
   X(CPU_MARCH, "CUBE_CPU_MARCH", WORD, 0, 0, 63, 0, NULL,                                          \
     "the -march CPU kernels are built for (default: native; x86-64 for valgrind)")                 \
   X(CPU_BARRIERS, "CUBE_CPU_BARRIERS", CHOICE, 0, 0, 0, 0, "auto|split|fibers",                    \
-    "how CPU barrier kernels run: as region loops when the splitter can split them, else on "     \
-    "fibers (auto); split or refuse the kernel (split); always on fibers (fibers)")               \
+    "how CPU barrier kernels run: as region loops when the splitter can split them, else on "      \
+    "fibers (auto); split or refuse the kernel (split); always on fibers (fibers)")                \
   X(CPU_DIFFERENTIAL, "CUBE_CPU_DIFFERENTIAL", SWITCH, 0, 0, 0, 0, NULL,                           \
-    "every CPU launch runs on its own path and again on fibers, and traps when the bytes it "     \
+    "every CPU launch runs on its own path and again on fibers, and traps when the bytes it "      \
     "leaves differ (for testing; slow)")                                                           \
   X(CPU_PATH_LOG, "CUBE_CPU_PATH_LOG", SWITCH, 0, 0, 0, 0, NULL,                                   \
     "print which path each CPU kernel takes (split, plain, fibers) and why, when it loads")        \
   X(CPU_STACK_MAX, "CUBE_CPU_STACK_MAX", SIZE, 64 * CUBE_MiB, 64 * CUBE_KiB, CUBE_TiB, 0, NULL,    \
-    "the most a CPU kernel's unit may use for its locals (stack, or storage kept across "         \
-    "barriers); a kernel needing more is refused when it compiles")                               \
+    "the most a CPU kernel's unit may use for its locals (stack, or storage kept across "          \
+    "barriers); a kernel needing more is refused when it compiles")                                \
   X(CPU_CUBE_MEMORY, "CUBE_CPU_CUBE_MEMORY", SIZE, CUBE_GiB, CUBE_MiB, CUBE_TiB, 0, NULL,          \
-    "what the units of one CPU cube may use for their locals together: it bounds the units per "  \
+    "what the units of one CPU cube may use for their locals together: it bounds the units per "   \
     "cube of kernels with large locals")                                                           \
-  X(CPU_WARM_MEMORY, "CUBE_CPU_WARM_MEMORY", SIZE, 64 * CUBE_MiB, 0, CUBE_TiB, 0, NULL,           \
-    "CPU pages kept faulted in for large buffers: pre-faulted in the background when the first "  \
-    "CPU client starts and refilled from freed pages (0: none; the first client's value holds)")  \
+  X(CPU_WARM_MEMORY, "CUBE_CPU_WARM_MEMORY", SIZE, 64 * CUBE_MiB, 0, CUBE_TiB, 0, NULL,            \
+    "CPU pages kept faulted in for large buffers: pre-faulted in the background when the first "   \
+    "CPU client starts and refilled from freed pages (0: none; the first client's value holds)")   \
   X(LIBCLANG, "CUBE_LIBCLANG", PATH, 0, 0, 1023, 0, NULL,                                          \
-    "the libclang the CPU barrier splitter loads first (a path or a soname; none: split "         \
+    "the libclang the CPU barrier splitter loads first (a path or a soname; none: split "          \
     "nothing); the first client's value holds for the process")                                    \
   /* Kernel cache */                                                                               \
   X(CACHE_DIR, "CUBE_CACHE_DIR", PATH, 0, 0, 4000, CUBE_CONFIG_ABSOLUTE, NULL,                     \
@@ -126,12 +126,30 @@ enum {
   X(CACHE_MAX_BYTES, "CUBE_CACHE_MAX_BYTES", SIZE, CUBE_GiB, 0, CUBE_TiB, 0, NULL,                 \
     "the size the on-disk kernel cache is kept under, least recently used entries evicted "        \
     "first; 0 keeps kernels in memory only")                                                       \
+  /* Collectives */                                                                                \
+  X(COLLECTIVE_TIMEOUT_S, "CUBE_COLLECTIVE_TIMEOUT_S", COUNT, 600, 1, 86400, 0, NULL,              \
+    "seconds any wait on a collective may take (a peer's part, a queued collective, a "            \
+    "communicator) before the communicator is aborted and its group fails")                        \
+  /* Autotune (docs/tune.md) */                                                                    \
+  X(TUNE, "CUBE_TUNE", CHOICE, 0, 0, 0, 0, "cached|off|full|test",                                 \
+    "how tunable operations pick a candidate: cached (tune a key once, keep the winner in the "    \
+    "tune cache), off (the first valid candidate), full (retune every key once), test (one "       \
+    "sample, no warm-up, memory only)")                                                            \
+  X(TUNE_CACHE, "CUBE_TUNE_CACHE", PATH, 0, 0, 4000, 0, NULL,                                      \
+    "the tune cache file, an absolute path (default: tune.sqlite in the cache directory); off: "   \
+    "memory only")                                                                                 \
+  X(SQLITE_PATH, "CUBE_SQLITE_PATH", PATH, 0, 0, 1023, 0, NULL,                                    \
+    "the SQLite library the tune cache loads (a path or a soname; default: libsqlite3.so.0)")      \
   /* CUDA backend */                                                                               \
   X(NVRTC_PATH, "CUBE_NVRTC_PATH", PATH, 0, 0, 1023, 0, NULL,                                      \
     "the NVRTC library to load first (a path or a soname)")                                        \
-  /* Tools */                                                                                      \
+  /* Log and trace */                                                                              \
+  X(LOG, "CUBE_LOG", CHOICE, 0, 0, 0, 0, "warn|error|info|debug|off",                              \
+    "the log level of clients whose options leave it at CUBE_LOG_DEFAULT: warn (warnings only, "   \
+    "the default), error, info (decisions: backend, compiles, fallbacks), debug or off")           \
   X(TRACE, "CUBE_TRACE", PATH, 0, 0, 4000, 0, NULL,                                                \
-    "cubec demo: write a Chrome trace of the run to this file")                                    \
+    "trace every client from creation to release and write the Chrome trace to this file (later "  \
+    "clients of the process: <stem>.1<ext>, <stem>.2<ext>, ...)")                                  \
   /* Read, not cubec's own */                                                                      \
   X(XDG_CACHE_HOME, "XDG_CACHE_HOME", PATH, 0, 0, 4000,                                            \
     CUBE_CONFIG_ABSOLUTE | CUBE_CONFIG_FOREIGN, NULL,                                              \

@@ -449,7 +449,8 @@ cube_status_t cube_graph_replay(cube_client_t *client, cube_stream_t stream, cub
     if (mark) {
       char name[48];
       snprintf(name, sizeof name, "graph %llu", (unsigned long long)id);
-      cube_profile_after_work(server, index, mark, name, 0, status);
+      cube_trace_detail_t detail = {.kind = CUBE_TRACE_GRAPH};
+      cube_profile_after_work(server, index, mark, name, &detail, status);
     }
   }
   if (cube_status_is_ok(status)) {

@@ -14,12 +14,22 @@ cube_binding_t cube_handle_slice(cube_handle_t handle, uint64_t offset, uint64_t
 }
 
 // A live slot holding |slice| for |stream_index|; grows the table. Lock held.
+// |op| names the public call in the messages.
 static cube_status_t slot_add(cube_server_t *server, uint32_t stream_index, uint64_t size,
-                              cube_mm_slice_t slice, bool external, cube_handle_t *out_handle) {
+                              cube_mm_slice_t slice, bool external, const char *op,
+                              cube_handle_t *out_handle) {
+  if (server->free_slot == UINT32_MAX && server->slot_count >= CUBE_HANDLE_MAX_SLOTS) {
+    return cube_status_make(CUBE_STATUS_GENERIC,
+                            "%s: the handle table of %s is full (%u slots, live or retired after "
+                            "2^24 uses each)",
+                            op, server->name, server->slot_count);
+  }
   if (server->free_slot == UINT32_MAX && server->slot_count == server->slot_capacity) {
     uint32_t capacity = server->slot_capacity ? server->slot_capacity * 2 : 256;
+    if (capacity > CUBE_HANDLE_MAX_SLOTS) capacity = CUBE_HANDLE_MAX_SLOTS;
     cube_slot_t *grown = realloc(server->slots, (size_t)capacity * sizeof *grown);
-    if (!grown) return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "out of host memory");
+    if (!grown)
+      return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "%s: out of host memory", op);
     server->slots = grown;
     server->slot_capacity = capacity;
   }
@@ -37,6 +47,7 @@ static cube_status_t slot_add(cube_server_t *server, uint32_t stream_index, uint
   slot->slice = slice;
   slot->external = external;
   slot->last_stream = stream_index;
+  slot->home_stream = stream_index;
   slot->last_ticket = server->streams[stream_index].ticket;
   slot->write_stream = 0;
   slot->write_ticket = 0;
@@ -62,13 +73,9 @@ cube_status_t cube_handle_create(cube_client_t *client, cube_stream_t stream, ui
     status = cube_server_note(server, cube_mm_reserve(server->mm, size, stream_index, &slice));
   }
   if (cube_status_is_ok(status)) {
-    status = slot_add(server, stream_index, size, slice, false, out_handle);
-    if (!cube_status_is_ok(status)) {
+    status = slot_add(server, stream_index, size, slice, false, "cube_handle_create", out_handle);
+    if (!cube_status_is_ok(status))
       cube_mm_free(server->mm, &slice, stream_index, server->streams[stream_index].ticket);
-      cube_status_release(status);
-      status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
-                                "cube_handle_create: out of host memory");
-    }
   }
   cube_server_leave(server);
   return status;
@@ -113,7 +120,7 @@ cube_status_t cube_handle_from_host(cube_client_t *client, cube_stream_t stream,
                              .page_id = CUBE_MM_NO_PAGE,
                              .pool = CUBE_MM_NO_POOL,
                              .id = 0};
-    status = slot_add(server, stream_index, size, slice, true, out_handle);
+    status = slot_add(server, stream_index, size, slice, true, "cube_handle_from_host", out_handle);
   }
   cube_server_leave(server);
   return status;
@@ -167,9 +174,12 @@ cube_status_t cube_handle_release(cube_client_t *client, cube_handle_t handle) {
     cube_claim_drop(&slot->claim);
     slot->live = false;
     slot->external = false;
-    slot->generation++;
-    slot->next_free = server->free_slot;
-    server->free_slot = index;
+    // A slot whose generation would wrap is retired: its handle bits must
+    // never name another buffer.
+    if (++slot->generation < CUBE_HANDLE_GENERATIONS) {
+      slot->next_free = server->free_slot;
+      server->free_slot = index;
+    }
   }
   cube_server_leave(server);
   if (external) {

@@ -35,12 +35,29 @@ static uint64_t scalar_word(const cube_scalar_t *s) {
     case CUBE_SCALAR_I64:
       word = s->value.u64;
       break;
+    case CUBE_SCALAR_F16:
+    case CUBE_SCALAR_BF16:
+      word = s->value.f16;
+      break;
+    case CUBE_SCALAR_E4M3:
+    case CUBE_SCALAR_E5M2:
+      word = s->value.e4m3;
+      break;
     default:
       word = s->value.u32;
       break;
   }
   return word;
 }
+
+// The dialect-1 types (f64 .. i32) count in the header word; the reduced-
+// precision ones (f16 .. e5m2) in an extension word after the dialect-1
+// scalars, present only when the launch passes any.
+#define INFO_V1_TYPES 6
+_Static_assert(CUBE_SCALAR_F16 == INFO_V1_TYPES && CUBE__SCALAR_TYPE_f16 == CUBE_SCALAR_F16 &&
+                   CUBE__SCALAR_TYPE_e5m2 == CUBE_SCALAR_E5M2 &&
+                   CUBE__SCALAR_TYPES == CUBE_SCALAR_TYPE_COUNT,
+               "the scalar type codes of cube/kernel.h and cube/dialect.h disagree");
 
 cube_status_t cube_info_pack(const cube_kernel_t *kernel, const cube_kernel_args_t *args,
                              const uint64_t *lengths, uint64_t *words, uint32_t *out_words,
@@ -49,11 +66,25 @@ cube_status_t cube_info_pack(const cube_kernel_t *kernel, const cube_kernel_args
     return cube_status_make(CUBE_STATUS_VALIDATION, "launch of '%s': %zu scalars (max 255)",
                             kernel->name, args->scalar_count);
   }
-  // Per-type counts straight into their header bytes: with at most 255
-  // scalars in all, no type's count can carry into the next byte.
-  uint64_t header = (uint64_t)args->buffer_count << 48 | (uint64_t)args->scalar_count << 56;
-  for (size_t i = 0; i < args->scalar_count; ++i) header += 1ull << (8 * args->scalars[i].type);
-  uint32_t static_words = 1 + (uint32_t)args->scalar_count + 2 * (uint32_t)args->buffer_count;
+  // Per-type counts straight into their header (or extension) bytes: with
+  // at most 255 scalars in all, no type's count can carry into the next byte.
+  uint64_t header = (uint64_t)args->buffer_count << 48, extension = 0;
+  for (size_t i = 0; i < args->scalar_count; ++i) {
+    unsigned type = (unsigned)args->scalars[i].type;
+    if (type < INFO_V1_TYPES) {
+      header += 1ull << (8 * type);
+    } else {
+      extension += 1ull << (8 * (type - INFO_V1_TYPES));
+    }
+  }
+  // The scalar total counts the extension word, so the lengths keep their place.
+  uint32_t total = (uint32_t)args->scalar_count + (extension ? 1 : 0);
+  if (total > 255) {
+    return cube_status_make(CUBE_STATUS_VALIDATION, "launch of '%s': %zu scalars (max 254)",
+                            kernel->name, args->scalar_count);
+  }
+  header |= (uint64_t)total << 56;
+  uint32_t static_words = 1 + total + 2 * (uint32_t)args->buffer_count;
   if (static_words > CUBE_INFO_STATIC_WORDS) {
     return cube_status_make(
         CUBE_STATUS_VALIDATION,
@@ -63,6 +94,7 @@ cube_status_t cube_info_pack(const cube_kernel_t *kernel, const cube_kernel_args
   uint32_t n = 0;
   words[n++] = header;
   for (int t = 0; t < CUBE_SCALAR_TYPE_COUNT; ++t) {
+    if (t == INFO_V1_TYPES && extension) words[n++] = extension;
     for (size_t i = 0; i < args->scalar_count; ++i) {
       if ((int)args->scalars[i].type == t) words[n++] = scalar_word(&args->scalars[i]);
     }

@@ -6,6 +6,7 @@
 #include "core/profile.h"
 #include "core/server.h"
 #include "core/staging.h"
+#include "core/validate.h"
 
 //===--- Writes ---===//
 
@@ -21,13 +22,10 @@ static cube_status_t write_one(cube_server_t *server, uint32_t stream, const cub
   cube_status_t status =
       cube_server_resolve(server, desc->binding, "cube_write", "the destination", &r);
   if (!cube_status_is_ok(status)) return status;
-  uint64_t needed = r.size;
-  if (desc->rank > 0) {
-    needed = desc->elem_size;
-    for (uint32_t d = 0; d < desc->rank; ++d) {
-      if (!cube_mul_u64(needed, desc->shape[d], &needed)) needed = UINT64_MAX;
-    }
-  }
+  uint64_t needed = 0;
+  status = cube_validate_copy_desc(desc, "cube_write", &needed);
+  if (!cube_status_is_ok(status)) return status;
+  if (desc->rank == 0) needed = r.size;
   if (size != needed) {
     return cube_status_make(CUBE_STATUS_VALIDATION,
                             "cube_write: %llu source bytes for a destination of %llu bytes",
@@ -36,11 +34,6 @@ static cube_status_t write_one(cube_server_t *server, uint32_t stream, const cub
   if (size > 0 && !source) {
     return cube_status_make(CUBE_STATUS_VALIDATION, "cube_write: source is NULL for %llu bytes",
                             (unsigned long long)size);
-  }
-  if (desc->rank > CUBE_MAX_RANK || (desc->rank > 0 && desc->elem_size == 0)) {
-    return cube_status_make(CUBE_STATUS_VALIDATION,
-                            "cube_write: bad layout (rank %u, elem_size %u)", desc->rank,
-                            desc->elem_size);
   }
   if (desc->rank > 0) {
     // Every element the strides reach must lie inside the binding.
@@ -94,7 +87,10 @@ static cube_status_t write_one(cube_server_t *server, uint32_t stream, const cub
       status =
           cube_staging_upload(server, stream, desc->rank ? &copy : NULL, r.address, source, size);
     }
-    if (mark) cube_profile_after_work(server, stream, mark, "write (host to device)", size, status);
+    if (mark) {
+      cube_trace_detail_t detail = {.kind = CUBE_TRACE_COPY, .bytes_written = size};
+      cube_profile_after_work(server, stream, mark, "write (host to device)", &detail, status);
+    }
     // Counted even when it failed: a chunked upload may have enqueued part of
     // the copy before a later chunk failed, and the memory must not be given
     // back or reused before that part has run.
@@ -239,6 +235,9 @@ static cube_status_t read_enqueue(cube_server_t *server, uint32_t stream,
       status = cube_staging_take(server, size, &target);
       if (cube_status_is_ok(status)) *out_staging = target;
     }
+    void *mark = cube_status_is_ok(status) && server->profiler
+                     ? cube_profile_before_work(server, stream, false)
+                     : NULL;
     if (cube_status_is_ok(status) && desc->rank > 0) {
       cube_bcopy_t copy = {r.address, desc->rank, desc->shape, desc->strides, desc->elem_size};
       status = vt->copy_strided_to_host(server->device, bstream, target, &copy);
@@ -246,6 +245,10 @@ static cube_status_t read_enqueue(cube_server_t *server, uint32_t stream,
       status = vt->copy_to_host(server->device, bstream, target, r.address, size);
     }
     status = cube_server_note_in(server, status, CUBE_STATUS_FAMILY_IO);
+    if (mark) {
+      cube_trace_detail_t detail = {.kind = CUBE_TRACE_COPY, .bytes_read = size};
+      cube_profile_after_work(server, stream, mark, "read (device to host)", &detail, status);
+    }
     if (!cube_status_is_ok(status) && *out_staging) {
       cube_staging_give(server, *out_staging);  // nothing was enqueued into it
       *out_staging = NULL;
@@ -361,8 +364,7 @@ cube_status_t cube_read_async(cube_client_t *client, cube_stream_t stream,
       status = cube_server_resolve(server, desc->binding, "cube_read_async", "the source", &r);
       size = cube_status_is_ok(status) ? r.size : 0;
     } else {
-      size = desc->elem_size;
-      for (uint32_t d = 0; d < desc->rank && d < CUBE_MAX_RANK; ++d) size *= desc->shape[d];
+      status = cube_validate_copy_desc(desc, "cube_read_async", &size);
     }
   }
   if (cube_status_is_ok(status)) {
@@ -489,7 +491,9 @@ cube_status_t cube_copy(cube_client_t *client, cube_stream_t stream, cube_bindin
                                               dst.address, src.address, src.size),
           CUBE_STATUS_FAMILY_IO);
       if (mark)
-        cube_profile_after_work(server, index, mark, "copy (device to device)", src.size, status);
+        cube_profile_after_work(
+            server, index, mark, "copy (device to device)",
+            &(cube_trace_detail_t){CUBE_TRACE_COPY, src.size, src.size, {0, 0, 0}}, status);
     }
     if (cube_status_is_ok(status)) {
       server->streams[index].ticket++;

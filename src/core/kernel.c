@@ -100,6 +100,12 @@ cube_status_t cube_kernel_create(const cube_kernel_desc_t *desc, cube_kernel_t *
   cube_hash128_update(&h, kernel->options, strlen(kernel->options) + 1);
   cube_hash128_update(&h, kernel->source, strlen(kernel->source));
   kernel->key = cube_hash128_final(&h);
+  // What it reads undeclared, checked against every launch's scalars.
+  if (desc->language == CUBE_KERNEL_DIALECT) {
+    cube_signature_scan(kernel->source, &kernel->reads);
+  } else {
+    kernel->reads.unchecked = true;
+  }
   *out_kernel = kernel;
   return CUBE_OK;
 }
@@ -138,6 +144,30 @@ cube_scalar_t cube_scalar_u64(uint64_t v) {
 }
 cube_scalar_t cube_scalar_i64(int64_t v) {
   return (cube_scalar_t){CUBE_SCALAR_I64, {.i64 = v}};
+}
+cube_scalar_t cube_scalar_f16_bits(uint16_t bits) {
+  return (cube_scalar_t){CUBE_SCALAR_F16, {.f16 = bits}};
+}
+cube_scalar_t cube_scalar_bf16_bits(uint16_t bits) {
+  return (cube_scalar_t){CUBE_SCALAR_BF16, {.bf16 = bits}};
+}
+cube_scalar_t cube_scalar_e4m3_bits(uint8_t bits) {
+  return (cube_scalar_t){CUBE_SCALAR_E4M3, {.e4m3 = bits}};
+}
+cube_scalar_t cube_scalar_e5m2_bits(uint8_t bits) {
+  return (cube_scalar_t){CUBE_SCALAR_E5M2, {.e5m2 = bits}};
+}
+cube_scalar_t cube_scalar_f16(float v) {
+  return cube_scalar_f16_bits(cube_f16_from_f32(v));
+}
+cube_scalar_t cube_scalar_bf16(float v) {
+  return cube_scalar_bf16_bits(cube_bf16_from_f32(v));
+}
+cube_scalar_t cube_scalar_e4m3(float v) {
+  return cube_scalar_e4m3_bits(cube_e4m3_from_f32(v));
+}
+cube_scalar_t cube_scalar_e5m2(float v) {
+  return cube_scalar_e5m2_bits(cube_e5m2_from_f32(v));
 }
 
 cube_cube_count_t cube_count_static(uint32_t x, uint32_t y, uint32_t z) {
@@ -183,8 +213,10 @@ cube_dim3_t cube_count_spread(cube_dim3_t max, uint32_t num_cubes) {
   for (int i = 0; i < 2; ++i) {
     if (counts[i] <= limits[i]) break;
     while (counts[i] > limits[i]) {
-      counts[i] = (counts[i] + 1) / 2;  // div_ceil(2)
-      counts[i + 1] *= 2;
+      // div_ceil(2) without the overflow of (n + 1) / 2 at n = 2^32 - 1; the
+      // next axis saturates rather than wrap (the launch then refuses it).
+      counts[i] = counts[i] / 2 + (counts[i] & 1);
+      counts[i + 1] = counts[i + 1] > UINT32_MAX / 2 ? UINT32_MAX : counts[i + 1] * 2;
     }
   }
   return (cube_dim3_t){counts[0], counts[1], counts[2]};

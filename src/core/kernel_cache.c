@@ -220,6 +220,12 @@ cube_status_t cube_kernel_cache_get(cube_server_t *server, cube_kernel_t *kernel
                                             &entry->backend, &entry->info),
                           CUBE_STATUS_FAMILY_COMPILATION);
   double seconds = (double)(cube_now_ns() - start) * 1e-9;
+  if (cube_status_is_ok(status)) {
+    // A signature that contradicts itself is a fact about the kernel: refused.
+    status = cube_signature_build(kernel->name, &entry->info, &kernel->reads, &entry->signature);
+    if (!cube_status_is_ok(status))
+      server->device->vtable->kernel_release(server->device, entry->backend);
+  }
   if (!cube_status_is_ok(status)) {
     entry->backend = NULL;
     entry->info = (cube_kernel_info_t){.io = ""};
@@ -229,6 +235,17 @@ cube_status_t cube_kernel_cache_get(cube_server_t *server, cube_kernel_t *kernel
   }
   cube_kernel_stats_count(cube_status_is_ok(status) && !entry->info.from_disk_cache,
                           cube_status_is_ok(status) && entry->info.from_disk_cache, false, seconds);
+  if (cube_status_is_ok(status)) {
+    CUBE_LOG(&server->log, CUBE_LOG_INFO, "kernel '%s': %s in %.1f ms", kernel->name,
+             entry->info.from_disk_cache ? "loaded from the on-disk cache" : "compiled",
+             seconds * 1e3);
+  } else if (cube_log_enabled(&server->log, CUBE_LOG_INFO)) {
+    // The caller gets the whole error; the log says what was decided.
+    CUBE_LOG(
+        &server->log, CUBE_LOG_INFO, "kernel '%s': compile failed (%s) in %.1f ms%s", kernel->name,
+        cube_status_code_name(cube_status_code(cube_status_root(status))), seconds * 1e3,
+        entry->error ? ", a refusal: kept, not retried" : ", not kept: the next launch retries");
+  }
   if (!cube_status_is_ok(status) && !entry->error) {
     // Forget the attempt: the next launch compiles again.
     cube_kernel_release(entry->kernel);

@@ -13,6 +13,7 @@
 #include "core/profile.h"
 #include "core/server.h"
 #include "core/tensor_map.h"
+#include "core/validate.h"
 
 //===--- IO sets ---===//
 
@@ -122,7 +123,7 @@ static cube_status_t fits_device(cube_server_t *server, const cube_kernel_t *ker
 
 static cube_status_t launch_locked(cube_server_t *server, uint32_t stream, cube_kernel_t *kernel,
                                    cube_cube_count_t count, const cube_kernel_args_t *args,
-                                   cube_launch_mode_t mode);
+                                   cube_launch_mode_t mode, bool deferred);
 
 static cube_status_t queue_launch(cube_server_t *server, uint32_t stream, cube_kernel_t *kernel,
                                   cube_cube_count_t count, const cube_kernel_args_t *args) {
@@ -176,8 +177,8 @@ void cube_launch_flush_deferred(cube_server_t *server) {
     // The launch already answered its caller: a failure now lives on the
     // buffers it leaves unwritten.
     if (server->streams[p->stream].live) {
-      cube_status_release(
-          launch_locked(server, p->stream, p->kernel, p->count, &p->args, CUBE_LAUNCH_EXECUTE));
+      cube_status_release(launch_locked(server, p->stream, p->kernel, p->count, &p->args,
+                                        CUBE_LAUNCH_EXECUTE, true));
     }
     pending_free(p);
     p = next;
@@ -214,6 +215,7 @@ typedef struct launch_t {
   cube_resolved_t count_buffer;
   cube_compiled_t *compiled;
   bool tensor_maps;  // some argument is a TMA tensor map
+  bool deferred;     // a queued launch, enqueued now: its caller heard OK already
 } launch_t;
 
 // A launch about to go through the phases. Field by field: zeroing the
@@ -231,6 +233,7 @@ static void launch_start(launch_t *l, cube_server_t *server, uint32_t stream, cu
   l->dynamic = count.dynamic;
   l->compiled = NULL;
   l->tensor_maps = false;
+  l->deferred = false;
 }
 
 // 1. Arguments: a bad one is the caller's error, and nothing is claimed.
@@ -323,15 +326,10 @@ static cube_status_t launch_dispatch(launch_t *l) {
   for (size_t i = 0; i < l->n; ++i) {
     if (l->io[i] & IO_W) cube_write_scope_add(&scope, &l->resolved[i].slot->claim, true);
   }
-  cube_status_t status = CUBE_OK;
-  const cube_device_properties_t *p = &server->device->properties;
-  if (grid.x > p->max_cube_count.x || grid.y > p->max_cube_count.y ||
-      grid.z > p->max_cube_count.z) {
-    status = cube_status_make(
-        CUBE_STATUS_LAUNCH_UNKNOWN,
-        "launch of '%s': cube count (%u, %u, %u) exceeds the maximum (%u, %u, %u)", l->kernel->name,
-        grid.x, grid.y, grid.z, p->max_cube_count.x, p->max_cube_count.y, p->max_cube_count.z);
-  }
+  // A static count was refused before anything ran (cube_launch); a count
+  // read back from a buffer is checked here, and its outputs claim the
+  // refusal (the caller expected them written).
+  cube_status_t status = cube_validate_cube_count(server, l->kernel->name, grid);
   if (cube_status_is_ok(status)) status = fits_device(server, l->kernel, l->compiled);
   uint64_t words[CUBE_INFO_MAX_WORDS];
   uint32_t info_words = 0, static_words = 0;
@@ -386,7 +384,16 @@ static cube_status_t launch_dispatch(launch_t *l) {
                                  server->device->vtable->dispatch(
                                      server->device, server->streams[stream].backend, &dispatch),
                                  CUBE_STATUS_FAMILY_LAUNCH);
-    if (mark) cube_profile_after_work(server, stream, mark, l->kernel->name, 0, status);
+    if (mark) {
+      // The slice carries what the kernel may touch: the bytes of the
+      // bindings it reads and writes, and its cube count.
+      cube_trace_detail_t detail = {.kind = CUBE_TRACE_KERNEL, .cube_count = grid};
+      for (size_t i = 0; i < l->n; ++i) {
+        if (l->io[i] & IO_R) detail.bytes_read += l->lengths[i];
+        if (l->io[i] & IO_W) detail.bytes_written += l->lengths[i];
+      }
+      cube_profile_after_work(server, stream, mark, l->kernel->name, &detail, status);
+    }
   }
   // Settle the scope: a launch that lands into a claimed output releases it.
   if (cube_status_is_ok(status)) {
@@ -410,12 +417,29 @@ static cube_status_t launch_dispatch(launch_t *l) {
   return status;
 }
 
+// 2b. The arguments against what the kernel takes (core/signature.h), before
+// anything runs: VALIDATION, nothing claimed, in every launch mode; a
+// deferred launch that turns out not to match claims its outputs instead
+// (its caller was answered already). |signature| is NULL before the kernel
+// is compiled: the source's SCALAR reads alone are checked then.
+static cube_status_t launch_check(launch_t *l, const cube_signature_t *signature) {
+  uint64_t addresses[CUBE_MAX_BUFFERS];
+  for (size_t i = 0; i < l->n; ++i) addresses[i] = l->resolved[i].address;
+  cube_status_t status = cube_signature_check(l->kernel->name, signature, &l->kernel->reads,
+                                              l->args, l->lengths, addresses);
+  if (!cube_status_is_ok(status) && l->deferred) launch_fail(l, status);
+  return status;
+}
+
 static cube_status_t launch_body(launch_t *l) {
   cube_status_t status = launch_resolve(l);
   if (!cube_status_is_ok(status)) return status;
   l->compiled = cube_kernel_cache_find(l->server, l->kernel);
-  if (l->mode == CUBE_LAUNCH_QUEUE && !l->compiled)
+  if (l->mode == CUBE_LAUNCH_QUEUE && !l->compiled) {
+    status = launch_check(l, NULL);
+    if (!cube_status_is_ok(status)) return status;
     return queue_launch(l->server, l->stream, l->kernel, l->count, l->args);
+  }
   status = launch_compile(l);
   if (!cube_status_is_ok(status)) return status;
   // A map where the kernel takes a buffer (or the reverse) runs nothing.
@@ -423,6 +447,8 @@ static cube_status_t launch_body(launch_t *l) {
     l->compiled->takes_maps = strpbrk(l->compiled->info.io, "RWX") ? 2 : 1;
   if (l->tensor_maps || l->compiled->takes_maps == 2)
     status = cube_tensor_map_match(l->kernel->name, l->compiled->info.io, l->args);
+  if (!cube_status_is_ok(status)) return status;
+  status = launch_check(l, &l->compiled->signature);
   if (!cube_status_is_ok(status)) return status;
   if (l->mode == CUBE_LAUNCH_COMPILE_ONLY) {
     // A dry run checks its maps as the launch would, and encodes none.
@@ -458,9 +484,10 @@ static cube_status_t launch_body(launch_t *l) {
 // recorded in and invalidates open profiling windows.
 static cube_status_t launch_locked(cube_server_t *server, uint32_t stream, cube_kernel_t *kernel,
                                    cube_cube_count_t count, const cube_kernel_args_t *args,
-                                   cube_launch_mode_t mode) {
+                                   cube_launch_mode_t mode, bool deferred) {
   launch_t l;
   launch_start(&l, server, stream, kernel, args, mode, count);
+  l.deferred = deferred;
   cube_status_t status = launch_body(&l);
   if (!cube_status_is_ok(status) && mode != CUBE_LAUNCH_COMPILE_ONLY)
     cube_server_work_failed(server, stream, status);
@@ -541,6 +568,10 @@ cube_status_t cube_launch(cube_client_t *client, cube_stream_t stream, cube_kern
   if (mode != CUBE_LAUNCH_QUEUE) cube_launch_flush_deferred(server);
   uint32_t index = 0;
   status = cube_server_stream(server, stream, "cube_launch", &index);
+  // A static count above the device's limit is the caller's error in every
+  // mode, before anything is compiled, queued or claimed.
+  if (cube_status_is_ok(status) && !count.dynamic)
+    status = cube_validate_cube_count(server, kernel->name, count.count);
   if (cube_status_is_ok(status) && count.dynamic && mode == CUBE_LAUNCH_EXECUTE) {
     count.count = (cube_dim3_t){0, 0, 0};
     status = read_dynamic_count(server, index, kernel, &count);
@@ -561,7 +592,8 @@ cube_status_t cube_launch(cube_client_t *client, cube_stream_t stream, cube_kern
       cube_status_release(resolved);
     }
   }
-  if (cube_status_is_ok(status)) status = launch_locked(server, index, kernel, count, args, mode);
+  if (cube_status_is_ok(status))
+    status = launch_locked(server, index, kernel, count, args, mode, false);
   cube_server_leave(server);
   return status;
 }
@@ -571,12 +603,60 @@ cube_status_t cube_compile_queued(cube_client_t *client) {
   cube_status_t status = cube_server_enter(server, "cube_compile_queued");
   if (!cube_status_is_ok(status)) return status;
   // Compile every deferred kernel now, then enqueue the deferred launches in
-  // order: a measurement that follows times its own kernels only.
+  // order: a measurement that follows times its own kernels only. Each
+  // kernel that failed to compile is reported once, with the deferred
+  // launches it was for (their outputs claim the error as a launch's would).
+  size_t pending = 0, failed = 0;
+  for (cube_pending_launch_t *p = server->pending_head; p; p = p->next) pending++;
+  cube_status_t *failures = pending ? calloc(pending, sizeof *failures) : NULL;
+  cube_kernel_t **kernels = pending ? calloc(pending, sizeof *kernels) : NULL;
   for (cube_pending_launch_t *p = server->pending_head; p; p = p->next) {
+    bool seen = false;
+    for (cube_pending_launch_t *q = server->pending_head; q != p && !seen; q = q->next)
+      seen = cube_hash128_equal(q->kernel->key, p->kernel->key);
+    if (seen) continue;
     cube_compiled_t *compiled = NULL;
-    cube_status_release(cube_kernel_cache_get(server, p->kernel, NULL, &compiled));
+    cube_status_t compile = cube_kernel_cache_get(server, p->kernel, NULL, &compiled);
+    if (cube_status_is_ok(compile)) continue;
+    size_t launches = 0;
+    uint32_t first_stream = p->stream;
+    for (cube_pending_launch_t *q = p; q; q = q->next)
+      launches += cube_hash128_equal(q->kernel->key, p->kernel->key);
+    cube_status_t report =
+        cube_status_wrap(compile, cube_status_code(compile),
+                         "cube_compile_queued: the deferred compile of '%s' failed; the %zu "
+                         "deferred launch%s of it (first on stream %u) did not run and their "
+                         "outputs claim this error",
+                         p->kernel->name, launches, launches == 1 ? "" : "es", first_stream);
+    if (failures && kernels) {
+      kernels[failed] = cube_kernel_retain(p->kernel);
+      failures[failed++] = report;
+    } else {
+      cube_status_release(report);
+      failed++;
+    }
   }
   cube_launch_flush_deferred(server);
+  // A failure that may not recur (out of memory, not a refusal) is not kept:
+  // the flush compiled again, and the launches ran if that compile did.
+  for (size_t i = 0; kernels && i < failed; ++i) {
+    cube_compiled_t *entry = cube_kernel_cache_find(server, kernels[i]);
+    if (entry && !entry->error) {
+      cube_status_release(failures[i]);
+      failures[i] = CUBE_OK;
+    }
+    cube_kernel_release(kernels[i]);
+  }
   cube_server_leave(server);
-  return CUBE_OK;
+  if (failed && failures && kernels) {
+    status = cube_status_several(failures, failed);
+  } else if (failed) {
+    status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                              "cube_compile_queued: %zu deferred compiles failed (out of host "
+                              "memory for the details)",
+                              failed);
+  }
+  free(failures);
+  free(kernels);
+  return status;
 }

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/server.h"
+#include "core/validate.h"
 
 //===--- Memory manager entry points ---===//
 
@@ -74,20 +75,18 @@ cube_status_t cube_memory_layout(cube_client_t *client, cube_stream_t stream,
   uint64_t total = 0;
   for (size_t i = 0; i < count; ++i) {
     const cube_layout_desc_t *d = &descs[i];
-    if (d->rank == 0 || d->rank > CUBE_MAX_RANK || d->elem_size == 0) {
-      return cube_status_make(CUBE_STATUS_VALIDATION,
-                              "cube_memory_layout: descriptor %zu has rank %u, elem_size %u", i,
-                              d->rank, d->elem_size);
-    }
+    cube_status_t invalid = cube_validate_layout_desc(d, i);
+    if (!cube_status_is_ok(invalid)) return invalid;
     // Strides in elements, innermost last; the optimized layout pads each
     // row (innermost extent) to the device's alignment.
     uint64_t *strides = out_layouts[i].strides;
     memset(strides, 0, sizeof out_layouts[i].strides);
     uint64_t row = d->shape[d->rank - 1];
-    if (d->strategy == CUBE_LAYOUT_OPTIMIZED && d->rank > 1) {
-      uint64_t bytes = row * d->elem_size;
-      bytes = (bytes + align - 1) / align * align;
-      if (bytes % d->elem_size == 0) row = bytes / d->elem_size;
+    uint64_t row_bytes = 0;
+    if (d->strategy == CUBE_LAYOUT_OPTIMIZED && d->rank > 1 &&
+        cube_mul_u64(row, d->elem_size, &row_bytes) && row_bytes <= UINT64_MAX - align) {
+      row_bytes = (row_bytes + align - 1) / align * align;
+      if (row_bytes % d->elem_size == 0) row = row_bytes / d->elem_size;
     }
     strides[d->rank - 1] = 1;
     uint64_t stride = row;
@@ -97,14 +96,15 @@ cube_status_t cube_memory_layout(cube_client_t *client, cube_stream_t stream,
       ok = ok && cube_mul_u64(stride, d->shape[dim], &stride);
     }
     uint64_t bytes = 0;
-    if (!ok || !cube_mul_u64(stride, d->elem_size, &bytes)) {
+    if (!ok || !cube_mul_u64(stride, d->elem_size, &bytes) || total > UINT64_MAX - align ||
+        !cube_add_u64((total + align - 1) / align * align, bytes, &bytes)) {
       return cube_status_make(CUBE_STATUS_IO_BUFFER_TOO_BIG,
                               "cube_memory_layout: descriptor %zu overflows", i);
     }
     total = (total + align - 1) / align * align;
     offsets[i] = total;
-    out_layouts[i].binding.size = bytes;
-    total += bytes;
+    out_layouts[i].binding.size = bytes - total;
+    total = bytes;
   }
   cube_status_t status = cube_handle_create(client, stream, total, out_handle);
   if (cube_status_is_ok(status)) {

@@ -34,7 +34,7 @@ typedef struct trace_record_t {
   uint32_t stream;
   bool done;  // the work was enqueued and |end| recorded
   char name[64];
-  uint64_t bytes;
+  cube_trace_detail_t detail;
   cube_bevent_t *start, *end;
 } trace_record_t;
 
@@ -46,6 +46,11 @@ struct cube_profiler_t {
   cube_bevent_t *anchor;  // reached before every traced event was enqueued
   trace_record_t *records;
   size_t record_count, record_capacity;
+  // Two may trace at once: CUBE_TRACE, over the client's whole life (it owns
+  // the records then), and cube_trace_start/stop, from |user_first| on.
+  bool env_tracing, user_tracing;
+  size_t user_first;
+  char env_path[4096];
 };
 
 static cube_status_t profiler_get(cube_server_t *server, const char *operation,
@@ -145,13 +150,13 @@ void *cube_profile_before_work(cube_server_t *server, uint32_t stream, bool is_l
 }
 
 void cube_profile_after_work(cube_server_t *server, uint32_t stream, void *mark, const char *name,
-                             uint64_t bytes, cube_status_t status) {
+                             const cube_trace_detail_t *detail, cube_status_t status) {
   struct cube_profiler_t *p = server->profiler;
   size_t index = (size_t)(uintptr_t)mark;
   if (!p || index == 0 || index > p->record_count) return;
   trace_record_t *r = &p->records[index - 1];
   snprintf(r->name, sizeof r->name, "%s", name);
-  r->bytes = bytes;
+  if (detail) r->detail = *detail;
   if (!cube_status_is_ok(status)) return;  // nothing was enqueued: no slice
   cube_status_t recorded =
       cube_server_note(server, server->device->vtable->event_record(
@@ -332,20 +337,38 @@ void cube_profile_abandon(cube_client_t *client, cube_stream_t stream, cube_prof
 
 //===--- Tracing ---===//
 
-cube_status_t cube_trace_start(cube_client_t *client) {
-  cube_server_t *server = cube_server_of(client);
-  cube_status_t status = cube_server_enter(server, "cube_trace_start");
+// Starts taking trace records. |env|: CUBE_TRACE's trace of the client's
+// whole life; otherwise cube_trace_start's. When one is already on, the
+// other joins it (same records, same origin); the same one twice is refused.
+static cube_status_t trace_begin(cube_server_t *server, bool env) {
+  const char *operation = env ? "CUBE_TRACE" : "cube_trace_start";
+  cube_status_t status = cube_server_enter(server, operation);
   if (!cube_status_is_ok(status)) return status;
   cube_server_flush_deferred(server);
   struct cube_profiler_t *p = NULL;
-  status = profiler_get(server, "cube_trace_start", &p);
-  if (cube_status_is_ok(status) && (p->tracing || p->anchor)) {
+  status = profiler_get(server, operation, &p);
+  if (cube_status_is_ok(status) && (env ? p->env_tracing : p->user_tracing)) {
     status = cube_status_make(CUBE_STATUS_GENERIC, "cube_trace_start: %s is already tracing",
                               server->name);
   }
+  if (cube_status_is_ok(status) && p->tracing) {
+    // Joining the trace already under way: its origin and records serve.
+    if (env) {
+      p->env_tracing = true;
+    } else {
+      p->user_tracing = true;
+      p->user_first = p->record_count;
+    }
+    cube_server_leave(server);
+    return CUBE_OK;
+  }
+  if (cube_status_is_ok(status) && p->anchor) {
+    status = cube_status_make(CUBE_STATUS_GENERIC, "%s: %s is starting a trace on another thread",
+                              operation, server->name);
+  }
   uint32_t index = 0;
   if (cube_status_is_ok(status))
-    status = cube_server_stream(server, CUBE_STREAM_CURRENT, "cube_trace_start", &index);
+    status = cube_server_stream(server, CUBE_STREAM_CURRENT, operation, &index);
   cube_bstream_t *streams[CUBE_MAX_STREAMS];
   uint32_t count = 0;
   for (uint32_t s = 1; s <= CUBE_MAX_STREAMS && cube_status_is_ok(status); ++s) {
@@ -387,10 +410,22 @@ cube_status_t cube_trace_start(cube_client_t *client) {
   if (p && p->anchor == (cube_bevent_t *)(uintptr_t)1) {
     p->anchor = cube_status_is_ok(status) ? anchor : NULL;
     p->tracing = cube_status_is_ok(status);
+    if (cube_status_is_ok(status)) {
+      if (env) {
+        p->env_tracing = true;
+      } else {
+        p->user_tracing = true;
+        p->user_first = 0;
+      }
+    }
     if (!cube_status_is_ok(status) && anchor) vt->event_release(server->device, anchor);
   }
   pthread_mutex_unlock(&server->lock);
   return status;
+}
+
+cube_status_t cube_trace_start(cube_client_t *client) {
+  return trace_begin(cube_server_of(client), false);
 }
 
 typedef struct trace_row_t {
@@ -439,36 +474,119 @@ static void print_summary(FILE *out, const trace_record_t *records, const uint64
   free(rows);
 }
 
-cube_status_t cube_trace_stop(cube_client_t *client, const char *json_path, FILE *summary) {
-  cube_server_t *server = cube_server_of(client);
-  if (!server) return cube_status_make(CUBE_STATUS_VALIDATION, "cube_trace_stop: client is NULL");
+// One name as a JSON string body: kernel names are C identifiers and the
+// core's own names are plain text, but a quote or a control byte must never
+// make the file invalid.
+static void json_string(FILE *f, const char *text) {
+  for (const unsigned char *c = (const unsigned char *)text; *c; ++c) {
+    if (*c == '"' || *c == '\\') {
+      fprintf(f, "\\%c", *c);
+    } else if (*c < 0x20) {
+      fprintf(f, "\\u%04x", *c);
+    } else {
+      fputc(*c, f);
+    }
+  }
+}
+
+static bool write_json(const cube_server_t *server, const char *path, const trace_record_t *records,
+                       const uint64_t *starts, const uint64_t *durations, size_t count) {
+  FILE *f = fopen(path, "w");
+  if (!f) return false;
+  fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
+  fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"");
+  json_string(f, server->name);
+  fprintf(f, "\"}}");
+  bool named[CUBE_MAX_STREAMS + 1] = {false};
+  for (size_t i = 0; i < count; ++i) {
+    const trace_record_t *r = &records[i];
+    if (!r->done) continue;
+    if (r->stream <= CUBE_MAX_STREAMS && !named[r->stream]) {
+      named[r->stream] = true;
+      fprintf(f,
+              ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%u,"
+              "\"args\":{\"name\":\"stream %u\"}}",
+              r->stream, r->stream);
+    }
+    static const char *const kCategories[] = {"copy", "kernel", "graph"};
+    const cube_trace_detail_t *d = &r->detail;
+    fprintf(f, ",\n{\"name\":\"");
+    json_string(f, r->name);
+    fprintf(f,
+            "\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":1,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,"
+            "\"args\":{\"bytes_read\":%" PRIu64 ",\"bytes_written\":%" PRIu64,
+            kCategories[d->kind], r->stream, (double)starts[i] * 1e-3, (double)durations[i] * 1e-3,
+            d->bytes_read, d->bytes_written);
+    if (d->kind == CUBE_TRACE_KERNEL) {
+      fprintf(f, ",\"cube_count\":[%u,%u,%u],\"cubes\":%" PRIu64, d->cube_count.x, d->cube_count.y,
+              d->cube_count.z, (uint64_t)d->cube_count.x * d->cube_count.y * d->cube_count.z);
+    } else if (d->kind == CUBE_TRACE_COPY) {
+      fprintf(f, ",\"bytes\":%" PRIu64,
+              d->bytes_read > d->bytes_written ? d->bytes_read : d->bytes_written);
+    }
+    fprintf(f, "}}");
+  }
+  fprintf(f, "\n]}\n");
+  return fclose(f) == 0;
+}
+
+// Ends the trace for |env| (CUBE_TRACE) or the caller of cube_trace_stop:
+// times the records it covers (waiting for them, lock not held) and writes
+// |json_path| and |summary| when given. The records and their events are
+// released once nobody traces any more.
+static cube_status_t trace_end(cube_server_t *server, bool env, const char *json_path,
+                               FILE *summary) {
+  const char *operation = env ? "CUBE_TRACE" : "cube_trace_stop";
   pthread_mutex_lock(&server->lock);
   struct cube_profiler_t *p = server->profiler;
   cube_status_t status = CUBE_OK;
-  trace_record_t *records = NULL;
+  trace_record_t *records = NULL, *owned = NULL;
+  bool last = false;  // nobody traces after this one: it releases the events
   size_t count = 0;
   cube_bevent_t *anchor = NULL;
-  if (!p || !p->tracing) {
+  if (!p || !p->tracing || !(env ? p->env_tracing : p->user_tracing)) {
     status =
-        cube_status_make(CUBE_STATUS_GENERIC, "cube_trace_stop: %s is not tracing", server->name);
+        cube_status_make(CUBE_STATUS_GENERIC, "%s: %s is not tracing", operation, server->name);
   } else {
-    records = p->records;
-    count = p->record_count;
+    size_t first = env ? 0 : p->user_first;
+    if (env) {
+      p->env_tracing = false;
+    } else {
+      p->user_tracing = false;
+    }
     anchor = p->anchor;
-    p->records = NULL;
-    p->record_count = p->record_capacity = 0;
-    p->anchor = NULL;
-    p->tracing = false;
+    count = p->record_count - first;
+    if (!p->env_tracing && !p->user_tracing) {
+      // The last one out takes the records (and later releases the events).
+      last = true;
+      owned = p->records;
+      records = owned ? owned + first : NULL;
+      p->records = NULL;
+      p->record_count = p->record_capacity = 0;
+      p->anchor = NULL;
+      p->tracing = false;
+    } else {
+      // The other trace goes on: a copy of the records it shares (the array
+      // may move while this one waits on their events, lock released).
+      records = calloc(count ? count : 1, sizeof *records);
+      if (records) {
+        memcpy(records, p->records + first, count * sizeof *records);
+      } else {
+        status = cube_status_make(CUBE_STATUS_PROFILE_UNKNOWN,
+                                  "%s: out of host memory for %zu slices", operation, count);
+      }
+      anchor = p->anchor;
+    }
   }
   pthread_mutex_unlock(&server->lock);
-  if (!cube_status_is_ok(status)) return status;
+  if (!p || (!cube_status_is_ok(status) && !records && !last)) return status;
 
   const cube_backend_vtable_t *vt = server->device->vtable;
   uint64_t *starts = calloc(count ? count : 1, sizeof *starts);
   uint64_t *durations = calloc(count ? count : 1, sizeof *durations);
-  if (!starts || !durations)
-    status = cube_status_make(CUBE_STATUS_PROFILE_UNKNOWN,
-                              "cube_trace_stop: out of host memory for %zu slices", count);
+  if (cube_status_is_ok(status) && (!starts || !durations))
+    status = cube_status_make(CUBE_STATUS_PROFILE_UNKNOWN, "%s: out of host memory for %zu slices",
+                              operation, count);
   for (size_t i = 0; i < count && cube_status_is_ok(status); ++i) {
     trace_record_t *r = &records[i];
     if (!r->done) continue;
@@ -478,47 +596,22 @@ cube_status_t cube_trace_stop(cube_client_t *client, const char *json_path, FILE
     if (cube_status_is_ok(status))
       status = vt->event_elapsed(server->device, r->start, r->end, &durations[i]);
   }
-  if (cube_status_is_ok(status) && json_path) {
-    FILE *f = fopen(json_path, "w");
-    if (!f) {
-      status = cube_status_make(CUBE_STATUS_GENERIC,
-                                "cube_trace_stop: cannot open '%s' for writing", json_path);
-    } else {
-      fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
-      fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"%s\"}}",
-              server->name);
-      bool named[CUBE_MAX_STREAMS + 1] = {false};
-      for (size_t i = 0; i < count; ++i) {
-        const trace_record_t *r = &records[i];
-        if (!r->done) continue;
-        if (!named[r->stream]) {
-          named[r->stream] = true;
-          fprintf(f,
-                  ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%u,"
-                  "\"args\":{\"name\":\"stream %u\"}}",
-                  r->stream, r->stream);
-        }
-        bool copy = r->bytes > 0 || strncmp(r->name, "copy", 4) == 0 ||
-                    strncmp(r->name, "write", 5) == 0 || strncmp(r->name, "read", 4) == 0;
-        fprintf(f,
-                ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":1,\"tid\":%u,"
-                "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"bytes\":%" PRIu64 "}}",
-                r->name, copy ? "copy" : "kernel", r->stream, (double)starts[i] * 1e-3,
-                (double)durations[i] * 1e-3, r->bytes);
-      }
-      fprintf(f, "\n]}\n");
-      if (fclose(f) != 0)
-        status = cube_status_make(CUBE_STATUS_GENERIC, "cube_trace_stop: writing '%s' failed",
-                                  json_path);
-    }
+  if (cube_status_is_ok(status) && json_path &&
+      !write_json(server, json_path, records, starts, durations, count)) {
+    status = cube_status_make(CUBE_STATUS_GENERIC, "%s: cannot write '%s'", operation, json_path);
   }
   if (cube_status_is_ok(status) && summary) print_summary(summary, records, durations, count);
-  for (size_t i = 0; i < count; ++i) {
-    if (records[i].start) vt->event_release(server->device, records[i].start);
-    if (records[i].end) vt->event_release(server->device, records[i].end);
+  if (last) {
+    size_t total = owned ? (size_t)(records - owned) + count : 0;
+    for (size_t i = 0; i < total; ++i) {
+      if (owned[i].start) vt->event_release(server->device, owned[i].start);
+      if (owned[i].end) vt->event_release(server->device, owned[i].end);
+    }
+    if (anchor) vt->event_release(server->device, anchor);
+    free(owned);
+  } else {
+    free(records);
   }
-  if (anchor) vt->event_release(server->device, anchor);
-  free(records);
   free(starts);
   free(durations);
   if (!cube_status_is_ok(status)) {
@@ -529,6 +622,95 @@ cube_status_t cube_trace_stop(cube_client_t *client, const char *json_path, FILE
   return status;
 }
 
+cube_status_t cube_trace_stop(cube_client_t *client, const char *json_path, FILE *summary) {
+  cube_server_t *server = cube_server_of(client);
+  if (!server) return cube_status_make(CUBE_STATUS_VALIDATION, "cube_trace_stop: client is NULL");
+  return trace_end(server, false, json_path, summary);
+}
+
 cube_status_t cube_trace_stop_json(cube_client_t *client, const char *path) {
   return cube_trace_stop(client, path, NULL);
+}
+
+//===--- CUBE_TRACE: any program's client, from creation to release ---===//
+
+// The first client of this process to trace into a path writes it as
+// given; later ones write "<stem>.<n><ext>", so no client overwrites
+// another's trace. Counted per path (by hash; a small table, then one
+// counter for every path past it).
+#define ENV_TRACE_PATHS 32
+static struct {
+  pthread_mutex_t lock;
+  uint64_t hashes[ENV_TRACE_PATHS];
+  unsigned counts[ENV_TRACE_PATHS];
+  unsigned overflow;
+} env_traced = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static unsigned env_trace_number(const char *path) {
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a
+  for (const unsigned char *c = (const unsigned char *)path; *c; ++c)
+    hash = (hash ^ *c) * 1099511628211ull;
+  if (hash == 0) hash = 1;
+  unsigned n = 0;
+  pthread_mutex_lock(&env_traced.lock);
+  size_t i = 0;
+  while (i < ENV_TRACE_PATHS && env_traced.hashes[i] && env_traced.hashes[i] != hash) ++i;
+  if (i < ENV_TRACE_PATHS) {
+    env_traced.hashes[i] = hash;
+    n = env_traced.counts[i]++;
+  } else {
+    n = ++env_traced.overflow + 1000;  // past the table: numbers no path used
+  }
+  pthread_mutex_unlock(&env_traced.lock);
+  return n;
+}
+
+static void env_trace_path(const char *path, unsigned n, char *out, size_t capacity) {
+  if (n == 0) {
+    snprintf(out, capacity, "%s", path);
+    return;
+  }
+  const char *slash = strrchr(path, '/');
+  const char *dot = strrchr(path, '.');
+  if (!dot || (slash && dot < slash)) dot = path + strlen(path);
+  snprintf(out, capacity, "%.*s.%u%s", (int)(dot - path), path, n, dot);
+}
+
+void cube_trace_env_start(cube_server_t *server) {
+  const char *path = cube_config_text(&server->config, CUBE_CONFIG_TRACE, NULL);
+  if (!path || !path[0]) return;
+  cube_status_t status = trace_begin(server, true);
+  if (cube_status_is_ok(status)) {
+    unsigned n = env_trace_number(path);
+    pthread_mutex_lock(&server->lock);
+    env_trace_path(path, n, server->profiler->env_path, sizeof server->profiler->env_path);
+    CUBE_LOG(&server->log, CUBE_LOG_INFO, "CUBE_TRACE: tracing every kernel and copy into %s",
+             server->profiler->env_path);
+    pthread_mutex_unlock(&server->lock);
+  } else {
+    char *text = cube_status_to_string(status);
+    CUBE_LOG(&server->log, CUBE_LOG_WARN, "CUBE_TRACE=%s: tracing could not start: %s", path,
+             text ? text : "");
+    free(text);
+    cube_status_release(status);
+  }
+}
+
+void cube_trace_env_stop(cube_server_t *server) {
+  pthread_mutex_lock(&server->lock);
+  bool tracing = server->profiler && server->profiler->env_tracing;
+  char path[sizeof server->profiler->env_path];
+  if (tracing) snprintf(path, sizeof path, "%s", server->profiler->env_path);
+  pthread_mutex_unlock(&server->lock);
+  if (!tracing) return;
+  cube_status_t status = trace_end(server, true, path, NULL);
+  if (cube_status_is_ok(status)) {
+    CUBE_LOG(&server->log, CUBE_LOG_INFO, "CUBE_TRACE: wrote %s", path);
+  } else {
+    char *text = cube_status_to_string(status);
+    CUBE_LOG(&server->log, CUBE_LOG_WARN, "CUBE_TRACE: the trace was not written: %s",
+             text ? text : "");
+    free(text);
+    cube_status_release(status);
+  }
 }

@@ -10,8 +10,28 @@
 // events. Returns a mark for cube_profile_after_work (NULL: nothing to do).
 CUBE_INTERNAL void *cube_profile_before_work(cube_server_t *server, uint32_t stream,
                                              bool is_launch);
+// What a traced slice did: a copy (bytes read and written on the device), a
+// kernel (the bytes of the bindings it reads and writes, its cube count), a
+// graph replay.
+typedef enum cube_trace_kind_t {
+  CUBE_TRACE_COPY = 0,
+  CUBE_TRACE_KERNEL = 1,
+  CUBE_TRACE_GRAPH = 2,
+} cube_trace_kind_t;
+typedef struct cube_trace_detail_t {
+  cube_trace_kind_t kind;
+  uint64_t bytes_read, bytes_written;
+  cube_dim3_t cube_count;  // kernels
+} cube_trace_detail_t;
 CUBE_INTERNAL void cube_profile_after_work(cube_server_t *server, uint32_t stream, void *mark,
-                                           const char *name, uint64_t bytes, cube_status_t status);
+                                           const char *name, const cube_trace_detail_t *detail,
+                                           cube_status_t status);
+// CUBE_TRACE=path: the client traces from creation (cube_trace_env_start,
+// after it is made) to its last release (cube_trace_env_stop, before
+// teardown, which writes the Chrome trace). Failures are logged, never
+// returned: tracing must not change what the program does. Lock not held.
+CUBE_INTERNAL void cube_trace_env_start(cube_server_t *server);
+CUBE_INTERNAL void cube_trace_env_stop(cube_server_t *server);
 // Every open profiling window is invalidated by |status| (kept as its cause).
 // The work-failed hook.
 CUBE_INTERNAL void cube_profile_note_failure(cube_server_t *server, uint32_t stream,

@@ -38,6 +38,10 @@ cube_status_t cube_server_begin(cube_server_t *server, cube_stream_t stream, con
   cube_status_t status = cube_server_enter(server, operation);
   if (!cube_status_is_ok(status)) return status;
   cube_server_flush_deferred(server);
+  if (atomic_load_explicit(&server->collectives_failed, memory_order_relaxed) &&
+      server->hooks.collectives_failed) {
+    server->hooks.collectives_failed(server);
+  }
   status = cube_server_stream(server, stream, operation, out_index);
   if (!cube_status_is_ok(status)) cube_server_leave(server);
   return status;
@@ -151,9 +155,19 @@ static cube_status_t mm_page_alloc(void *context, uint64_t size, uint64_t *out_a
                             "page allocation of %llu bytes on poisoned device %s",
                             (unsigned long long)size, server->name);
   }
-  return cube_server_note_in(server,
-                             server->device->vtable->page_alloc(server->device, size, out_address),
-                             CUBE_STATUS_FAMILY_IO);
+  cube_status_t status = cube_server_note_in(
+      server, server->device->vtable->page_alloc(server->device, size, out_address),
+      CUBE_STATUS_FAMILY_IO);
+  // The memory manager's fallback (memory_pool.c): an error reclaiming may
+  // cure makes it give free pages back and try once more.
+  if (!cube_status_is_ok(status) && cube_status_may_succeed_after_reclaim(status) &&
+      !cube_status_is_device_poisoned(status)) {
+    CUBE_LOG(&server->log, CUBE_LOG_INFO,
+             "page allocation of %llu bytes failed (%s): the memory manager reclaims free pages "
+             "and retries once",
+             (unsigned long long)size, cube_status_code_name(cube_status_code(status)));
+  }
+  return status;
 }
 
 static cube_status_t mm_page_free(void *context, uint64_t address) {
@@ -297,20 +311,20 @@ cube_status_t cube_server_wait_stream(cube_server_t *server, uint32_t stream) {
 
 //===--- Handles and bindings ---===//
 
-// Handle bits: [client id:16][generation:16][slot + 1:32]. Slot + 1 keeps 0
-// from ever being a valid handle.
+// Handle bits: [client id:16][generation:24][slot + 1:24] (see cube_slot_t).
+// Slot + 1 keeps 0 from ever being a valid handle.
 static cube_handle_t handle_pack(uint32_t server, uint32_t generation, uint32_t slot) {
   return (cube_handle_t){((uint64_t)(server & 0xffff) << 48) |
-                         ((uint64_t)(generation & 0xffff) << 32) | (uint64_t)(slot + 1)};
+                         ((uint64_t)(generation & 0xffffff) << 24) | (uint64_t)(slot + 1)};
 }
 static uint32_t handle_client(cube_handle_t h) {
   return (uint32_t)(h.bits >> 48);
 }
 static uint32_t handle_generation(cube_handle_t h) {
-  return (uint32_t)(h.bits >> 32) & 0xffff;
+  return (uint32_t)(h.bits >> 24) & 0xffffff;
 }
 static uint32_t handle_slot(cube_handle_t h) {
-  return (uint32_t)(h.bits & 0xffffffffu) - 1;
+  return (uint32_t)(h.bits & 0xffffff) - 1;
 }
 
 cube_handle_t cube_server_handle(const cube_server_t *server, uint32_t index) {
@@ -330,7 +344,7 @@ cube_status_t cube_server_slot(cube_server_t *server, cube_handle_t handle, cons
   }
   uint32_t index = handle_slot(handle);
   if (index >= server->slot_count || !server->slots[index].live ||
-      (server->slots[index].generation & 0xffff) != handle_generation(handle)) {
+      server->slots[index].generation != handle_generation(handle)) {
     return cube_status_make(CUBE_STATUS_IO_NOT_FOUND,
                             "%s: %s (handle 0x%016llx) was released or never existed on %s",
                             operation, what, (unsigned long long)handle.bits, server->name);

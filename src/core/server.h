@@ -29,11 +29,14 @@
 
 #include "core/backend.h"
 #include "core/failure.h"
+#include "core/log.h"
 #include "base/util.h"
 #include "core/memory_pool.h"
+#include "core/signature.h"
 
 #define CUBE_MAX_STREAMS 256
 #define CUBE_MAX_BUFFERS 16  // per launch: the dialect's argument limit
+_Static_assert(CUBE_MAX_BUFFERS == CUBE_SIGNATURE_MAX_BUFFERS, "core/signature.h: buffer limit");
 
 typedef struct cube_server_t cube_server_t;
 
@@ -56,6 +59,14 @@ typedef struct cube_stream_state_t {
 // One slot of the handle table. A handle value names (client, slot,
 // generation); a released slot bumps its generation, so stale handles are
 // recognised instead of aliasing a later buffer.
+//
+// Handle bits: [client id:16][generation:24][slot + 1:24] (server.c). A slot
+// whose generation has taken all 2^24 values is retired, never reused, so the
+// same bits never name two buffers in one client's life (a 16-bit generation
+// wrapped after 65,536 create/release cycles, and a stale handle then read
+// another buffer's bytes as OK).
+#define CUBE_HANDLE_GENERATIONS (1u << 24)
+#define CUBE_HANDLE_MAX_SLOTS ((1u << 24) - 1)
 typedef struct cube_slot_t {
   uint32_t generation;
   bool live;
@@ -63,6 +74,7 @@ typedef struct cube_slot_t {
   cube_mm_slice_t slice;
   uint32_t last_stream;   // stream index that last used the buffer
   uint64_t last_ticket;   // that stream's ticket after the use
+  uint32_t home_stream;   // the stream it was made on (the collectives' same-stream rule)
   uint32_t write_stream;  // the stream of the last work that wrote it (0: none)
   uint64_t write_ticket;  // that work's ticket: pending until the stream completes it
   // Streams that used it since that write (bit s - 1 for stream s): a write
@@ -78,7 +90,8 @@ typedef struct cube_compiled_t {
   cube_kernel_t *kernel;  // retained
   cube_bkernel_t *backend;
   cube_kernel_info_t info;
-  cube_status_t error;  // the compile error, kept: a failed compile is not retried
+  cube_signature_t signature;  // what a launch must pass (core/signature.h)
+  cube_status_t error;         // the compile error, kept: a failed compile is not retried
   // The last cube dim and dynamic shared memory found to fit the device
   // (kernels of one source may differ in both).
   bool fits;
@@ -125,6 +138,10 @@ typedef struct cube_server_hooks_t {
   // The calling thread got a default stream (client.c: it is retired when the
   // thread exits). Lock held.
   void (*thread_stream_opened)(cube_server_t *server);
+  // A collective group of this server failed: the destinations it had in
+  // flight claim the failure (collective.c). Called by cube_server_begin
+  // when collectives_failed is set. Lock held.
+  void (*collectives_failed)(cube_server_t *server);
 } cube_server_hooks_t;
 
 typedef struct cube_thread_stream_t {
@@ -139,7 +156,8 @@ struct cube_server_t {
   uint32_t id;  // process-unique, stamped in every handle
   pthread_mutex_t lock;
   cube_backend_device_t *device;
-  char name[48];  // "cpu:0", "cuda:0", "fault(cpu):0"
+  char name[48];      // "cpu:0", "cuda:0", "fault(cpu):0"
+  cube_logger_t log;  // level and sink from the options or CUBE_LOG (log.h)
   uint64_t properties_hash;
   cube_mm_t *mm;
   cube_status_t poison;  // non-NULL once the device is poisoned (sticky)
@@ -175,6 +193,10 @@ struct cube_server_t {
   // kernel store it names (shared by the clients of one directory).
   cube_config_t config;
   struct cube_kstore_t *kernel_store;
+  // A collective group this server is a member of failed (comm_group.c): the
+  // destinations it had in flight claim that at its next call (collective.c,
+  // through the hook below). Set without the lock.
+  atomic_bool collectives_failed;
 };
 
 // A kernel object (kernel.c): immutable once created, shared by clients.
@@ -186,7 +208,8 @@ struct cube_kernel_t {
   cube_kernel_language_t language;
   cube_dim3_t cube_dim;
   uint32_t dynamic_shared_memory;
-  cube_hash128_t key;  // content hash, the compiled-kernel cache key
+  cube_hash128_t key;         // content hash, the compiled-kernel cache key
+  cube_scalar_reads_t reads;  // its SCALAR(type, i) reads (core/signature.h)
   // (client id << 32 | index) of the compiled entry last found for this
   // kernel: kernels are shared between clients and threads, hence atomic.
   atomic_uint_fast64_t hint;

@@ -176,10 +176,10 @@ void cube_staging_count(cube_server_t *server, uint32_t *out_blocks, uint32_t *o
 cube_status_t cube_staging_acquire(cube_client_t *client, uint64_t size, void **out_host) {
   cube_server_t *server = cube_server_of(client);
   if (!server || !out_host || size == 0) {
-    return cube_status_make(
-        CUBE_STATUS_VALIDATION,
-        "cube_staging_acquire: needs a client, out_host and a size > 0 (size=%llu)",
-        (unsigned long long)size);
+    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_staging_acquire: %s",
+                            !server     ? "client is NULL"
+                            : !out_host ? "out_host is NULL"
+                                        : "size is 0 (a staging buffer holds at least a byte)");
   }
   cube_status_t status = cube_staging_take(server, size, out_host);
   if (cube_status_is_ok(status)) {
@@ -208,8 +208,10 @@ bool cube_staging_held(cube_server_t *server, const void *host, uint64_t size) {
 
 cube_status_t cube_staging_release(cube_client_t *client, void *host) {
   cube_server_t *server = cube_server_of(client);
-  if (!server || !host)
-    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_staging_release: NULL argument");
+  if (!server || !host) {
+    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_staging_release: %s is NULL",
+                            !server ? "client" : "host");
+  }
   bool known = false;
   pthread_mutex_lock(&staging_lock);
   for (staging_block_t *b = server->staging; b; b = b->next) {

@@ -323,8 +323,7 @@ static bool check_tiled(const cube_tensor_map_desc_t *desc, const cube_device_pr
   uint64_t box = cube_tensor_map_box_bytes(desc);
   uint64_t max = cube_tensor_map_max_box_bytes(props);
   if (box > max)
-    return fail(message, capacity,
-                "Tile must be smaller than 256 KiB: %llu bytes > %llu bytes",
+    return fail(message, capacity, "Tile must be smaller than 256 KiB: %llu bytes > %llu bytes",
                 (unsigned long long)box, (unsigned long long)max);
   return false;
 }

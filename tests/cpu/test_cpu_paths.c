@@ -86,7 +86,9 @@ static cube_status_t run_once(cube_client_t *client, const run_t *r, float *out)
   if (cube_status_is_ok(status)) {
     cube_kernel_buffer_t buffers[2] = {cth_arg(hx, CUBE_IO_READ), cth_arg(hy, CUBE_IO_WRITE)};
     cube_scalar_t scalars[1] = {cube_scalar_u32(r->scalar)};
-    cube_kernel_args_t args = {buffers, 2, scalars, 1};
+    // The launch must match the kernel: the scalar only where it reads one.
+    uint32_t scalar_count = strstr(r->source, "SCALAR(") ? 1 : 0;
+    cube_kernel_args_t args = {buffers, 2, scalars, scalar_count};
     status = cube_launch(client, S, kernel, cube_count_static(r->count.x, r->count.y, r->count.z),
                          &args, CUBE_LAUNCH_EXECUTE);
     if (cube_status_is_ok(status)) status = cube_sync(client, S, NULL, 0);
@@ -276,6 +278,35 @@ static void test_values_across_barriers(void **state) {
   (void)state;
   if (!have_clang()) skip();
   run_t r = {"carried", kCarried, {16, 4, 1}, {2, 3, 1}, 0, 500, 384};
+  both_paths(&r, NULL);
+}
+
+// Values recomputed after a barrier from locals read nowhere else (row =
+// base * 4 needs base, base needs lin), and a lock-step loop that starts
+// from such a chain, inside a loop that holds barriers (the shape of the
+// tuned GEMM's tile loads).
+static const char kChained[] =
+    "CUBE_KERNEL(chained, IN(float, x), OUT(float, y)) {\n"
+    "  SHARED(float, s, 64);\n"
+    "  const uint32_t lin = UNIT_POS_Y * CUBE_DIM_X + UNIT_POS_X;\n"
+    "  const uint32_t base = lin / 4u, lane = lin % 4u;\n"
+    "  const uint32_t row = base * 4u + lane;\n"
+    "  float acc = 0.0f;\n"
+    "  for (uint32_t step = 0; step < 3; ++step) {\n"
+    "    for (uint32_t e = row; e < 64; e += CUBE_DIM) s[e] = x[(e + step) % LEN(x)];\n"
+    "    SYNC_CUBE();\n"
+    "    acc += s[(row + step) % 64];\n"
+    "    SYNC_CUBE();\n"
+    "  }\n"
+    "  y[row + 64 * CUBE_POS] = acc;\n"
+    "}\n";
+
+static void test_recomputed_chains(void **state) {
+  (void)state;
+  if (!have_clang()) skip();
+  run_t r = {"chained", kChained, {8, 4, 1}, {3, 1, 1}, 0, 200, 192};
+  both_paths(&r, NULL);
+  r.dim = DIM1(32);  // one row: the lock-step loop's fast path
   both_paths(&r, NULL);
 }
 
@@ -664,6 +695,7 @@ int main(void) {
       cmocka_unit_test(test_loops),
       cmocka_unit_test(test_lockstep_loops),
       cmocka_unit_test(test_values_across_barriers),
+      cmocka_unit_test(test_recomputed_chains),
       cmocka_unit_test(test_returns_in_barrier_loops),
       cmocka_unit_test(test_helpers_and_planes),
       cmocka_unit_test(test_bench_and_example_kernels),

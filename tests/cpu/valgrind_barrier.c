@@ -47,18 +47,18 @@ int main(void) {
   failed = failed || check(cube_handle_create(client, CUBE_STREAM_CURRENT, CUBES * 4, &sums), "s");
   static float host[N], out[CUBES];
   for (int i = 0; i < N; ++i) host[i] = (float)(i % 5);
-  failed = failed || check(cube_write(client, CUBE_STREAM_CURRENT, cube_handle_binding(x), host,
-                                      sizeof host),
-                           "cube_write");
+  failed = failed ||
+           check(cube_write(client, CUBE_STREAM_CURRENT, cube_handle_binding(x), host, sizeof host),
+                 "cube_write");
   cube_kernel_buffer_t b[2] = {{.binding = cube_handle_binding(x), .io = CUBE_IO_READ},
                                {.binding = cube_handle_binding(sums), .io = CUBE_IO_WRITE}};
   cube_kernel_args_t args = {b, 2, NULL, 0};
   failed = failed || check(cube_launch(client, CUBE_STREAM_CURRENT, kernel,
                                        cube_count_static(CUBES, 1, 1), &args, CUBE_LAUNCH_EXECUTE),
                            "cube_launch");
-  failed = failed || check(cube_read(client, CUBE_STREAM_CURRENT, cube_handle_binding(sums), out,
-                                     sizeof out),
-                           "cube_read");
+  failed = failed ||
+           check(cube_read(client, CUBE_STREAM_CURRENT, cube_handle_binding(sums), out, sizeof out),
+                 "cube_read");
   for (int c = 0; c < CUBES && !failed; ++c) {
     float want = 0;
     for (int i = c * DIM; i < (c + 1) * DIM; ++i) want += host[i];

@@ -36,6 +36,10 @@ struct cube_bkernel_t {
   char key[33];  // hash of the entry point and the bytes loaded
   char *name;
   char *io;
+  // The exported signature (name__cube_sig, name__cube_sig_names), inside
+  // the loaded library; NULL for an object built without one.
+  const uint32_t *signature;
+  const char *signature_names;
   void *library;
   void (*loop)(struct cube__ctx_t *ctx);
   void (*unit)(struct cube__ctx_t *ctx, uint32_t x, uint32_t y, uint32_t z);
@@ -264,6 +268,13 @@ CUBE_INTERNAL void cube_cpu_graph_release(cube_backend_device_t *device, cube_bg
 // The graph |stream| records into (NULL: none); sets it to |graph| when |replace|.
 CUBE_INTERNAL cube_bgraph_t *cube_cpu_stream_recording(cube_bstream_t *stream, cube_bgraph_t *graph,
                                                        bool replace);
+// A collective's part (cpu_transport.c), run in stream order: |fn(arg, NULL)|
+// when the stream reaches it, its failure halting the stream like a
+// dispatch's; on a halted stream |fn(arg, failure)| instead (its answer
+// ignored), so the part can tell the other ranks it will not come. |fn|
+// runs exactly once.
+CUBE_INTERNAL cube_status_t cube_cpu_stream_transport(
+    cube_bstream_t *stream, cube_status_t (*fn)(void *arg, cube_status_t dropped), void *arg);
 CUBE_INTERNAL cube_status_t cube_cpu_stream_enqueue_graph(cube_bstream_t *stream,
                                                           cube_bgraph_t *graph);
 

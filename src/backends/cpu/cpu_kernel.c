@@ -543,6 +543,10 @@ static cube_status_t load_kernel(const cube_cpu_device_t *cpu, const void *bytes
     char mark[300];
     snprintf(mark, sizeof(mark), "%s__cube_no_barrier", name);
     kernel->no_barrier = dlsym(library, mark) != NULL;
+    snprintf(mark, sizeof(mark), "%s__cube_sig", name);
+    kernel->signature = dlsym(library, mark);
+    snprintf(mark, sizeof(mark), "%s__cube_sig_names", name);
+    kernel->signature_names = dlsym(library, mark);
     *(void **)&kernel->loop = loop;
     *(void **)&kernel->unit = unit;
     // The split entry and its storage size come together or not at all.
@@ -661,6 +665,8 @@ cube_status_t cube_cpu_kernel_load(cube_backend_device_t *device,
   if (status == CUBE_OK) {
     *out_kernel = kernel;
     out_info->io = kernel->io;
+    out_info->signature = kernel->signature;
+    out_info->signature_names = kernel->signature_names;
     out_info->static_shared_memory = 0;  // SHARED() is sized at run time on the CPU
     out_info->max_units_per_cube = kernel->max_units;
   }

@@ -1078,6 +1078,13 @@ static void collect_unit(split_t *sp, int32_t unit, int32_t node, bool top) {
 
 //===--- 5. Classes ---===//
 
+// Marks every variable named under |node|.
+static void mark_refs(const split_t *sp, int32_t node, uint8_t *out) {
+  const cube_ast_node_t *n = N(sp, node);
+  if (n->kind == CUBE_AST_DECL_REF && n->var != NONE) out[n->var] = 1;
+  for (uint32_t i = 0; i < n->count; ++i) mark_refs(sp, child(sp, node, i), out);
+}
+
 // The same value in every unit and in scope where control runs once: a
 // uniform or header variable, or a recomputable one that does not vary (its
 // declaration is copied in front of the control, cpu_split.c emit_pinned).
@@ -1160,6 +1167,36 @@ static void classify_vars(split_t *sp) {
       sp->vclass[v] = all_pure ? V_REMAT : V_PROMOTED;
     }
   }
+  // A recomputed declaration is copied into other units, and so are the
+  // variables it reads: a local read only there crosses too (row0 = tile_m *
+  // BM, recomputed after a barrier, needs tile_m). Declarations name only
+  // variables declared before them, so one backward pass closes the set.
+  uint8_t *reads = calloc(sp->var_count ? sp->var_count : 1, 1);
+  if (reads == NULL) {
+    fail(sp, "out of memory");
+    return;
+  }
+  for (uint32_t v = sp->var_count; v-- > 0;) {
+    if (sp->vclass[v] != V_REMAT) continue;
+    memset(reads, 0, sp->var_count);
+    mark_refs(sp, sp->decl_stmt[v], reads);
+    for (uint32_t w = 0; w < v; ++w) {
+      if (!reads[w] || sp->vclass[w] != V_LOCAL || sp->ast->vars[w].param) continue;
+      int32_t stmt = sp->decl_stmt[w];
+      if (!seq_level(sp, (int32_t)w) || stmt == NONE || sp->unit_of[stmt] == NONE ||
+          sp->units[sp->unit_of[stmt]].kind != U_REGION) {
+        fail(sp, "a recomputed value reads a local declared inside a statement");
+        break;
+      }
+      bool all_pure = true;
+      for (uint32_t i = 0; i < nchild(sp, stmt); ++i) {
+        int32_t other = N(sp, child(sp, stmt, i))->var;
+        if (other != NONE && !sp->pure[other]) all_pure = false;
+      }
+      sp->vclass[w] = all_pure ? V_REMAT : V_PROMOTED;
+    }
+  }
+  free(reads);
 }
 
 //===--- 6. Emission ---===//
@@ -1367,15 +1404,26 @@ static void emit_prologue(split_t *sp, int32_t u) {
     return;
   }
   remat_closure(sp, u, need);
+  // Promoted values the recomputed declarations read are loaded first.
+  uint8_t *reads = calloc(sp->var_count ? sp->var_count : 1, 1);
+  if (reads == NULL) {
+    free(need);
+    fail(sp, "out of memory");
+    return;
+  }
+  for (uint32_t v = 0; v < sp->var_count; ++v) {
+    if (need[v]) mark_refs(sp, sp->decl_stmt[v], reads);
+  }
+  for (uint32_t v = 0; v < sp->var_count; ++v) {
+    if ((refs[v] || reads[v]) && !decls[v] && sp->vclass[v] == V_PROMOTED) emit_load(sp, v);
+  }
   int32_t last_stmt = NONE;
   for (uint32_t v = 0; v < sp->var_count; ++v) {
     if (!need[v] || sp->decl_stmt[v] == last_stmt) continue;
     last_stmt = sp->decl_stmt[v];
     emit_text(sp, N(sp, last_stmt)->begin, N(sp, last_stmt)->end, NULL);
   }
-  for (uint32_t v = 0; v < sp->var_count; ++v) {
-    if (refs[v] && !decls[v] && sp->vclass[v] == V_PROMOTED) emit_load(sp, v);
-  }
+  free(reads);
   free(need);
 }
 
@@ -1696,6 +1744,8 @@ static void emit_lockstep(split_t *sp, int32_t hi) {
     out_str(&sp->out, "if (cube__last) {\nCUBE__UNITS_BEGIN\n");
     emit_fast_pass(sp, hi, "f");
     out_str(&sp->out, "CUBE__UNITS_END\n} else {\nCUBE__UNITS_BEGIN\n{\nint cube__run = 0;\n{\n");
+    // The condition reads what the loop's header reads (recomputed or loaded).
+    emit_prologue(sp, h->unit_pre);
     emit_iv(sp, hi);
     out_str(&sp->out, "cube__run = !!(");
     emit_part(sp, h->cond_b, h->cond_e);

@@ -26,6 +26,7 @@ typedef enum task_kind_t {
   TASK_WAIT,
   TASK_DISPATCH,
   TASK_GRAPH,
+  TASK_TRANSPORT,  // a collective's part (cpu_transport.c): fails late like a dispatch
 } task_kind_t;
 
 typedef struct cube_cpu_task_t {
@@ -52,6 +53,10 @@ typedef struct cube_cpu_task_t {
       void (*fn)(void *arg);
       void *arg;
     } callback;
+    struct {
+      cube_status_t (*fn)(void *arg, cube_status_t dropped);
+      void *arg;
+    } transport;
     cube_bevent_t *event;
     struct {
       cube_cpu_launch_t launch;
@@ -181,6 +186,9 @@ static cube_status_t task_run(cube_bstream_t *stream, cube_cpu_task_t *task) {
     case TASK_GRAPH:
       status = cube_cpu_graph_run(stream->device, &stream->exec, task->u.graph);
       break;
+    case TASK_TRANSPORT:
+      status = task->u.transport.fn(task->u.transport.arg, CUBE_OK);
+      break;
   }
   return status;
 }
@@ -214,6 +222,9 @@ static void *stream_main(void *arg) {
       event_reach(task->u.event, dropped);
     } else if (task->kind == TASK_CALLBACK) {
       task->u.callback.fn(task->u.callback.arg);
+    } else if (task->kind == TASK_TRANSPORT) {
+      // Not run, but told: the other ranks must not wait for this part.
+      cube_status_release(task->u.transport.fn(task->u.transport.arg, dropped));
     }
     cube_status_release(dropped);
     task_release_resources(&stream->device->base, task);
@@ -576,6 +587,22 @@ cube_status_t cube_cpu_host_callback(cube_backend_device_t *device, cube_bstream
   } else {
     task->u.callback.fn = fn;
     task->u.callback.arg = arg;
+    task_submit(stream, task);
+  }
+  return status;
+}
+
+cube_status_t cube_cpu_stream_transport(cube_bstream_t *stream,
+                                        cube_status_t (*fn)(void *arg, cube_status_t dropped),
+                                        void *arg) {
+  cube_status_t status = CUBE_OK;
+  cube_cpu_task_t *task = task_begin(stream, TASK_TRANSPORT);
+  if (task == NULL) {
+    status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                              "cpu stream: out of host memory for a collective's part");
+  } else {
+    task->u.transport.fn = fn;
+    task->u.transport.arg = arg;
     task_submit(stream, task);
   }
   return status;

@@ -282,31 +282,8 @@ typedef struct ncclUniqueId {
 #define ncclFloat64 8
 #define ncclBfloat16 9
 
-#define CUBE_NCCL_SYMBOLS(X)                                                                     \
-  X(ncclGetVersion, 1, "ncclGetVersion", NULL, ncclResult_t, (int *))                            \
-  X(ncclGetErrorString, 1, "ncclGetErrorString", NULL, const char *, (ncclResult_t))             \
-  X(ncclGetUniqueId, 1, "ncclGetUniqueId", NULL, ncclResult_t, (ncclUniqueId *))                 \
-  X(ncclCommInitRank, 1, "ncclCommInitRank", NULL, ncclResult_t,                                 \
-    (ncclComm_t *, int, ncclUniqueId, int))                                                      \
-  X(ncclCommInitAll, 1, "ncclCommInitAll", NULL, ncclResult_t, (ncclComm_t *, int, const int *)) \
-  X(ncclCommDestroy, 1, "ncclCommDestroy", NULL, ncclResult_t, (ncclComm_t))                     \
-  X(ncclCommAbort, 1, "ncclCommAbort", NULL, ncclResult_t, (ncclComm_t))                         \
-  X(ncclCommGetAsyncError, 1, "ncclCommGetAsyncError", NULL, ncclResult_t,                       \
-    (ncclComm_t, ncclResult_t *))                                                                \
-  X(ncclAllReduce, 1, "ncclAllReduce", NULL, ncclResult_t,                                       \
-    (const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, CUstream))           \
-  X(ncclAllGather, 1, "ncclAllGather", NULL, ncclResult_t,                                       \
-    (const void *, void *, size_t, ncclDataType_t, ncclComm_t, CUstream))                        \
-  X(ncclReduceScatter, 1, "ncclReduceScatter", NULL, ncclResult_t,                               \
-    (const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, CUstream))           \
-  X(ncclBroadcast, 1, "ncclBroadcast", NULL, ncclResult_t,                                       \
-    (const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, CUstream))                   \
-  X(ncclSend, 1, "ncclSend", NULL, ncclResult_t,                                                 \
-    (const void *, size_t, ncclDataType_t, int, ncclComm_t, CUstream))                           \
-  X(ncclRecv, 1, "ncclRecv", NULL, ncclResult_t,                                                 \
-    (void *, size_t, ncclDataType_t, int, ncclComm_t, CUstream))                                 \
-  X(ncclGroupStart, 1, "ncclGroupStart", NULL, ncclResult_t, (void))                             \
-  X(ncclGroupEnd, 1, "ncclGroupEnd", NULL, ncclResult_t, (void))
+// The NCCL entry points, the config struct and the loader are the nccl
+// transport's (cuda_nccl_api.h, cuda_nccl.c).
 
 //===--- Symbol tables ---===//
 
@@ -326,13 +303,6 @@ typedef struct cube_cuda_nvrtc_t {
   CUBE_NVRTC_SYMBOLS(CUBE_CUDA_PFN_FIELD)
 } cube_cuda_nvrtc_t;
 
-typedef struct cube_cuda_nccl_t {
-  void *library;
-  const char *path;
-  int version;  // ncclGetVersion's code, e.g. 22803
-  CUBE_NCCL_SYMBOLS(CUBE_CUDA_PFN_FIELD)
-} cube_cuda_nccl_t;
-
 // Loads libcuda (libcuda.so.1, then libcuda.so) and runs cuInit(0), once per
 // process (thread-safe). Returns the table, or NULL with |*out_detail| (static
 // storage) saying which library or call failed and why.
@@ -343,8 +313,6 @@ CUBE_INTERNAL const cube_cuda_nvrtc_t *cube_cuda_nvrtc(const char **out_detail);
 // The library NVRTC is loaded from first (CUBE_NVRTC_PATH of the first
 // client's configuration); no effect once NVRTC was loaded.
 CUBE_INTERNAL void cube_cuda_nvrtc_prefer(const char *path);
-// Loads NCCL once (libnccl.so.2, major version 2 checked); NULL when absent.
-CUBE_INTERNAL const cube_cuda_nccl_t *cube_cuda_nccl(const char **out_detail);
 
 // Whether a CUresult leaves the context unusable (perf-reliability-anchors §3:
 // the sticky list plus ECC/NVLink uncorrectable and UNKNOWN).

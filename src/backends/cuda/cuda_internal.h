@@ -57,6 +57,10 @@ struct cube_bkernel_t {
   CUfunction function8, function16;
   cube_kernel_language_t language;
   char *io;  // NUL-terminated; "" for raw CUDA C++
+  // The exported signature (name__cube_sig) and its names list, copied to
+  // the host at load; NULL for raw CUDA C++ (and modules without them).
+  uint32_t *signature;
+  char *signature_names;
   uint32_t static_shared_memory;
   uint32_t max_units_per_cube;
   // Dynamic shared memory the function is opted in for (48 KiB by default).

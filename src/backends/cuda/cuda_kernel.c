@@ -193,27 +193,25 @@ static cube_status_t cube_cuda_nvrtc_compile(const cube_cuda_nvrtc_t *rtc,
 
 //===--- Module loading and kernel info ---===//
 
-// Reads the kernel's IO string (the `<name>__cube_io` global) through the
-// device's utility stream. A missing global reads as "" (no answer).
-static cube_status_t cube_cuda_read_io(cube_cuda_device_t *device, cube_bkernel_t *kernel,
-                                       const char *name) {
-  char global[300];
-  snprintf(global, sizeof global, "%s__cube_io", name);
+// Copies the module global |global| to the host (NUL-terminated, |*out_size|
+// bytes before the NUL) through the device's utility stream; NULL with OK
+// when the module has no such global.
+static cube_status_t cube_cuda_read_global(cube_cuda_device_t *device, cube_bkernel_t *kernel,
+                                           const char *global, char **out_bytes, size_t *out_size) {
+  *out_bytes = NULL;
+  *out_size = 0;
   CUdeviceptr address = 0;
   size_t size = 0;
   CUresult result = device->cu->cuModuleGetGlobal(&address, &size, kernel->module, global);
-  if (result == CUDA_ERROR_NOT_FOUND) {
-    kernel->io = strdup("");
-    return kernel->io ? CUBE_OK : cube_status_make(CUBE_STATUS_GENERIC, "cuda: out of memory");
-  }
+  if (result == CUDA_ERROR_NOT_FOUND) return CUBE_OK;
   if (result != CUDA_SUCCESS)
     return cube_cuda_error(device, result, CUBE_CUDA_OP_COMPILE, "cuModuleGetGlobal(\"%s\")",
                            global);
-  char *io = calloc(size + 1, 1);
-  if (!io) return cube_status_make(CUBE_STATUS_GENERIC, "cuda: out of host memory");
+  char *bytes = calloc(size + 1, 1);
+  if (!bytes) return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "cuda: out of host memory");
   if (size > 0) {
     pthread_mutex_lock(&device->utility_lock);
-    result = device->cu->cuMemcpyDtoHAsync(io, address, size, device->utility_stream);
+    result = device->cu->cuMemcpyDtoHAsync(bytes, address, size, device->utility_stream);
     const char *call = "cuMemcpyDtoHAsync_v2";
     if (result == CUDA_SUCCESS) {
       result = device->cu->cuStreamSynchronize(device->utility_stream);
@@ -221,19 +219,58 @@ static cube_status_t cube_cuda_read_io(cube_cuda_device_t *device, cube_bkernel_
     }
     pthread_mutex_unlock(&device->utility_lock);
     if (result != CUDA_SUCCESS) {
-      free(io);
+      free(bytes);
       return cube_cuda_error(device, result, CUBE_CUDA_OP_COMPILE, "%s(reading \"%s\", %zu bytes)",
                              call, global, size);
     }
   }
-  io[size] = '\0';  // the core checks the answer (cube_io_sets_check)
-  kernel->io = io;
+  *out_bytes = bytes;
+  *out_size = size;
   return CUBE_OK;
+}
+
+// Reads what a dialect kernel exports about itself: its IO string (a
+// missing one reads as "", no answer; the core checks the answer,
+// cube_io_sets_check) and its signature with the names.
+static cube_status_t cube_cuda_read_io(cube_cuda_device_t *device, cube_bkernel_t *kernel,
+                                       const char *name) {
+  char global[300];
+  snprintf(global, sizeof global, "%s__cube_io", name);
+  char *io = NULL;
+  size_t size = 0;
+  cube_status_t status = cube_cuda_read_global(device, kernel, global, &io, &size);
+  if (!status && !io) {
+    io = strdup("");
+    if (!io) status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "cuda: out of host memory");
+  }
+  if (status) return status;
+  kernel->io = io;
+  snprintf(global, sizeof global, "%s__cube_sig", name);
+  char *sig = NULL;
+  status = cube_cuda_read_global(device, kernel, global, &sig, &size);
+  if (!status && sig) {
+    // At least the magic and the count, and every entry the count names.
+    const uint32_t *words = (const uint32_t *)(void *)sig;
+    if (size % 4 || size < 8 || (size - 8) / 4 < words[1]) {
+      free(sig);
+      return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                              "cuda: kernel '%s' has a malformed signature in \"%s\" (%zu bytes)",
+                              name, global, size);
+    }
+    kernel->signature = (uint32_t *)(void *)sig;
+  }
+  if (!status) {
+    snprintf(global, sizeof global, "%s__cube_sig_names", name);
+    status = cube_cuda_read_global(device, kernel, global, &kernel->signature_names, &size);
+  }
+  return status;
 }
 
 static void cube_cuda_kernel_free(cube_cuda_device_t *device, cube_bkernel_t *kernel) {
   if (kernel->module) (void)device->cu->cuModuleUnload(kernel->module);
   free(kernel->io);
+  free(kernel->signature);
+  free(kernel->signature_names);
   free(kernel);
 }
 
@@ -422,6 +459,8 @@ cube_status_t cube_cuda_kernel_load(cube_backend_device_t *base,
   status = cube_cuda_load(device, request, binary, &kernel);
   if (status) return status;
   out_info->io = kernel->io;
+  out_info->signature = kernel->signature;
+  out_info->signature_names = kernel->signature_names;
   out_info->static_shared_memory = kernel->static_shared_memory;
   out_info->max_units_per_cube = kernel->max_units_per_cube;
   *out_kernel = kernel;

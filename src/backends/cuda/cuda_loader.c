@@ -1,4 +1,4 @@
-// cubec CUDA backend — run-time loading of libcuda, NVRTC and NCCL.
+// cubec CUDA backend — run-time loading of libcuda and NVRTC (NCCL: cuda_nccl.c).
 //
 // Each library is opened once per process (pthread_once) from an ordered list
 // of names, and every entry of its X-macro table is resolved with dlsym by the
@@ -169,51 +169,6 @@ const cube_cuda_nvrtc_t *cube_cuda_nvrtc(const char **out_detail) {
   pthread_once(&cube_cuda_nvrtc_once, cube_cuda_nvrtc_load);
   if (out_detail) *out_detail = cube_cuda_nvrtc_detail;
   return cube_cuda_nvrtc_loaded;
-}
-
-//===--- NCCL (optional) ---===//
-
-static pthread_once_t cube_cuda_nccl_once = PTHREAD_ONCE_INIT;
-static cube_cuda_nccl_t cube_cuda_nccl_table;
-static const cube_cuda_nccl_t *cube_cuda_nccl_loaded;
-static char cube_cuda_nccl_detail[1024];
-
-static void cube_cuda_nccl_load(void) {
-  static const char *const names[] = {"libnccl.so.2", "libnccl.so"};
-  cube_cuda_nccl_t *table = &cube_cuda_nccl_table;
-  char why[768];
-  table->library = cube_cuda_open_first(names, 2, why, sizeof why, &table->path);
-  if (!table->library) {
-    snprintf(cube_cuda_nccl_detail, sizeof cube_cuda_nccl_detail,
-             "cannot load NCCL (libnccl.so.2): %s", why);
-    return;
-  }
-  const char *missing = NULL;
-  CUBE_NCCL_SYMBOLS(CUBE_CUDA_RESOLVE_ENTRY)
-  if (missing) {
-    snprintf(cube_cuda_nccl_detail, sizeof cube_cuda_nccl_detail, "%s: missing entry point %s",
-             table->path, missing);
-    dlclose(table->library);
-    memset(table, 0, sizeof *table);
-    return;
-  }
-  int version = 0;
-  if (table->ncclGetVersion(&version) != ncclSuccess || version / 10000 != 2) {
-    snprintf(cube_cuda_nccl_detail, sizeof cube_cuda_nccl_detail,
-             "%s: NCCL version code %d is not 2.x", table->path, version);
-    dlclose(table->library);
-    memset(table, 0, sizeof *table);
-    return;
-  }
-  table->version = version;
-  cube_cuda_nccl_detail[0] = '\0';
-  cube_cuda_nccl_loaded = table;
-}
-
-const cube_cuda_nccl_t *cube_cuda_nccl(const char **out_detail) {
-  pthread_once(&cube_cuda_nccl_once, cube_cuda_nccl_load);
-  if (out_detail) *out_detail = cube_cuda_nccl_detail;
-  return cube_cuda_nccl_loaded;
 }
 
 //===--- Results ---===//

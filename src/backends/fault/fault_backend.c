@@ -23,7 +23,10 @@ typedef enum cube_fault_kind_t {
   CUBE_FAULT_CALLBACK,
   CUBE_FAULT_GRAPH,
   CUBE_FAULT_TENSOR_MAP,
-  CUBE_FAULT_ANY,  // every kind together; also a rule's KIND
+  CUBE_FAULT_TRANSPORT,       // a collective's part (fault_transport.c: submit)
+  CUBE_FAULT_COMM,            // communicators: unique_id, comm_create, comm_ready, group_end
+  CUBE_FAULT_TRANSPORT_POLL,  // a communicator's asynchronous error
+  CUBE_FAULT_ANY,             // every kind together; also a rule's KIND
   CUBE_FAULT_KIND_COUNT,
 } cube_fault_kind_t;
 
@@ -39,6 +42,9 @@ static const char *const cube_fault_kind_names[CUBE_FAULT_KIND_COUNT] = {
     [CUBE_FAULT_CALLBACK] = "callback",
     [CUBE_FAULT_GRAPH] = "graph",
     [CUBE_FAULT_TENSOR_MAP] = "tensor_map",
+    [CUBE_FAULT_TRANSPORT] = "transport",
+    [CUBE_FAULT_COMM] = "comm",
+    [CUBE_FAULT_TRANSPORT_POLL] = "transport_poll",
     [CUBE_FAULT_ANY] = "any",
 };
 
@@ -48,13 +54,16 @@ typedef enum cube_fault_error_t {
   CUBE_FAULT_ERROR_LAUNCH,
   CUBE_FAULT_ERROR_POISON,
   CUBE_FAULT_ERROR_LATE,
+  CUBE_FAULT_ERROR_HANG,    // transport: the part is taken and never arrives
+  CUBE_FAULT_ERROR_ABSENT,  // transport: the device has none
   CUBE_FAULT_ERROR_COUNT,
 } cube_fault_error_t;
 
 static const char *const cube_fault_error_names[CUBE_FAULT_ERROR_COUNT] = {
     [CUBE_FAULT_ERROR_OOM] = "oom",       [CUBE_FAULT_ERROR_COMPILE] = "compile",
     [CUBE_FAULT_ERROR_LAUNCH] = "launch", [CUBE_FAULT_ERROR_POISON] = "poison",
-    [CUBE_FAULT_ERROR_LATE] = "late",
+    [CUBE_FAULT_ERROR_LATE] = "late",     [CUBE_FAULT_ERROR_HANG] = "hang",
+    [CUBE_FAULT_ERROR_ABSENT] = "absent",
 };
 
 typedef struct cube_fault_rule_t {
@@ -148,7 +157,7 @@ static bool cube_fault_parse_rule(const char *begin, const char *end, cube_fault
   if (kind < 0) {
     *out_why =
         "unknown KIND (page_alloc, host_alloc, compile, dispatch, copy, event, sync, stream, "
-        "callback, graph, tensor_map, any)";
+        "callback, graph, tensor_map, transport, comm, transport_poll, any)";
     return false;
   }
 
@@ -174,7 +183,12 @@ static bool cube_fault_parse_rule(const char *begin, const char *end, cube_fault
     if (cube_fault_token_equals(error_begin, error_end, cube_fault_error_names[i])) error = i;
   }
   if (error < 0) {
-    *out_why = "unknown ERROR (oom, compile, launch, poison, late)";
+    *out_why = "unknown ERROR (oom, compile, launch, poison, late, hang, absent)";
+    return false;
+  }
+  if ((error == CUBE_FAULT_ERROR_HANG || error == CUBE_FAULT_ERROR_ABSENT) &&
+      kind != CUBE_FAULT_TRANSPORT) {
+    *out_why = "ERROR hang and absent go with KIND transport only";
     return false;
   }
   *out_rule = (cube_fault_rule_t){
@@ -236,6 +250,10 @@ static cube_status_t cube_fault_parse_plan(const char *plan, cube_fault_rule_t *
 //===--- Injection ---===//
 
 static cube_status_code_t cube_fault_code(cube_fault_kind_t kind, cube_fault_error_t error) {
+  bool transport =
+      kind == CUBE_FAULT_TRANSPORT || kind == CUBE_FAULT_COMM || kind == CUBE_FAULT_TRANSPORT_POLL;
+  if (transport && error != CUBE_FAULT_ERROR_POISON && error != CUBE_FAULT_ERROR_OOM)
+    return CUBE_STATUS_TRANSPORT_FAILED;
   switch (error) {
     case CUBE_FAULT_ERROR_OOM:
       return kind == CUBE_FAULT_DISPATCH || kind == CUBE_FAULT_COMPILE ||
@@ -275,8 +293,8 @@ static bool cube_fault_rule_matches(const cube_fault_rule_t *rule, uint64_t call
 // answered through |out_late| (NULL: the kind cannot fail late, the failure is
 // made up front): the call goes through, and the status is its failure at
 // completion.
-static cube_status_t cube_fault_check_late(cube_fault_device_t *fault, cube_fault_kind_t kind,
-                                           bool *out_late) {
+static cube_status_t cube_fault_check_full(cube_fault_device_t *fault, cube_fault_kind_t kind,
+                                           bool *out_late, cube_fault_error_t *out_error) {
   if (out_late) *out_late = false;
   bool inject = false;
   bool sticky = false;
@@ -302,6 +320,7 @@ static cube_status_t cube_fault_check_late(cube_fault_device_t *fault, cube_faul
   pthread_mutex_unlock(&fault->lock);
 
   if (!inject) return CUBE_OK;
+  if (out_error) *out_error = sticky ? CUBE_FAULT_ERROR_POISON : error;
   const char *kind_name = cube_fault_kind_names[kind];
   cube_status_code_t code = cube_fault_code(kind, error);
   if (sticky) {
@@ -323,6 +342,11 @@ static cube_status_t cube_fault_check_late(cube_fault_device_t *fault, cube_faul
   }
   return cube_status_make(code, "injected fault: %s call #%llu (%s)", kind_name,
                           (unsigned long long)call, cube_fault_error_names[error]);
+}
+
+static cube_status_t cube_fault_check_late(cube_fault_device_t *fault, cube_fault_kind_t kind,
+                                           bool *out_late) {
+  return cube_fault_check_full(fault, kind, out_late, NULL);
 }
 
 static cube_status_t cube_fault_check(cube_fault_device_t *fault, cube_fault_kind_t kind) {
@@ -886,6 +910,49 @@ cube_status_t cube_fault_backend_wrap(cube_backend_device_t *inner, const char *
     inner->vtable->destroy(inner);
   }
   return status;
+}
+
+//===--- Transport hooks (fault_transport.c) ---===//
+
+cube_backend_device_t *cube_fault_inner(cube_backend_device_t *device) {
+  return cube_fault_cast(device)->inner;
+}
+
+cube_bstream_t *cube_fault_inner_stream(cube_bstream_t *stream) {
+  return inner_stream(stream);
+}
+
+cube_status_t cube_fault_stream_failure(cube_bstream_t *stream) {
+  return stream_halted(stream);
+}
+
+cube_status_t cube_fault_transport_check(cube_backend_device_t *device, const char *kind,
+                                         bool *out_hang, bool *out_late) {
+  cube_fault_kind_t which = strcmp(kind, "comm") == 0             ? CUBE_FAULT_COMM
+                            : strcmp(kind, "transport_poll") == 0 ? CUBE_FAULT_TRANSPORT_POLL
+                                                                  : CUBE_FAULT_TRANSPORT;
+  cube_fault_error_t error = CUBE_FAULT_ERROR_COUNT;
+  bool late = false;
+  cube_status_t status =
+      cube_fault_check_full(cube_fault_cast(device), which, out_late ? &late : NULL, &error);
+  if (out_hang) *out_hang = false;
+  if (out_late) *out_late = late;
+  if (status && error == CUBE_FAULT_ERROR_HANG && out_hang) {
+    *out_hang = true;
+    cube_status_release(status);
+    status = CUBE_OK;
+  }
+  return status;
+}
+
+bool cube_fault_transport_absent(cube_backend_device_t *device) {
+  cube_fault_device_t *fault = cube_fault_cast(device);
+  bool absent = false;
+  pthread_mutex_lock(&fault->lock);
+  for (size_t i = 0; i < fault->rule_count; ++i)
+    absent = absent || fault->rules[i].error == CUBE_FAULT_ERROR_ABSENT;
+  pthread_mutex_unlock(&fault->lock);
+  return absent;
 }
 
 bool cube_fault_is_fault_device(cube_backend_device_t *device) {

@@ -190,6 +190,14 @@ void cube_null_graph_destroy(cube_backend_device_t *device, cube_bgraph_t *graph
   (void)device, (void)graph;
 }
 
+//===--- Collectives ---===//
+
+cube_status_t cube_null_transport(cube_backend_device_t *device,
+                                  const cube_transport_vtable_t **out_transport) {
+  *out_transport = NULL;
+  return unsupported(device, "transport");
+}
+
 #define CUBE_BACKEND_PREFIX cube_null
 const cube_backend_vtable_t cube_null_vtable = {.name = "null", CUBE_BACKEND_VTABLE_SLOTS()};
 #undef CUBE_BACKEND_PREFIX

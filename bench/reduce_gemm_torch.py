@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""PyTorch's side of bench_cuda's dialect section, in the same call.
+
+Measures torch.sum over 1 GiB of float32 (GB/s) and torch.matmul of two
+8192x8192 bf16 matrices (TFLOP/s) with CUDA events (medians), then, given
+--bench, runs `bench_cuda --dialect` and prints cubec's figures next to
+PyTorch's with the issue's targets:
+  dialect reduction over 1 GiB   >= 0.9x torch.sum
+  dialect bf16 GEMM 8192^3       >= 0.5x torch.matmul
+
+  python3 bench/reduce_gemm_torch.py [--bench build-gpu/bench/bench_cuda] [--quick]
+"""
+import argparse
+import statistics
+import subprocess
+import sys
+
+
+def timed(torch, fn, repeats, batch):
+    """Median device milliseconds of one call of fn over |repeats| batches."""
+    fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(batch):
+            fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / batch)
+    return statistics.median(samples)
+
+
+def measure_torch(quick):
+    import torch
+
+    if not torch.cuda.is_available():
+        print("reduce_gemm_torch: no CUDA device for PyTorch")
+        return None
+    dev = torch.device("cuda")
+    print(f"torch {torch.__version__} on {torch.cuda.get_device_name(0)}")
+    x = torch.rand(1 << 28, device=dev, dtype=torch.float32)  # 1 GiB
+    ms = timed(torch, lambda: torch.sum(x), 5 if quick else 11, 10)
+    sum_gbs = (1 << 30) / (ms * 1e-3) / 1e9
+    print(f"  torch.sum over 1 GiB float32: {ms:.3f} ms, {sum_gbs:.0f} GB/s")
+    del x
+    size = 4096 if quick else 8192
+    a = torch.randn(size, size, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(size, size, device=dev, dtype=torch.bfloat16)
+    ms = timed(torch, lambda: torch.matmul(a, b), 3 if quick else 7, 5)
+    tflops = 2.0 * size**3 / (ms * 1e-3) / 1e12
+    print(f"  torch.matmul bf16 {size}^3: {ms:.3f} ms, {tflops:.1f} TFLOP/s")
+    return {"torch_sum_gbs": sum_gbs, "torch_matmul_tflops": tflops}
+
+
+def run_bench(path, quick):
+    args = [path, "--dialect"] + (["--quick"] if quick else [])
+    print(f"running {' '.join(args)}")
+    sys.stdout.flush()
+    proc = subprocess.run(args, capture_output=True, text=True)
+    sys.stdout.write(proc.stdout)
+    sys.stderr.write(proc.stderr)
+    if proc.returncode != 0:
+        print(f"bench_cuda exited with {proc.returncode}")
+        return None
+    results = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "RESULT":
+            results[parts[1]] = float(parts[2])
+    return results
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bench", help="bench_cuda to run with --dialect after PyTorch")
+    parser.add_argument("--quick", action="store_true")
+    opts = parser.parse_args()
+    torch_results = measure_torch(opts.quick)
+    if not opts.bench:
+        return 0 if torch_results else 1
+    cubec = run_bench(opts.bench, opts.quick)
+    if not torch_results or not cubec:
+        return 1
+    print("\nfigure                                     cubec      baseline   ratio  target")
+    rows = [
+        ("reduction 1 GiB (GB/s) vs torch.sum", "reduce_line4_gbs", "torch_sum_gbs", 0.9),
+        ("reduction 1 GiB (GB/s) vs CUDA by hand", "reduce_line4_gbs", "reduce_cuda_gbs", 0.9),
+        ("bf16 GEMM (TFLOP/s) vs torch.matmul", "gemm_bf16_tflops", "torch_matmul_tflops", 0.5),
+        ("line-4 copy (GB/s) vs float4 CUDA", "copy_line4_gbs", "copy_float4_gbs", 0.97),
+        ("line-4 copy (GB/s) vs cuMemcpyDtoD", "copy_line4_gbs", "copy_dtod_gbs", 0.97),
+    ]
+    merged = dict(cubec)
+    merged.update(torch_results)
+    for what, ours, theirs, target in rows:
+        if ours in merged and theirs in merged and merged[theirs] > 0:
+            ratio = merged[ours] / merged[theirs]
+            verdict = "PASS" if ratio >= target else "MISS"
+            print(f"{what:40s} {merged[ours]:9.1f} {merged[theirs]:10.1f} {ratio:7.3f}  "
+                  f">= {target} {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

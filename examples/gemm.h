@@ -1,0 +1,90 @@
+// The host side of the bf16 GEMM of examples/kernels.h (CUBE_EXAMPLE_GEMM_BF16):
+// its tile shape as a value, the kernel options and launch geometry that
+// shape gives, and one launch. Shared by examples/gemm_bf16.c, `cubec demo`
+// and bench/bench_cuda.c, so the three run the same kernel; the autotuner can
+// sweep gemm_shape_t values.
+#ifndef CUBE_EXAMPLES_GEMM_H_
+#define CUBE_EXAMPLES_GEMM_H_
+
+#include <stdio.h>
+#include <string.h>
+
+#include "cube/cube.h"
+#include "kernels.h"
+
+typedef struct gemm_shape_t {
+  uint32_t bm, bn, bk;  // the cube's tile of C, and the k step
+  uint32_t wm, wn;      // planes along m and n
+  uint32_t stages;      // shared-memory buffers in flight (>= 2)
+  uint32_t group_m;     // tile rows a group of cubes walks
+  // Build with -DCUBE_FRAG_TRUST_ALIGNMENT: the tiles' rows are 16-byte
+  // aligned by construction, so fragment loads skip the alignment test.
+  bool trust_alignment;
+} gemm_shape_t;
+
+// The H200 default (8 planes of 64x64, 3 stages, 80 KiB of shared memory),
+// and a small one the CPU runs in its 64 KiB arena.
+static const gemm_shape_t kGemmCudaShape = {128, 256, 32, 2, 4, 3, 8, false};
+static const gemm_shape_t kGemmCpuShape = {64, 64, 32, 2, 2, 2, 4, false};
+
+// Whether |s| is a shape the kernel can take (NULL) or why not.
+static inline const char *gemm_shape_invalid(const gemm_shape_t *s) {
+  if (s->bk % 16 || s->bk == 0) return "bk must be a multiple of 16";
+  if (!s->wm || !s->wn || s->bm % (16 * s->wm) || s->bn % (16 * s->wn))
+    return "bm / wm and bn / wn must be multiples of 16";
+  if (s->stages < 2) return "stages must be at least 2";
+  if (!s->group_m) return "group_m must be positive";
+  return NULL;
+}
+
+static inline uint32_t gemm_shared_bytes(const gemm_shape_t *s) {
+  return s->stages * (s->bm * (s->bk + 8) + s->bk * (s->bn + 8)) * 2;
+}
+
+// The kernel for |s| on a device with planes of |plane| units.
+static inline cube_status_t gemm_kernel_create(const gemm_shape_t *s, uint32_t plane,
+                                               cube_kernel_t **out_kernel) {
+  char options[320];
+  snprintf(options, sizeof options,
+           "-DGEMM_BM=%u -DGEMM_BN=%u -DGEMM_BK=%u -DGEMM_WM=%u -DGEMM_WN=%u -DGEMM_STAGES=%u "
+           "-DGEMM_GROUP_M=%u%s",
+           s->bm, s->bn, s->bk, s->wm, s->wn, s->stages, s->group_m,
+           s->trust_alignment ? " -DCUBE_FRAG_TRUST_ALIGNMENT" : "");
+  cube_kernel_desc_t desc;
+  memset(&desc, 0, sizeof desc);
+  desc.name = "gemm_bf16";
+  desc.source = CUBE_EXAMPLE_GEMM_BF16;
+  desc.cube_dim = (cube_dim3_t){s->wm * s->wn * plane, 1, 1};
+  desc.dynamic_shared_memory = gemm_shared_bytes(s);
+  desc.options = options;
+  // Every index the kernel forms is inside its tiles by construction.
+  desc.execution = CUBE_EXECUTION_UNCHECKED;
+  return cube_kernel_create(&desc, out_kernel);
+}
+
+// C (m x n) = A (m x k) x B (k x n), all row-major bf16 buffers.
+static inline cube_status_t gemm_launch(cube_client_t *client, cube_kernel_t *kernel,
+                                        const gemm_shape_t *s, cube_handle_t a, cube_handle_t b,
+                                        cube_handle_t c, uint32_t m, uint32_t n, uint32_t k,
+                                        cube_launch_mode_t mode) {
+  if (m % s->bm || n % s->bn || k % s->bk) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "gemm_bf16: %ux%ux%u is not a multiple of the tile %ux%ux%u", m, n, k,
+                            s->bm, s->bn, s->bk);
+  }
+  cube_kernel_buffer_t buffers[3];
+  memset(buffers, 0, sizeof buffers);
+  buffers[0].binding = cube_handle_binding(a);
+  buffers[0].io = CUBE_IO_READ;
+  buffers[1].binding = cube_handle_binding(b);
+  buffers[1].io = CUBE_IO_READ;
+  buffers[2].binding = cube_handle_binding(c);
+  buffers[2].io = CUBE_IO_WRITE;
+  cube_scalar_t scalars[3] = {cube_scalar_u32(m), cube_scalar_u32(n), cube_scalar_u32(k)};
+  cube_kernel_args_t args = {buffers, 3, scalars, 3};
+  uint32_t cubes = (m / s->bm) * (n / s->bn);
+  return cube_launch(client, CUBE_STREAM_CURRENT, kernel, cube_count_static(cubes, 1, 1), &args,
+                     mode);
+}
+
+#endif  // CUBE_EXAMPLES_GEMM_H_

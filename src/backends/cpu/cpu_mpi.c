@@ -1,0 +1,858 @@
+// cubec CPU backend — MPI loaded at run time (see cpu_mpi.h).
+//
+// The entry points are resolved twice over, once per handle convention:
+// Open MPI passes handles as pointers to its exported objects
+// (MPI_COMM_WORLD is &ompi_mpi_comm_world), MPICH as int constants
+// (MPI_COMM_WORLD is 0x44000000). A handle here is a union of both; each
+// wrapper calls the family's own entry with the right member, so no call
+// goes through a function pointer of the wrong type.
+#include "backends/cpu/cpu_mpi.h"
+
+#include <dlfcn.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/util.h"
+
+//===--- Handles and entry points ---===//
+
+typedef union mpi_h {
+  void *p;  // Open MPI
+  int i;    // MPICH
+} mpi_h;
+
+typedef void (*mpi_user_fn)(void *in, void *inout, int *len, void *datatype);
+
+// X(return, name, (Open MPI parameters), (MPICH parameters))
+#define MPI_ENTRIES(X)                                                                            \
+  X(int, MPI_Initialized, (int *), (int *))                                                       \
+  X(int, MPI_Finalized, (int *), (int *))                                                         \
+  X(int, MPI_Init_thread, (int *, char ***, int, int *), (int *, char ***, int, int *))           \
+  X(int, MPI_Query_thread, (int *), (int *))                                                      \
+  X(int, MPI_Finalize, (void), (void))                                                            \
+  X(int, MPI_Comm_rank, (void *, int *), (int, int *))                                            \
+  X(int, MPI_Comm_size, (void *, int *), (int, int *))                                            \
+  X(int, MPI_Comm_set_errhandler, (void *, void *), (int, int))                                   \
+  X(int, MPI_Comm_idup, (void *, void **, void **), (int, int *, int *))                          \
+  X(int, MPI_Comm_free, (void **), (int *))                                                       \
+  X(int, MPI_Iallreduce, (const void *, void *, int, void *, void *, void *, void **),            \
+    (const void *, void *, int, int, int, int, int *))                                            \
+  X(int, MPI_Iallgather, (const void *, int, void *, void *, int, void *, void *, void **),       \
+    (const void *, int, int, void *, int, int, int, int *))                                       \
+  X(int, MPI_Ireduce_scatter_block, (const void *, void *, int, void *, void *, void *, void **), \
+    (const void *, void *, int, int, int, int, int *))                                            \
+  X(int, MPI_Ibcast, (void *, int, void *, int, void *, void **),                                 \
+    (void *, int, int, int, int, int *))                                                          \
+  X(int, MPI_Ialltoall, (const void *, int, void *, void *, int, void *, void *, void **),        \
+    (const void *, int, int, void *, int, int, int, int *))                                       \
+  X(int, MPI_Isend, (const void *, int, void *, int, int, void *, void **),                       \
+    (const void *, int, int, int, int, int, int *))                                               \
+  X(int, MPI_Irecv, (void *, int, void *, int, int, void *, void **),                             \
+    (void *, int, int, int, int, int, int *))                                                     \
+  X(int, MPI_Test, (void **, int *, void *), (int *, int *, void *))                              \
+  X(int, MPI_Error_string, (int, char *, int *), (int, char *, int *))                            \
+  X(int, MPI_Op_create, (mpi_user_fn, int, void **), (mpi_user_fn, int, int *))
+
+#define MPI_FIELD_O(ret, name, op, mp) ret(*name) op;
+#define MPI_FIELD_M(ret, name, op, mp) ret(*name) mp;
+
+typedef struct mpi_ompi_t {
+  MPI_ENTRIES(MPI_FIELD_O)
+} mpi_ompi_t;
+typedef struct mpi_mpich_t {
+  MPI_ENTRIES(MPI_FIELD_M)
+} mpi_mpich_t;
+
+typedef enum mpi_family_t { FAMILY_NONE = 0, FAMILY_OMPI, FAMILY_MPICH } mpi_family_t;
+
+// Predefined handles the transport uses.
+typedef struct mpi_consts_t {
+  mpi_h world, errors_return;
+  mpi_h byte, f32, f64, i8, i32, i64, u8, u16, u32, u64;
+  mpi_h sum, max, min, prod;
+  void *in_place;
+  void *status_ignore;
+} mpi_consts_t;
+
+static struct {
+  pthread_once_t once;
+  void *library;
+  const char *path;
+  mpi_family_t family;
+  mpi_ompi_t o;
+  mpi_mpich_t m;
+  mpi_consts_t c;
+  char detail[768];
+  // Initialization (under init_lock).
+  pthread_mutex_t init_lock;
+  bool initialized;
+  bool we_initialized;
+  cube_status_t init_error;
+  uint32_t rank, size;
+  // f16 / bf16 reductions (user operations), made once after init.
+  mpi_h half_ops[2][4];
+  // Communicators abandoned: MPI_Finalize would wait on them.
+  atomic_int abandoned;
+} g_mpi = {.once = PTHREAD_ONCE_INIT, .init_lock = PTHREAD_MUTEX_INITIALIZER};
+
+#define IS_OMPI (g_mpi.family == FAMILY_OMPI)
+
+// Wrappers: one per entry, the family's own call with the right handle kind.
+static int m_initialized(int *flag) {
+  return IS_OMPI ? g_mpi.o.MPI_Initialized(flag) : g_mpi.m.MPI_Initialized(flag);
+}
+static int m_finalized(int *flag) {
+  return IS_OMPI ? g_mpi.o.MPI_Finalized(flag) : g_mpi.m.MPI_Finalized(flag);
+}
+static int m_init_thread(int required, int *provided) {
+  return IS_OMPI ? g_mpi.o.MPI_Init_thread(NULL, NULL, required, provided)
+                 : g_mpi.m.MPI_Init_thread(NULL, NULL, required, provided);
+}
+static int m_query_thread(int *provided) {
+  return IS_OMPI ? g_mpi.o.MPI_Query_thread(provided) : g_mpi.m.MPI_Query_thread(provided);
+}
+static int m_finalize(void) {
+  return IS_OMPI ? g_mpi.o.MPI_Finalize() : g_mpi.m.MPI_Finalize();
+}
+static int m_comm_rank(mpi_h c, int *r) {
+  return IS_OMPI ? g_mpi.o.MPI_Comm_rank(c.p, r) : g_mpi.m.MPI_Comm_rank(c.i, r);
+}
+static int m_comm_size(mpi_h c, int *r) {
+  return IS_OMPI ? g_mpi.o.MPI_Comm_size(c.p, r) : g_mpi.m.MPI_Comm_size(c.i, r);
+}
+static int m_set_errhandler(mpi_h c, mpi_h e) {
+  return IS_OMPI ? g_mpi.o.MPI_Comm_set_errhandler(c.p, e.p)
+                 : g_mpi.m.MPI_Comm_set_errhandler(c.i, e.i);
+}
+static int m_comm_idup(mpi_h c, mpi_h *out, mpi_h *req) {
+  return IS_OMPI ? g_mpi.o.MPI_Comm_idup(c.p, &out->p, &req->p)
+                 : g_mpi.m.MPI_Comm_idup(c.i, &out->i, &req->i);
+}
+static int m_comm_free(mpi_h *c) {
+  return IS_OMPI ? g_mpi.o.MPI_Comm_free(&c->p) : g_mpi.m.MPI_Comm_free(&c->i);
+}
+static int m_iallreduce(const void *s, void *r, int n, mpi_h d, mpi_h op, mpi_h c, mpi_h *q) {
+  return IS_OMPI ? g_mpi.o.MPI_Iallreduce(s, r, n, d.p, op.p, c.p, &q->p)
+                 : g_mpi.m.MPI_Iallreduce(s, r, n, d.i, op.i, c.i, &q->i);
+}
+static int m_iallgather(const void *s, int sn, void *r, int rn, mpi_h d, mpi_h c, mpi_h *q) {
+  return IS_OMPI ? g_mpi.o.MPI_Iallgather(s, sn, d.p, r, rn, d.p, c.p, &q->p)
+                 : g_mpi.m.MPI_Iallgather(s, sn, d.i, r, rn, d.i, c.i, &q->i);
+}
+static int m_ireduce_scatter_block(const void *s, void *r, int n, mpi_h d, mpi_h op, mpi_h c,
+                                   mpi_h *q) {
+  return IS_OMPI ? g_mpi.o.MPI_Ireduce_scatter_block(s, r, n, d.p, op.p, c.p, &q->p)
+                 : g_mpi.m.MPI_Ireduce_scatter_block(s, r, n, d.i, op.i, c.i, &q->i);
+}
+static int m_ibcast(void *b, int n, mpi_h d, int root, mpi_h c, mpi_h *q) {
+  return IS_OMPI ? g_mpi.o.MPI_Ibcast(b, n, d.p, root, c.p, &q->p)
+                 : g_mpi.m.MPI_Ibcast(b, n, d.i, root, c.i, &q->i);
+}
+static int m_ialltoall(const void *s, int n, void *r, mpi_h d, mpi_h c, mpi_h *q) {
+  return IS_OMPI ? g_mpi.o.MPI_Ialltoall(s, n, d.p, r, n, d.p, c.p, &q->p)
+                 : g_mpi.m.MPI_Ialltoall(s, n, d.i, r, n, d.i, c.i, &q->i);
+}
+static int m_isend(const void *b, int n, mpi_h d, int peer, int tag, mpi_h c, mpi_h *q) {
+  return IS_OMPI ? g_mpi.o.MPI_Isend(b, n, d.p, peer, tag, c.p, &q->p)
+                 : g_mpi.m.MPI_Isend(b, n, d.i, peer, tag, c.i, &q->i);
+}
+static int m_irecv(void *b, int n, mpi_h d, int peer, int tag, mpi_h c, mpi_h *q) {
+  return IS_OMPI ? g_mpi.o.MPI_Irecv(b, n, d.p, peer, tag, c.p, &q->p)
+                 : g_mpi.m.MPI_Irecv(b, n, d.i, peer, tag, c.i, &q->i);
+}
+static int m_test(mpi_h *q, int *done) {
+  return IS_OMPI ? g_mpi.o.MPI_Test(&q->p, done, g_mpi.c.status_ignore)
+                 : g_mpi.m.MPI_Test(&q->i, done, g_mpi.c.status_ignore);
+}
+static int m_op_create(mpi_user_fn fn, mpi_h *out) {
+  return IS_OMPI ? g_mpi.o.MPI_Op_create(fn, 1, &out->p) : g_mpi.m.MPI_Op_create(fn, 1, &out->i);
+}
+
+//===--- Loading ---===//
+
+static bool resolve_ompi(void *lib) {
+  bool ok = true;
+#define RESOLVE_O(ret, name, op, mp)       \
+  {                                        \
+    void *fn = dlsym(lib, #name);          \
+    ok = ok && fn != NULL;                 \
+    memcpy(&g_mpi.o.name, &fn, sizeof fn); \
+  }
+  MPI_ENTRIES(RESOLVE_O)
+#undef RESOLVE_O
+  static const struct {
+    mpi_h *slot;
+    const char *symbol;
+  } kGlobals[] = {
+      {&g_mpi.c.world, "ompi_mpi_comm_world"}, {&g_mpi.c.errors_return, "ompi_mpi_errors_return"},
+      {&g_mpi.c.byte, "ompi_mpi_byte"},        {&g_mpi.c.f32, "ompi_mpi_float"},
+      {&g_mpi.c.f64, "ompi_mpi_double"},       {&g_mpi.c.i8, "ompi_mpi_int8_t"},
+      {&g_mpi.c.i32, "ompi_mpi_int32_t"},      {&g_mpi.c.i64, "ompi_mpi_int64_t"},
+      {&g_mpi.c.u8, "ompi_mpi_uint8_t"},       {&g_mpi.c.u16, "ompi_mpi_uint16_t"},
+      {&g_mpi.c.u32, "ompi_mpi_uint32_t"},     {&g_mpi.c.u64, "ompi_mpi_uint64_t"},
+      {&g_mpi.c.sum, "ompi_mpi_op_sum"},       {&g_mpi.c.max, "ompi_mpi_op_max"},
+      {&g_mpi.c.min, "ompi_mpi_op_min"},       {&g_mpi.c.prod, "ompi_mpi_op_prod"},
+  };
+  for (size_t i = 0; i < sizeof kGlobals / sizeof kGlobals[0]; ++i) {
+    kGlobals[i].slot->p = dlsym(lib, kGlobals[i].symbol);
+    ok = ok && kGlobals[i].slot->p != NULL;
+  }
+  g_mpi.c.in_place = (void *)1;  // Open MPI's MPI_IN_PLACE
+  g_mpi.c.status_ignore = NULL;
+  return ok;
+}
+
+static bool resolve_mpich(void *lib) {
+  bool ok = true;
+#define RESOLVE_M(ret, name, op, mp)       \
+  {                                        \
+    void *fn = dlsym(lib, #name);          \
+    ok = ok && fn != NULL;                 \
+    memcpy(&g_mpi.m.name, &fn, sizeof fn); \
+  }
+  MPI_ENTRIES(RESOLVE_M)
+#undef RESOLVE_M
+  // MPICH's mpi.h (4.0, the ABI of libmpi.so.12 shared by its family).
+  g_mpi.c.world.i = 0x44000000;
+  g_mpi.c.errors_return.i = 0x54000001;
+  g_mpi.c.byte.i = 0x4c00010d;
+  g_mpi.c.f32.i = 0x4c00040a;
+  g_mpi.c.f64.i = 0x4c00080b;
+  g_mpi.c.i8.i = 0x4c000137;
+  g_mpi.c.i32.i = 0x4c000439;
+  g_mpi.c.i64.i = 0x4c00083a;
+  g_mpi.c.u8.i = 0x4c00013b;
+  g_mpi.c.u16.i = 0x4c00023c;
+  g_mpi.c.u32.i = 0x4c00043d;
+  g_mpi.c.u64.i = 0x4c00083e;
+  g_mpi.c.max.i = 0x58000001;
+  g_mpi.c.min.i = 0x58000002;
+  g_mpi.c.sum.i = 0x58000003;
+  g_mpi.c.prod.i = 0x58000004;
+  g_mpi.c.in_place = (void *)(intptr_t)-1;  // MPICH's MPI_IN_PLACE
+  g_mpi.c.status_ignore = (void *)1;        // MPICH's MPI_STATUS_IGNORE
+  return ok;
+}
+
+static void mpi_load(void) {
+  const char *env = getenv("CUBE_MPI_PATH");
+  static char env_path[512];
+  const char *names[4] = {NULL, "libmpi.so.40", "libmpich.so.12", "libmpi.so.12"};
+  if (env && env[0]) {
+    snprintf(env_path, sizeof env_path, "%s", env);
+    names[0] = env_path;
+  }
+  char why[512] = "";
+  size_t used = 0;
+  for (size_t i = 0; i < 4 && !g_mpi.library; ++i) {
+    if (!names[i]) continue;
+    void *lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      const char *e = dlerror();
+      int n = snprintf(why + used, sizeof why - used, "%s%s", used ? "; " : "", e ? e : names[i]);
+      if (n > 0 && (size_t)n < sizeof why - used) used += (size_t)n;
+      continue;
+    }
+    // Open MPI exports its predefined objects; MPICH's are constants.
+    bool ompi = dlsym(lib, "ompi_mpi_comm_world") != NULL;
+    bool ok = ompi ? resolve_ompi(lib) : resolve_mpich(lib);
+    if (!ok) {
+      int n = snprintf(why + used, sizeof why - used, "%s%s: missing an MPI-3 entry point",
+                       used ? "; " : "", names[i]);
+      if (n > 0 && (size_t)n < sizeof why - used) used += (size_t)n;
+      memset(&g_mpi.o, 0, sizeof g_mpi.o);
+      memset(&g_mpi.m, 0, sizeof g_mpi.m);
+      dlclose(lib);
+      continue;
+    }
+    g_mpi.library = lib;
+    g_mpi.path = names[i];
+    g_mpi.family = ompi ? FAMILY_OMPI : FAMILY_MPICH;
+  }
+  if (g_mpi.library) {
+    snprintf(g_mpi.detail, sizeof g_mpi.detail, "%s (%s)", g_mpi.path,
+             IS_OMPI ? "Open MPI" : "MPICH family");
+  } else {
+    snprintf(g_mpi.detail, sizeof g_mpi.detail,
+             "cannot load MPI (CUBE_MPI_PATH, libmpi.so.40, libmpich.so.12, libmpi.so.12): %s",
+             why);
+  }
+}
+
+bool cube_mpi_available(const char **out_detail) {
+  pthread_once(&g_mpi.once, mpi_load);
+  if (out_detail) *out_detail = g_mpi.detail;
+  return g_mpi.library != NULL;
+}
+
+const char *cube_mpi_family(void) {
+  if (!cube_mpi_available(NULL)) return NULL;
+  return IS_OMPI ? "open-mpi" : "mpich";
+}
+
+static cube_status_t mpi_error(int code, const char *what) {
+  char text[512] = "";
+  int len = 0;
+  bool ok = g_mpi.library && (IS_OMPI ? g_mpi.o.MPI_Error_string(code, text, &len)
+                                      : g_mpi.m.MPI_Error_string(code, text, &len)) == 0;
+  return cube_status_make(CUBE_STATUS_TRANSPORT_FAILED, "mpi: %s failed: %s (MPI error %d)", what,
+                          ok ? text : "unknown error", code);
+}
+
+//===--- f16 / bf16 reductions (MPI has neither type) ---===//
+
+static float f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {  // subnormal: normalize
+      int e = -1;
+      do {
+        man <<= 1;
+        e++;
+      } while (!(man & 0x400));
+      bits = sign | (uint32_t)(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | man << 13;
+  } else {
+    bits = sign | (exp + 112) << 23 | man << 13;
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+static uint16_t f32_to_f16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000;
+  uint32_t absx = x & 0x7fffffffu;
+  if (absx >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
+  if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);  // rounds to infinity
+  if (absx < 0x38800000u) {                                   // subnormal or zero
+    float a;
+    memcpy(&a, &absx, 4);
+    return (uint16_t)(sign | (uint32_t)lrintf(a * 16777216.0f));  // 2^24, round to even
+  }
+  uint32_t mant_odd = (absx >> 13) & 1;
+  absx += 0xc8000fffu + mant_odd;  // rebias (-112 << 23) and round to nearest even
+  return (uint16_t)(sign | (absx >> 13));
+}
+
+static float bf16_to_f32(uint16_t h) {
+  uint32_t bits = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+static uint16_t f32_to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);  // quiet NaN
+  x += 0x7fffu + ((x >> 16) & 1);
+  return (uint16_t)(x >> 16);
+}
+
+#define HALF_OP(fmt, name, expr)                                                     \
+  static void half_##fmt##_##name(void *in, void *inout, int *len, void *datatype) { \
+    (void)datatype;                                                                  \
+    const uint16_t *a = in;                                                          \
+    uint16_t *b = inout;                                                             \
+    for (int i = 0; i < *len; ++i) {                                                 \
+      float x = fmt##_to_f32(a[i]), y = fmt##_to_f32(b[i]);                          \
+      b[i] = f32_to_##fmt(expr);                                                     \
+    }                                                                                \
+  }
+HALF_OP(f16, sum, x + y)
+HALF_OP(f16, max, x > y ? x : y)
+HALF_OP(f16, min, x < y ? x : y)
+HALF_OP(f16, prod, x *y)
+HALF_OP(bf16, sum, x + y)
+HALF_OP(bf16, max, x > y ? x : y)
+HALF_OP(bf16, min, x < y ? x : y)
+HALF_OP(bf16, prod, x *y)
+
+static const mpi_user_fn kHalfFns[2][4] = {
+    {half_f16_sum, half_f16_max, half_f16_min, half_f16_prod},
+    {half_bf16_sum, half_bf16_max, half_bf16_min, half_bf16_prod},
+};
+
+//===--- Initialization ---===//
+
+static void mpi_finalize_at_exit(void) {
+  int finalized = 1;
+  // A communicator left to MPI would make MPI_Finalize wait for a peer that
+  // may be gone: the job's launcher cleans up instead.
+  if (atomic_load(&g_mpi.abandoned) == 0 && m_finalized(&finalized) == 0 && !finalized)
+    (void)m_finalize();
+}
+
+cube_status_t cube_mpi_world(uint32_t *out_rank, uint32_t *out_size) {
+  const char *detail = NULL;
+  if (!cube_mpi_available(&detail)) {
+    return cube_status_make(CUBE_STATUS_NO_DEVICE_TRANSPORT,
+                            "mpi: CPU clients across processes need MPI, and %s", detail);
+  }
+  pthread_mutex_lock(&g_mpi.init_lock);
+  cube_status_t status = CUBE_OK;
+  if (!g_mpi.initialized && !g_mpi.init_error) {
+    int flag = 0, provided = 0, rc = m_initialized(&flag);
+    if (rc == 0 && !flag) {
+      rc = m_init_thread(3 /* MPI_THREAD_MULTIPLE, in both families */, &provided);
+      if (rc == 0) {
+        g_mpi.we_initialized = true;
+        atexit(mpi_finalize_at_exit);
+      }
+    } else if (rc == 0) {
+      rc = m_query_thread(&provided);  // the program initialized MPI itself
+    }
+    if (rc != 0) {
+      g_mpi.init_error = mpi_error(rc, "MPI_Init_thread");
+    } else if (provided < 3) {
+      g_mpi.init_error = cube_status_make(
+          CUBE_STATUS_TRANSPORT_FAILED,
+          "mpi: MPI gives thread level %d where cubec needs MPI_THREAD_MULTIPLE (3): collectives "
+          "run on stream threads while the caller exchanges status records%s",
+          provided,
+          g_mpi.we_initialized ? ""
+                               : " (the program initialized MPI itself: ask for "
+                                 "MPI_THREAD_MULTIPLE in MPI_Init_thread)");
+    }
+    int r = 0, n = 0;
+    if (!g_mpi.init_error) rc = m_comm_rank(g_mpi.c.world, &r);
+    if (!g_mpi.init_error && rc == 0) rc = m_comm_size(g_mpi.c.world, &n);
+    if (!g_mpi.init_error && rc != 0) g_mpi.init_error = mpi_error(rc, "MPI_Comm_rank/size");
+    for (int f = 0; f < 2 && !g_mpi.init_error; ++f) {
+      for (int o = 0; o < 4 && !g_mpi.init_error; ++o) {
+        rc = m_op_create(kHalfFns[f][o], &g_mpi.half_ops[f][o]);
+        if (rc != 0) g_mpi.init_error = mpi_error(rc, "MPI_Op_create");
+      }
+    }
+    if (!g_mpi.init_error) {
+      g_mpi.rank = (uint32_t)r;
+      g_mpi.size = (uint32_t)n;
+      g_mpi.initialized = true;
+    }
+  }
+  if (g_mpi.init_error) status = cube_status_retain(g_mpi.init_error);
+  if (!status) {
+    if (out_rank) *out_rank = g_mpi.rank;
+    if (out_size) *out_size = g_mpi.size;
+  }
+  pthread_mutex_unlock(&g_mpi.init_lock);
+  return status;
+}
+
+//===--- Communicators ---===//
+
+enum { CH_DATA = 0, CH_STATUS = 1, CH_XFER = 2, CH_COUNT = 3 };
+
+struct cube_mpi_comm_t {
+  mpi_h comm[CH_COUNT];
+  uint32_t rank, nranks;
+  atomic_bool aborted;
+  pthread_mutex_t lock;  // guards |error|
+  cube_status_t error;   // the first failure: what poll answers
+  void *scratch;         // in-place reduce_scatter staging (owned)
+  size_t scratch_bytes;
+};
+
+uint32_t cube_mpi_comm_rank(const cube_mpi_comm_t *comm) {
+  return comm->rank;
+}
+uint32_t cube_mpi_comm_size(const cube_mpi_comm_t *comm) {
+  return comm->nranks;
+}
+
+// Records |error| (taken) as the comm's failure and abandons it.
+static cube_status_t comm_fail(cube_mpi_comm_t *comm, cube_status_t error) {
+  pthread_mutex_lock(&comm->lock);
+  if (!comm->error) {
+    comm->error = cube_status_retain(error);
+    atomic_fetch_add(&g_mpi.abandoned, 1);
+  }
+  pthread_mutex_unlock(&comm->lock);
+  atomic_store(&comm->aborted, true);
+  return error;
+}
+
+static cube_status_t comm_refusal(cube_mpi_comm_t *comm, const char *what) {
+  pthread_mutex_lock(&comm->lock);
+  cube_status_t root = cube_status_retain(comm->error);
+  pthread_mutex_unlock(&comm->lock);
+  if (!root) {
+    root = cube_status_make(CUBE_STATUS_TRANSPORT_FAILED, "mpi: the communicator was aborted");
+  }
+  return cube_status_wrap(root, CUBE_STATUS_TRANSPORT_FAILED,
+                          "mpi %s: rank %u's communicator of %u ranks was abandoned", what,
+                          comm->rank, comm->nranks);
+}
+
+// Polls |count| requests to their end or the deadline. Spins briefly (the
+// small-message latency), then sleeps with a growing pause (never busy for
+// long: ranks share cores).
+static cube_status_t wait_all(cube_mpi_comm_t *comm, mpi_h *reqs, int count, uint64_t deadline_ns,
+                              const char *what) {
+  bool done[4] = {false, false, false, false};
+  int left = count;
+  uint64_t pause_ns = 1000;
+  for (uint32_t spin = 0;; ++spin) {
+    for (int i = 0; i < count; ++i) {
+      if (done[i]) continue;
+      int flag = 0;
+      int rc = m_test(&reqs[i], &flag);
+      if (rc != 0) return comm_fail(comm, mpi_error(rc, what));
+      if (flag) {
+        done[i] = true;
+        left--;
+      }
+    }
+    if (left == 0) return CUBE_OK;
+    if (atomic_load(&comm->aborted)) return comm_refusal(comm, what);
+    if (cube_now_ns() >= deadline_ns) {
+      return comm_fail(comm, cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
+                                              "mpi %s: rank %u of %u waited past the deadline "
+                                              "(CUBE_COLLECTIVE_TIMEOUT_S) for its peers; MPI "
+                                              "cannot cancel it, so the communicator is abandoned",
+                                              what, comm->rank, comm->nranks));
+    }
+    if (spin < 64) {
+      sched_yield();
+    } else {
+      struct timespec ts = {0, (long)pause_ns};
+      nanosleep(&ts, NULL);
+      if (pause_ns < 200000) pause_ns *= 2;
+    }
+  }
+}
+
+cube_status_t cube_mpi_comm_create(uint32_t nranks, uint32_t rank, uint64_t deadline_ns,
+                                   cube_mpi_comm_t **out_comm) {
+  *out_comm = NULL;
+  uint32_t world_rank = 0, world_size = 0;
+  cube_status_t status = cube_mpi_world(&world_rank, &world_size);
+  if (status) return status;
+  if (world_size != nranks || world_rank != rank) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "mpi: this process is rank %u of %u in MPI's world, but joins as rank "
+                            "%u of %u (a program started by another MPI's launcher, or without "
+                            "one, is a world of 1 per process; use the mpirun of %s)",
+                            world_rank, world_size, rank, nranks, g_mpi.detail);
+  }
+  cube_mpi_comm_t *comm = calloc(1, sizeof *comm);
+  if (!comm) return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "mpi: out of host memory");
+  pthread_mutex_init(&comm->lock, NULL);
+  comm->rank = rank;
+  comm->nranks = nranks;
+  // Errors come back as codes (MPI's default aborts the whole job).
+  int rc = m_set_errhandler(g_mpi.c.world, g_mpi.c.errors_return);
+  if (rc != 0) status = mpi_error(rc, "MPI_Comm_set_errhandler");
+  for (int ch = 0; ch < CH_COUNT && !status; ++ch) {
+    mpi_h req;
+    rc = m_comm_idup(g_mpi.c.world, &comm->comm[ch], &req);
+    status =
+        rc ? mpi_error(rc, "MPI_Comm_idup") : wait_all(comm, &req, 1, deadline_ns, "comm_init");
+    if (!status) {
+      rc = m_set_errhandler(comm->comm[ch], g_mpi.c.errors_return);
+      if (rc) status = mpi_error(rc, "MPI_Comm_set_errhandler");
+    }
+  }
+  if (status) {
+    // Duplicates half made are left to MPI, like any abandoned communicator.
+    cube_status_release(comm->error);
+    pthread_mutex_destroy(&comm->lock);
+    free(comm);
+    return status;
+  }
+  *out_comm = comm;
+  return CUBE_OK;
+}
+
+cube_status_t cube_mpi_poll(cube_mpi_comm_t *comm) {
+  pthread_mutex_lock(&comm->lock);
+  cube_status_t error = cube_status_retain(comm->error);
+  pthread_mutex_unlock(&comm->lock);
+  if (!error && atomic_load(&comm->aborted)) error = comm_refusal(comm, "poll");
+  return error;
+}
+
+void cube_mpi_abort(cube_mpi_comm_t *comm) {
+  if (!comm || atomic_load(&comm->aborted)) return;
+  cube_status_release(
+      comm_fail(comm, cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
+                                       "mpi: rank %u's communicator was aborted", comm->rank)));
+}
+
+void cube_mpi_comm_destroy(cube_mpi_comm_t *comm) {
+  if (!comm) return;
+  if (!atomic_load(&comm->aborted)) {
+    // MPI_Comm_free only marks them: pending work on a healthy comm is none.
+    for (int ch = 0; ch < CH_COUNT; ++ch) (void)m_comm_free(&comm->comm[ch]);
+    free(comm->scratch);
+  }
+  // An abandoned comm's scratch may still be written by MPI: it is leaked.
+  cube_status_release(comm->error);
+  pthread_mutex_destroy(&comm->lock);
+  free(comm);
+}
+
+//===--- Operations ---===//
+
+static bool dtype_handle(cube_mpi_dtype_t dtype, mpi_h *out) {
+  switch (dtype) {
+    case CUBE_MPI_F32:
+      *out = g_mpi.c.f32;
+      return true;
+    case CUBE_MPI_F64:
+      *out = g_mpi.c.f64;
+      return true;
+    case CUBE_MPI_F16:
+    case CUBE_MPI_BF16:
+      *out = g_mpi.c.u16;
+      return true;
+    case CUBE_MPI_I8:
+      *out = g_mpi.c.i8;
+      return true;
+    case CUBE_MPI_I32:
+      *out = g_mpi.c.i32;
+      return true;
+    case CUBE_MPI_I64:
+      *out = g_mpi.c.i64;
+      return true;
+    case CUBE_MPI_U8:
+      *out = g_mpi.c.u8;
+      return true;
+    case CUBE_MPI_U32:
+      *out = g_mpi.c.u32;
+      return true;
+    case CUBE_MPI_U64:
+      *out = g_mpi.c.u64;
+      return true;
+    default:
+      return false;
+  }
+}
+
+static uint32_t dtype_size(cube_mpi_dtype_t dtype) {
+  switch (dtype) {
+    case CUBE_MPI_F64:
+    case CUBE_MPI_I64:
+    case CUBE_MPI_U64:
+      return 8;
+    case CUBE_MPI_F32:
+    case CUBE_MPI_I32:
+    case CUBE_MPI_U32:
+      return 4;
+    case CUBE_MPI_F16:
+    case CUBE_MPI_BF16:
+      return 2;
+    default:
+      return 1;
+  }
+}
+
+// MEAN is SUM then a division by n here (MPI has no average): floats
+// divide, integers truncate toward zero, f16/bf16 divide in f32 and round.
+static bool op_handle(cube_mpi_dtype_t dtype, cube_mpi_reduce_t op, mpi_h *out) {
+  int index;
+  switch (op) {
+    case CUBE_MPI_SUM:
+    case CUBE_MPI_MEAN:
+      index = 0;
+      break;
+    case CUBE_MPI_MAX:
+      index = 1;
+      break;
+    case CUBE_MPI_MIN:
+      index = 2;
+      break;
+    case CUBE_MPI_PROD:
+      index = 3;
+      break;
+    default:
+      return false;
+  }
+  if (dtype == CUBE_MPI_F16 || dtype == CUBE_MPI_BF16) {
+    *out = g_mpi.half_ops[dtype == CUBE_MPI_BF16][index];
+    return true;
+  }
+  static const size_t kOffsets[4] = {offsetof(mpi_consts_t, sum), offsetof(mpi_consts_t, max),
+                                     offsetof(mpi_consts_t, min), offsetof(mpi_consts_t, prod)};
+  memcpy(out, (const char *)&g_mpi.c + kOffsets[index], sizeof *out);
+  return true;
+}
+
+#define MEAN_LOOP(T, expr)                 \
+  do {                                     \
+    T *v = buffer;                         \
+    for (uint64_t i = 0; i < count; ++i) { \
+      T x = v[i];                          \
+      v[i] = (T)(expr);                    \
+    }                                      \
+  } while (0)
+
+static void mean_divide(cube_mpi_dtype_t dtype, void *buffer, uint64_t count, uint32_t n) {
+  switch (dtype) {
+    case CUBE_MPI_F32:
+      MEAN_LOOP(float, x / (float)n);
+      break;
+    case CUBE_MPI_F64:
+      MEAN_LOOP(double, x / (double)n);
+      break;
+    case CUBE_MPI_F16:
+      MEAN_LOOP(uint16_t, f32_to_f16(f16_to_f32(x) / (float)n));
+      break;
+    case CUBE_MPI_BF16:
+      MEAN_LOOP(uint16_t, f32_to_bf16(bf16_to_f32(x) / (float)n));
+      break;
+    case CUBE_MPI_I8:
+      MEAN_LOOP(int8_t, x / (int32_t)n);
+      break;
+    case CUBE_MPI_I32:
+      MEAN_LOOP(int32_t, (int64_t)x / (int64_t)n);
+      break;
+    case CUBE_MPI_I64:
+      MEAN_LOOP(int64_t, x / (int64_t)n);
+      break;
+    case CUBE_MPI_U8:
+      MEAN_LOOP(uint8_t, x / n);
+      break;
+    case CUBE_MPI_U32:
+      MEAN_LOOP(uint32_t, x / n);
+      break;
+    case CUBE_MPI_U64:
+      MEAN_LOOP(uint64_t, x / n);
+      break;
+    default:
+      break;
+  }
+}
+
+static const char *const kKindNames[CUBE_MPI_KIND_COUNT] = {
+    "all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send", "recv"};
+
+cube_status_t cube_mpi_run(cube_mpi_comm_t *comm, const cube_mpi_op_t *op, uint64_t deadline_ns) {
+  const char *what = (unsigned)op->kind < CUBE_MPI_KIND_COUNT ? kKindNames[op->kind] : "op";
+  if (atomic_load(&comm->aborted)) return comm_refusal(comm, what);
+  // MPI-3 counts are int: the core's checks keep parts below 2^31 elements
+  // (larger parts are refused there, never cut here).
+  if (op->count > 0x7fffffffull) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "mpi %s: %llu elements in one part, more than an MPI-3 count holds "
+                            "(2^31 - 1)",
+                            what, (unsigned long long)op->count);
+  }
+  int count = (int)op->count;
+  mpi_h dtype = g_mpi.c.byte, reduce = g_mpi.c.sum;
+  bool reduces = op->kind == CUBE_MPI_ALL_REDUCE || op->kind == CUBE_MPI_REDUCE_SCATTER;
+  if (reduces && (!dtype_handle(op->dtype, &dtype) || !op_handle(op->dtype, op->op, &reduce))) {
+    return cube_status_make(CUBE_STATUS_VALIDATION, "mpi %s: element type %d or operation %d", what,
+                            (int)op->dtype, (int)op->op);
+  }
+  mpi_h req[2];
+  int nreq = 1, rc = 0;
+  void *staged = NULL;  // reduce_scatter in place: the result lands here first
+  switch (op->kind) {
+    case CUBE_MPI_ALL_REDUCE:
+      rc = m_iallreduce(op->send == op->recv ? g_mpi.c.in_place : op->send, op->recv, count, dtype,
+                        reduce, comm->comm[CH_DATA], &req[0]);
+      break;
+    case CUBE_MPI_ALL_GATHER: {
+      bool in_place = (char *)op->send == (char *)op->recv + (size_t)comm->rank * op->count;
+      rc = m_iallgather(in_place ? g_mpi.c.in_place : op->send, count, op->recv, count,
+                        g_mpi.c.byte, comm->comm[CH_DATA], &req[0]);
+      break;
+    }
+    case CUBE_MPI_REDUCE_SCATTER: {
+      size_t bytes = (size_t)op->count * dtype_size(op->dtype);
+      char *send = op->send, *recv = op->recv;
+      void *target = op->recv;
+      if (recv < send + bytes * comm->nranks && send < recv + bytes) {
+        // The destination is this rank's chunk of the source: MPI forbids
+        // the aliasing, so the result goes through the comm's scratch.
+        if (comm->scratch_bytes < bytes) {
+          void *grown = realloc(comm->scratch, bytes ? bytes : 1);
+          if (!grown)
+            return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                                    "mpi reduce_scatter: out of host memory");
+          comm->scratch = grown;
+          comm->scratch_bytes = bytes;
+        }
+        staged = target = comm->scratch;
+      }
+      rc = m_ireduce_scatter_block(op->send, target, count, dtype, reduce, comm->comm[CH_DATA],
+                                   &req[0]);
+      break;
+    }
+    case CUBE_MPI_BROADCAST:
+      if (comm->rank == op->root && op->send && op->send != op->recv)
+        memcpy(op->recv, op->send, (size_t)op->count);
+      rc = m_ibcast(op->recv, count, g_mpi.c.byte, (int)op->root, comm->comm[CH_DATA], &req[0]);
+      break;
+    case CUBE_MPI_ALL_TO_ALL:
+      rc = m_ialltoall(op->send, count, op->recv, g_mpi.c.byte, comm->comm[CH_DATA], &req[0]);
+      break;
+    case CUBE_MPI_SEND:
+      rc = m_isend(op->send, count, g_mpi.c.byte, (int)op->peer, 0, comm->comm[CH_XFER], &req[0]);
+      break;
+    case CUBE_MPI_RECV:
+      rc = m_irecv(op->recv, count, g_mpi.c.byte, (int)op->peer, 0, comm->comm[CH_XFER], &req[0]);
+      break;
+    default:
+      return cube_status_make(CUBE_STATUS_VALIDATION, "mpi: unknown operation %d", (int)op->kind);
+  }
+  if (rc != 0) {
+    char call[64];
+    snprintf(call, sizeof call, "posting %s", what);
+    return comm_fail(comm, mpi_error(rc, call));
+  }
+  cube_status_t status = wait_all(comm, req, nreq, deadline_ns, what);
+  if (!status && staged) memcpy(op->recv, staged, (size_t)op->count * dtype_size(op->dtype));
+  if (!status && op->op == CUBE_MPI_MEAN && reduces)
+    mean_divide(op->dtype, op->recv, op->count, comm->nranks);
+  return status;
+}
+
+cube_status_t cube_mpi_exchange(cube_mpi_comm_t *comm, uint32_t peer, const void *mine, void *out,
+                                size_t bytes, uint64_t deadline_ns) {
+  if (atomic_load(&comm->aborted)) return comm_refusal(comm, "status exchange");
+  if (bytes > 65536) {
+    return cube_status_make(CUBE_STATUS_VALIDATION, "mpi status exchange: %zu bytes per record",
+                            bytes);
+  }
+  // The records live in memory the comm owns until the exchange ends: an
+  // abandoned exchange leaks them rather than let MPI write into the stack.
+  size_t total = peer == UINT32_MAX ? bytes * comm->nranks : bytes;
+  uint8_t *buffer = malloc(bytes + total);
+  if (!buffer)
+    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "mpi status exchange: out of memory");
+  memcpy(buffer, mine, bytes);
+  mpi_h req[2];
+  int nreq = 1, rc;
+  if (peer == UINT32_MAX) {
+    rc = m_iallgather(buffer, (int)bytes, buffer + bytes, (int)bytes, g_mpi.c.byte,
+                      comm->comm[CH_STATUS], &req[0]);
+  } else {
+    nreq = 2;
+    rc = m_irecv(buffer + bytes, (int)bytes, g_mpi.c.byte, (int)peer, 1, comm->comm[CH_STATUS],
+                 &req[0]);
+    if (rc == 0)
+      rc = m_isend(buffer, (int)bytes, g_mpi.c.byte, (int)peer, 1, comm->comm[CH_STATUS], &req[1]);
+  }
+  cube_status_t status = rc ? comm_fail(comm, mpi_error(rc, "posting a status exchange"))
+                            : wait_all(comm, req, nreq, deadline_ns, "status exchange");
+  if (!status) {
+    memcpy(out, buffer + bytes, total);
+    free(buffer);
+  }
+  return status;
+}

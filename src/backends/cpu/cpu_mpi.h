@@ -1,0 +1,137 @@
+// cubec CPU backend — MPI, loaded at run time, for CPU clients whose ranks
+// live in several processes and hosts (docs/scaleout.md).
+//
+// One build runs with or without MPI: the library is opened with dlopen
+// ($CUBE_MPI_PATH, then Open MPI's libmpi.so.40, then MPICH's
+// libmpich.so.12 / libmpi.so.12) and every entry resolved by name, all or
+// none. The two families differ in their handles (Open MPI's are the
+// addresses of exported globals, MPICH's integer constants); cpu_mpi.c
+// carries both conventions and nothing else of theirs.
+//
+// MPI cannot cancel a collective and has no deadline of its own. Every
+// operation here is therefore posted non-blocking and polled (MPI_Test)
+// against the caller's deadline; past it, or on an MPI error, the
+// communicator is abandoned: it is never used or freed again, and its
+// requests are left to MPI. That is the only abort MPI has short of killing
+// the job (no communicator revoke before ULFM). Memory the abandoned
+// requests name is the caller's to keep alive or to give up knowingly.
+//
+// Each communicator is three duplicates of MPI_COMM_WORLD, so that no kind
+// of traffic waits in line behind another: the collectives' payloads, the
+// members' status records, and the point-to-point transfers.
+#ifndef CUBE_BACKENDS_CPU_CPU_MPI_H_
+#define CUBE_BACKENDS_CPU_CPU_MPI_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/visibility.h"
+#include "cube/status.h"
+
+// Element types and reductions, by the values of the collectives API
+// (cube_dtype_t, cube_reduce_op_t).
+typedef enum cube_mpi_dtype_t {
+  CUBE_MPI_F32 = 0,
+  CUBE_MPI_F64 = 1,
+  CUBE_MPI_F16 = 2,
+  CUBE_MPI_BF16 = 3,
+  CUBE_MPI_I8 = 4,
+  CUBE_MPI_I32 = 5,
+  CUBE_MPI_I64 = 6,
+  CUBE_MPI_U8 = 7,
+  CUBE_MPI_U32 = 8,
+  CUBE_MPI_U64 = 9,
+  CUBE_MPI_DTYPE_COUNT = 10,
+} cube_mpi_dtype_t;
+
+typedef enum cube_mpi_reduce_t {
+  CUBE_MPI_SUM = 0,
+  CUBE_MPI_MEAN = 1,
+  CUBE_MPI_MAX = 2,
+  CUBE_MPI_MIN = 3,
+  CUBE_MPI_PROD = 4,
+  CUBE_MPI_REDUCE_COUNT = 5,
+} cube_mpi_reduce_t;
+
+// Operations, by the values of the transport interface (cube_top_kind_t).
+typedef enum cube_mpi_kind_t {
+  CUBE_MPI_ALL_REDUCE = 0,
+  CUBE_MPI_ALL_GATHER = 1,
+  CUBE_MPI_REDUCE_SCATTER = 2,
+  CUBE_MPI_BROADCAST = 3,
+  CUBE_MPI_ALL_TO_ALL = 4,
+  CUBE_MPI_SEND = 5,
+  CUBE_MPI_RECV = 6,
+  CUBE_MPI_KIND_COUNT = 7,
+} cube_mpi_kind_t;
+
+// One rank's part, as the transport interface's cube_top_t gives it:
+//   all_reduce      send, recv: count elements each (send == recv: in place)
+//   all_gather      send: count bytes; recv: nranks * count bytes
+//   reduce_scatter  send: nranks * count elements; recv: count elements
+//   broadcast       send (root only, else 0): count bytes; recv: count bytes
+//   all_to_all      send, recv: nranks chunks of count bytes
+//   send / recv     count bytes to or from |peer|
+typedef struct cube_mpi_op_t {
+  cube_mpi_kind_t kind;
+  cube_mpi_dtype_t dtype;  // byte-moving operations: U8
+  cube_mpi_reduce_t op;
+  void *send;
+  void *recv;
+  uint64_t count;
+  uint32_t root;
+  uint32_t peer;
+} cube_mpi_op_t;
+
+typedef struct cube_mpi_comm_t cube_mpi_comm_t;
+
+// Whether MPI can be loaded (without initializing it), and from where or why
+// not (static text). For `cubec info` and the tests' skip.
+CUBE_INTERNAL bool cube_mpi_available(const char **out_detail);
+// "open-mpi" or "mpich" once loaded, else NULL.
+CUBE_INTERNAL const char *cube_mpi_family(void);
+
+// Loads and initializes MPI once per process (MPI_THREAD_MULTIPLE, which the
+// transport needs: parts run on stream threads while the caller exchanges
+// status records), and answers this process's place in MPI_COMM_WORLD.
+// NO_DEVICE_TRANSPORT when MPI is absent; TRANSPORT_FAILED when it refuses.
+CUBE_INTERNAL cube_status_t cube_mpi_world(uint32_t *out_rank, uint32_t *out_size);
+
+// A communicator over MPI_COMM_WORLD for the rank that expects to be |rank|
+// of |nranks|: VALIDATION when MPI's world says otherwise (a program run
+// under another MPI's launcher is n worlds of one). Collective over every
+// rank, bounded by |deadline_ns| (cube_now_ns's clock).
+CUBE_INTERNAL cube_status_t cube_mpi_comm_create(uint32_t nranks, uint32_t rank,
+                                                 uint64_t deadline_ns, cube_mpi_comm_t **out_comm);
+// Runs |op| to its end, polled against |deadline_ns|. A deadline passed or an
+// MPI error abandons the communicator (TRANSPORT_FAILED, and every later
+// call answers it).
+CUBE_INTERNAL cube_status_t cube_mpi_run(cube_mpi_comm_t *comm, const cube_mpi_op_t *op,
+                                         uint64_t deadline_ns);
+// Exchanges one record of |bytes| bytes with every rank (|peer| is
+// UINT32_MAX: |out| receives nranks records, by rank) or with |peer| alone
+// (|out| receives its record), on the communicator's status channel. The
+// same failure rules as cube_mpi_run.
+CUBE_INTERNAL cube_status_t cube_mpi_exchange(cube_mpi_comm_t *comm, uint32_t peer,
+                                              const void *mine, void *out, size_t bytes,
+                                              uint64_t deadline_ns);
+// The communicator's failure, NULL while healthy (retained).
+CUBE_INTERNAL cube_status_t cube_mpi_poll(cube_mpi_comm_t *comm);
+// Abandons the communicator now (safe from any thread, twice, and while a
+// call on it polls: that call answers TRANSPORT_FAILED at its next test).
+CUBE_INTERNAL void cube_mpi_abort(cube_mpi_comm_t *comm);
+// Frees a healthy communicator; an abandoned one is left to MPI (never
+// freed: freeing waits for its pending operations).
+CUBE_INTERNAL void cube_mpi_comm_destroy(cube_mpi_comm_t *comm);
+CUBE_INTERNAL uint32_t cube_mpi_comm_rank(const cube_mpi_comm_t *comm);
+CUBE_INTERNAL uint32_t cube_mpi_comm_size(const cube_mpi_comm_t *comm);
+
+// The CPU transport's world form (cpu_mpi_transport.c): the "mpi" transport,
+// or NO_DEVICE_TRANSPORT without MPI.
+typedef struct cube_backend_device_t cube_backend_device_t;
+typedef struct cube_transport_vtable_t cube_transport_vtable_t;
+CUBE_INTERNAL cube_status_t cube_cpu_world_transport(cube_backend_device_t *device,
+                                                     const cube_transport_vtable_t **out_world);
+
+#endif  // CUBE_BACKENDS_CPU_CPU_MPI_H_

@@ -1,0 +1,192 @@
+// cubec CPU backend — the "mpi" transport: the world form of the CPU's
+// transport (cube_comm_init_rank), whose ranks live in several processes and
+// hosts. It holds no rule of the runtime: the core validates each part and
+// exchanges every rank's record (exchange_status, on MPI's status channel)
+// before any part is submitted; a part here runs on the communicator's CPU
+// stream when the stream reaches it, blocking that stream's thread while MPI
+// moves the bytes, polled against the deadline (cpu_mpi.c).
+//
+// A part that fails (an MPI error, the deadline, an abort) fails late on its
+// stream, like inproc's, so the core charges what it was writing. A part
+// that cannot run after the others were told it would (its stream halted)
+// abandons the communicator: the peers then fail within their deadline.
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_mpi.h"
+#include "base/util.h"
+#include "core/transport.h"
+
+static const uint8_t kMpiMagic[16] = "cube-mpi-world1";
+
+// A rank's communicator as the core holds it.
+typedef struct mpi_tcomm_t {
+  cube_mpi_comm_t *mpi;
+  uint64_t timeout_ns;  // every wait of its parts (CUBE_COLLECTIVE_TIMEOUT_S)
+} mpi_tcomm_t;
+
+typedef struct mpi_task_t {
+  mpi_tcomm_t *comm;
+  cube_top_t op;
+} mpi_task_t;
+
+static mpi_tcomm_t *mpi_cast(cube_tcomm_t *comm) {
+  return (mpi_tcomm_t *)comm;
+}
+
+static bool mpi_reduces(cube_dtype_t dtype, cube_reduce_op_t op) {
+  return (unsigned)dtype < CUBE_DTYPE_COUNT && (unsigned)op < CUBE_REDUCE_OP_COUNT;
+}
+
+static cube_status_t mpi_unique_id(cube_backend_device_t *device, cube_tuid_t *out_uid) {
+  (void)device;
+  // MPI_COMM_WORLD is the rendezvous: every rank makes the same token.
+  memset(out_uid, 0, sizeof *out_uid);
+  memcpy(out_uid->bytes, kMpiMagic, sizeof kMpiMagic);
+  const char *detail = NULL;
+  if (!cube_mpi_available(&detail)) {
+    return cube_status_make(CUBE_STATUS_NO_DEVICE_TRANSPORT,
+                            "mpi: CPU clients across processes need MPI, and %s", detail);
+  }
+  return CUBE_OK;
+}
+
+static cube_status_t mpi_group_nop(cube_backend_device_t *device) {
+  (void)device;
+  return CUBE_OK;
+}
+
+static cube_status_t mpi_comm_create(cube_backend_device_t *device, const cube_tuid_t *uid,
+                                     uint32_t nranks, uint32_t rank, uint64_t timeout_ns,
+                                     cube_tcomm_t **out_comm) {
+  (void)device;
+  *out_comm = NULL;
+  if (memcmp(uid->bytes, kMpiMagic, sizeof kMpiMagic) != 0)
+    return cube_status_make(CUBE_STATUS_VALIDATION, "mpi comm_create: not an MPI world's token");
+  mpi_tcomm_t *comm = calloc(1, sizeof *comm);
+  if (!comm) return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "mpi: out of host memory");
+  comm->timeout_ns = timeout_ns;
+  cube_status_t status = cube_mpi_comm_create(nranks, rank, cube_now_ns() + timeout_ns, &comm->mpi);
+  if (status) {
+    free(comm);
+  } else {
+    *out_comm = (cube_tcomm_t *)comm;
+  }
+  return status;
+}
+
+static cube_status_t mpi_comm_ready(cube_backend_device_t *device, cube_tcomm_t *comm,
+                                    bool *out_ready) {
+  (void)device;
+  *out_ready = true;  // made blocking (bounded) by comm_create
+  return cube_mpi_poll(mpi_cast(comm)->mpi);
+}
+
+static cube_mpi_op_t mpi_op(const cube_top_t *top) {
+  return (cube_mpi_op_t){.kind = (cube_mpi_kind_t)top->kind,
+                         .dtype = (cube_mpi_dtype_t)top->dtype,
+                         .op = (cube_mpi_reduce_t)top->op,
+                         .send = (void *)(uintptr_t)top->send,
+                         .recv = (void *)(uintptr_t)top->recv,
+                         .count = top->count,
+                         .root = top->root,
+                         .peer = top->peer};
+}
+
+// The part, when its stream reaches it (|dropped|: the stream was halted).
+static cube_status_t mpi_task_run(void *arg, cube_status_t dropped) {
+  mpi_task_t *task = arg;
+  cube_status_t result = CUBE_OK;
+  cube_status_t why = dropped ? dropped : task->op.dropped;
+  if (why) {
+    // The peers were told this part is ready and wait for it in MPI: it
+    // will not come, so the communicator goes (they fail at their deadline).
+    cube_mpi_abort(task->comm->mpi);
+    result =
+        cube_status_wrap(cube_status_retain(why), CUBE_STATUS_TRANSPORT_FAILED,
+                         "mpi %s: rank %u's part could not run after its peers were told it "
+                         "would; the communicator is abandoned",
+                         cube_top_kind_name(task->op.kind), cube_mpi_comm_rank(task->comm->mpi));
+  } else {
+    cube_mpi_op_t op = mpi_op(&task->op);
+    result = cube_mpi_run(task->comm->mpi, &op, cube_now_ns() + task->comm->timeout_ns);
+  }
+  cube_status_release(task->op.dropped);
+  free(task);
+  return dropped ? CUBE_OK : result;  // a halted stream ignores the answer
+}
+
+static cube_status_t mpi_submit(cube_backend_device_t *device, cube_tcomm_t *comm,
+                                cube_bstream_t *stream, const cube_top_t *op) {
+  (void)device;
+  mpi_task_t *task = malloc(sizeof *task);
+  if (!task) {
+    return cube_status_make(CUBE_STATUS_TRANSPORT_FAILED, "mpi %s: out of host memory",
+                            cube_top_kind_name(op->kind));
+  }
+  *task = (mpi_task_t){.comm = mpi_cast(comm), .op = *op};
+  task->op.dropped = cube_status_retain(op->dropped);
+  cube_status_t status = cube_cpu_stream_transport(stream, mpi_task_run, task);
+  if (status) {
+    cube_status_release(task->op.dropped);
+    free(task);
+  }
+  return status;
+}
+
+static cube_status_t mpi_poll(cube_backend_device_t *device, cube_tcomm_t *comm) {
+  (void)device;
+  return cube_mpi_poll(mpi_cast(comm)->mpi);
+}
+
+static void mpi_abort(cube_backend_device_t *device, cube_tcomm_t *comm) {
+  (void)device;
+  cube_mpi_abort(mpi_cast(comm)->mpi);
+}
+
+static void mpi_comm_destroy(cube_backend_device_t *device, cube_tcomm_t *comm) {
+  (void)device;
+  if (!comm) return;
+  cube_mpi_comm_destroy(mpi_cast(comm)->mpi);
+  free(comm);
+}
+
+static cube_status_t mpi_exchange_status(cube_backend_device_t *device, cube_tcomm_t *comm,
+                                         cube_bstream_t *stream, uint32_t peer, const void *mine,
+                                         void *out, size_t bytes) {
+  (void)device, (void)stream;  // MPI's status channel is a communicator of its own
+  mpi_tcomm_t *c = mpi_cast(comm);
+  return cube_mpi_exchange(c->mpi, peer, mine, out, bytes, cube_now_ns() + c->timeout_ns);
+}
+
+static const cube_transport_vtable_t kMpiTransport = {
+    .name = "mpi",
+    .fails_late = true,
+    .reduces = mpi_reduces,
+    .unique_id = mpi_unique_id,
+    .group_begin = mpi_group_nop,
+    .group_end = mpi_group_nop,
+    .comm_create = mpi_comm_create,
+    .comm_ready = mpi_comm_ready,
+    .submit = mpi_submit,
+    .poll = mpi_poll,
+    .abort = mpi_abort,
+    .comm_destroy = mpi_comm_destroy,
+    .device_key = NULL,
+    .exchange_status = mpi_exchange_status,
+    .world = NULL,  // it is the world form
+};
+
+cube_status_t cube_cpu_world_transport(cube_backend_device_t *device,
+                                       const cube_transport_vtable_t **out_world) {
+  (void)device;
+  const char *detail = NULL;
+  *out_world = NULL;
+  if (!cube_mpi_available(&detail)) {
+    return cube_status_make(CUBE_STATUS_NO_DEVICE_TRANSPORT,
+                            "CPU clients across processes talk through MPI, and %s", detail);
+  }
+  *out_world = &kMpiTransport;
+  return CUBE_OK;
+}

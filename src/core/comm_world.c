@@ -1,0 +1,371 @@
+// cubec core — worlds: one rank of a group whose ranks live in several
+// processes (include/cube/world.h). The bootstrap (which rank, which
+// device, how the unique id reaches every rank) and the cube_comm_* entry
+// points; the collectives themselves are collective.c's, with the members'
+// records carried by the world transport (comm_group.c: worlds).
+//
+// The id (cube_comm_id_t, 256 bytes): "CUBEWID1", the world size (u32 LE),
+// the transport's name (16 bytes, NUL padded), then the transport's token
+// (cube_tuid_t, 128 bytes) at offset 32.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "core/collective.h"
+#include "core/comm_group.h"
+#include "cube/world.h"
+
+struct cube_comm_s {
+  cube_client_t *client;  // retained
+  cube_server_t *server;
+  cube_comm_group_t *group;
+  uint32_t rank, size;
+};
+
+#define ID_MAGIC "CUBEWID1"
+#define ID_NAME_OFFSET 12
+#define ID_UID_OFFSET 32
+
+static cube_status_t world_transport(cube_server_t *server, const char *operation,
+                                     const cube_transport_vtable_t **out_world) {
+  *out_world = NULL;
+  const cube_transport_vtable_t *local = cube_backend_transport(server->device);
+  if (!local) {
+    return cube_status_make(CUBE_STATUS_NO_DEVICE_TRANSPORT,
+                            "%s needs a transport between devices, and this runtime has none (%s)",
+                            operation, server->name);
+  }
+  if (!local->world) {
+    return cube_status_make(CUBE_STATUS_NO_DEVICE_TRANSPORT,
+                            "%s: the %s transport of %s has no form whose ranks span processes",
+                            operation, local->name, server->name);
+  }
+  cube_status_t status = local->world(server->device, out_world);
+  if (!status && !*out_world) {
+    status = cube_status_make(CUBE_STATUS_NO_DEVICE_TRANSPORT,
+                              "%s: %s has no transport between processes", operation, server->name);
+  }
+  if (status && cube_status_code(status) != CUBE_STATUS_NO_DEVICE_TRANSPORT) {
+    status = cube_status_wrap(status, CUBE_STATUS_NO_DEVICE_TRANSPORT,
+                              "%s: %s has no transport between processes", operation, server->name);
+  }
+  return status;
+}
+
+cube_status_t cube_comm_id_create(cube_client_t *client, uint32_t world_size,
+                                  cube_comm_id_t *out_id) {
+  static const char kOp[] = "cube_comm_id_create";
+  cube_server_t *server = cube_server_of(client);
+  if (!server) return cube_status_make(CUBE_STATUS_VALIDATION, "%s: client is NULL", kOp);
+  if (!out_id) return cube_status_make(CUBE_STATUS_VALIDATION, "%s: out_id is NULL", kOp);
+  if (world_size == 0 || world_size > CUBE_COMM_MAX_RANKS) {
+    return cube_status_make(CUBE_STATUS_VALIDATION, "%s: a world of %u ranks (1 to %d)", kOp,
+                            world_size, CUBE_COMM_MAX_RANKS);
+  }
+  const cube_transport_vtable_t *world = NULL;
+  cube_status_t status = world_transport(server, kOp, &world);
+  if (status) return status;
+  cube_tuid_t uid;
+  status = world->unique_id(server->device, &uid);
+  if (status) return status;
+  memset(out_id, 0, sizeof *out_id);
+  memcpy(out_id->bytes, ID_MAGIC, 8);
+  for (int i = 0; i < 4; ++i) out_id->bytes[8 + i] = (uint8_t)(world_size >> (8 * i));
+  snprintf((char *)out_id->bytes + ID_NAME_OFFSET, 16, "%s", world->name);
+  memcpy(out_id->bytes + ID_UID_OFFSET, uid.bytes, sizeof uid.bytes);
+  return CUBE_OK;
+}
+
+cube_status_t cube_comm_init_rank(cube_client_t *client, const cube_comm_id_t *id, uint32_t rank,
+                                  uint32_t world_size, cube_comm_t **out_comm) {
+  static const char kOp[] = "comm_init_rank";
+  if (!out_comm) return cube_status_make(CUBE_STATUS_VALIDATION, "%s: out_comm is NULL", kOp);
+  *out_comm = NULL;
+  cube_server_t *server = cube_server_of(client);
+  if (!server) return cube_status_make(CUBE_STATUS_VALIDATION, "%s: client is NULL", kOp);
+  const cube_transport_vtable_t *world = NULL;
+  cube_status_t status = world_transport(server, kOp, &world);
+  if (status) return status;
+  if (!id) return cube_status_make(CUBE_STATUS_VALIDATION, "%s: id is NULL", kOp);
+  if (world_size == 0 || world_size > CUBE_COMM_MAX_RANKS || rank >= world_size) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "%s: rank %u of a world of %u (a world holds 1 to %d ranks)", kOp, rank,
+                            world_size, CUBE_COMM_MAX_RANKS);
+  }
+  uint32_t announced = 0;
+  for (int i = 0; i < 4; ++i) announced |= (uint32_t)id->bytes[8 + i] << (8 * i);
+  char name[17] = {0};
+  memcpy(name, id->bytes + ID_NAME_OFFSET, 16);
+  if (memcmp(id->bytes, ID_MAGIC, 8) != 0) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "%s: the id was not made by cube_comm_id_create", kOp);
+  }
+  if (announced != world_size) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "%s: the id was made for a world of %u ranks, this rank joins one of "
+                            "%u (a launcher and an MPI that do not match give worlds of 1)",
+                            kOp, announced, world_size);
+  }
+  if (strcmp(name, world->name) != 0) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "%s: the id is a %s world's, and %s talks through %s", kOp, name,
+                            server->name, world->name);
+  }
+  cube_comm_t *comm = calloc(1, sizeof *comm);
+  if (!comm) return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "%s: out of host memory", kOp);
+  cube_tuid_t uid;
+  memcpy(uid.bytes, id->bytes + ID_UID_OFFSET, sizeof uid.bytes);
+  status = cube_comm_group_make_world(server, world, &uid, world_size, rank, &comm->group);
+  if (status) {
+    free(comm);
+    return status;
+  }
+  comm->client = cube_client_retain(client);
+  comm->server = server;
+  comm->rank = rank;
+  comm->size = world_size;
+  *out_comm = comm;
+  return CUBE_OK;
+}
+
+void cube_comm_env_options_initialize(cube_comm_env_options_t *out_options) {
+  if (!out_options) return;
+  *out_options = (cube_comm_env_options_t){.backend = CUBE_BACKEND_DEFAULT, .device = -1};
+}
+
+// The id of a world launched by an MPI, from rank 0 to every rank through
+// MPI itself (no shared directory needed): a CPU client's world transport
+// (MPI) for the one exchange, through the transport slots like any other.
+static cube_status_t id_through_mpi(cube_client_t *client, const cube_rank_env_t *env,
+                                    cube_comm_id_t *inout_id) {
+  cube_client_t *cpu = NULL;
+  cube_client_options_t co;
+  cube_client_options_initialize(&co);
+  co.backend = CUBE_BACKEND_CPU;
+  co.fault_plan = "";
+  cube_status_t status = cube_client_create(&co, &cpu);
+  const cube_transport_vtable_t *mpi = NULL;
+  cube_server_t *server = cpu ? cube_server_of(cpu) : NULL;
+  if (!status) status = world_transport(server, "comm_init_env (the id through MPI)", &mpi);
+  if (!status && strcmp(mpi->name, "mpi") != 0)
+    status = cube_status_make(CUBE_STATUS_NO_DEVICE_TRANSPORT, "comm_init_env: no MPI here");
+  cube_tuid_t token;
+  cube_tcomm_t *comm = NULL;
+  uint64_t timeout = server ? cube_collective_timeout_ns(server) : 0;
+  if (!status) status = mpi->unique_id(server->device, &token);
+  if (!status)
+    status = mpi->comm_create(server->device, &token, env->world_size, env->rank, timeout, &comm);
+  if (!status && env->rank == 0) status = cube_comm_id_create(client, env->world_size, inout_id);
+  cube_comm_id_t *all = NULL;
+  if (!status) {
+    all = malloc(sizeof *all * env->world_size);
+    if (!all) status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "comm_init_env: memory");
+  }
+  // Every rank's record; rank 0's is the id (an error on rank 0 reaches the
+  // others as a zero id, which init_rank refuses).
+  if (!status)
+    status =
+        mpi->exchange_status(server->device, comm, NULL, UINT32_MAX, inout_id, all, sizeof *all);
+  if (!status) *inout_id = all[0];
+  free(all);
+  if (comm) {
+    if (status) mpi->abort(server->device, comm);
+    mpi->comm_destroy(server->device, comm);
+  }
+  cube_client_release(cpu);
+  return status;
+}
+
+cube_status_t cube_comm_init_env(const cube_comm_env_options_t *options, cube_client_t **out_client,
+                                 cube_comm_t **out_comm) {
+  static const char kOp[] = "comm_init_env";
+  if (!out_client || !out_comm)
+    return cube_status_make(CUBE_STATUS_VALIDATION, "%s: out_client or out_comm is NULL", kOp);
+  *out_client = NULL;
+  *out_comm = NULL;
+  cube_comm_env_options_t opts;
+  cube_comm_env_options_initialize(&opts);
+  if (options) opts = *options;
+  cube_rank_env_t env;
+  cube_status_t status = cube_rank_env_discover(&env);
+  if (status) return status;
+  cube_backend_kind_t kind =
+      opts.backend == CUBE_BACKEND_DEFAULT ? cube_backend_default() : opts.backend;
+  uint32_t device = 0;
+  if (opts.device >= 0) {
+    device = (uint32_t)opts.device;
+  } else if (kind != CUBE_BACKEND_CPU) {
+    // One GPU per rank of a host: its local rank.
+    cube_backend_info_t info;
+    status = cube_backend_query(kind, &info);
+    if (!status && !info.available) {
+      status = cube_status_make(CUBE_STATUS_UNAVAILABLE, "%s: the %s backend is unavailable: %s",
+                                kOp, info.name ? info.name : "requested", info.detail);
+    } else if (!status && info.device_count <= env.local_rank) {
+      status = cube_status_make(CUBE_STATUS_VALIDATION,
+                                "%s: local rank %u (%s) drives device %u, and %s has %u devices "
+                                "(name one in the options, or launch fewer ranks per host)",
+                                kOp, env.local_rank, env.source_name, env.local_rank,
+                                info.name ? info.name : "the backend", info.device_count);
+    }
+    device = env.local_rank;
+  }
+  cube_client_t *client = NULL;
+  if (!status) {
+    cube_client_options_t co;
+    cube_client_options_initialize(&co);
+    co.backend = kind;
+    co.device_index = device;
+    status = cube_client_create(&co, &client);
+  }
+  const cube_transport_vtable_t *world = NULL;
+  if (!status) status = world_transport(cube_server_of(client), kOp, &world);
+  cube_comm_id_t id;
+  memset(&id, 0, sizeof id);
+  if (!status) {
+    const char *dir = opts.rendezvous_dir ? opts.rendezvous_dir : getenv("CUBE_RENDEZVOUS_DIR");
+    char name[128];
+    if (opts.name) {
+      snprintf(name, sizeof name, "%s", opts.name);
+    } else {
+      cube_comm_default_name(name, sizeof name);
+    }
+    bool mpi_launched =
+        env.source == CUBE_RANK_SOURCE_OPEN_MPI || env.source == CUBE_RANK_SOURCE_MPICH;
+    if (strcmp(world->name, "mpi") == 0 || env.world_size == 1) {
+      // MPI's token is the same on every rank; a world of one needs no trip.
+      status = cube_comm_id_create(client, env.world_size, &id);
+    } else if (dir && dir[0]) {
+      if (env.rank == 0) {
+        status = cube_comm_id_create(client, env.world_size, &id);
+        if (!status) status = cube_comm_id_publish(dir, name, env.world_size, &id);
+      } else {
+        status = cube_comm_id_fetch(dir, name, env.world_size, 0, &id);
+      }
+    } else if (mpi_launched) {
+      status = id_through_mpi(client, &env, &id);
+    } else {
+      status = cube_status_make(CUBE_STATUS_VALIDATION,
+                                "%s: a %s world of %u ranks needs a place to meet: set "
+                                "CUBE_RENDEZVOUS_DIR to a directory every rank sees, or launch "
+                                "with mpirun",
+                                kOp, world->name, env.world_size);
+    }
+  }
+  if (!status) status = cube_comm_init_rank(client, &id, env.rank, env.world_size, out_comm);
+  if (status) {
+    cube_client_release(client);
+    return status;
+  }
+  *out_client = client;
+  return CUBE_OK;
+}
+
+void cube_comm_release(cube_comm_t *comm) {
+  if (!comm) return;
+  cube_comm_group_leave_world(comm->group);
+  cube_client_release(comm->client);
+  free(comm);
+}
+
+uint32_t cube_comm_rank(const cube_comm_t *comm) {
+  return comm ? comm->rank : 0;
+}
+uint32_t cube_comm_size(const cube_comm_t *comm) {
+  return comm ? comm->size : 0;
+}
+cube_client_t *cube_comm_client(const cube_comm_t *comm) {
+  return comm ? comm->client : NULL;
+}
+const char *cube_comm_transport(const cube_comm_t *comm) {
+  return comm ? comm->group->transport->name : "";
+}
+
+//===--- The collectives over a world ---===//
+
+static cube_status_t world_call(cube_comm_t *comm, cube_world_op_t op) {
+  if (!comm) {
+    return cube_status_make(CUBE_STATUS_VALIDATION, "%s: comm is NULL",
+                            cube_top_kind_name(op.kind));
+  }
+  return cube_collective_world(comm->server, comm->group, &op);
+}
+
+cube_status_t cube_comm_all_reduce(cube_comm_t *comm, cube_stream_t stream, cube_binding_t source,
+                                   cube_binding_t destination, cube_dtype_t dtype,
+                                   cube_reduce_op_t op, cube_compute_wait_t wait) {
+  return world_call(comm, (cube_world_op_t){.kind = CUBE_TOP_ALL_REDUCE,
+                                            .stream = stream,
+                                            .source = source,
+                                            .destination = destination,
+                                            .has_source = true,
+                                            .dtype = dtype,
+                                            .op = op,
+                                            .wait = wait});
+}
+
+cube_status_t cube_comm_all_gather(cube_comm_t *comm, cube_stream_t stream, cube_binding_t source,
+                                   cube_binding_t destination, cube_compute_wait_t wait) {
+  return world_call(comm, (cube_world_op_t){.kind = CUBE_TOP_ALL_GATHER,
+                                            .stream = stream,
+                                            .source = source,
+                                            .destination = destination,
+                                            .has_source = true,
+                                            .wait = wait});
+}
+
+cube_status_t cube_comm_reduce_scatter(cube_comm_t *comm, cube_stream_t stream,
+                                       cube_binding_t source, cube_binding_t destination,
+                                       cube_dtype_t dtype, cube_reduce_op_t op,
+                                       cube_compute_wait_t wait) {
+  return world_call(comm, (cube_world_op_t){.kind = CUBE_TOP_REDUCE_SCATTER,
+                                            .stream = stream,
+                                            .source = source,
+                                            .destination = destination,
+                                            .has_source = true,
+                                            .dtype = dtype,
+                                            .op = op,
+                                            .wait = wait});
+}
+
+cube_status_t cube_comm_broadcast(cube_comm_t *comm, cube_stream_t stream, cube_binding_t source,
+                                  cube_binding_t destination, uint32_t root,
+                                  cube_compute_wait_t wait) {
+  return world_call(comm, (cube_world_op_t){.kind = CUBE_TOP_BROADCAST,
+                                            .stream = stream,
+                                            .source = source,
+                                            .destination = destination,
+                                            .has_source = source.handle.bits != 0,
+                                            .root = root,
+                                            .wait = wait});
+}
+
+cube_status_t cube_comm_all_to_all(cube_comm_t *comm, cube_stream_t stream, cube_binding_t source,
+                                   cube_binding_t destination, cube_compute_wait_t wait) {
+  return world_call(comm, (cube_world_op_t){.kind = CUBE_TOP_ALL_TO_ALL,
+                                            .stream = stream,
+                                            .source = source,
+                                            .destination = destination,
+                                            .has_source = true,
+                                            .wait = wait});
+}
+
+cube_status_t cube_comm_send(cube_comm_t *comm, cube_stream_t stream, cube_binding_t source,
+                             uint32_t peer, cube_compute_wait_t wait) {
+  return world_call(comm, (cube_world_op_t){.kind = CUBE_TOP_SEND,
+                                            .stream = stream,
+                                            .source = source,
+                                            .has_source = true,
+                                            .peer = peer,
+                                            .wait = wait});
+}
+
+cube_status_t cube_comm_recv(cube_comm_t *comm, cube_stream_t stream, cube_binding_t destination,
+                             uint32_t peer, cube_compute_wait_t wait) {
+  return world_call(comm, (cube_world_op_t){.kind = CUBE_TOP_RECV,
+                                            .stream = stream,
+                                            .destination = destination,
+                                            .peer = peer,
+                                            .wait = wait});
+}
