@@ -45,8 +45,8 @@ enum { TFX_N = 16384, TFX_DIM = 64 };
   "}\n"
 
 typedef enum tfx_kind_t {
-  TFX_SLOW = 0,   // spins 400
-  TFX_MID = 1,    // spins 40
+  TFX_SLOW = 0,   // spins 2000
+  TFX_MID = 1,    // spins 200
   TFX_FAST = 2,   // spins 0
   TFX_EMPTY = 3,  // a callback that enqueues nothing (its window measures nothing)
   TFX_VEC4 = 4,   // fastest, valid only for n divisible by 4
@@ -54,7 +54,9 @@ typedef enum tfx_kind_t {
 } tfx_kind_t;
 
 static const char *const kTfxNames[TFX_KIND_COUNT] = {"slow", "mid", "fast", "empty", "vec4"};
-static const uint32_t kTfxSpins[3] = {400, 40, 0};
+// Gaps of 10x, wide enough that a loaded machine (ctest -j on 2 cores)
+// cannot reorder the medians.
+static const uint32_t kTfxSpins[3] = {2000, 200, 0};
 
 static cube_cube_count_t tfx_count(const cube_tune_call_t *call, const void *param) {
   uint64_t per_cube = param ? 4 * TFX_DIM : TFX_DIM;
