@@ -2473,6 +2473,13 @@ static inline uint64_t cube__tma_tile(cube__ctx_t *ctx, const cube__tmap_t *m, v
   }
   const uint32_t eb = m->elem_bytes;
   const uint64_t bytes = total * eb;
+  // The H200 raises an illegal instruction (sticky) for a box whose
+  // innermost coordinate is not on a 16-byte boundary, inside the tensor or
+  // not: the CPU traps where the GPU would poison the device.
+  if (((int64_t)c[0] * (int64_t)eb) % 16 != 0)
+    ctx->trap(ctx,
+              "TMA: the box's innermost coordinate times the element size is not a multiple of "
+              "16 bytes (the GPU raises an illegal instruction)");
   if (!to_shared) {
     for (uint32_t d = 1; d < rank; ++d)
       if (m->elem_strides[d] != 1)

@@ -153,10 +153,12 @@ uint64_t cube_tensor_map_box_bytes(const cube_tensor_map_desc_t *desc) {
 
 uint64_t cube_tensor_map_max_box_bytes(const cube_device_properties_t *props) {
   // Measured on the H200 (driver 580): a 228 x 256 f32 box (233,472 bytes,
-  // more than a cube's shared memory) encodes, a 256 x 256 one (256 KiB)
-  // does not. The box must stay below 256 KiB.
-  (void)props;
-  return (256u << 10) - 1;
+  // more than a cube's 227 KiB) encodes, a 229 x 256 one does not. The
+  // limit is a multiprocessor's shared memory: the opt-in per cube plus the
+  // 1 KiB the driver reserves per cube (228 KiB on sm_90, 164 KiB on sm_80).
+  // Without a GPU's figure (the CPU's emulated maps), the sm_90 one.
+  uint64_t optin = props ? props->max_shared_memory_optin : 0;
+  return optin ? optin + 1024 : 228u << 10;
 }
 
 //===--- The rules ---===//
@@ -323,7 +325,7 @@ static bool check_tiled(const cube_tensor_map_desc_t *desc, const cube_device_pr
   uint64_t box = cube_tensor_map_box_bytes(desc);
   uint64_t max = cube_tensor_map_max_box_bytes(props);
   if (box > max)
-    return fail(message, capacity, "Tile must be smaller than 256 KiB: %llu bytes > %llu bytes",
+    return fail(message, capacity, "Tile must fit in a multiprocessor's shared memory: %llu bytes > %llu bytes",
                 (unsigned long long)box, (unsigned long long)max);
   return false;
 }

@@ -101,9 +101,9 @@ CUBE_INTERNAL cube_status_t cube_tensor_map_launch(cube_backend_device_t *device
                                                    const uint64_t *addresses, const uint64_t *sizes,
                                                    bool encode, cube_launch_maps_t *out);
 
-// The largest box cubec lets a map move in one copy on |props| (bytes): the
-// device's shared memory per cube (opt-in where larger). The H200 refuses a
-// 256x256 f32 box (256 KiB) although every dimension is <= 256.
+// The largest box cubec lets a map move in one copy on |props| (bytes): a
+// multiprocessor's shared memory (the opt-in per cube + 1 KiB). The H200
+// refuses a 229x256 f32 box although every dimension is <= 256.
 CUBE_INTERNAL uint64_t cube_tensor_map_max_box_bytes(const cube_device_properties_t *props);
 
 #endif  // CUBE_CORE_TENSOR_MAP_H_

@@ -392,6 +392,9 @@ static void run_case(coll_conf_t *conf, const case_t *c, uint64_t seed) {
     CTH_OK(cube_read(me, S, cube_handle_binding(dst[r]), got[r], dst_elems * esize));
     size_t bad = 0;
     if (!values_match(c->dtype, got[r], want[r], dst_elems, exact, n, &bad)) {
+      if (is_float(c->dtype))
+        print_error("  got %.17g, want %.17g\n", load_float(c->dtype, got[r], bad),
+                    load_float(c->dtype, want[r], bad));
       print_error("%s %s %s over %zu ranks, %zu elements, root %u: rank %zu element %zu differs\n",
                   kKindNames[c->kind], cube_dtype_name(c->dtype), cube_reduce_op_name(c->op), n,
                   c->count, c->root, r, bad);
