@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "backends/cuda/cuda_internal.h"
+#include "core/kernel_cache.h"
 #include "core/server.h"
 #include "cube/cube.h"
 #include "bench_common.h"
@@ -51,14 +52,12 @@ static cube_kernel_t *kernel(const char *name, const char *source, cube_kernel_l
   return k;
 }
 
-// The CUfunction cubec compiled for |k| on |client|.
+// The CUfunction cubec compiled for |k| on |client| (found as a launch finds
+// it: by the kernel's identity, so a second kernel object with the same
+// source shares the first one's entry).
 static CUfunction function_of(cube_client_t *client, cube_kernel_t *k) {
-  for (size_t i = 0; i < cube_server_of(client)->compiled_count; ++i) {
-    if (cube_server_of(client)->compiled[i].kernel == k &&
-        cube_server_of(client)->compiled[i].backend) {
-      return cube_server_of(client)->compiled[i].backend->function;
-    }
-  }
+  cube_compiled_t *compiled = cube_kernel_cache_find(cube_server_of(client), k);
+  if (compiled && compiled->backend) return compiled->backend->function;
   fprintf(stderr, "kernel %s was not compiled\n", cube_kernel_name(k));
   exit(1);
 }

@@ -69,8 +69,14 @@ cube_status_t cube_info_pack(const cube_kernel_t *kernel, const cube_kernel_args
   // Per-type counts straight into their header (or extension) bytes: with
   // at most 255 scalars in all, no type's count can carry into the next byte.
   uint64_t header = (uint64_t)args->buffer_count << 48, extension = 0;
+  uint32_t per_type[CUBE_SCALAR_TYPE_COUNT] = {0};
   for (size_t i = 0; i < args->scalar_count; ++i) {
     unsigned type = (unsigned)args->scalars[i].type;
+    if (type >= CUBE_SCALAR_TYPE_COUNT) {
+      return cube_status_make(CUBE_STATUS_VALIDATION, "launch of '%s': scalar %zu has type %u",
+                              kernel->name, i, type);
+    }
+    per_type[type]++;
     if (type < INFO_V1_TYPES) {
       header += 1ull << (8 * type);
     } else {
@@ -91,14 +97,19 @@ cube_status_t cube_info_pack(const cube_kernel_t *kernel, const cube_kernel_args
         "launch of '%s': %zu scalars and %zu buffers need %u info words (max %d)", kernel->name,
         args->scalar_count, args->buffer_count, static_words, CUBE_INFO_STATIC_WORDS);
   }
-  uint32_t n = 0;
-  words[n++] = header;
+  // The scalars grouped by type, in type order, each group in argument
+  // order (a counting sort: one pass, not one per type); the extension word
+  // sits between the v1 types and the later ones.
+  uint32_t at[CUBE_SCALAR_TYPE_COUNT];
+  uint32_t n = 1;
+  words[0] = header;
   for (int t = 0; t < CUBE_SCALAR_TYPE_COUNT; ++t) {
     if (t == INFO_V1_TYPES && extension) words[n++] = extension;
-    for (size_t i = 0; i < args->scalar_count; ++i) {
-      if ((int)args->scalars[i].type == t) words[n++] = scalar_word(&args->scalars[i]);
-    }
+    at[t] = n;
+    n += per_type[t];
   }
+  for (size_t i = 0; i < args->scalar_count; ++i)
+    words[at[args->scalars[i].type]++] = scalar_word(&args->scalars[i]);
   for (size_t b = 0; b < args->buffer_count; ++b) words[n++] = lengths[b];
   uint32_t meta_at = n;
   n += (uint32_t)args->buffer_count;

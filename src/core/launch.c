@@ -329,7 +329,8 @@ static cube_status_t launch_dispatch(launch_t *l) {
   // A static count was refused before anything ran (cube_launch); a count
   // read back from a buffer is checked here, and its outputs claim the
   // refusal (the caller expected them written).
-  cube_status_t status = cube_validate_cube_count(server, l->kernel->name, grid);
+  cube_status_t status =
+      l->dynamic ? cube_validate_cube_count(server, l->kernel->name, grid) : CUBE_OK;
   if (cube_status_is_ok(status)) status = fits_device(server, l->kernel, l->compiled);
   uint64_t words[CUBE_INFO_MAX_WORDS];
   uint32_t info_words = 0, static_words = 0;
