@@ -2481,6 +2481,13 @@ static inline uint64_t cube__tma_tile(cube__ctx_t *ctx, const cube__tmap_t *m, v
               "TMA: the box's innermost coordinate times the element size is not a multiple of "
               "16 bytes (the GPU raises an illegal instruction)");
   if (!to_shared) {
+    // Measured on the H200: a store whose box starts at a negative
+    // coordinate raises an illegal instruction (a load there fills).
+    for (uint32_t d = 0; d < rank; ++d)
+      if (c[d] < 0)
+        ctx->trap(ctx,
+                  "TMA_STORE: a box at a negative coordinate (the GPU raises an illegal "
+                  "instruction; boxes may only hang off the far edges)");
     for (uint32_t d = 1; d < rank; ++d)
       if (m->elem_strides[d] != 1)
         ctx->trap(ctx, "TMA_STORE: element strides other than 1 have no exact CPU realisation");

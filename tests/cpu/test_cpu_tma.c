@@ -393,8 +393,9 @@ static void misuse_traps_with_a_reason(void **state) {
       "TMA: the argument is not a tensor map",
       "TMA: the box does not lie in the cube's shared memory",
       "is not a multiple of 16 bytes (the GPU raises an illegal instruction)",
+      "TMA_STORE: a box at a negative coordinate",
   };
-  for (int c = 0; c < 5; ++c) {
+  for (int c = 0; c < 6; ++c) {
     volatile int trapped = 0;
     trap_text[0] = '\0';
     if (setjmp(trap_jump)) trapped = 1;
@@ -404,6 +405,7 @@ static void misuse_traps_with_a_reason(void **state) {
       if (c == 2) TMA_LOAD_2D(box, (const cube__tmap_t *)data, bar, 0, 0);
       if (c == 3) TMA_LOAD_2D(data, &map, bar, 0, 0);
       if (c == 4) TMA_LOAD_2D(box, &map, bar, 0, 5);  // 20 bytes in: measured on the H200
+      if (c == 5) TMA_STORE_2D(&map, box, -1, 0);     // measured on the H200 too
     }
     assert_true(trapped);
     assert_non_null(strstr(trap_text, expected[c]));

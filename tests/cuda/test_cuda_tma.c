@@ -384,7 +384,7 @@ static void im2col_columns_match_the_cpu(void **state) {
   free(data);
 }
 
-// The load-store kernel (shifted box grid: loads and stores off the edges).
+// The load-store kernel (its last boxes hang off the far edges).
 static void load_store_kernel_matches_the_cpu(void **state) {
   (void)state;
   enum { H = 200, W = 328 };

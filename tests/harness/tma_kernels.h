@@ -3,9 +3,12 @@
 #ifndef CUBE_TESTS_HARNESS_TMA_KERNELS_H_
 #define CUBE_TESTS_HARNESS_TMA_KERNELS_H_
 
-// dst = 2 * src + 1 through 16 x 32 f32 boxes, the box grid shifted by
-// (-4, -8) so the edge boxes hang off the tensor: loads fill outside with
-// zeros, stores drop it. Launch (W / 32 + 1, H / 16 + 1) cubes of 64 units.
+// dst = 2 * src + 1 through 16 x 32 f32 boxes; with W and H not multiples
+// of the box, the last boxes hang off the tensor's far edges: loads fill
+// outside with zeros, stores drop it. (A store box at a negative coordinate
+// raises an illegal instruction on the H200, so the grid starts at 0; loads
+// off the near edges are tests/cuda/test_cuda_tma.c's box cases.) Launch
+// (W / 32 + 1, H / 16 + 1) cubes of 64 units.
 static const char *const kTmaScale2d =
     "CUBE_KERNEL(tma_scale2d, TENSOR_MAP_IN(src), TENSOR_MAP_OUT(dst)) {\n"
     "  SHARED_ALIGNED(float, tile, 16 * 32, 128);\n"
@@ -15,7 +18,7 @@ static const char *const kTmaScale2d =
     "    FENCE_MBAR_INIT();\n"
     "  }\n"
     "  SYNC_CUBE();\n"
-    "  int32_t y = (int32_t)(CUBE_POS_Y * 16) - 4, x = (int32_t)(CUBE_POS_X * 32) - 8;\n"
+    "  int32_t y = (int32_t)(CUBE_POS_Y * 16), x = (int32_t)(CUBE_POS_X * 32);\n"
     "  if (UNIT_POS == 0) {\n"
     "    MBAR_ARRIVE_EXPECT_TX(bar, 16 * 32 * 4);\n"
     "    TMA_LOAD_2D(tile, src, bar, y, x);\n"

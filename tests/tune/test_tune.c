@@ -48,6 +48,19 @@ static cube_tune_stats_t stats_now(void) {
   return s;
 }
 
+// The winner must be |name|; otherwise every candidate's timing is printed
+// (a winner decided by measured time is worth seeing when it surprises).
+static void expect_winner(const cube_tune_report_t *r, const char *name) {
+  if (r->winner && strcmp(r->winner, name) == 0) return;
+  for (size_t i = 0; i < r->result_count; ++i) {
+    fprintf(stderr, "  candidate %-6s outcome %d samples %u median %llu ns min %llu ns\n",
+            r->results[i].name, (int)r->results[i].outcome, r->results[i].samples,
+            (unsigned long long)r->results[i].median_ns,
+            (unsigned long long)r->results[i].min_ns);
+  }
+  assert_string_equal(r->winner ? r->winner : "(none)", name);
+}
+
 static cube_tune_report_t *report_of(tfx_t *f) {
   cube_tune_report_t *report = NULL;
   CTH_OK(cube_tune_report(f->op, f->client, &f->call, &report));
@@ -152,7 +165,7 @@ static void test_tunes_picks_fastest_and_stores(void **state) {
   cube_tune_report_t *r = report_of(&f);
   assert_int_equal(r->source, CUBE_TUNE_SOURCE_TUNED);
   assert_true(r->stored);
-  assert_string_equal(r->winner, "fast");
+  expect_winner(r, "fast");
   for (size_t i = 0; i < 3; ++i) {
     assert_int_equal(r->results[i].outcome, CUBE_TUNE_TIMED);
     assert_int_equal(r->results[i].samples, 7);
@@ -276,7 +289,7 @@ static void test_not_measured_never_wins(void **state) {
   const cube_tune_result_t *empty = result_named(r, "empty");
   assert_int_equal(empty->outcome, CUBE_TUNE_NOT_MEASURED);
   assert_int_equal(cube_status_code(empty->status), CUBE_STATUS_PROFILE_NOT_MEASURED);
-  assert_string_equal(r->winner, "fast");
+  expect_winner(r, "fast");
   cube_tune_report_release(r);
   tfx_close(&f);
 }
@@ -372,7 +385,7 @@ static void test_input_carrying_a_failure_skips_like_a_launch(void **state) {
   CTH_OK(cube_tune_launch(f.op, f.client, CUBE_STREAM_CURRENT, &f.call));
   assert_true(tfx_check(&f, 1));
   r = report_of(&f);
-  assert_string_equal(r->winner, "fast");
+  expect_winner(r, "fast");
   cube_tune_report_release(r);
   cube_kernel_release(broken);
   tfx_close(&f);
@@ -389,7 +402,7 @@ static void store_fast_winner_of(const char *name, bool write_only) {
   tfx_data(&f, TFX_N);
   CTH_OK(cube_tune_launch(f.op, f.client, CUBE_STREAM_CURRENT, &f.call));
   cube_tune_report_t *r = report_of(&f);
-  assert_string_equal(r->winner, "fast");
+  expect_winner(r, "fast");
   assert_true(r->stored);
   cube_tune_report_release(r);
   tfx_close(&f);
@@ -423,7 +436,7 @@ static void test_warm_file_runs_no_benchmark(void **state) {
   assert_true(tfx_check(&f, 2));
   cube_tune_report_t *r = report_of(&f);
   assert_int_equal(r->source, CUBE_TUNE_SOURCE_FILE);
-  assert_string_equal(r->winner, "fast");
+  expect_winner(r, "fast");
   // The timings stored with the decision come back.
   assert_int_equal(result_named(r, "slow")->outcome, CUBE_TUNE_TIMED);
   assert_int_equal(result_named(r, "slow")->samples, 7);

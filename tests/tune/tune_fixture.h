@@ -16,8 +16,11 @@
 enum { TFX_N = 16384, TFX_DIM = 64 };
 
 // y[i] += 2 x[i], after |spins| rounds of busy work per element. The
-// condition is never true for the spin counts used (never 1), but the
-// compiler cannot know it, so the loop stays.
+// comparison needs the loop's result in every element (a test guarded by
+// `spins == 1u &&`, as this was, let a compiler sink the loop into a branch
+// that runs it once: on the H200 host 'mid' then tied 'fast'); it is never
+// true for the spin counts used (0, 200, 2000, and 100x on CUDA) and any i
+// below 65536.
 #define TFX_SOURCE_IO(name, io, assign)                                            \
   "CUBE_KERNEL(" name ", IN(float, x), " io                                        \
   "(float, y)) {\n"                                                                \
@@ -27,7 +30,7 @@ enum { TFX_N = 16384, TFX_DIM = 64 };
   "    uint32_t acc = (uint32_t)i;\n"                                              \
   "    for (uint32_t k = 0; k < spins; ++k) acc = acc * 1664525u + 1013904223u;\n" \
   "    y[i] " assign                                                               \
-  " 2.0f * x[i] + (spins == 1u && acc == 7u ? 1.0f : 0.0f);\n"                     \
+  " 2.0f * x[i] + (acc == 0x9E3779B9u ? 1.0f : 0.0f);\n"                            \
   "  }\n"                                                                          \
   "}\n"
 #define TFX_SOURCE(name) TFX_SOURCE_IO(name, "INOUT", "+=")
@@ -133,7 +136,10 @@ static cube_tune_op_t *tfx_op(tfx_t *f, const char *name, const tfx_kind_t *kind
     candidates[i].kernel = *slot;
     candidates[i].count = tfx_count;
     if (k <= TFX_FAST) {
-      spins[k] = cube_scalar_u32(kTfxSpins[k]);
+      // A GPU runs every element at once: 100x the work keeps the gaps
+      // well above a launch's few microseconds.
+      uint32_t scale = cube_client_properties(f->client)->backend == CUBE_BACKEND_CUDA ? 100 : 1;
+      spins[k] = cube_scalar_u32(kTfxSpins[k] * scale);
       candidates[i].scalars = &spins[k];
       candidates[i].scalar_count = 1;
     } else {
