@@ -49,7 +49,9 @@ CUBE_LOG=info ./build-gpu/examples/saxpy >"$out/saxpy_log.log" 2>&1; echo "saxpy
 timeout 120 ./build-gpu/cubec bench --backend cuda --sweep --csv "$out/h200.csv" --plot "$out/h200.png" >"$out/cli_sweep.log" 2>&1
 echo "cubec bench --sweep rc=$?"; tail -12 "$out/cli_sweep.log"
 fi
-[ "$phase" = tests ] && { step done; exit 0; }
+[ "$phase" = tests ] && { step done
+# Every log in one file: the device tool returns only a few files per call.
+tar czf /tmp/all-logs.tgz -C "$out" . 2>/dev/null && mv /tmp/all-logs.tgz "$out/all-logs.tgz"; exit 0; }
 step bench_cuda
 timeout 240 ./build-gpu/bench/bench_cuda ${quick:+--quick} >"$out/bench_cuda.log" 2>&1; echo "bench_cuda rc=$?"
 tail -40 "$out/bench_cuda.log"
@@ -76,3 +78,5 @@ if [ -n "$cs" ]; then
   grep "ERROR SUMMARY" "$out/memcheck.log"
 fi
 step done
+# Every log in one file: the device tool returns only a few files per call.
+tar czf /tmp/all-logs.tgz -C "$out" . 2>/dev/null && mv /tmp/all-logs.tgz "$out/all-logs.tgz"
