@@ -55,6 +55,11 @@ tar czf /tmp/all-logs.tgz -C "$out" . 2>/dev/null && mv /tmp/all-logs.tgz "$out/
 step bench_cuda
 timeout 240 ./build-gpu/bench/bench_cuda ${quick:+--quick} >"$out/bench_cuda.log" 2>&1; echo "bench_cuda rc=$?"
 tail -40 "$out/bench_cuda.log"
+step reduce_gemm_torch
+# PyTorch's torch.sum and torch.matmul (bf16 8192^3) beside bench_cuda --dialect.
+PYTHONUNBUFFERED=1 timeout 240 python3 bench/reduce_gemm_torch.py --bench build-gpu/bench/bench_cuda \
+  ${quick:+--quick} >"$out/reduce_gemm_torch.log" 2>&1; echo "reduce_gemm_torch rc=$?"
+tail -12 "$out/reduce_gemm_torch.log"
 step bench_graph
 PYTHONUNBUFFERED=1 timeout 200 python3 bench/graph_torch.py 2>&1 | tee "$out/graph_torch.log" | tail -4
 timeout 200 ./build-gpu/bench/bench_graph ${quick:+--quick} 2>&1 | tee "$out/bench_graph.log" | tail -20

@@ -56,6 +56,7 @@ typedef struct inproc_round_t {
   // it copies straight into the receiver's destination when the receiver is
   // already there, else into |staged|, and leaves.
   bool receiver_waiting;
+  bool sender_copying;  // the sender writes into the receiver's destination now
   bool data_ready;
   void *staged;
   // A part that did not run (its stream was halted): nobody moves a byte.
@@ -421,6 +422,7 @@ static cube_status_t inproc_transfer_run(inproc_task_t *task, cube_status_t drop
     if (dropped) inproc_note_dropped(round, task->slot, dropped);
     bool direct = !dropped && round->receiver_waiting;
     uint64_t target = direct ? round->ops[1 - task->slot].recv : 0;
+    round->sender_copying = direct;
     pthread_mutex_unlock(&exchange->lock);
     void *staged = NULL;
     if (direct) {
@@ -437,6 +439,7 @@ static cube_status_t inproc_transfer_run(inproc_task_t *task, cube_status_t drop
                                      (unsigned long long)task->seq, (unsigned long long)op->count));
     }
     round->staged = staged;
+    round->sender_copying = false;
     round->data_ready = true;
     pthread_cond_broadcast(&exchange->changed);
     if (!exchange->aborted && ++round->left == 2) inproc_round_unlink(exchange, round);
@@ -446,7 +449,14 @@ static cube_status_t inproc_transfer_run(inproc_task_t *task, cube_status_t drop
     // round (so the sender's staging goes).
     round->receiver_waiting = !dropped;
     pthread_cond_broadcast(&exchange->changed);
-    while (!round->data_ready && !exchange->aborted) {
+    // An abort does not end the wait while the sender is copying into this
+    // rank's destination (a bounded copy): the rank's stream must not go on
+    // while its destination is still being written.
+    while (!round->data_ready && (!exchange->aborted || round->sender_copying)) {
+      if (round->sender_copying) {
+        pthread_cond_wait(&exchange->changed, &exchange->lock);
+        continue;
+      }
       bool timed_out = false;
       if (!deadline) deadline = cube_now_ns() + task->comm->timeout_ns;
       inproc_sleep_until(&exchange->changed, &exchange->lock, deadline, &timed_out);
@@ -536,9 +546,16 @@ static cube_status_t inproc_task_run(void *arg, cube_status_t dropped) {
     if (work) inproc_work(round, task->slot);
     pthread_mutex_lock(&exchange->lock);
     if (met) {
+      // Every rank that met works on the others' destinations too (its
+      // share of each): none may finish before all of them have, abort or
+      // not, or a rank's stream would go on (a host write into its
+      // destination, say) while another rank still writes there. Work is a
+      // bounded copy or reduction, and once the round met every rank does
+      // it (an abort stops no rank that met), so this wait ends.
       round->finished++;
       pthread_cond_broadcast(&exchange->changed);
-      inproc_wait(exchange, &round->finished, round->participants, &deadline, task, "finish");
+      while (round->finished < round->participants)
+        pthread_cond_wait(&exchange->changed, &exchange->lock);
     }
     // A failed exchange keeps its rounds until it goes (a late rank may still
     // look one up); a finished round goes with its last rank.
