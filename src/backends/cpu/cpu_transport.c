@@ -417,6 +417,7 @@ static cube_status_t inproc_transfer_run(inproc_task_t *task, cube_status_t drop
                                                   "inproc %s: out of host memory for a round",
                                                   cube_top_kind_name(op->kind)));
   }
+  bool done = false;  // this side did all it had to: an abort after that does not fail it
   if (round && op->kind == CUBE_TOP_SEND) {
     round->ops[task->slot] = *op;
     if (dropped) inproc_note_dropped(round, task->slot, dropped);
@@ -441,6 +442,7 @@ static cube_status_t inproc_transfer_run(inproc_task_t *task, cube_status_t drop
     round->staged = staged;
     round->sender_copying = false;
     round->data_ready = true;
+    done = direct || staged != NULL;
     pthread_cond_broadcast(&exchange->changed);
     if (!exchange->aborted && ++round->left == 2) inproc_round_unlink(exchange, round);
   } else if (round) {
@@ -477,11 +479,13 @@ static cube_status_t inproc_transfer_run(inproc_task_t *task, cube_status_t drop
     pthread_mutex_unlock(&exchange->lock);
     if (staged && !dropped && !result)
       inproc_move(op->recv, (uint64_t)(uintptr_t)staged, op->count);
+    // The bytes are in: copied here, or by the sender straight into them.
+    done = ready && !dropped && !result && (staged != NULL || round->receiver_waiting);
     free(staged);
     pthread_mutex_lock(&exchange->lock);
     if (!exchange->aborted && ++round->left == 2) inproc_round_unlink(exchange, round);
   }
-  if (exchange->aborted && !result) result = cube_status_retain(exchange->error);
+  if (exchange->aborted && !result && !done) result = cube_status_retain(exchange->error);
   pthread_mutex_unlock(&exchange->lock);
   return result;
 }
@@ -561,7 +565,10 @@ static cube_status_t inproc_task_run(void *arg, cube_status_t dropped) {
     // look one up); a finished round goes with its last rank.
     if (round && !exchange->aborted && ++round->left == round->participants)
       inproc_round_unlink(exchange, round);
-    if (exchange->aborted && !result) result = cube_status_retain(exchange->error);
+    // A round that met has done all it will (every rank's work is in): an
+    // abort after that fails later collectives, not this one, whose bytes
+    // landed.
+    if (exchange->aborted && !result && !met) result = cube_status_retain(exchange->error);
     pthread_mutex_unlock(&exchange->lock);
   }
   if (!by_stream && task->op.dropped && !result) result = cube_status_retain(task->op.dropped);
