@@ -446,18 +446,20 @@ static void bench_compile(void) {
 }
 
 int main(int argc, char **argv) {
-  static const char *const flags[] = {"--quick", "--dialect", NULL};
+  static const char *const flags[] = {"--quick", "--dialect", "--launch-tma", NULL};
   bench_check_args(argc, argv,
-                   "usage: bench_cuda [--quick] [--dialect]\n"
+                   "usage: bench_cuda [--quick] [--dialect] [--launch-tma]\n"
                    "cubec vs the raw CUDA driver on the first GPU (launch enqueue, axpy, D2D,\n"
                    "H2D/D2H, copy kernel, NVRTC cache), and the dialect's line copy, reduction\n"
                    "and bf16 GEMM against CUDA by hand (--dialect: only those, with the GEMM\n"
-                   "over seven tile shapes); exits 0 with a note without a GPU\n",
+                   "over seven tile shapes; --launch-tma: only the launch and TMA rows); exits 0\n"
+                   "with a note without a GPU\n",
                    flags);
-  bool dialect_only = false;
+  bool dialect_only = false, launch_tma = false;
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--quick") == 0) quick = true;
     if (strcmp(argv[i], "--dialect") == 0) dialect_only = true;
+    if (strcmp(argv[i], "--launch-tma") == 0) launch_tma = true;
   }
   cube_backend_info_t info;
   CHECK(cube_backend_query(CUBE_BACKEND_CUDA, &info));
@@ -470,6 +472,13 @@ int main(int argc, char **argv) {
   cube_client_t *client = bench_client(CUBE_BACKEND_CUDA);
   printf("bench_cuda on %s (%s), medians\n", cube_client_properties(client)->name,
          cube_client_backend_name(client));
+  if (launch_tma) {
+    // Only the launch enqueue and the TMA rows (a short run).
+    bench_launch(client, cu);
+    bench_tma(client, cu);
+    cube_client_release(client);
+    return 0;
+  }
   if (!dialect_only) {
     bench_launch(client, cu);
     bench_copies(client, cu);

@@ -317,6 +317,11 @@ typedef enum cube_backend_capability_t {
   // copy_to_device and copy_to_host the caller's own memory (no staging) and
   // waits for the copy before the call returns (the CPU).
   CUBE_BACKEND_CAP_HOST_MEMORY = 1u << 2,
+  // tensor_map_encode's result depends on its request alone: the core keeps
+  // encoded maps and reuses one for a launch that passes the same map again
+  // (the CPU and CUDA; the fault decorator clears it, as every encode there
+  // is a call a plan may fail).
+  CUBE_BACKEND_CAP_TENSOR_MAP_PURE = 1u << 3,
 } cube_backend_capability_t;
 
 // Every backend device starts with this header.

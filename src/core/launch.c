@@ -351,10 +351,11 @@ static cube_status_t launch_dispatch(launch_t *l) {
   cube_launch_maps_t maps;
   maps.mask = 0;
   if (cube_status_is_ok(status) && l->tensor_maps) {
-    status = cube_server_note_in(server,
-                                 cube_tensor_map_launch(server->device, l->kernel->name, l->args,
-                                                        addresses, l->lengths, true, &maps),
-                                 CUBE_STATUS_FAMILY_LAUNCH);
+    status = cube_server_note_in(
+        server,
+        cube_tensor_map_launch(server->device, &server->tmap_cache, l->kernel->name, l->args,
+                               addresses, l->lengths, true, &maps),
+        CUBE_STATUS_FAMILY_LAUNCH);
   }
   uint64_t dynamic_address = 0;
   if (cube_status_is_ok(status) && info_words > static_words &&
@@ -458,7 +459,7 @@ static cube_status_t launch_body(launch_t *l) {
       uint64_t addresses[CUBE_MAX_BUFFERS];
       for (size_t i = 0; i < l->n; ++i) addresses[i] = l->resolved[i].address;
       cube_launch_maps_t maps;
-      status = cube_tensor_map_launch(l->server->device, l->kernel->name, l->args, addresses,
+      status = cube_tensor_map_launch(l->server->device, NULL, l->kernel->name, l->args, addresses,
                                       l->lengths, false, &maps);
     }
     return status;

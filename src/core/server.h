@@ -150,6 +150,23 @@ typedef struct cube_thread_stream_t {
 } cube_thread_stream_t;
 
 // The public cube_client_t is this struct (cube_server_of converts).
+// Encoded tensor maps, kept for launches that pass the same map again
+// (tensor_map.c): on a device whose encode is pure, the map of (descriptor,
+// address, binding size) is always the same bytes, so a hit skips the rules
+// and the driver's encode. Lock held.
+#define CUBE_TMAP_CACHE_ENTRIES 8
+typedef struct cube_tmap_cache_entry_t {
+  bool used;
+  uint64_t address, size;
+  cube_tensor_map_desc_t desc;
+  cube_tmap_t map;
+} cube_tmap_cache_entry_t;
+typedef struct cube_tmap_cache_t {
+  cube_tmap_cache_entry_t entries[CUBE_TMAP_CACHE_ENTRIES];
+  uint32_t next;  // the entry the next miss replaces
+  uint64_t hits;
+} cube_tmap_cache_t;
+
 struct cube_server_t {
   struct cube_server_t *registry_next;  // live servers (server.c), for exiting threads
   atomic_uint refs;
@@ -180,6 +197,7 @@ struct cube_server_t {
   uint32_t capturing_streams;
   cube_info_entry_t info_cache[CUBE_INFO_CACHE_ENTRIES];
   uint32_t info_cache_count;
+  cube_tmap_cache_t tmap_cache;
   uint64_t info_stamp;
   uint64_t info_uploads;  // how many dynamic-metadata uploads were made
   // Graph registry and profiling windows/trace (graph.c, profile.c); NULL

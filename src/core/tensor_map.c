@@ -325,7 +325,8 @@ static bool check_tiled(const cube_tensor_map_desc_t *desc, const cube_device_pr
   uint64_t box = cube_tensor_map_box_bytes(desc);
   uint64_t max = cube_tensor_map_max_box_bytes(props);
   if (box > max)
-    return fail(message, capacity, "Tile must fit in a multiprocessor's shared memory: %llu bytes > %llu bytes",
+    return fail(message, capacity,
+                "Tile must fit in a multiprocessor's shared memory: %llu bytes > %llu bytes",
                 (unsigned long long)box, (unsigned long long)max);
   return false;
 }
@@ -573,17 +574,41 @@ cube_status_t cube_tensor_map_match(const char *kernel, const char *compiled,
   return CUBE_OK;
 }
 
-cube_status_t cube_tensor_map_launch(cube_backend_device_t *device, const char *kernel,
-                                     const cube_kernel_args_t *args, const uint64_t *addresses,
-                                     const uint64_t *sizes, bool encode, cube_launch_maps_t *out) {
+// The kept map of (|desc|, |address|, |size|), or NULL.
+static const cube_tmap_cache_entry_t *cache_find(const cube_tmap_cache_t *cache,
+                                                 const cube_tensor_map_desc_t *desc,
+                                                 uint64_t address, uint64_t size) {
+  for (uint32_t e = 0; e < CUBE_TMAP_CACHE_ENTRIES; ++e) {
+    const cube_tmap_cache_entry_t *entry = &cache->entries[e];
+    if (entry->used && entry->address == address && entry->size == size &&
+        memcmp(&entry->desc, desc, sizeof *desc) == 0)
+      return entry;
+  }
+  return NULL;
+}
+
+cube_status_t cube_tensor_map_launch(cube_backend_device_t *device, cube_tmap_cache_t *cache,
+                                     const char *kernel, const cube_kernel_args_t *args,
+                                     const uint64_t *addresses, const uint64_t *sizes, bool encode,
+                                     cube_launch_maps_t *out) {
   const bool emulated = (device->capabilities & CUBE_BACKEND_CAP_TENSOR_MAP_EMULATED) != 0;
   const cube_device_properties_t *props = &device->properties;
+  if (!(device->capabilities & CUBE_BACKEND_CAP_TENSOR_MAP_PURE) || !encode) cache = NULL;
   out->mask = 0;
   out->count = 0;
   cube_status_t status = CUBE_OK;
   for (size_t i = 0; i < args->buffer_count && cube_status_is_ok(status); ++i) {
     const cube_tensor_map_desc_t *desc = args->buffers[i].tensor_map;
     if (!desc) continue;
+    // The same map again: the rules passed and the encode gave these bytes.
+    const cube_tmap_cache_entry_t *kept =
+        cache ? cache_find(cache, desc, addresses[i], sizes[i]) : NULL;
+    if (kept) {
+      out->maps[out->count++] = kept->map;
+      out->mask |= 1u << i;
+      cache->hits++;
+      continue;
+    }
     cube_tmap_encode_t request;
     status = cube_tensor_map_prepare(desc, addresses[i], sizes[i], props, emulated, kernel,
                                      (uint32_t)i, &request);
@@ -593,6 +618,15 @@ cube_status_t cube_tensor_map_launch(cube_backend_device_t *device, const char *
       status =
           cube_tensor_map_explain(status, desc, addresses[i], sizes[i], props, kernel, (uint32_t)i);
     } else {
+      if (cache) {
+        cube_tmap_cache_entry_t *entry = &cache->entries[cache->next];
+        cache->next = (cache->next + 1) % CUBE_TMAP_CACHE_ENTRIES;
+        entry->used = true;
+        entry->address = addresses[i];
+        entry->size = sizes[i];
+        entry->desc = *desc;
+        entry->map = out->maps[out->count];
+      }
       out->mask |= 1u << i;
       out->count++;
     }

@@ -94,9 +94,11 @@ CUBE_INTERNAL cube_status_t cube_tensor_map_match(const char *kernel, const char
 // |addresses|, bindings of |sizes| bytes) and, when |encode|, encodes them
 // through the backend into |out|; a driver refusal is explained
 // (cube_tensor_map_explain). A dry run passes |encode| false: the checks,
-// no map. The caller notes the status (poison) and claims the outputs.
+// no map. |cache| (NULL: none) keeps encoded maps where the device's encode
+// is pure (CUBE_BACKEND_CAP_TENSOR_MAP_PURE). The caller notes the status
+// (poison) and claims the outputs.
 CUBE_INTERNAL cube_status_t cube_tensor_map_launch(cube_backend_device_t *device,
-                                                   const char *kernel,
+                                                   cube_tmap_cache_t *cache, const char *kernel,
                                                    const cube_kernel_args_t *args,
                                                    const uint64_t *addresses, const uint64_t *sizes,
                                                    bool encode, cube_launch_maps_t *out);

@@ -77,6 +77,48 @@ static cube_status_t launch_scale(fixture_t *f, const cube_tensor_map_desc_t *in
 }
 
 //===--- A TMA kernel on the CPU ---===//
+// The same maps again are reused, never stale: a launch that passes the
+// same descriptor over the same binding takes the kept map (no rules, no
+// encode); another binding or another descriptor is encoded afresh and
+// gives its own result. Behind the fault backend nothing is kept.
+static void kept_maps_serve_only_the_same_map(void **state) {
+  (void)state;
+  fixture_t f;
+  fixture_open(&f, "");
+  cube_server_t *server = cube_server_of(f.client);
+  cube_tensor_map_desc_t d = map2d();
+  uint64_t hits = server->tmap_cache.hits;
+  CTH_OK(launch_scale(&f, &d, &d, CUBE_LAUNCH_EXECUTE));
+  assert_int_equal(server->tmap_cache.hits, hits);  // two bindings: both encoded
+  CTH_OK(launch_scale(&f, &d, &d, CUBE_LAUNCH_EXECUTE));
+  assert_true(server->tmap_cache.hits >= hits + 2);
+  // Source and destination swapped: dst = 2 * (2 * src + 1) + 1 read from the
+  // other buffer's address, so a map kept for the first address would read src.
+  cube_handle_t t = f.src;
+  f.src = f.dst;
+  f.dst = t;
+  CTH_OK(launch_scale(&f, &d, &d, CUBE_LAUNCH_EXECUTE));
+  float out[H * W];
+  CTH_OK(cube_read(f.client, S, cube_handle_binding(f.dst), out, sizeof out));
+  for (int i = 0; i < H * W; ++i) assert_true(out[i] == (f.host[i] * 2.0f + 1.0f) * 2.0f + 1.0f);
+  // Another descriptor over the same bindings (NaN fill, which the stores
+  // drop): encoded afresh, and the result is that of this launch.
+  cube_tensor_map_desc_t e = d;
+  e.oob_fill = CUBE_TENSOR_MAP_OOB_NAN;
+  hits = server->tmap_cache.hits;
+  CTH_OK(launch_scale(&f, &e, &e, CUBE_LAUNCH_EXECUTE));
+  assert_int_equal(server->tmap_cache.hits, hits);
+  CTH_OK(cube_read(f.client, S, cube_handle_binding(f.dst), out, sizeof out));
+  for (int i = 0; i < H * W; ++i) assert_true(out[i] == (f.host[i] * 2.0f + 1.0f) * 2.0f + 1.0f);
+  fixture_close(&f);
+  // Behind the fault backend every launch encodes.
+  fixture_open(&f, "dispatch:1000:launch");
+  server = cube_server_of(f.client);
+  CTH_OK(launch_scale(&f, &d, &d, CUBE_LAUNCH_EXECUTE));
+  CTH_OK(launch_scale(&f, &d, &d, CUBE_LAUNCH_EXECUTE));
+  assert_int_equal(server->tmap_cache.hits, 0);
+  fixture_close(&f);
+}
 
 static void tma_kernel_runs_exactly_on_the_cpu(void **state) {
   (void)state;
@@ -380,6 +422,7 @@ static void captured_tma_launch_replays(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(tma_kernel_runs_exactly_on_the_cpu),
+      cmocka_unit_test(kept_maps_serve_only_the_same_map),
       cmocka_unit_test(queued_launch_keeps_its_own_copy_of_the_map),
       cmocka_unit_test(malformed_map_fails_the_launch_and_claims_its_outputs),
       cmocka_unit_test(encode_failure_claims_the_written_buffers),

@@ -112,7 +112,8 @@ static cube_status_t cpu_create_device(uint32_t device_index, const cube_config_
     cpu->base.vtable = &cube_cpu_vtable;
     // Tensor maps: the dialect's TMA macros copy on the CPU.
     // Host memory: copies go straight between pages and the caller's memory.
-    cpu->base.capabilities = CUBE_BACKEND_CAP_TENSOR_MAP_EMULATED | CUBE_BACKEND_CAP_HOST_MEMORY;
+    cpu->base.capabilities = CUBE_BACKEND_CAP_TENSOR_MAP_EMULATED | CUBE_BACKEND_CAP_HOST_MEMORY |
+                             CUBE_BACKEND_CAP_TENSOR_MAP_PURE;
     cpu_properties(config, &cpu->base.properties);
     // Every value below is already within its bounds (core/config.h).
     cpu->fiber_stack_size = (size_t)config_u64(config, CUBE_CONFIG_CPU_FIBER_STACK);

@@ -899,6 +899,8 @@ cube_status_t cube_fault_backend_wrap(cube_backend_device_t *inner, const char *
     // Except host memory: a late fault tears a copy's output after the call
     // returned, and that output must be staging, never the caller's memory.
     fault->header.capabilities &= ~(uint32_t)CUBE_BACKEND_CAP_HOST_MEMORY;
+    // And kept tensor maps: every encode is a call a plan may fail.
+    fault->header.capabilities &= ~(uint32_t)CUBE_BACKEND_CAP_TENSOR_MAP_PURE;
     fault->inner = inner;
     fault->rules = rules;
     fault->rule_count = rule_count;
