@@ -319,8 +319,8 @@ typedef enum cube_backend_capability_t {
   CUBE_BACKEND_CAP_HOST_MEMORY = 1u << 2,
   // tensor_map_encode's result depends on its request alone: the core keeps
   // encoded maps and reuses one for a launch that passes the same map again
-  // (the CPU and CUDA; the fault decorator clears it, as every encode there
-  // is a call a plan may fail).
+  // (the CPU; the fault decorator clears it, as every encode there is a
+  // call a plan may fail).
   CUBE_BACKEND_CAP_TENSOR_MAP_PURE = 1u << 3,
 } cube_backend_capability_t;
 
