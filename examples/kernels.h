@@ -52,111 +52,112 @@
 // (m / GEMM_BM) * (n / GEMM_BN) cubes along x, with
 // GEMM_STAGES * (GEMM_BM * (GEMM_BK + 8) + GEMM_BK * (GEMM_BN + 8)) * 2 bytes
 // of dynamic shared memory.
-#define CUBE_EXAMPLE_GEMM_BF16 \
-  "#ifndef GEMM_BM\n" \
-  "#define GEMM_BM 128\n" \
-  "#endif\n" \
-  "#ifndef GEMM_BN\n" \
-  "#define GEMM_BN 256\n" \
-  "#endif\n" \
-  "#ifndef GEMM_BK\n" \
-  "#define GEMM_BK 32\n" \
-  "#endif\n" \
-  "#ifndef GEMM_WM\n" \
-  "#define GEMM_WM 2\n" \
-  "#endif\n" \
-  "#ifndef GEMM_WN\n" \
-  "#define GEMM_WN 4\n" \
-  "#endif\n" \
-  "#ifndef GEMM_STAGES\n" \
-  "#define GEMM_STAGES 3\n" \
-  "#endif\n" \
-  "#ifndef GEMM_GROUP_M\n" \
-  "#define GEMM_GROUP_M 8\n" \
-  "#endif\n" \
-  "#define GEMM_TM (GEMM_BM / GEMM_WM)\n" \
-  "#define GEMM_TN (GEMM_BN / GEMM_WN)\n" \
-  "#define GEMM_FM (GEMM_TM / 16)\n" \
-  "#define GEMM_FN (GEMM_TN / 16)\n" \
-  "#define GEMM_LDA (GEMM_BK + 8)\n" \
-  "#define GEMM_LDB (GEMM_BN + 8)\n" \
-  "#define GEMM_A_TILE (GEMM_BM * GEMM_LDA)\n" \
-  "#define GEMM_B_TILE (GEMM_BK * GEMM_LDB)\n" \
-  "#define GEMM_A_CHUNKS (GEMM_BM * GEMM_BK / 8)\n" \
-  "#define GEMM_B_CHUNKS (GEMM_BK * GEMM_BN / 8)\n" \
-  "\n" \
-  "// Step s of k into stage buffer |buf|: 16-byte copies, spread over the units\n" \
-  "// (defined outside the body: the CPU splitter keeps a body holding a\n" \
-  "// preprocessor directive on fibers).\n" \
-  "#define GEMM_LOAD(s, buf)                                                          \\\n" \
-  "  do {                                                                             \\\n" \
-  "    const uint64_t k0 = (uint64_t)(s) * GEMM_BK;                                   \\\n" \
-  "    bf16 *at = as + (buf) * GEMM_A_TILE, *bt = bs + (buf) * GEMM_B_TILE;           \\\n" \
-  "    UNROLL for (uint32_t q = UNIT_POS; q < GEMM_A_CHUNKS; q += CUBE_DIM) {         \\\n" \
-  "      uint32_t r = q / (GEMM_BK / 8), col = q % (GEMM_BK / 8) * 8;                 \\\n" \
-  "      COPY_ASYNC(at + r * GEMM_LDA + col, a + (row0 + r) * k + k0 + col, 16);      \\\n" \
-  "    }                                                                              \\\n" \
-  "    UNROLL for (uint32_t q = UNIT_POS; q < GEMM_B_CHUNKS; q += CUBE_DIM) {         \\\n" \
-  "      uint32_t r = q / (GEMM_BN / 8), col = q % (GEMM_BN / 8) * 8;                 \\\n" \
-  "      COPY_ASYNC(bt + r * GEMM_LDB + col, b + (k0 + r) * n + col0 + col, 16);      \\\n" \
-  "    }                                                                              \\\n" \
-  "  } while (0)\n" \
-  "\n" \
-  "CUBE_KERNEL(gemm_bf16, IN(bf16, a), IN(bf16, b), OUT(bf16, c), ARG(u32, m), ARG(u32, n),\n" \
-  "            ARG(u32, k)) {\n" \
-  "  SHARED_DYNAMIC(bf16, smem);\n" \
-  "  bf16 *as = smem;\n" \
-  "  bf16 *bs = smem + GEMM_STAGES * GEMM_A_TILE;\n" \
-  "  // Which tile of C: cubes walk GEMM_GROUP_M tile rows before the next column.\n" \
-  "  const uint32_t tiles_m = m / GEMM_BM, tiles_n = n / GEMM_BN;\n" \
-  "  const uint32_t group = GEMM_GROUP_M * tiles_n, first_m = CUBE_POS / group * GEMM_GROUP_M;\n" \
+#define CUBE_EXAMPLE_GEMM_BF16                                                                     \
+  "#ifndef GEMM_BM\n"                                                                              \
+  "#define GEMM_BM 128\n"                                                                          \
+  "#endif\n"                                                                                       \
+  "#ifndef GEMM_BN\n"                                                                              \
+  "#define GEMM_BN 256\n"                                                                          \
+  "#endif\n"                                                                                       \
+  "#ifndef GEMM_BK\n"                                                                              \
+  "#define GEMM_BK 32\n"                                                                           \
+  "#endif\n"                                                                                       \
+  "#ifndef GEMM_WM\n"                                                                              \
+  "#define GEMM_WM 2\n"                                                                            \
+  "#endif\n"                                                                                       \
+  "#ifndef GEMM_WN\n"                                                                              \
+  "#define GEMM_WN 4\n"                                                                            \
+  "#endif\n"                                                                                       \
+  "#ifndef GEMM_STAGES\n"                                                                          \
+  "#define GEMM_STAGES 3\n"                                                                        \
+  "#endif\n"                                                                                       \
+  "#ifndef GEMM_GROUP_M\n"                                                                         \
+  "#define GEMM_GROUP_M 8\n"                                                                       \
+  "#endif\n"                                                                                       \
+  "#define GEMM_TM (GEMM_BM / GEMM_WM)\n"                                                          \
+  "#define GEMM_TN (GEMM_BN / GEMM_WN)\n"                                                          \
+  "#define GEMM_FM (GEMM_TM / 16)\n"                                                               \
+  "#define GEMM_FN (GEMM_TN / 16)\n"                                                               \
+  "#define GEMM_LDA (GEMM_BK + 8)\n"                                                               \
+  "#define GEMM_LDB (GEMM_BN + 8)\n"                                                               \
+  "#define GEMM_A_TILE (GEMM_BM * GEMM_LDA)\n"                                                     \
+  "#define GEMM_B_TILE (GEMM_BK * GEMM_LDB)\n"                                                     \
+  "#define GEMM_A_CHUNKS (GEMM_BM * GEMM_BK / 8)\n"                                                \
+  "#define GEMM_B_CHUNKS (GEMM_BK * GEMM_BN / 8)\n"                                                \
+  "\n"                                                                                             \
+  "// Step s of k into stage buffer |buf|: 16-byte copies, spread over the units\n"                \
+  "// (defined outside the body: the CPU splitter keeps a body holding a\n"                        \
+  "// preprocessor directive on fibers).\n"                                                        \
+  "#define GEMM_LOAD(s, buf)                                                          \\\n"        \
+  "  do {                                                                             \\\n"        \
+  "    const uint64_t k0 = (uint64_t)(s) * GEMM_BK;                                   \\\n"        \
+  "    bf16 *at = as + (buf) * GEMM_A_TILE, *bt = bs + (buf) * GEMM_B_TILE;           \\\n"        \
+  "    UNROLL for (uint32_t q = UNIT_POS; q < GEMM_A_CHUNKS; q += CUBE_DIM) {         \\\n"        \
+  "      uint32_t r = q / (GEMM_BK / 8), col = q % (GEMM_BK / 8) * 8;                 \\\n"        \
+  "      COPY_ASYNC(at + r * GEMM_LDA + col, a + (row0 + r) * k + k0 + col, 16);      \\\n"        \
+  "    }                                                                              \\\n"        \
+  "    UNROLL for (uint32_t q = UNIT_POS; q < GEMM_B_CHUNKS; q += CUBE_DIM) {         \\\n"        \
+  "      uint32_t r = q / (GEMM_BN / 8), col = q % (GEMM_BN / 8) * 8;                 \\\n"        \
+  "      COPY_ASYNC(bt + r * GEMM_LDB + col, b + (k0 + r) * n + col0 + col, 16);      \\\n"        \
+  "    }                                                                              \\\n"        \
+  "  } while (0)\n"                                                                                \
+  "\n"                                                                                             \
+  "CUBE_KERNEL(gemm_bf16, IN(bf16, a), IN(bf16, b), OUT(bf16, c), ARG(u32, m), ARG(u32, n),\n"     \
+  "            ARG(u32, k)) {\n"                                                                   \
+  "  SHARED_DYNAMIC(bf16, smem);\n"                                                                \
+  "  bf16 *as = smem;\n"                                                                           \
+  "  bf16 *bs = smem + GEMM_STAGES * GEMM_A_TILE;\n"                                               \
+  "  // Which tile of C: cubes walk GEMM_GROUP_M tile rows before the next column.\n"              \
+  "  const uint32_t tiles_m = m / GEMM_BM, tiles_n = n / GEMM_BN;\n"                               \
+  "  const uint32_t group = GEMM_GROUP_M * tiles_n, first_m = CUBE_POS / group * GEMM_GROUP_M;\n"  \
   "  const uint32_t rows = tiles_m - first_m < GEMM_GROUP_M ? tiles_m - first_m : GEMM_GROUP_M;\n" \
-  "  const uint32_t tile_m = first_m + CUBE_POS % group % rows;\n" \
-  "  const uint32_t tile_n = CUBE_POS % group / rows;\n" \
-  "  const uint64_t row0 = (uint64_t)tile_m * GEMM_BM, col0 = (uint64_t)tile_n * GEMM_BN;\n" \
-  "  // This plane's part of the tile.\n" \
-  "  const uint32_t plane = UNIT_POS / PLANE_DIM;\n" \
-  "  const uint32_t pm = plane / GEMM_WN, pn = plane % GEMM_WN;\n" \
-  "  FRAGMENT(ACC, float, 16, 16, 16) acc[GEMM_FM][GEMM_FN];\n" \
-  "  UNROLL for (int i = 0; i < GEMM_FM; ++i) {\n" \
-  "    UNROLL for (int j = 0; j < GEMM_FN; ++j) FRAG_FILL(acc[i][j], 0.0f);\n" \
-  "  }\n" \
-  "  const uint32_t steps = k / GEMM_BK;\n" \
-  "  UNROLL for (uint32_t s = 0; s < GEMM_STAGES - 1; ++s) {\n" \
-  "    if (s < steps) GEMM_LOAD(s, s);\n" \
-  "    ASYNC_COMMIT();\n" \
-  "  }\n" \
-  "  for (uint32_t s = 0; s < steps; ++s) {\n" \
-  "    // Step s has landed (at most STAGES - 2 younger groups in flight), and\n" \
-  "    // every plane is done with the buffer the next copies go to.\n" \
-  "    ASYNC_WAIT(GEMM_STAGES - 2);\n" \
-  "    SYNC_CUBE();\n" \
-  "    const uint32_t ahead = s + GEMM_STAGES - 1;\n" \
-  "    if (ahead < steps) GEMM_LOAD(ahead, ahead % GEMM_STAGES);\n" \
-  "    ASYNC_COMMIT();\n" \
-  "    const bf16 *at = as + (s % GEMM_STAGES) * GEMM_A_TILE + pm * GEMM_TM * GEMM_LDA;\n" \
-  "    const bf16 *bt = bs + (s % GEMM_STAGES) * GEMM_B_TILE + pn * GEMM_TN;\n" \
-  "    UNROLL for (uint32_t kk = 0; kk < GEMM_BK; kk += 16) {\n" \
-  "      FRAGMENT(A, bf16, 16, 16, 16) fa[GEMM_FM];\n" \
-  "      FRAGMENT(B, bf16, 16, 16, 16) fb[GEMM_FN];\n" \
-  "      UNROLL for (int i = 0; i < GEMM_FM; ++i) {\n" \
-  "        FRAG_LOAD(fa[i], at + i * 16 * GEMM_LDA + kk, GEMM_LDA, ROW_MAJOR);\n" \
-  "      }\n" \
-  "      UNROLL for (int j = 0; j < GEMM_FN; ++j) {\n" \
-  "        FRAG_LOAD(fb[j], bt + kk * GEMM_LDB + j * 16, GEMM_LDB, ROW_MAJOR);\n" \
-  "      }\n" \
-  "      UNROLL for (int i = 0; i < GEMM_FM; ++i) {\n" \
-  "        UNROLL for (int j = 0; j < GEMM_FN; ++j) FRAG_MMA(acc[i][j], fa[i], fb[j], acc[i][j]);\n" \
-  "      }\n" \
-  "    }\n" \
-  "  }\n" \
-  "  ASYNC_WAIT(0);\n" \
-  "  UNROLL for (int i = 0; i < GEMM_FM; ++i) {\n" \
-  "    UNROLL for (int j = 0; j < GEMM_FN; ++j) {\n" \
-  "      uint64_t r = row0 + pm * GEMM_TM + i * 16, col = col0 + pn * GEMM_TN + j * 16;\n" \
-  "      FRAG_STORE(c + r * n + col, acc[i][j], n, ROW_MAJOR);\n" \
-  "    }\n" \
-  "  }\n" \
+  "  const uint32_t tile_m = first_m + CUBE_POS % group % rows;\n"                                 \
+  "  const uint32_t tile_n = CUBE_POS % group / rows;\n"                                           \
+  "  const uint64_t row0 = (uint64_t)tile_m * GEMM_BM, col0 = (uint64_t)tile_n * GEMM_BN;\n"       \
+  "  // This plane's part of the tile.\n"                                                          \
+  "  const uint32_t plane = UNIT_POS / PLANE_DIM;\n"                                               \
+  "  const uint32_t pm = plane / GEMM_WN, pn = plane % GEMM_WN;\n"                                 \
+  "  FRAGMENT(ACC, float, 16, 16, 16) acc[GEMM_FM][GEMM_FN];\n"                                    \
+  "  UNROLL for (int i = 0; i < GEMM_FM; ++i) {\n"                                                 \
+  "    UNROLL for (int j = 0; j < GEMM_FN; ++j) FRAG_FILL(acc[i][j], 0.0f);\n"                     \
+  "  }\n"                                                                                          \
+  "  const uint32_t steps = k / GEMM_BK;\n"                                                        \
+  "  UNROLL for (uint32_t s = 0; s < GEMM_STAGES - 1; ++s) {\n"                                    \
+  "    if (s < steps) GEMM_LOAD(s, s);\n"                                                          \
+  "    ASYNC_COMMIT();\n"                                                                          \
+  "  }\n"                                                                                          \
+  "  for (uint32_t s = 0; s < steps; ++s) {\n"                                                     \
+  "    // Step s has landed (at most STAGES - 2 younger groups in flight), and\n"                  \
+  "    // every plane is done with the buffer the next copies go to.\n"                            \
+  "    ASYNC_WAIT(GEMM_STAGES - 2);\n"                                                             \
+  "    SYNC_CUBE();\n"                                                                             \
+  "    const uint32_t ahead = s + GEMM_STAGES - 1;\n"                                              \
+  "    if (ahead < steps) GEMM_LOAD(ahead, ahead % GEMM_STAGES);\n"                                \
+  "    ASYNC_COMMIT();\n"                                                                          \
+  "    const bf16 *at = as + (s % GEMM_STAGES) * GEMM_A_TILE + pm * GEMM_TM * GEMM_LDA;\n"         \
+  "    const bf16 *bt = bs + (s % GEMM_STAGES) * GEMM_B_TILE + pn * GEMM_TN;\n"                    \
+  "    UNROLL for (uint32_t kk = 0; kk < GEMM_BK; kk += 16) {\n"                                   \
+  "      FRAGMENT(A, bf16, 16, 16, 16) fa[GEMM_FM];\n"                                             \
+  "      FRAGMENT(B, bf16, 16, 16, 16) fb[GEMM_FN];\n"                                             \
+  "      UNROLL for (int i = 0; i < GEMM_FM; ++i) {\n"                                             \
+  "        FRAG_LOAD(fa[i], at + i * 16 * GEMM_LDA + kk, GEMM_LDA, ROW_MAJOR);\n"                  \
+  "      }\n"                                                                                      \
+  "      UNROLL for (int j = 0; j < GEMM_FN; ++j) {\n"                                             \
+  "        FRAG_LOAD(fb[j], bt + kk * GEMM_LDB + j * 16, GEMM_LDB, ROW_MAJOR);\n"                  \
+  "      }\n"                                                                                      \
+  "      UNROLL for (int i = 0; i < GEMM_FM; ++i) {\n"                                             \
+  "        UNROLL for (int j = 0; j < GEMM_FN; ++j) FRAG_MMA(acc[i][j], fa[i], fb[j], "            \
+  "acc[i][j]);\n"                                                                                  \
+  "      }\n"                                                                                      \
+  "    }\n"                                                                                        \
+  "  }\n"                                                                                          \
+  "  ASYNC_WAIT(0);\n"                                                                             \
+  "  UNROLL for (int i = 0; i < GEMM_FM; ++i) {\n"                                                 \
+  "    UNROLL for (int j = 0; j < GEMM_FN; ++j) {\n"                                               \
+  "      uint64_t r = row0 + pm * GEMM_TM + i * 16, col = col0 + pn * GEMM_TN + j * 16;\n"         \
+  "      FRAG_STORE(c + r * n + col, acc[i][j], n, ROW_MAJOR);\n"                                  \
+  "    }\n"                                                                                        \
+  "  }\n"                                                                                          \
   "}\n"
 
 // The sum of x, one partial per cube: each unit adds REDUCE_PER_UNIT lines
@@ -166,56 +167,57 @@
 // shape is tunable with -D options (the kernel's identity): REDUCE_WIDTH
 // (1, 2, 4, 8, 16), REDUCE_PER_UNIT; the cube dim is the launch's (at most
 // REDUCE_MAX_UNITS units).
-#define CUBE_EXAMPLE_REDUCE_LINES \
-  "#ifndef REDUCE_WIDTH\n" \
-  "#define REDUCE_WIDTH 4\n" \
-  "#endif\n" \
-  "#ifndef REDUCE_PER_UNIT\n" \
-  "#define REDUCE_PER_UNIT 16\n" \
-  "#endif\n" \
-  "#ifndef REDUCE_MAX_UNITS\n" \
-  "#define REDUCE_MAX_UNITS 1024\n" \
-  "#endif\n" \
-  "CUBE_KERNEL(reduce_lines, IN(LINE(float, REDUCE_WIDTH), x), OUT(float, partial)) {\n" \
-  "  SHARED(float, sums, REDUCE_MAX_UNITS);\n" \
+#define CUBE_EXAMPLE_REDUCE_LINES                                                         \
+  "#ifndef REDUCE_WIDTH\n"                                                                \
+  "#define REDUCE_WIDTH 4\n"                                                              \
+  "#endif\n"                                                                              \
+  "#ifndef REDUCE_PER_UNIT\n"                                                             \
+  "#define REDUCE_PER_UNIT 16\n"                                                          \
+  "#endif\n"                                                                              \
+  "#ifndef REDUCE_MAX_UNITS\n"                                                            \
+  "#define REDUCE_MAX_UNITS 1024\n"                                                       \
+  "#endif\n"                                                                              \
+  "CUBE_KERNEL(reduce_lines, IN(LINE(float, REDUCE_WIDTH), x), OUT(float, partial)) {\n"  \
+  "  SHARED(float, sums, REDUCE_MAX_UNITS);\n"                                            \
   "  const uint64_t base = (uint64_t)CUBE_POS * CUBE_DIM * REDUCE_PER_UNIT + UNIT_POS;\n" \
-  "  const uint64_t lines = LEN(x);\n" \
-  "  LINE(float, REDUCE_WIDTH) acc = LINE_SPLAT(float, REDUCE_WIDTH, 0.0f);\n" \
-  "  UNROLL for (uint32_t k = 0; k < REDUCE_PER_UNIT; ++k) {\n" \
-  "    uint64_t i = base + (uint64_t)k * CUBE_DIM;\n" \
-  "    if (i < lines) acc += x[i];\n" \
-  "  }\n" \
-  "  float s = PLANE_SUM(LINE_REDUCE_SUM(acc));\n" \
-  "  if (UNIT_POS_PLANE == 0) sums[UNIT_POS / PLANE_DIM] = s;\n" \
-  "  SYNC_CUBE();\n" \
-  "  if (UNIT_POS == 0) {\n" \
-  "    float total = 0.0f;\n" \
-  "    for (uint32_t p = 0; p < CUBE_DIM / PLANE_DIM; ++p) total += sums[p];\n" \
-  "    partial[CUBE_POS] = total;\n" \
-  "  }\n" \
+  "  const uint64_t lines = LEN(x);\n"                                                    \
+  "  LINE(float, REDUCE_WIDTH) acc = LINE_SPLAT(float, REDUCE_WIDTH, 0.0f);\n"            \
+  "  UNROLL for (uint32_t k = 0; k < REDUCE_PER_UNIT; ++k) {\n"                           \
+  "    uint64_t i = base + (uint64_t)k * CUBE_DIM;\n"                                     \
+  "    if (i < lines) acc += x[i];\n"                                                     \
+  "  }\n"                                                                                 \
+  "  float s = PLANE_SUM(LINE_REDUCE_SUM(acc));\n"                                        \
+  "  if (UNIT_POS_PLANE == 0) sums[UNIT_POS / PLANE_DIM] = s;\n"                          \
+  "  SYNC_CUBE();\n"                                                                      \
+  "  if (UNIT_POS == 0) {\n"                                                              \
+  "    float total = 0.0f;\n"                                                             \
+  "    for (uint32_t p = 0; p < CUBE_DIM / PLANE_DIM; ++p) total += sums[p];\n"           \
+  "    partial[CUBE_POS] = total;\n"                                                      \
+  "  }\n"                                                                                 \
   "}\n"
 
 // y += a * x on lines of SAXPY_WIDTH floats (-D SAXPY_WIDTH=8 by default):
 // one line per unit, a whole number of lines per buffer.
-#define CUBE_EXAMPLE_SAXPY_LINES \
-  "#ifndef SAXPY_WIDTH\n" \
-  "#define SAXPY_WIDTH 8\n" \
-  "#endif\n" \
-  "CUBE_KERNEL(saxpy_lines, IN(LINE(float, SAXPY_WIDTH), x), INOUT(LINE(float, SAXPY_WIDTH), y),\n" \
-  "            ARG(f32, a)) {\n" \
-  "  uint64_t i = ABSOLUTE_POS;\n" \
-  "  if (i < LEN(y)) y[i] += a * x[i];\n" \
+#define CUBE_EXAMPLE_SAXPY_LINES                                                               \
+  "#ifndef SAXPY_WIDTH\n"                                                                      \
+  "#define SAXPY_WIDTH 8\n"                                                                    \
+  "#endif\n"                                                                                   \
+  "CUBE_KERNEL(saxpy_lines, IN(LINE(float, SAXPY_WIDTH), x), INOUT(LINE(float, SAXPY_WIDTH), " \
+  "y),\n"                                                                                      \
+  "            ARG(f32, a)) {\n"                                                               \
+  "  uint64_t i = ABSOLUTE_POS;\n"                                                             \
+  "  if (i < LEN(y)) y[i] += a * x[i];\n"                                                      \
   "}\n"
 
 // y = x on lines of COPY_WIDTH floats (-D COPY_WIDTH=4 by default: one
 // 128-bit load and store per unit on CUDA).
-#define CUBE_EXAMPLE_COPY_LINES \
-  "#ifndef COPY_WIDTH\n" \
-  "#define COPY_WIDTH 4\n" \
-  "#endif\n" \
+#define CUBE_EXAMPLE_COPY_LINES                                                                  \
+  "#ifndef COPY_WIDTH\n"                                                                         \
+  "#define COPY_WIDTH 4\n"                                                                       \
+  "#endif\n"                                                                                     \
   "CUBE_KERNEL(copy_lines, IN(LINE(float, COPY_WIDTH), x), OUT(LINE(float, COPY_WIDTH), y)) {\n" \
-  "  uint64_t i = ABSOLUTE_POS;\n" \
-  "  if (i < LEN(y)) y[i] = x[i];\n" \
+  "  uint64_t i = ABSOLUTE_POS;\n"                                                               \
+  "  if (i < LEN(y)) y[i] = x[i];\n"                                                             \
   "}\n"
 
 #endif  // CUBE_EXAMPLES_KERNELS_H_

@@ -524,30 +524,56 @@ void *memcpy(void *, const void *, size_t);
 void *memmove(void *, const void *, size_t);
 void *memset(void *, int, size_t);
 int memcmp(const void *, const void *, size_t);
+// Declared per line (the `;` at the use keeps clang-format from joining them).
 #define CUBE__PARSE_MATH1(f) \
   double f(double);          \
-  float f##f(float);
+  float f##f(float)
 #define CUBE__PARSE_MATH2(f) \
   double f(double, double);  \
-  float f##f(float, float);
-CUBE__PARSE_MATH1(sqrt)
-CUBE__PARSE_MATH1(cbrt) CUBE__PARSE_MATH1(exp) CUBE__PARSE_MATH1(exp2) CUBE__PARSE_MATH1(expm1)
-    CUBE__PARSE_MATH1(log) CUBE__PARSE_MATH1(log2) CUBE__PARSE_MATH1(log10) CUBE__PARSE_MATH1(log1p)
-        CUBE__PARSE_MATH1(sin) CUBE__PARSE_MATH1(cos) CUBE__PARSE_MATH1(tan) CUBE__PARSE_MATH1(asin)
-            CUBE__PARSE_MATH1(acos) CUBE__PARSE_MATH1(atan) CUBE__PARSE_MATH1(sinh)
-                CUBE__PARSE_MATH1(cosh) CUBE__PARSE_MATH1(tanh) CUBE__PARSE_MATH1(asinh)
-                    CUBE__PARSE_MATH1(acosh) CUBE__PARSE_MATH1(atanh) CUBE__PARSE_MATH1(erf)
-                        CUBE__PARSE_MATH1(erfc) CUBE__PARSE_MATH1(tgamma) CUBE__PARSE_MATH1(lgamma)
-                            CUBE__PARSE_MATH1(fabs) CUBE__PARSE_MATH1(floor) CUBE__PARSE_MATH1(ceil)
-                                CUBE__PARSE_MATH1(round) CUBE__PARSE_MATH1(trunc) CUBE__PARSE_MATH1(
-                                    rint) CUBE__PARSE_MATH1(nearbyint) CUBE__PARSE_MATH2(pow)
-                                    CUBE__PARSE_MATH2(atan2) CUBE__PARSE_MATH2(fmin)
-                                        CUBE__PARSE_MATH2(fmax) CUBE__PARSE_MATH2(fmod)
-                                            CUBE__PARSE_MATH2(hypot) CUBE__PARSE_MATH2(copysign)
-                                                CUBE__PARSE_MATH2(fdim) CUBE__PARSE_MATH2(remainder)
-                                                    CUBE__PARSE_MATH2(nextafter) double fma(double,
-                                                                                            double,
-                                                                                            double);
+  float f##f(float, float)
+CUBE__PARSE_MATH1(sqrt);
+CUBE__PARSE_MATH1(cbrt);
+CUBE__PARSE_MATH1(exp);
+CUBE__PARSE_MATH1(exp2);
+CUBE__PARSE_MATH1(expm1);
+CUBE__PARSE_MATH1(log);
+CUBE__PARSE_MATH1(log2);
+CUBE__PARSE_MATH1(log10);
+CUBE__PARSE_MATH1(log1p);
+CUBE__PARSE_MATH1(sin);
+CUBE__PARSE_MATH1(cos);
+CUBE__PARSE_MATH1(tan);
+CUBE__PARSE_MATH1(asin);
+CUBE__PARSE_MATH1(acos);
+CUBE__PARSE_MATH1(atan);
+CUBE__PARSE_MATH1(sinh);
+CUBE__PARSE_MATH1(cosh);
+CUBE__PARSE_MATH1(tanh);
+CUBE__PARSE_MATH1(asinh);
+CUBE__PARSE_MATH1(acosh);
+CUBE__PARSE_MATH1(atanh);
+CUBE__PARSE_MATH1(erf);
+CUBE__PARSE_MATH1(erfc);
+CUBE__PARSE_MATH1(tgamma);
+CUBE__PARSE_MATH1(lgamma);
+CUBE__PARSE_MATH1(fabs);
+CUBE__PARSE_MATH1(floor);
+CUBE__PARSE_MATH1(ceil);
+CUBE__PARSE_MATH1(round);
+CUBE__PARSE_MATH1(trunc);
+CUBE__PARSE_MATH1(rint);
+CUBE__PARSE_MATH1(nearbyint);
+CUBE__PARSE_MATH2(pow);
+CUBE__PARSE_MATH2(atan2);
+CUBE__PARSE_MATH2(fmin);
+CUBE__PARSE_MATH2(fmax);
+CUBE__PARSE_MATH2(fmod);
+CUBE__PARSE_MATH2(hypot);
+CUBE__PARSE_MATH2(copysign);
+CUBE__PARSE_MATH2(fdim);
+CUBE__PARSE_MATH2(remainder);
+CUBE__PARSE_MATH2(nextafter);
+double fma(double, double, double);
 float fmaf(float, float, float);
 double ldexp(double, int);
 float ldexpf(float, int);

@@ -55,8 +55,7 @@ static void expect_winner(const cube_tune_report_t *r, const char *name) {
   for (size_t i = 0; i < r->result_count; ++i) {
     fprintf(stderr, "  candidate %-6s outcome %d samples %u median %llu ns min %llu ns\n",
             r->results[i].name, (int)r->results[i].outcome, r->results[i].samples,
-            (unsigned long long)r->results[i].median_ns,
-            (unsigned long long)r->results[i].min_ns);
+            (unsigned long long)r->results[i].median_ns, (unsigned long long)r->results[i].min_ns);
   }
   assert_string_equal(r->winner ? r->winner : "(none)", name);
 }

@@ -30,7 +30,7 @@ enum { TFX_N = 16384, TFX_DIM = 64 };
   "    uint32_t acc = (uint32_t)i;\n"                                              \
   "    for (uint32_t k = 0; k < spins; ++k) acc = acc * 1664525u + 1013904223u;\n" \
   "    y[i] " assign                                                               \
-  " 2.0f * x[i] + (acc == 0x9E3779B9u ? 1.0f : 0.0f);\n"                            \
+  " 2.0f * x[i] + (acc == 0x9E3779B9u ? 1.0f : 0.0f);\n"                           \
   "  }\n"                                                                          \
   "}\n"
 #define TFX_SOURCE(name) TFX_SOURCE_IO(name, "INOUT", "+=")
