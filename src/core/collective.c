@@ -1295,8 +1295,8 @@ static cube_status_t member_wait(cube_server_t *server, cube_comm_group_t *group
                                  cube_comm_member_t *m, cube_bevent_t *event, bool *out_transport) {
   const cube_backend_vtable_t *vt = server->device->vtable;
   const cube_transport_vtable_t *t = group->transport;
-  uint64_t deadline = deadline_from_now(server), backoff = 2000;
-  unsigned spins = 0;
+  const uint64_t started = cube_now_ns();
+  const uint64_t deadline = deadline_from_now(server);
   *out_transport = false;
   for (;;) {
     bool done = false;
@@ -1320,15 +1320,18 @@ static cube_status_t member_wait(cube_server_t *server, cube_comm_group_t *group
                               server->name, group->transport->name, (unsigned long long)group->id,
                               (double)cube_collective_timeout_ns(server) * 1e-9);
     }
-    // Yield first (the part is usually microseconds from done), then sleep
-    // a little longer each time, at most 100 us.
-    if (spins < 64) {
-      spins++;
+    // Yield while the wait is young: a queue of parts is usually micro- to
+    // milliseconds from done, and any sleep overshoots by the timer slack
+    // (~50 us), which a fixed back-off turned into a tenth of a 128 MiB
+    // all_reduce. Later, sleep 1/128 of the time waited so far (at most
+    // 1 ms): the overshoot stays near 1 % of the wait.
+    uint64_t waited = cube_now_ns() - started;
+    if (waited < UINT64_C(5000000)) {
       sched_yield();
     } else {
-      struct timespec pause = {0, (long)backoff};
+      uint64_t pause_ns = waited / 128 < UINT64_C(1000000) ? waited / 128 : UINT64_C(1000000);
+      struct timespec pause = {0, (long)pause_ns};
       nanosleep(&pause, NULL);
-      if (backoff < 100000) backoff *= 2;
     }
   }
 }

@@ -218,9 +218,9 @@ static cube_status_t cube_cuda_create_device(uint32_t device_index, const cube_c
     return cube_status_make(CUBE_STATUS_GENERIC, "cuda: out of host memory creating device %u",
                             device_index);
   device->base.vtable = &cube_cuda_vtable;
-  // Not CUBE_BACKEND_CAP_TENSOR_MAP_PURE yet (cuTensorMapEncode* is pure, so
-  // kept maps would serve CUDA too): it waits for a run on the H200.
-  device->base.capabilities = CUBE_BACKEND_CAP_DEVICE_INFO;
+  // cuTensorMapEncode* is pure (the same arguments give the same 128 bytes),
+  // so the core may keep encoded maps and reuse them.
+  device->base.capabilities = CUBE_BACKEND_CAP_DEVICE_INFO | CUBE_BACKEND_CAP_TENSOR_MAP_PURE;
   device->cu = cu;
   device->index = device_index;
   if (config)
