@@ -279,6 +279,106 @@ static void bench_dialect_reduce(cube_client_t *client, const cube_cuda_driver_t
 
 //===--- bf16 GEMM ---===//
 
+// The warpgroup-MMA GEMM (C = A x B^T, B the same random n x k matrix read
+// K-major) at the shapes an autotuner would try; prints the best and its
+// RESULT line (the script puts it next to torch's A @ B.T).
+static void bench_dialect_gemm_wg(cube_client_t *client, const cube_cuda_driver_t *cu,
+                                  const uint16_t *a, const uint16_t *b, uint16_t *c_host,
+                                  cube_handle_t ha, cube_handle_t hb, cube_handle_t hc, uint32_t m,
+                                  uint32_t n, uint32_t k) {
+  const cube_device_properties_t *p = cube_client_properties(client);
+  if (p->compute_capability_major != 9 || p->compute_capability_minor != 0) {
+    printf("  gemm bf16 (WGMMA): needs compute capability 9.0 (this GPU is %u.%u)\n",
+           p->compute_capability_major, p->compute_capability_minor);
+    return;
+  }
+  const int repeats = quick ? 3 : 7, batch = quick ? 3 : 5;
+  CUstream stream = stream_of(client);
+  static const gemm_wg_shape_t kShapes[] = {
+      {256, 4, 8}, {256, 3, 8}, {256, 4, 16}, {128, 6, 8},
+  };
+  const size_t shapes = quick ? 1 : sizeof kShapes / sizeof kShapes[0];
+  double best = 0;
+  size_t best_index = 0;
+  uint64_t seed = 7;
+  for (size_t s = 0; s < shapes; ++s) {
+    const gemm_wg_shape_t *shape = &kShapes[s];
+    cube_kernel_t *kernel = NULL;
+    CHECK(gemm_wg_kernel_create(shape, p->plane_size_max, true, &kernel));
+    cube_status_t status =
+        gemm_wg_launch(client, kernel, shape, ha, hb, hc, m, n, k, CUBE_LAUNCH_EXECUTE);
+    if (!cube_status_is_ok(status)) {
+      printf("  gemm bf16 (WGMMA) 128x%ux64, %u stages: refused:\n", shape->bn, shape->stages);
+      cube_status_fprint(status, stdout);
+      cube_status_release(status);
+      cube_kernel_release(kernel);
+      continue;
+    }
+    CHECK(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
+    CHECK(cube_read(client, CUBE_STREAM_CURRENT, cube_handle_binding(hc), c_host,
+                    (uint64_t)m * n * 2));
+    int wrong = 0;
+    for (int q = 0; q < 256; ++q) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      uint32_t r = (uint32_t)(seed >> 33) % m, col = (uint32_t)(seed >> 13) % n;
+      if (q < 4) r = q < 2 ? 0 : m - 1, col = q % 2 ? n - 1 : 0;  // the corners too
+      double ref = 0, mag = 0;
+      for (uint32_t j = 0; j < k; ++j) {
+        double v = (double)cube_bf16_to_f32(a[(uint64_t)r * k + j]) *
+                   (double)cube_bf16_to_f32(b[(uint64_t)col * k + j]);
+        ref += v;
+        mag += fabs(v);
+      }
+      double got = cube_bf16_to_f32(c_host[(uint64_t)r * n + col]);
+      if (fabs(got - ref) > fabs(ref) * 0x1p-7 + mag * 1e-5 && wrong++ < 8)
+        fprintf(stderr, "gemm (WGMMA) C[%u][%u] = %.6g, host %.6g (shape %zu)\n", r, col, got,
+                ref, s);
+    }
+    if (wrong) {
+      fprintf(stderr, "gemm (WGMMA): %d of 256 sampled elements wrong\n", wrong);
+      exit(1);
+    }
+    const uint64_t shape_a[2] = {m, k}, shape_b[2] = {n, k};
+    const uint32_t box_a[2] = {128, 64}, box_b[2] = {shape->bn, 64};
+    cube_tensor_map_desc_t map_a =
+        cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_BF16, 2, shape_a, NULL, box_a);
+    cube_tensor_map_desc_t map_b =
+        cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_BF16, 2, shape_b, NULL, box_b);
+    map_a.swizzle = map_b.swizzle = CUBE_TENSOR_MAP_SWIZZLE_128B;
+    map_a.prefetch = map_b.prefetch = CUBE_TENSOR_MAP_PREFETCH_256B;
+    cube_kernel_buffer_t buffers[3] = {
+        {.binding = cube_handle_binding(ha), .io = CUBE_IO_READ, .tensor_map = &map_a},
+        {.binding = cube_handle_binding(hb), .io = CUBE_IO_READ, .tensor_map = &map_b},
+        {.binding = cube_handle_binding(hc), .io = CUBE_IO_WRITE}};
+    cube_scalar_t scalars[3] = {cube_scalar_u32(m), cube_scalar_u32(n), cube_scalar_u32(k)};
+    cube_kernel_args_t args = {buffers, 3, scalars, 3};
+    launch_ctx_t ctx = {.client = client,
+                        .kernel = kernel,
+                        .count = cube_count_static((m / 128) * (n / shape->bn), 1, 1),
+                        .args = &args};
+    double t[16];
+    for (int rep = 0; rep < repeats; ++rep)
+      t[rep] = device_ms(cu, stream, batch, enqueue_cubec, &ctx);
+    double tflops = 2.0 * m * n * (double)k / (median(t, repeats) * 1e-3) * 1e-12;
+    printf("  gemm bf16 (WGMMA, A x B^T) %ux%ux%u, tile 128x%ux64, %u stages, group %u, %u KiB "
+           "shared: %.1f TFLOP/s\n",
+           m, n, k, shape->bn, shape->stages, shape->group_m, gemm_wg_shared_bytes(shape) / 1024,
+           tflops);
+    if (tflops > best) {
+      best = tflops;
+      best_index = s;
+    }
+    cube_kernel_release(kernel);
+  }
+  const gemm_wg_shape_t *w = &kShapes[best_index];
+  printf("  gemm bf16 (WGMMA) best: %.1f TFLOP/s (tile 128x%ux64, %u stages, group %u); "
+         "torch A @ B.T: bench/reduce_gemm_torch.py\n",
+         best, w->bn, w->stages, w->group_m);
+  result_line("gemm_bf16_wg_tflops", best);
+  rows[row_count++] = (row_t){"bf16 GEMM 8192^3, WGMMA (A x B^T), TFLOP/s", best, 0, 0, "TF/s",
+                              "vs torch: script", true};
+}
+
 // |sweep|: every shape below; otherwise the default shape with and without
 // the alignment promise (a whole bench_cuda run stays short).
 static void bench_dialect_gemm(cube_client_t *client, const cube_cuda_driver_t *cu, bool sweep) {
@@ -375,6 +475,7 @@ static void bench_dialect_gemm(cube_client_t *client, const cube_cuda_driver_t *
   result_line("gemm_bf16_tflops", best);
   rows[row_count++] = (row_t){
       "bf16 GEMM 8192^3 (best tile), TFLOP/s", best, 0, 0, "TF/s", "vs torch: script", true};
+  bench_dialect_gemm_wg(client, cu, a, b, c_host, ha, hb, hc, m, n, k);
   free(a);
   free(b);
   free(c_host);

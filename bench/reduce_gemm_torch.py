@@ -52,7 +52,14 @@ def measure_torch(quick):
     ms = timed(torch, lambda: torch.matmul(a, b), 3 if quick else 7, 5)
     tflops = 2.0 * size**3 / (ms * 1e-3) / 1e12
     print(f"  torch.matmul bf16 {size}^3: {ms:.3f} ms, {tflops:.1f} TFLOP/s")
-    return {"torch_sum_gbs": sum_gbs, "torch_matmul_tflops": tflops}
+    # The layout of cubec's WGMMA GEMM: B given n x k (a linear layer's
+    # weight), C = A @ B.T; cuBLAS picks its kernel for that layout.
+    bt = b.t().contiguous()
+    ms_t = timed(torch, lambda: torch.matmul(a, bt.t()), 3 if quick else 7, 5)
+    tflops_t = 2.0 * size**3 / (ms_t * 1e-3) / 1e12
+    print(f"  torch.matmul bf16 {size}^3, A @ B.T (B n x k): {ms_t:.3f} ms, {tflops_t:.1f} TFLOP/s")
+    return {"torch_sum_gbs": sum_gbs, "torch_matmul_tflops": tflops,
+            "torch_matmul_nt_tflops": tflops_t}
 
 
 def run_bench(path, quick):
@@ -89,6 +96,10 @@ def main():
         ("reduction 1 GiB (GB/s) vs torch.sum", "reduce_line4_gbs", "torch_sum_gbs", 0.9),
         ("reduction 1 GiB (GB/s) vs CUDA by hand", "reduce_line4_gbs", "reduce_cuda_gbs", 0.9),
         ("bf16 GEMM (TFLOP/s) vs torch.matmul", "gemm_bf16_tflops", "torch_matmul_tflops", 0.5),
+        ("bf16 GEMM WGMMA vs torch A @ B.T", "gemm_bf16_wg_tflops", "torch_matmul_nt_tflops",
+         0.5),
+        ("bf16 GEMM WGMMA vs torch.matmul A @ B", "gemm_bf16_wg_tflops", "torch_matmul_tflops",
+         0.5),
         ("line-4 copy (GB/s) vs float4 CUDA", "copy_line4_gbs", "copy_float4_gbs", 0.97),
         ("line-4 copy (GB/s) vs cuMemcpyDtoD", "copy_line4_gbs", "copy_dtod_gbs", 0.97),
     ]

@@ -87,4 +87,82 @@ static inline cube_status_t gemm_launch(cube_client_t *client, cube_kernel_t *ke
                      mode);
 }
 
+//===--- The warpgroup-MMA GEMM (CUBE_EXAMPLE_GEMM_BF16_WG) ---===//
+//
+// C (m x n) = A (m x k) x B^T with B given n x k (both K-major: the layout
+// of a linear layer's weight). Tiles 128 x bn x 64 arrive by TMA with the
+// 128-byte swizzle; two warpgroups multiply them with WGMMA. CUDA needs
+// sm_90a (Hopper); the CPU runs the same kernel as its oracle (bn 64 and 2
+// stages fit its 64 KiB of shared memory).
+typedef struct gemm_wg_shape_t {
+  uint32_t bn;       // 64, 128 or 256
+  uint32_t stages;   // >= 2
+  uint32_t group_m;  // tile rows a group of cubes walks
+} gemm_wg_shape_t;
+
+static const gemm_wg_shape_t kGemmWgCudaShape = {256, 4, 8};
+static const gemm_wg_shape_t kGemmWgCpuShape = {64, 2, 4};
+
+static inline uint32_t gemm_wg_shared_bytes(const gemm_wg_shape_t *s) {
+  // The stages, the alignment slack and one barrier per stage.
+  return s->stages * (128u + s->bn) * 64u * 2u + 1024u + 8u * s->stages;
+}
+
+// |sm90a|: build for sm_90a (the CUDA backend on compute capability 9.0).
+static inline cube_status_t gemm_wg_kernel_create(const gemm_wg_shape_t *s, uint32_t plane,
+                                                  bool sm90a, cube_kernel_t **out_kernel) {
+  if ((s->bn != 64 && s->bn != 128 && s->bn != 256) || s->stages < 2 || !s->group_m) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "gemm_bf16_wg: bn %u (64, 128 or 256), stages %u (>= 2), group_m %u",
+                            s->bn, s->stages, s->group_m);
+  }
+  char options[200];
+  snprintf(options, sizeof options, "%s-DWG_BN=%u -DWG_STAGES=%u -DWG_GROUP_M=%u",
+           sm90a ? "--gpu-architecture=sm_90a " : "", s->bn, s->stages, s->group_m);
+  cube_kernel_desc_t desc;
+  memset(&desc, 0, sizeof desc);
+  desc.name = "gemm_bf16_wg";
+  desc.source = CUBE_EXAMPLE_GEMM_BF16_WG;
+  desc.cube_dim = (cube_dim3_t){8 * plane, 1, 1};  // two warpgroups of four planes
+  desc.dynamic_shared_memory = gemm_wg_shared_bytes(s);
+  desc.options = options;
+  desc.execution = CUBE_EXECUTION_UNCHECKED;
+  return cube_kernel_create(&desc, out_kernel);
+}
+
+// |a| m x k, |b| n x k, |c| m x n, all row-major bf16.
+static inline cube_status_t gemm_wg_launch(cube_client_t *client, cube_kernel_t *kernel,
+                                           const gemm_wg_shape_t *s, cube_handle_t a,
+                                           cube_handle_t b, cube_handle_t c, uint32_t m,
+                                           uint32_t n, uint32_t k, cube_launch_mode_t mode) {
+  if (m % 128 || n % s->bn || k % 64) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "gemm_bf16_wg: %ux%ux%u is not a multiple of the tile 128x%ux64", m, n,
+                            k, s->bn);
+  }
+  const uint64_t shape_a[2] = {m, k}, shape_b[2] = {n, k};
+  const uint32_t box_a[2] = {128, 64}, box_b[2] = {s->bn, 64};
+  cube_tensor_map_desc_t map_a =
+      cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_BF16, 2, shape_a, NULL, box_a);
+  cube_tensor_map_desc_t map_b =
+      cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_BF16, 2, shape_b, NULL, box_b);
+  map_a.swizzle = map_b.swizzle = CUBE_TENSOR_MAP_SWIZZLE_128B;
+  map_a.prefetch = map_b.prefetch = CUBE_TENSOR_MAP_PREFETCH_256B;
+  cube_kernel_buffer_t buffers[3];
+  memset(buffers, 0, sizeof buffers);
+  buffers[0].binding = cube_handle_binding(a);
+  buffers[0].io = CUBE_IO_READ;
+  buffers[0].tensor_map = &map_a;
+  buffers[1].binding = cube_handle_binding(b);
+  buffers[1].io = CUBE_IO_READ;
+  buffers[1].tensor_map = &map_b;
+  buffers[2].binding = cube_handle_binding(c);
+  buffers[2].io = CUBE_IO_WRITE;
+  cube_scalar_t scalars[3] = {cube_scalar_u32(m), cube_scalar_u32(n), cube_scalar_u32(k)};
+  cube_kernel_args_t args = {buffers, 3, scalars, 3};
+  uint32_t cubes = (m / 128) * (n / s->bn);
+  return cube_launch(client, CUBE_STREAM_CURRENT, kernel, cube_count_static(cubes, 1, 1), &args,
+                     mode);
+}
+
 #endif  // CUBE_EXAMPLES_GEMM_H_

@@ -220,4 +220,76 @@
   "  if (i < LEN(y)) y[i] = x[i];\n"                                                             \
   "}\n"
 
+// The bf16 GEMM on Hopper's warpgroup MMA, fed by TMA (examples/gemm.h's
+// gemm_wg_*): C = A x B^T with B given n x k.
+#define CUBE_EXAMPLE_GEMM_BF16_WG                                                                \
+  "#ifndef WG_BN\n"                                                                              \
+  "#define WG_BN 256\n"                                                                          \
+  "#endif\n"                                                                                     \
+  "#ifndef WG_STAGES\n"                                                                          \
+  "#define WG_STAGES 4\n"                                                                        \
+  "#endif\n"                                                                                     \
+  "#ifndef WG_GROUP_M\n"                                                                         \
+  "#define WG_GROUP_M 8\n"                                                                       \
+  "#endif\n"                                                                                     \
+  "#define WG_BM 128\n"                                                                          \
+  "#define WG_BK 64\n"                                                                           \
+  "#define WG_A_TILE (WG_BM * WG_BK)\n"                                                          \
+  "#define WG_B_TILE (WG_BN * WG_BK)\n"                                                          \
+  "#define WG_STAGE_BYTES ((WG_A_TILE + WG_B_TILE) * 2)\n"                                       \
+  "\n"                                                                                           \
+  "// Step s of k into stage |buf|: one TMA box of A and one of B, counted on\n"                 \
+  "// the stage's barrier (defined outside the body: the CPU splitter keeps a\n"                 \
+  "// body holding a preprocessor directive on fibers).\n"                                       \
+  "#define WG_LOAD(s, buf)                                                         \\\n"         \
+  "  do {                                                                          \\\n"         \
+  "    MBAR_ARRIVE_EXPECT_TX(&full[buf], WG_STAGE_BYTES);                          \\\n"         \
+  "    TMA_LOAD_2D(as + (buf) * WG_A_TILE, ta, &full[buf], row0, (s) * WG_BK);     \\\n"         \
+  "    TMA_LOAD_2D(bs + (buf) * WG_B_TILE, tb, &full[buf], col0, (s) * WG_BK);     \\\n"         \
+  "  } while (0)\n"                                                                              \
+  "\n"                                                                                           \
+  "// C (m x n) = A (m x k) x B^T, B given n x k: both operands K-major, as the\n"               \
+  "// tensor cores read them. Two warpgroups, each 64 rows of the 128 x WG_BN\n"                 \
+  "// tile; TMA fills WG_STAGES stages ahead.\n"                                                 \
+  "CUBE_KERNEL(gemm_bf16_wg, TENSOR_MAP_IN(ta), TENSOR_MAP_IN(tb), OUT(bf16, c), ARG(u32, m),\n" \
+  "            ARG(u32, n), ARG(u32, k)) {\n"                                                    \
+  "  SHARED_DYNAMIC(unsigned char, dyn);\n"                                                      \
+  "  // The tiles 1024-byte aligned: the period of the 128-byte swizzle.\n"                      \
+  "  unsigned char *base = dyn + (1024u - SHARED_OFFSET(dyn) % 1024u) % 1024u;\n"                \
+  "  bf16 *as = (bf16 *)base;\n"                                                                 \
+  "  bf16 *bs = (bf16 *)(base + WG_STAGES * WG_A_TILE * 2);\n"                                   \
+  "  uint64_t *full = (uint64_t *)(base + WG_STAGES * WG_STAGE_BYTES);\n"                        \
+  "  // Which tile of C: cubes walk WG_GROUP_M tile rows before the next column.\n"              \
+  "  const uint32_t tiles_m = m / WG_BM, tiles_n = n / WG_BN;\n"                                 \
+  "  const uint32_t group = WG_GROUP_M * tiles_n, first_m = CUBE_POS / group * WG_GROUP_M;\n"    \
+  "  const uint32_t rows = tiles_m - first_m < WG_GROUP_M ? tiles_m - first_m : WG_GROUP_M;\n"   \
+  "  const uint32_t tile_m = first_m + CUBE_POS % group % rows;\n"                               \
+  "  const uint32_t tile_n = CUBE_POS % group / rows;\n"                                         \
+  "  const int32_t row0 = (int32_t)(tile_m * WG_BM), col0 = (int32_t)(tile_n * WG_BN);\n"        \
+  "  const uint32_t wg = UNIT_POS / (4 * PLANE_DIM);\n"                                          \
+  "  const uint32_t steps = k / WG_BK;\n"                                                        \
+  "  if (UNIT_POS == 0) {\n"                                                                     \
+  "    for (uint32_t s = 0; s < WG_STAGES; ++s) MBAR_INIT(&full[s], 1);\n"                       \
+  "    FENCE_MBAR_INIT();\n"                                                                     \
+  "    for (uint32_t s = 0; s < WG_STAGES - 1 && s < steps; ++s) WG_LOAD(s, s);\n"               \
+  "  }\n"                                                                                        \
+  "  SYNC_CUBE();\n"                                                                             \
+  "  WG_ACC(WG_BN) acc;\n"                                                                       \
+  "  WG_ACC_FILL(acc, 0.0f);\n"                                                                  \
+  "  for (uint32_t s = 0; s < steps; ++s) {\n"                                                   \
+  "    const uint32_t buf = s % WG_STAGES;\n"                                                    \
+  "    // The stage step s - 1 used: every warpgroup is done with it.\n"                         \
+  "    if (UNIT_POS == 0 && s + WG_STAGES - 1 < steps)\n"                                        \
+  "      WG_LOAD(s + WG_STAGES - 1, (s + WG_STAGES - 1) % WG_STAGES);\n"                         \
+  "    MBAR_WAIT(&full[buf], (s / WG_STAGES) & 1u);\n"                                           \
+  "    const bf16 *at = as + buf * WG_A_TILE + wg * 64 * WG_BK, *bt = bs + buf * WG_B_TILE;\n"   \
+  "    WGMMA_FENCE(acc);\n"                                                                      \
+  "    UNROLL for (uint32_t kk = 0; kk < WG_BK; kk += 16) WGMMA_BF16(acc, at + kk, bt + kk);\n"  \
+  "    WGMMA_COMMIT();\n"                                                                        \
+  "    WGMMA_WAIT(acc, 0);\n"                                                                    \
+  "    SYNC_CUBE();\n"                                                                           \
+  "  }\n"                                                                                        \
+  "  WG_ACC_STORE(c + ((uint64_t)row0 + wg * 64) * n + col0, acc, n);\n"                         \
+  "}\n"                                                                                          
+
 #endif  // CUBE_EXAMPLES_KERNELS_H_

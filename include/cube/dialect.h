@@ -2665,6 +2665,262 @@ static inline void cube__tma_load_im2col(cube__ctx_t *ctx, void *smem, const cub
 
 #endif  // TMA backend
 
+//===--- Warpgroup matrix multiply (WGMMA: Hopper's asynchronous MMA) ---===//
+//
+// A warpgroup is four planes (planes 4w..4w+3 of the cube: UNIT_POS /
+// (4 * PLANE_DIM) == w) that multiply together: a 64 x 16 tile of A by a
+// 16 x N tile of B (N 64, 128 or 256), both read straight from shared memory
+// by the tensor cores, into a 64 x N f32 accumulator spread over the
+// warpgroup's units. The tiles are laid out as a TMA load with the 128-byte
+// swizzle (CUBE_TENSOR_MAP_SWIZZLE_128B) and a box 64 elements (128 bytes)
+// wide leaves them: K-major rows of 64 16-bit elements, the tile
+// 1024-byte aligned; A is 64 such rows (m), B is N rows (n), so the product
+// is A x B^T of the two row-major tensors the maps describe.
+//
+//   WG_ACC(256) acc;                       this unit's share of 64 x 256
+//   WG_ACC_FILL(acc, 0.0f);
+//   WGMMA_FENCE(acc);                      before WGMMAs that read acc
+//   WGMMA_BF16(acc, a_tile + k, b_tile + k);  acc += A[:, k:k+16] x B[:, k:k+16]^T,
+//                                          k = 0, 16, 32 or 48
+//   WGMMA_COMMIT(); WGMMA_WAIT(acc, 0);    the products are in acc
+//   WG_ACC_STORE(c, acc, ldc);             the 64 x N tile into row-major c
+//                                          (float, f16 or bf16 elements)
+//
+// The four planes must run the ops together (a uniform branch at most). On
+// CUDA the ops are wgmma.mma_async and need sm_90a (build the kernel with
+// --gpu-architecture=sm_90a); the cube must be one-dimensional. On the CPU
+// a plane is one unit: unit q of a warpgroup holds rows 16q..16q+15 and the
+// ops compute the same products in f32, in k order.
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+template <int N>
+struct cube__wg_acc {
+  static_assert(N == 64 || N == 128 || N == 256, "WG_ACC(N): N is 64, 128 or 256");
+  float r[N / 2];
+};
+#define WG_ACC(N) cube__wg_acc<(N)>
+// The byte offset of |p| in the cube's shared memory (to align tiles).
+#define SHARED_OFFSET(p) cube__smem(p)
+template <int N>
+CUBE__DEVICE void cube__wg_fill(cube__wg_acc<N> &d, float v) {
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) d.r[i] = v;
+}
+// Keeps the compiler from moving the accumulator's reads and writes across
+// the asynchronous MMA (CUTLASS's warpgroup_fence_operand).
+template <int N>
+CUBE__DEVICE void cube__wg_fence_operand(cube__wg_acc<N> &d) {
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) asm volatile("" : "+f"(d.r[i])::"memory");
+}
+// The matrix descriptor of a K-major tile with the 128-byte swizzle: start
+// address, leading offset 16 bytes (unused), stride 1024 bytes between
+// 8-row groups, swizzle mode 1 (128B).
+CUBE__DEVICE uint64_t cube__wg_desc(const void *tile) {
+  uint64_t a = cube__smem(tile);
+  return ((a & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)64 << 32) | ((uint64_t)1 << 62);
+}
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+CUBE__DEVICE void cube__wgmma_bf16(cube__wg_acc<64> &d, uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d.r[0]), "+f"(d.r[1]), "+f"(d.r[2]), "+f"(d.r[3]), "+f"(d.r[4]), "+f"(d.r[5]), "+f"(d.r[6]), "+f"(d.r[7]),
+        "+f"(d.r[8]), "+f"(d.r[9]), "+f"(d.r[10]), "+f"(d.r[11]), "+f"(d.r[12]), "+f"(d.r[13]), "+f"(d.r[14]), "+f"(d.r[15]),
+        "+f"(d.r[16]), "+f"(d.r[17]), "+f"(d.r[18]), "+f"(d.r[19]), "+f"(d.r[20]), "+f"(d.r[21]), "+f"(d.r[22]), "+f"(d.r[23]),
+        "+f"(d.r[24]), "+f"(d.r[25]), "+f"(d.r[26]), "+f"(d.r[27]), "+f"(d.r[28]), "+f"(d.r[29]), "+f"(d.r[30]), "+f"(d.r[31])
+      : "l"(da), "l"(db), "n"(1));
+}
+CUBE__DEVICE void cube__wgmma_bf16(cube__wg_acc<128> &d, uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d.r[0]), "+f"(d.r[1]), "+f"(d.r[2]), "+f"(d.r[3]), "+f"(d.r[4]), "+f"(d.r[5]), "+f"(d.r[6]), "+f"(d.r[7]),
+        "+f"(d.r[8]), "+f"(d.r[9]), "+f"(d.r[10]), "+f"(d.r[11]), "+f"(d.r[12]), "+f"(d.r[13]), "+f"(d.r[14]), "+f"(d.r[15]),
+        "+f"(d.r[16]), "+f"(d.r[17]), "+f"(d.r[18]), "+f"(d.r[19]), "+f"(d.r[20]), "+f"(d.r[21]), "+f"(d.r[22]), "+f"(d.r[23]),
+        "+f"(d.r[24]), "+f"(d.r[25]), "+f"(d.r[26]), "+f"(d.r[27]), "+f"(d.r[28]), "+f"(d.r[29]), "+f"(d.r[30]), "+f"(d.r[31]),
+        "+f"(d.r[32]), "+f"(d.r[33]), "+f"(d.r[34]), "+f"(d.r[35]), "+f"(d.r[36]), "+f"(d.r[37]), "+f"(d.r[38]), "+f"(d.r[39]),
+        "+f"(d.r[40]), "+f"(d.r[41]), "+f"(d.r[42]), "+f"(d.r[43]), "+f"(d.r[44]), "+f"(d.r[45]), "+f"(d.r[46]), "+f"(d.r[47]),
+        "+f"(d.r[48]), "+f"(d.r[49]), "+f"(d.r[50]), "+f"(d.r[51]), "+f"(d.r[52]), "+f"(d.r[53]), "+f"(d.r[54]), "+f"(d.r[55]),
+        "+f"(d.r[56]), "+f"(d.r[57]), "+f"(d.r[58]), "+f"(d.r[59]), "+f"(d.r[60]), "+f"(d.r[61]), "+f"(d.r[62]), "+f"(d.r[63])
+      : "l"(da), "l"(db), "n"(1));
+}
+CUBE__DEVICE void cube__wgmma_bf16(cube__wg_acc<256> &d, uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d.r[0]), "+f"(d.r[1]), "+f"(d.r[2]), "+f"(d.r[3]), "+f"(d.r[4]), "+f"(d.r[5]), "+f"(d.r[6]), "+f"(d.r[7]),
+        "+f"(d.r[8]), "+f"(d.r[9]), "+f"(d.r[10]), "+f"(d.r[11]), "+f"(d.r[12]), "+f"(d.r[13]), "+f"(d.r[14]), "+f"(d.r[15]),
+        "+f"(d.r[16]), "+f"(d.r[17]), "+f"(d.r[18]), "+f"(d.r[19]), "+f"(d.r[20]), "+f"(d.r[21]), "+f"(d.r[22]), "+f"(d.r[23]),
+        "+f"(d.r[24]), "+f"(d.r[25]), "+f"(d.r[26]), "+f"(d.r[27]), "+f"(d.r[28]), "+f"(d.r[29]), "+f"(d.r[30]), "+f"(d.r[31]),
+        "+f"(d.r[32]), "+f"(d.r[33]), "+f"(d.r[34]), "+f"(d.r[35]), "+f"(d.r[36]), "+f"(d.r[37]), "+f"(d.r[38]), "+f"(d.r[39]),
+        "+f"(d.r[40]), "+f"(d.r[41]), "+f"(d.r[42]), "+f"(d.r[43]), "+f"(d.r[44]), "+f"(d.r[45]), "+f"(d.r[46]), "+f"(d.r[47]),
+        "+f"(d.r[48]), "+f"(d.r[49]), "+f"(d.r[50]), "+f"(d.r[51]), "+f"(d.r[52]), "+f"(d.r[53]), "+f"(d.r[54]), "+f"(d.r[55]),
+        "+f"(d.r[56]), "+f"(d.r[57]), "+f"(d.r[58]), "+f"(d.r[59]), "+f"(d.r[60]), "+f"(d.r[61]), "+f"(d.r[62]), "+f"(d.r[63]),
+        "+f"(d.r[64]), "+f"(d.r[65]), "+f"(d.r[66]), "+f"(d.r[67]), "+f"(d.r[68]), "+f"(d.r[69]), "+f"(d.r[70]), "+f"(d.r[71]),
+        "+f"(d.r[72]), "+f"(d.r[73]), "+f"(d.r[74]), "+f"(d.r[75]), "+f"(d.r[76]), "+f"(d.r[77]), "+f"(d.r[78]), "+f"(d.r[79]),
+        "+f"(d.r[80]), "+f"(d.r[81]), "+f"(d.r[82]), "+f"(d.r[83]), "+f"(d.r[84]), "+f"(d.r[85]), "+f"(d.r[86]), "+f"(d.r[87]),
+        "+f"(d.r[88]), "+f"(d.r[89]), "+f"(d.r[90]), "+f"(d.r[91]), "+f"(d.r[92]), "+f"(d.r[93]), "+f"(d.r[94]), "+f"(d.r[95]),
+        "+f"(d.r[96]), "+f"(d.r[97]), "+f"(d.r[98]), "+f"(d.r[99]), "+f"(d.r[100]), "+f"(d.r[101]), "+f"(d.r[102]), "+f"(d.r[103]),
+        "+f"(d.r[104]), "+f"(d.r[105]), "+f"(d.r[106]), "+f"(d.r[107]), "+f"(d.r[108]), "+f"(d.r[109]), "+f"(d.r[110]), "+f"(d.r[111]),
+        "+f"(d.r[112]), "+f"(d.r[113]), "+f"(d.r[114]), "+f"(d.r[115]), "+f"(d.r[116]), "+f"(d.r[117]), "+f"(d.r[118]), "+f"(d.r[119]),
+        "+f"(d.r[120]), "+f"(d.r[121]), "+f"(d.r[122]), "+f"(d.r[123]), "+f"(d.r[124]), "+f"(d.r[125]), "+f"(d.r[126]), "+f"(d.r[127])
+      : "l"(da), "l"(db), "n"(1));
+}
+template <int N>
+CUBE__DEVICE void cube__wg_fence(cube__wg_acc<N> &d) {
+  cube__wg_fence_operand(d);
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+CUBE__DEVICE void cube__wg_commit(void) {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int P, int N>
+CUBE__DEVICE void cube__wg_wait(cube__wg_acc<N> &d) {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(P) : "memory");
+  cube__wg_fence_operand(d);
+}
+#else
+template <int N>
+struct cube__wg_needs_sm90a {
+  static_assert(N < 0, "WGMMA needs sm_90a: build the kernel with --gpu-architecture=sm_90a");
+};
+template <int N>
+CUBE__DEVICE void cube__wgmma_bf16(cube__wg_acc<N> &, uint64_t, uint64_t) {
+  cube__wg_needs_sm90a<N> refused;
+  (void)refused;
+}
+template <int N>
+CUBE__DEVICE void cube__wg_fence(cube__wg_acc<N> &) {
+  cube__wg_needs_sm90a<N> refused;
+  (void)refused;
+}
+CUBE__DEVICE void cube__wg_commit(void) {}
+template <int P, int N>
+CUBE__DEVICE void cube__wg_wait(cube__wg_acc<N> &) {
+  cube__wg_needs_sm90a<N> refused;
+  (void)refused;
+}
+#endif
+// Lane (g = lane / 4, t = lane % 4) of plane p of the warpgroup holds rows
+// 16p + g and 16p + g + 8, columns 8j + 2t and 8j + 2t + 1 of every 8
+// columns j.
+template <typename T, int N>
+CUBE__DEVICE void cube__wg_store(T *c, const cube__wg_acc<N> &d, uint32_t ldc) {
+  const uint32_t lane = cube__lane(), p = (threadIdx.x >> 5) & 3u;
+  const uint64_t row = p * 16u + (lane >> 2), col = 2u * (lane & 3u);
+#pragma unroll
+  for (int j = 0; j < N / 8; ++j) {
+    cube__store_pair(c + row * ldc + 8 * j + col, d.r[4 * j], d.r[4 * j + 1]);
+    cube__store_pair(c + (row + 8) * ldc + 8 * j + col, d.r[4 * j + 2], d.r[4 * j + 3]);
+  }
+}
+#define WG_ACC_FILL(acc, v) cube__wg_fill((acc), (float)(v))
+#define WGMMA_FENCE(acc) cube__wg_fence(acc)
+#define WGMMA_BF16(acc, a, b) \
+  cube__wgmma_bf16((acc), cube__wg_desc((const bf16 *)(a)), cube__wg_desc((const bf16 *)(b)))
+#define WGMMA_COMMIT() cube__wg_commit()
+#define WGMMA_WAIT(acc, pending) cube__wg_wait<(pending)>(acc)
+#define WG_ACC_STORE(c, acc, ldc) cube__wg_store((c), (acc), (uint32_t)(ldc))
+
+#else  // CPU: unit q of the warpgroup holds rows 16q..16q+15, all N columns
+typedef struct {
+  float v[16 * 64];
+} cube__wg_acc64_t;
+typedef struct {
+  float v[16 * 128];
+} cube__wg_acc128_t;
+typedef struct {
+  float v[16 * 256];
+} cube__wg_acc256_t;
+// One more expansion: N may be a macro (WG_ACC(TILE_N)).
+#define WG_ACC(N) CUBE__WG_ACC_(N)
+#define CUBE__WG_ACC_(N) cube__wg_acc##N##_t
+#define SHARED_OFFSET(p) ((uint32_t)((const unsigned char *)(p) - cube__ctx->shared))
+#define CUBE__WG_N(acc) ((uint32_t)(sizeof((acc).v) / (16 * sizeof(float))))
+CUBE__DEVICE void cube__wg_fill(float *v, uint32_t n, float x) {
+  for (uint32_t i = 0; i < 16 * n; ++i) v[i] = x;
+}
+// Element j (of 64) of row r of a swizzled K-major tile row: |p| is the row
+// start plus k, at a 2-byte offset of the arena's 128-byte rows.
+CUBE__DEVICE float cube__wg_elem(cube__ctx_t *ctx, const bf16 *p, uint32_t r, uint32_t j) {
+  uint64_t off = (uint64_t)((const unsigned char *)p - ctx->shared) + (uint64_t)r * 128u + 2u * j;
+  bf16 h;
+  memcpy(&h, ctx->shared + cube__tma_swizzle(128, off), sizeof h);
+  return cube__bf16_to_f32(h);
+}
+CUBE__DEVICE void cube__wgmma_cpu(cube__ctx_t *ctx, float *v, uint32_t n, const bf16 *a,
+                                  const bf16 *b, uint32_t q) {
+  const uintptr_t arena = (uintptr_t)ctx->shared;
+  const uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
+  if (pa < arena || pb < arena || pa - arena + 64u * 128u > ctx->shared_size ||
+      pb - arena + (uint64_t)n * 128u > ctx->shared_size)
+    ctx->trap(ctx, "WGMMA_BF16: a tile does not lie in the cube's shared memory");
+  if (((pa - arena) & 1023u) > 96u || ((pb - arena) & 1023u) > 96u || ((pa - arena) & 31u) ||
+      ((pb - arena) & 31u))
+    ctx->trap(ctx,
+              "WGMMA_BF16: a tile is not 1024-byte aligned (plus k = 0, 16, 32 or 48 elements)");
+  float x[16][16], y[16];
+  for (uint32_t i = 0; i < 16; ++i)
+    for (uint32_t j = 0; j < 16; ++j) x[i][j] = cube__wg_elem(ctx, a, 16u * q + i, j);
+  for (uint32_t col = 0; col < n; ++col) {
+    for (uint32_t j = 0; j < 16; ++j) y[j] = cube__wg_elem(ctx, b, col, j);
+    for (uint32_t i = 0; i < 16; ++i) {
+      float s = v[i * n + col];
+      for (uint32_t j = 0; j < 16; ++j) s += x[i][j] * y[j];
+      v[i * n + col] = s;
+    }
+  }
+}
+#define CUBE__WG_STORE(E, conv)                                                                \
+  CUBE__DEVICE void cube__wg_store_##E(E *c, const float *v, uint32_t n, uint64_t ldc,         \
+                                       uint32_t q) {                                           \
+    for (uint32_t i = 0; i < 16; ++i)                                                          \
+      for (uint32_t col = 0; col < n; ++col) c[(16u * q + i) * ldc + col] = conv(v[i * n + col]); \
+  }
+CUBE__WG_STORE(f16, cube__f32_to_f16)
+CUBE__WG_STORE(bf16, cube__f32_to_bf16)
+CUBE__WG_STORE(float, (float))
+#define CUBE__WG_Q ((uint32_t)(UNIT_POS / PLANE_DIM) % 4u)
+#define WG_ACC_FILL(acc, x) cube__wg_fill((acc).v, CUBE__WG_N(acc), (float)(x))
+#define WGMMA_FENCE(acc) ((void)(acc))
+#define WGMMA_BF16(acc, a, b) \
+  cube__wgmma_cpu(cube__ctx, (acc).v, CUBE__WG_N(acc), (const bf16 *)(a), (const bf16 *)(b), CUBE__WG_Q)
+#define WGMMA_COMMIT() ((void)0)
+#define WGMMA_WAIT(acc, pending) ((void)(acc), (void)(pending))
+#define WG_ACC_STORE(c, acc, ldc)                                                             \
+  _Generic((c), f16 *: cube__wg_store_f16, bf16 *: cube__wg_store_bf16, float *: cube__wg_store_float)( \
+      (c), (acc).v, CUBE__WG_N(acc), (uint64_t)(ldc), CUBE__WG_Q)
+#endif  // WGMMA backend
+
 //===--- CPU: what the barrier splitter's parse sees (CUBE__SPLIT_PARSE) ---===//
 //
 // libclang parses a kernel with these in place of the real macros, so that

@@ -1,0 +1,135 @@
+// gemm_bf16_wg: C = A x B^T in bf16 with f32 accumulation (B given n x k,
+// as a linear layer's weight), written once in the dialect with Hopper's
+// warpgroup MMA (WGMMA) fed by TMA tensor maps with the 128-byte swizzle
+// (examples/kernels.h, CUBE_EXAMPLE_GEMM_BF16_WG; host side in
+// examples/gemm.h). On CUDA it needs compute capability 9.0 (built for
+// sm_90a); the CPU runs the same kernel, tile copies and products included,
+// as its oracle. With small-integer inputs every sum is exact in f32
+// whatever order a device adds in, so C must equal the host's bit for bit.
+//
+//   ./build/examples/gemm_bf16_wg [--backend cpu|cuda] [--size N]
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cube/cube.h"
+#include "gemm.h"
+
+static bool ok(cube_status_t status, const char *what) {
+  if (cube_status_is_ok(status)) return true;
+  fprintf(stderr, "%s failed:\n", what);
+  cube_status_fprint(status, stderr);
+  cube_status_release(status);
+  return false;
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv) {
+  cube_backend_kind_t backend = CUBE_BACKEND_DEFAULT;
+  uint32_t size = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
+      ++i;
+      backend = strcmp(argv[i], "cuda") == 0 ? CUBE_BACKEND_CUDA : CUBE_BACKEND_CPU;
+    } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
+      size = (uint32_t)strtoul(argv[++i], NULL, 10);
+    } else {
+      fprintf(stderr, "usage: gemm_bf16_wg [--backend cpu|cuda] [--size N (a multiple of 256)]\n");
+      return 2;
+    }
+  }
+  cube_client_options_t options;
+  cube_client_options_initialize(&options);
+  options.backend = backend;
+  cube_client_t *client = NULL;
+  if (!ok(cube_client_create(&options, &client), "client")) return 1;
+  const cube_device_properties_t *p = cube_client_properties(client);
+  bool cuda = p->backend == CUBE_BACKEND_CUDA;
+  if (cuda && (p->compute_capability_major != 9 || p->compute_capability_minor != 0)) {
+    // wgmma is sm_90a's: other GPUs run examples/gemm_bf16 instead.
+    printf("gemm_bf16_wg: needs compute capability 9.0 (this GPU is %u.%u); nothing to show\n",
+           p->compute_capability_major, p->compute_capability_minor);
+    cube_client_release(client);
+    return 0;
+  }
+  const gemm_wg_shape_t *shape = cuda ? &kGemmWgCudaShape : &kGemmWgCpuShape;
+  const uint32_t m = size ? size : (cuda ? 2048 : 256), n = m, k = m;
+  int rc = 1;
+  uint16_t *a = malloc((size_t)m * k * 2), *b = malloc((size_t)k * n * 2);
+  uint16_t *c = malloc((size_t)m * n * 2);
+  float *want = calloc((size_t)m * n, 4);
+  cube_kernel_t *kernel = NULL;
+  cube_handle_t ha = {0}, hb = {0}, hc = {0};
+  if (!a || !b || !c || !want) goto done;
+  // Small integers: products and sums exact in f32 on every device.
+  uint64_t seed = 12345;
+  for (size_t i = 0; i < (size_t)m * k; ++i) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    a[i] = cube_bf16_from_f32((float)((int)(seed >> 60) % 5 - 2));
+  }
+  for (size_t i = 0; i < (size_t)k * n; ++i) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    b[i] = cube_bf16_from_f32((float)((int)(seed >> 60) % 5 - 2));
+  }
+  for (uint32_t r = 0; r < m; ++r) {
+    for (uint32_t j = 0; j < n; ++j) {
+      float sum = 0.0f;
+      for (uint32_t q = 0; q < k; ++q)
+        sum += cube_bf16_to_f32(a[(size_t)r * k + q]) * cube_bf16_to_f32(b[(size_t)j * k + q]);
+      want[(size_t)r * n + j] = sum;
+    }
+  }
+  if (!ok(gemm_wg_kernel_create(shape, p->plane_size_max, cuda, &kernel), "kernel")) goto done;
+  if (!ok(cube_handle_create(client, CUBE_STREAM_CURRENT, (uint64_t)m * k * 2, &ha), "alloc A") ||
+      !ok(cube_handle_create(client, CUBE_STREAM_CURRENT, (uint64_t)k * n * 2, &hb), "alloc B") ||
+      !ok(cube_handle_create(client, CUBE_STREAM_CURRENT, (uint64_t)m * n * 2, &hc), "alloc C"))
+    goto done;
+  if (!ok(cube_write(client, CUBE_STREAM_CURRENT, cube_handle_binding(ha), a, (size_t)m * k * 2),
+          "write A") ||
+      !ok(cube_write(client, CUBE_STREAM_CURRENT, cube_handle_binding(hb), b, (size_t)k * n * 2),
+          "write B"))
+    goto done;
+  if (!ok(gemm_wg_launch(client, kernel, shape, ha, hb, hc, m, n, k, CUBE_LAUNCH_COMPILE_ONLY),
+          "compile"))
+    goto done;
+  double t0 = now_s();
+  if (!ok(gemm_wg_launch(client, kernel, shape, ha, hb, hc, m, n, k, CUBE_LAUNCH_EXECUTE), "launch") ||
+      !ok(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0), "sync"))
+    goto done;
+  double seconds = now_s() - t0;
+  if (!ok(cube_read(client, CUBE_STREAM_CURRENT, cube_handle_binding(hc), c, (size_t)m * n * 2),
+          "read C"))
+    goto done;
+  uint64_t mismatches = 0;
+  for (size_t i = 0; i < (size_t)m * n; ++i) {
+    if (c[i] != cube_bf16_from_f32(want[i]) && mismatches++ < 5) {
+      fprintf(stderr, "C[%zu][%zu] = %g, want %g\n", i / n, i % n, (double)cube_bf16_to_f32(c[i]),
+              (double)want[i]);
+    }
+  }
+  printf("gemm_bf16_wg on %s: %" PRIu32 "x%" PRIu32 "x%" PRIu32
+         ", tile 128x%ux64, two warpgroups, %u stages: %.2f ms (%.1f GFLOP/s), %" PRIu64
+         " mismatches: %s\n",
+         cube_client_backend_name(client), m, n, k, shape->bn, shape->stages, seconds * 1e3,
+         2.0 * m * n * (double)k / seconds * 1e-9, mismatches, mismatches ? "WRONG" : "ok");
+  rc = mismatches ? 1 : 0;
+
+done:
+  if (ha.bits) (void)ok(cube_handle_release(client, ha), "free A");
+  if (hb.bits) (void)ok(cube_handle_release(client, hb), "free B");
+  if (hc.bits) (void)ok(cube_handle_release(client, hc), "free C");
+  if (kernel) cube_kernel_release(kernel);
+  cube_client_release(client);
+  free(a);
+  free(b);
+  free(c);
+  free(want);
+  return rc;
+}
