@@ -413,6 +413,50 @@ static void misuse_traps_with_a_reason(void **state) {
   free(ctx.shared);
 }
 
+// The warpgroup MMA's CPU realisation reads the tiles TMA left: a tile off
+// its 1024-byte period (other than k = 16, 32, 48 elements in) or outside
+// the arena traps with the reason, as the GPU would compute garbage.
+static void wgmma_misuse_traps_with_a_reason(void **state) {
+  (void)state;
+  cube__ctx_t ctx = make_ctx();
+  cube__ctx_t *cube__ctx = &ctx;
+  uint32_t cube__ux = 0, cube__uy = 0, cube__uz = 0;
+  (void)cube__uy, (void)cube__uz;
+  bf16 *tile = (bf16 *)ctx.shared;
+  bf16 outside[64];
+  WG_ACC(64) acc;
+  WG_ACC_FILL(acc, 0.0f);
+  static const char *const expected[] = {
+      "WGMMA_BF16: a tile is not 1024-byte aligned",
+      "WGMMA_BF16: a tile is not 1024-byte aligned",
+      "WGMMA_BF16: a tile does not lie in the cube's shared memory",
+  };
+  for (int c = 0; c < 3; ++c) {
+    volatile int trapped = 0;
+    trap_text[0] = '\0';
+    if (setjmp(trap_jump)) trapped = 1;
+    if (!trapped) {
+      if (c == 0) WGMMA_BF16(acc, tile + 8, tile);     // 16 bytes in
+      if (c == 1) WGMMA_BF16(acc, tile, tile + 64);    // 128 bytes in
+      if (c == 2) WGMMA_BF16(acc, tile, outside);
+    }
+    assert_true(trapped);
+    assert_non_null(strstr(trap_text, expected[c]));
+  }
+  // The k steps in are fine, and compute 1 x 1 sums over their 16 columns.
+  memset(ctx.shared, 0, 64 * 128);
+  for (int r = 0; r < 64; ++r)
+    for (int k = 0; k < 64; ++k) {
+      uint64_t off = (uint64_t)r * 128 + 2u * k;
+      bf16 one = cube__f32_to_bf16(1.0f);
+      memcpy(ctx.shared + cube__tma_swizzle(128, off), &one, 2);
+    }
+  if (setjmp(trap_jump)) fail_msg("trapped: %s", trap_text);
+  for (int k = 0; k < 64; k += 16) WGMMA_BF16(acc, tile + k, tile + k);
+  for (int i = 0; i < 16 * 64; ++i) assert_true(acc.v[i] == 64.0f);
+  free(ctx.shared);
+}
+
 static void cpu_refuses_what_it_cannot_copy_exactly(void **state) {
   (void)state;
   cube_tmap_encode_t r;
@@ -446,6 +490,7 @@ int main(void) {
       cmocka_unit_test(im2col_load_walks_the_pixel_box),
       cmocka_unit_test(mbarrier_phases_flip_on_arrivals_and_bytes),
       cmocka_unit_test(misuse_traps_with_a_reason),
+      cmocka_unit_test(wgmma_misuse_traps_with_a_reason),
       cmocka_unit_test(cpu_refuses_what_it_cannot_copy_exactly),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
