@@ -706,6 +706,45 @@ static void expect_trap(cube_backend_device_t *device, const char *name, const c
   ASSERT_OK(device->vtable->page_free(device, page));
 }
 
+// A halted stream drops its work but still waits where it was told to: the
+// core counts what it queues after the wait (a write into a buffer another
+// stream is still writing, once the failure is taken) as ordered after the
+// other stream's work. Stream b halts at a trap, then waits for a's slow
+// callback; b is past the wait only once a's callback has run.
+static void test_halted_stream_still_waits(void **state) {
+  cube_backend_device_t *device = *state;
+  cube_bstream_t *a = make_stream(device), *b = make_stream(device);
+  cube_bkernel_t *kernel = compile(device, "hog", kHog, NULL);
+  uint64_t page = alloc_page(device, 4 * 32 * 4);
+  uint64_t words[8], lengths[1] = {4 * 32 * 4}, buffers[1] = {page};
+  uint32_t w = build_info(words, 0, NULL, 1, lengths);
+  dispatch(device, b, kernel, (cube_dim3_t){4, 1, 1}, (cube_dim3_t){32, 1, 1}, buffers, 1, words,
+           w);
+  flag_t f;
+  atomic_init(&f.flag, 0);
+  atomic_init(&f.observed, 0);
+  cube_bevent_t *event = NULL;
+  ASSERT_OK(device->vtable->host_callback(device, a, set_flag_slowly, &f));
+  ASSERT_OK(device->vtable->event_record(device, a, false, &event));
+  ASSERT_OK(device->vtable->event_wait(device, b, event));
+  cube_bevent_t *after = NULL;
+  ASSERT_OK(device->vtable->event_record(device, b, false, &after));
+  // Reached (marked failed: b is halted) only once a's callback ran.
+  cube_status_release(device->vtable->event_sync(device, after));
+  assert_int_equal(atomic_load(&f.flag), 1);
+  cube_status_t status = device->vtable->stream_sync(device, b);
+  assert_int_equal(cube_status_code(status), CUBE_STATUS_LAUNCH_OUT_OF_MEMORY);
+  cube_status_release(status);
+  uint64_t tag = 0;
+  cube_status_release(device->vtable->stream_take_failure(device, b, &tag));
+  device->vtable->event_release(device, event);
+  device->vtable->event_release(device, after);
+  device->vtable->kernel_release(device, kernel);
+  device->vtable->stream_destroy(device, a);
+  device->vtable->stream_destroy(device, b);
+  ASSERT_OK(device->vtable->page_free(device, page));
+}
+
 static void test_traps(void **state) {
   cube_backend_device_t *device = *state;
   expect_trap(device, "hog", kHog);
@@ -890,6 +929,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_kernel_caches, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_timed_events, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_traps, device_setup, device_teardown),
+      cmocka_unit_test_setup_teardown(test_halted_stream_still_waits, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_concurrent_streams, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_dynamic_metadata, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_concurrent_compiles, device_setup, device_teardown),

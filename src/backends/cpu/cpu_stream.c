@@ -208,7 +208,7 @@ static void *stream_main(void *arg) {
     if (stream->head == NULL) stream->tail = NULL;
 
     // A halted stream (or a range the core already settled) runs no work:
-    // events are reached marked failed, callbacks still run.
+    // events are reached marked failed, waits still wait, callbacks run.
     cube_status_t dropped = stream->halted                      ? stream->failure
                             : task->seq <= stream->drop_through ? stream->dropped_failure
                                                                 : CUBE_OK;
@@ -220,6 +220,11 @@ static void *stream_main(void *arg) {
       error = task_run(stream, task);
     } else if (task->kind == TASK_RECORD) {
       event_reach(task->u.event, dropped);
+    } else if (task->kind == TASK_WAIT) {
+      // Still waited for, not run: the core counts this stream's later work
+      // (a write into a buffer the other stream is still writing, say) as
+      // ordered after the other stream's, failure or not.
+      event_block(task->u.event);
     } else if (task->kind == TASK_CALLBACK) {
       task->u.callback.fn(task->u.callback.arg);
     } else if (task->kind == TASK_TRANSPORT) {
