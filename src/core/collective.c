@@ -123,6 +123,10 @@ typedef struct coll_call_t {
   cube_status_t local;    // this rank's own failure
   bool stale;             // its source carries a failure
   uint32_t stream_index;  // the compute stream
+  // A call outside a group call: its part may be left for this thread to
+  // run (the transport's run_inline), on |inline_comm| once submitted.
+  bool inline_ok;
+  cube_tcomm_t *inline_comm;
   // Between the submit and the commit.
   bool submitting;
   coll_scope_t scope;
@@ -744,11 +748,14 @@ static void call_submit_locked(coll_call_t *call) {
     carried = CUBE_OK;
   }
   top.dropped = carried;
+  top.inline_ok = call->inline_ok && call->group->transport->run_inline != NULL;
   // The scope opens after that check: in place, the source is the
   // destination, and its provisional claim is this part's own.
   if (have_dst)
     scope_open(&call->scope, server, dst.slot, dst.offset == 0 && dst.size == dst.slot->size);
-  if (cube_status_is_ok(status)) status = cube_comm_group_submit(call->group, call->rank, &top);
+  if (cube_status_is_ok(status))
+    status = cube_comm_group_submit(call->group, call->rank, &top,
+                                    top.inline_ok ? &call->inline_comm : NULL);
   cube_status_release(carried);
   if (!cube_status_is_ok(status)) {
     // The others may already wait on this part: the group fails.
@@ -915,6 +922,7 @@ static void call_wait_round(coll_call_t *call) {
 // One call outside a group call, to its end.
 static cube_status_t call_run(coll_call_t *call) {
   cube_server_t *server = call->server;
+  call->inline_ok = true;  // this thread runs the part itself if it is left to it
   if (call_enter_and_post(call, NULL, 0)) {
     // The rendezvous waits with the lock let go: the server stays usable.
     cube_server_leave(server);
@@ -928,6 +936,11 @@ static cube_status_t call_run(coll_call_t *call) {
       call_commit_locked(call, enqueued);
     }
     cube_server_leave(server);
+    // A part left inline runs now, committed (its destination's write is
+    // pending on the communicator's stream, which holds its place: readers
+    // wait for it, and a failure fails late there) and with no lock held. It
+    // must run even when the commit failed: the stream waits for it.
+    if (call->inline_comm) call->group->transport->run_inline(server->device, call->inline_comm);
   }
   cube_status_release(call->local);
   cube_comm_group_release(call->group);

@@ -760,10 +760,11 @@ cube_status_t cube_comm_group_refusal(cube_comm_group_t *group, const char *oper
                           group->nranks);
 }
 
-cube_status_t cube_comm_group_submit(cube_comm_group_t *group, uint32_t rank,
-                                     const cube_top_t *op) {
+cube_status_t cube_comm_group_submit(cube_comm_group_t *group, uint32_t rank, const cube_top_t *op,
+                                     cube_tcomm_t **out_comm) {
   cube_comm_member_t *m = &group->members[rank];
   cube_status_t status = CUBE_OK;
+  if (out_comm) *out_comm = NULL;
   pthread_mutex_lock(&m->lock);
   if (m->aborted || !m->comm) {
     status = cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
@@ -773,6 +774,7 @@ cube_status_t cube_comm_group_submit(cube_comm_group_t *group, uint32_t rank,
     cube_server_t *server = m->server;
     status =
         group->transport->submit(server->device, m->comm, server->streams[m->stream].backend, op);
+    if (out_comm && cube_status_is_ok(status)) *out_comm = m->comm;
   }
   pthread_mutex_unlock(&m->lock);
   return status;

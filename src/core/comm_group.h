@@ -185,9 +185,12 @@ CUBE_INTERNAL cube_status_t cube_comm_group_refusal(cube_comm_group_t *group,
                                                     const char *operation);
 
 // Submits |op| on |rank|'s communicator and stream (under the member's
-// lock; refused once the communicator was aborted).
+// lock; refused once the communicator was aborted). |out_comm| (may be NULL)
+// receives the communicator it went to: a part left to run inline is run
+// there (the member's pointer may be cleared by a teardown meanwhile, which
+// then waits on the stream for that part).
 CUBE_INTERNAL cube_status_t cube_comm_group_submit(cube_comm_group_t *group, uint32_t rank,
-                                                   const cube_top_t *op);
+                                                   const cube_top_t *op, cube_tcomm_t **out_comm);
 
 // A released client leaves every group it is in: the groups fail (their
 // other members answer GROUP_FAILED), its communicators are aborted, its

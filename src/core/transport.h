@@ -71,6 +71,11 @@ typedef struct cube_top_t {
   // all until the comm is aborted.
   cube_status_t dropped;
   bool hold;
+  // The caller calls the transport's run_inline, with no lock held, right
+  // after this part's call returns (one call outside a group call): the
+  // transport may leave the part for it to run on the caller's thread, when
+  // the stream is idle and a hand-off would cost more than the work.
+  bool inline_ok;
 } cube_top_t;
 
 // How a comm's work is reporting. |error| (owned by the caller) is a
@@ -104,6 +109,12 @@ typedef struct cube_transport_vtable_t {
   // returns: comm_ready answers false until it has.
   cube_status_t (*submit)(cube_backend_device_t *device, cube_tcomm_t *comm, cube_bstream_t *stream,
                           const cube_top_t *op);
+  // Runs, on the calling thread and with no lock held, the part the last
+  // submit on |comm| left for it (inline_ok): the part holds its place in
+  // its stream's order until then, and fails late there like a queued one.
+  // Does nothing when that submit queued its part. NULL: parts always run on
+  // their stream.
+  void (*run_inline)(cube_backend_device_t *device, cube_tcomm_t *comm);
   // The comm's asynchronous error, without blocking: NULL while healthy.
   cube_status_t (*poll)(cube_backend_device_t *device, cube_tcomm_t *comm);
   // Stops the comm's work now (it may be running on another thread): queued

@@ -10,6 +10,7 @@
 // stream, like inproc's, so the core charges what it was writing. A part
 // that cannot run after the others were told it would (its stream halted)
 // abandons the communicator: the peers then fail within their deadline.
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,16 +21,30 @@
 
 static const uint8_t kMpiMagic[16] = "cube-mpi-world1";
 
+// Parts whose larger side holds at most this many bytes run on the
+// caller's thread when their stream is idle (mpi_submit): below it the
+// hand-off to the stream thread and its wake-up cost more than MPI moving
+// the bytes, and the caller waits on its peers in the status exchange just
+// before anyway.
+#define MPI_INLINE_MAX_BYTES (64u << 10)
+
+typedef struct mpi_task_t mpi_task_t;
+
 // A rank's communicator as the core holds it.
 typedef struct mpi_tcomm_t {
   cube_mpi_comm_t *mpi;
   uint64_t timeout_ns;  // every wait of its parts (CUBE_COLLECTIVE_TIMEOUT_S)
+  // The part the last submit left for its caller to run (run_inline), or
+  // NULL: taken once, by exchange, so that it runs exactly once.
+  _Atomic(mpi_task_t *) claimed;
 } mpi_tcomm_t;
 
-typedef struct mpi_task_t {
+struct mpi_task_t {
   mpi_tcomm_t *comm;
   cube_top_t op;
-} mpi_task_t;
+  cube_bstream_t *stream;  // a claimed part's stream and place in it
+  cube_cpu_task_t *claim;
+};
 
 static mpi_tcomm_t *mpi_cast(cube_tcomm_t *comm) {
   return (mpi_tcomm_t *)comm;
@@ -117,22 +132,68 @@ static cube_status_t mpi_task_run(void *arg, cube_status_t dropped) {
   return dropped ? CUBE_OK : result;  // a halted stream ignores the answer
 }
 
+// The bytes of the larger side of |op|'s part on this rank.
+static uint64_t mpi_part_bytes(const cube_top_t *op, uint32_t nranks) {
+  uint64_t esize = op->kind == CUBE_TOP_ALL_REDUCE || op->kind == CUBE_TOP_REDUCE_SCATTER
+                       ? cube_dtype_size(op->dtype)
+                       : 1;
+  uint64_t bytes = op->count * esize;
+  switch (op->kind) {
+    case CUBE_TOP_ALL_GATHER:
+    case CUBE_TOP_REDUCE_SCATTER:
+    case CUBE_TOP_ALL_TO_ALL:
+      return bytes * nranks;
+    default:
+      return bytes;
+  }
+}
+
+// Whether |op| may run on its caller's thread: a collective (every rank
+// issues its parts on the payload channel in the core's order, which an
+// idle stream keeps: nothing queued there can be overtaken), small, and one
+// that runs (a dropped or held part keeps the stream's path). Sends and
+// receives stay on the stream: a blocking send on the caller could wait for
+// a receiver that this very caller has yet to post.
+static bool mpi_may_inline(const cube_top_t *op, uint32_t nranks) {
+  return op->inline_ok && !op->dropped && !op->hold && op->kind != CUBE_TOP_SEND &&
+         op->kind != CUBE_TOP_RECV && op->count < (1ull << 40) &&
+         mpi_part_bytes(op, nranks) <= MPI_INLINE_MAX_BYTES;
+}
+
 static cube_status_t mpi_submit(cube_backend_device_t *device, cube_tcomm_t *comm,
                                 cube_bstream_t *stream, const cube_top_t *op) {
   (void)device;
+  mpi_tcomm_t *c = mpi_cast(comm);
   mpi_task_t *task = malloc(sizeof *task);
   if (!task) {
     return cube_status_make(CUBE_STATUS_TRANSPORT_FAILED, "mpi %s: out of host memory",
                             cube_top_kind_name(op->kind));
   }
-  *task = (mpi_task_t){.comm = mpi_cast(comm), .op = *op};
+  *task = (mpi_task_t){.comm = c, .op = *op, .stream = stream};
   task->op.dropped = cube_status_retain(op->dropped);
-  cube_status_t status = cube_cpu_stream_transport(stream, mpi_task_run, task);
+  cube_status_t status = CUBE_OK;
+  if (mpi_may_inline(op, cube_mpi_comm_size(c->mpi))) {
+    status = cube_cpu_stream_transport_claim(stream, mpi_task_run, task, &task->claim);
+    // A part left to the caller: run_inline, right after this call, runs it.
+    if (!status && task->claim) atomic_store(&c->claimed, task);
+  } else {
+    status = cube_cpu_stream_transport(stream, mpi_task_run, task);
+  }
   if (status) {
     cube_status_release(task->op.dropped);
     free(task);
   }
   return status;
+}
+
+static void mpi_run_inline(cube_backend_device_t *device, cube_tcomm_t *comm) {
+  (void)device;
+  mpi_task_t *task = atomic_exchange(&mpi_cast(comm)->claimed, NULL);
+  // mpi_task_run frees the task: its stream and place are read first.
+  if (task) {
+    cube_bstream_t *stream = task->stream;
+    cube_cpu_stream_run_claimed(stream, task->claim);
+  }
 }
 
 static cube_status_t mpi_poll(cube_backend_device_t *device, cube_tcomm_t *comm) {
@@ -170,6 +231,7 @@ static const cube_transport_vtable_t kMpiTransport = {
     .comm_create = mpi_comm_create,
     .comm_ready = mpi_comm_ready,
     .submit = mpi_submit,
+    .run_inline = mpi_run_inline,
     .poll = mpi_poll,
     .abort = mpi_abort,
     .comm_destroy = mpi_comm_destroy,
