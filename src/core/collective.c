@@ -356,6 +356,7 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
   h->root = 0;
   h->failure_id = 0;
   h->code = 0;
+  h->carried = 0;
   if (call->kind == CUBE_TOP_BROADCAST && call->world) {
     h->root = call->root_rank;
     if (h->root >= n) {
@@ -457,6 +458,9 @@ static cube_status_t call_exchange_world(coll_call_t *call) {
   bool transfer = is_transfer(call->kind);
   cube_status_t status = CUBE_OK;
   cube_bstream_t *stream = NULL;  // the comm's own
+  // A ready part's text is empty and never read: its words are the record.
+  size_t used =
+      call->header.verdict == CUBE_VERDICT_OK ? CUBE_COLL_HEADER_WORDS : sizeof call->header;
   pthread_mutex_lock(&call->server->lock);
   if (m->stream && !m->left) stream = call->server->streams[m->stream].backend;
   pthread_mutex_unlock(&call->server->lock);
@@ -475,11 +479,12 @@ static cube_status_t call_exchange_world(coll_call_t *call) {
     // The pair's two records, the lower rank's first.
     uint32_t peer = call->peer_rank, mine = call->rank < peer ? 0 : 1;
     headers[mine] = call->header;
-    status = g->transport->exchange_status(call->server->device, m->comm, stream, peer,
-                                           &call->header, &headers[1 - mine], sizeof call->header);
+    status =
+        g->transport->exchange_status(call->server->device, m->comm, stream, peer, &call->header,
+                                      used, &headers[1 - mine], sizeof call->header);
   } else {
     status = g->transport->exchange_status(call->server->device, m->comm, stream, UINT32_MAX,
-                                           &call->header, headers, sizeof call->header);
+                                           &call->header, used, headers, sizeof call->header);
   }
   if (status) {
     // The others wait for this record or already gave up: the group fails.
@@ -822,7 +827,10 @@ static void call_commit_locked(coll_call_t *call, cube_status_t enqueued) {
   cube_status_t status = enqueued;
   if (cube_status_is_ok(status) && (member->left || !member->stream))
     status = cube_comm_group_refusal(call->group, call->operation);
-  if (cube_status_is_ok(status) && call->wait == CUBE_COMPUTE_WAIT_NOW)
+  // A part left inline has run when the call returns: nothing queued on the
+  // compute stream after it can overtake it, and a failure of it is the
+  // call's answer (call_run), not the compute stream's.
+  if (cube_status_is_ok(status) && call->wait == CUBE_COMPUTE_WAIT_NOW && !call->inline_comm)
     status = fence_into_compute(server, member->stream, call->stream_index);
   if (cube_status_is_ok(status)) {
     // The result is on its way: what the destination claimed before has
@@ -919,6 +927,31 @@ static void call_wait_round(coll_call_t *call) {
   }
 }
 
+// Runs the part the transport left to this thread (no lock held). Its
+// failure failed late on the communicator's stream, which is settled at
+// once (the destination claims it before the call returns), fails the
+// group, and is the call's answer: nothing was fenced into the compute
+// stream, which goes on.
+static void call_run_inline(coll_call_t *call) {
+  cube_server_t *server = call->server;
+  cube_status_t ran = call->group->transport->run_inline(server->device, call->inline_comm);
+  if (!ran) return;
+  cube_comm_group_fail(call->group,
+                       cube_status_wrap(cube_status_retain(ran), CUBE_STATUS_TRANSPORT_FAILED,
+                                        "%s #%llu: rank %u (%s)", call->operation,
+                                        (unsigned long long)call->seq, call->rank, server->name));
+  pthread_mutex_lock(&server->lock);
+  cube_comm_member_t *m = &call->group->members[call->rank];
+  if (!server->poison && !m->left && m->stream) cube_server_settle(server, m->stream);
+  cube_server_work_failed(server, call->stream_index, ran);
+  pthread_mutex_unlock(&server->lock);
+  if (!call->result) {
+    call->result = ran;
+  } else {
+    cube_status_release(ran);
+  }
+}
+
 // One call outside a group call, to its end.
 static cube_status_t call_run(coll_call_t *call) {
   cube_server_t *server = call->server;
@@ -940,7 +973,7 @@ static cube_status_t call_run(coll_call_t *call) {
     // pending on the communicator's stream, which holds its place: readers
     // wait for it, and a failure fails late there) and with no lock held. It
     // must run even when the commit failed: the stream waits for it.
-    if (call->inline_comm) call->group->transport->run_inline(server->device, call->inline_comm);
+    if (call->inline_comm) call_run_inline(call);
   }
   cube_status_release(call->local);
   cube_comm_group_release(call->group);

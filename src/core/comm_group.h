@@ -18,6 +18,7 @@
 #define CUBE_CORE_COMM_GROUP_H_
 
 #include <pthread.h>
+#include <stddef.h>
 
 #include "core/transport.h"
 
@@ -30,7 +31,10 @@ typedef enum cube_verdict_t {
 } cube_verdict_t;
 
 // One rank's part of one round as the others see it: plain bytes, so that a
-// transport whose ranks live in other processes can carry it as is.
+// transport whose ranks live in other processes can carry it as is. The
+// text comes last and is read only for a part that failed: a ready part's
+// record is its first CUBE_COLL_HEADER_WORDS bytes (what a transport that
+// may send records short carries of it).
 typedef struct cube_coll_header_t {
   uint8_t kind;  // cube_top_kind_t
   uint8_t dtype;
@@ -41,9 +45,11 @@ typedef struct cube_coll_header_t {
   uint64_t recv_bytes;
   uint64_t failure_id;  // a stale source's failure, in its own device's store
   uint32_t code;        // the code of the failure's root (cube_status_code_t)
+  uint32_t carried;     // source bytes riding after the words (CUBE_COLL_HEADER_WORDS)
   char device[72];      // "cpu:0 (client #3)"
   char message[208];    // the root's message, cut to fit
 } cube_coll_header_t;
+#define CUBE_COLL_HEADER_WORDS offsetof(cube_coll_header_t, device)
 
 typedef struct cube_server_t cube_server_t;
 

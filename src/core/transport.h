@@ -111,10 +111,11 @@ typedef struct cube_transport_vtable_t {
                           const cube_top_t *op);
   // Runs, on the calling thread and with no lock held, the part the last
   // submit on |comm| left for it (inline_ok): the part holds its place in
-  // its stream's order until then, and fails late there like a queued one.
-  // Does nothing when that submit queued its part. NULL: parts always run on
-  // their stream.
-  void (*run_inline)(cube_backend_device_t *device, cube_tcomm_t *comm);
+  // its stream's order until then, and fails late there like a queued one;
+  // its failure is answered too (owned by the caller). Does nothing (NULL)
+  // when that submit queued its part. NULL: parts always run on their
+  // stream.
+  cube_status_t (*run_inline)(cube_backend_device_t *device, cube_tcomm_t *comm);
   // The comm's asynchronous error, without blocking: NULL while healthy.
   cube_status_t (*poll)(cube_backend_device_t *device, cube_tcomm_t *comm);
   // Stops the comm's work now (it may be running on another thread): queued
@@ -135,10 +136,13 @@ typedef struct cube_transport_vtable_t {
   // moves. NULL for transports whose ranks all live in this process: the
   // core's board (comm_group.c) carries the status there.
   // |stream| is the comm's own (NCCL moves the records there, in order
-  // with the payloads).
+  // with the payloads). Only the first |mine_bytes| of |mine|'s |bytes|
+  // carry anything (a ready part's record needs no text): a transport may
+  // send only those, and then a record that arrives short reads as zeros
+  // past its end. Every rank passes the same |bytes|.
   cube_status_t (*exchange_status)(cube_backend_device_t *device, cube_tcomm_t *comm,
                                    cube_bstream_t *stream, uint32_t peer, const void *mine,
-                                   void *out, size_t bytes);
+                                   size_t mine_bytes, void *out, size_t bytes);
   // This device's transport for groups whose ranks live in several
   // processes (cube_comm_init_rank): MPI for CPU clients, NCCL itself for
   // CUDA. NULL, or an error, when it has none (NO_DEVICE_TRANSPORT).

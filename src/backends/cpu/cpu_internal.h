@@ -280,13 +280,15 @@ CUBE_INTERNAL cube_status_t cube_cpu_stream_transport(
 // (*out_claim set), the stream thread runs nothing until the caller has run
 // it with cube_cpu_stream_run_claimed, which it must do, with no lock of the
 // core held; events recorded meanwhile are reached after it, and its
-// failure halts the stream as the thread's would. A stream that is not idle
-// queues it as cube_cpu_stream_transport does (*out_claim NULL).
+// failure halts the stream as the thread's would (and is answered, retained,
+// as well). A stream that is not idle queues it as cube_cpu_stream_transport
+// does (*out_claim NULL).
 typedef struct cube_cpu_task_t cube_cpu_task_t;
 CUBE_INTERNAL cube_status_t cube_cpu_stream_transport_claim(
     cube_bstream_t *stream, cube_status_t (*fn)(void *arg, cube_status_t dropped), void *arg,
     cube_cpu_task_t **out_claim);
-CUBE_INTERNAL void cube_cpu_stream_run_claimed(cube_bstream_t *stream, cube_cpu_task_t *claim);
+CUBE_INTERNAL cube_status_t cube_cpu_stream_run_claimed(cube_bstream_t *stream,
+                                                        cube_cpu_task_t *claim);
 CUBE_INTERNAL cube_status_t cube_cpu_stream_enqueue_graph(cube_bstream_t *stream,
                                                           cube_bgraph_t *graph);
 

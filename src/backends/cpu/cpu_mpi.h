@@ -116,6 +116,13 @@ CUBE_INTERNAL cube_status_t cube_mpi_run(cube_mpi_comm_t *comm, const cube_mpi_o
 CUBE_INTERNAL cube_status_t cube_mpi_exchange(cube_mpi_comm_t *comm, uint32_t peer,
                                               const void *mine, void *out, size_t bytes,
                                               uint64_t deadline_ns);
+// The same, where only the first |mine_bytes| of |mine|'s |bytes| carry
+// anything: they may be all that is sent, and a record that arrives short
+// reads as zeros past its end (every rank passes the same |bytes|).
+CUBE_INTERNAL cube_status_t cube_mpi_exchange_records(cube_mpi_comm_t *comm, uint32_t peer,
+                                                      const void *mine, size_t mine_bytes,
+                                                      void *out, size_t bytes,
+                                                      uint64_t deadline_ns);
 // The communicator's failure, NULL while healthy (retained).
 CUBE_INTERNAL cube_status_t cube_mpi_poll(cube_mpi_comm_t *comm);
 // Abandons the communicator now (safe from any thread, twice, and while a

@@ -186,14 +186,13 @@ static cube_status_t mpi_submit(cube_backend_device_t *device, cube_tcomm_t *com
   return status;
 }
 
-static void mpi_run_inline(cube_backend_device_t *device, cube_tcomm_t *comm) {
+static cube_status_t mpi_run_inline(cube_backend_device_t *device, cube_tcomm_t *comm) {
   (void)device;
   mpi_task_t *task = atomic_exchange(&mpi_cast(comm)->claimed, NULL);
+  if (!task) return CUBE_OK;
   // mpi_task_run frees the task: its stream and place are read first.
-  if (task) {
-    cube_bstream_t *stream = task->stream;
-    cube_cpu_stream_run_claimed(stream, task->claim);
-  }
+  cube_bstream_t *stream = task->stream;
+  return cube_cpu_stream_run_claimed(stream, task->claim);
 }
 
 static cube_status_t mpi_poll(cube_backend_device_t *device, cube_tcomm_t *comm) {
@@ -215,10 +214,11 @@ static void mpi_comm_destroy(cube_backend_device_t *device, cube_tcomm_t *comm) 
 
 static cube_status_t mpi_exchange_status(cube_backend_device_t *device, cube_tcomm_t *comm,
                                          cube_bstream_t *stream, uint32_t peer, const void *mine,
-                                         void *out, size_t bytes) {
+                                         size_t mine_bytes, void *out, size_t bytes) {
   (void)device, (void)stream;  // MPI's status channel is a communicator of its own
   mpi_tcomm_t *c = mpi_cast(comm);
-  return cube_mpi_exchange(c->mpi, peer, mine, out, bytes, cube_now_ns() + c->timeout_ns);
+  return cube_mpi_exchange_records(c->mpi, peer, mine, mine_bytes, out, bytes,
+                                   cube_now_ns() + c->timeout_ns);
 }
 
 static const cube_transport_vtable_t kMpiTransport = {

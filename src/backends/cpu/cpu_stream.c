@@ -642,10 +642,11 @@ cube_status_t cube_cpu_stream_transport_claim(cube_bstream_t *stream,
   return status;
 }
 
-void cube_cpu_stream_run_claimed(cube_bstream_t *stream, cube_cpu_task_t *claim) {
+cube_status_t cube_cpu_stream_run_claimed(cube_bstream_t *stream, cube_cpu_task_t *claim) {
   // Nothing ran on the stream since the claim (the thread waits for it), so
   // the stream is not halted: the part runs, as the thread would run it.
   cube_status_t error = claim->u.transport.fn(claim->u.transport.arg, CUBE_OK);
+  cube_status_t answer = cube_status_retain(error);  // the stream keeps |error|
   pthread_mutex_lock(&stream->lock);
   if (error != CUBE_OK) {
     stream->halted = true;
@@ -678,6 +679,7 @@ void cube_cpu_stream_run_claimed(cube_bstream_t *stream, cube_cpu_task_t *claim)
   if (stream->sync_waiters > 0) pthread_cond_broadcast(&stream->drained);
   if (stream->head != NULL || stream->stop) pthread_cond_signal(&stream->work);
   pthread_mutex_unlock(&stream->lock);
+  return answer;
 }
 
 //===--- Dispatch ---===//
