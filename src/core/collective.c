@@ -127,6 +127,13 @@ typedef struct coll_call_t {
   // run (the transport's run_inline), on |inline_comm| once submitted.
   bool inline_ok;
   cube_tcomm_t *inline_comm;
+  // A world's records with room for payloads (fused_max_bytes): every
+  // rank's, |record_bytes| apart (owned; this rank's source bytes are put in
+  // its own at the post when it carries them). |fused|: every rank carried
+  // its source, so the part reduces these and no payload moves.
+  uint8_t *records;
+  size_t record_bytes;
+  bool fused;
   // Between the submit and the commit.
   bool submitting;
   coll_scope_t scope;
@@ -277,6 +284,53 @@ static void header_device(cube_coll_header_t *header, const cube_server_t *serve
 }
 
 //===--- The round: the group, the post, the settle ---===//
+
+// The size of a world's record for collectives over |t|: a header, or the
+// header's words and the largest payload that may ride after them.
+static size_t world_record_bytes(const cube_transport_vtable_t *t) {
+  size_t fused = CUBE_COLL_HEADER_WORDS + (size_t)t->fused_max_bytes;
+  if (!t->fused_max_bytes || fused <= sizeof(cube_coll_header_t)) return sizeof(cube_coll_header_t);
+  return (fused + 7) & ~(size_t)7;
+}
+
+// Whether the last writer of |slot| is known to have finished, so its bytes
+// can be read now (lock held). Asked twice: the first question may only
+// mark the stream's end with an event that the second finds reached.
+static bool writer_done(cube_server_t *server, const cube_slot_t *slot) {
+  uint32_t w = slot->write_stream;
+  if (!w || w > CUBE_MAX_STREAMS) return true;
+  const cube_stream_state_t *s = &server->streams[w];
+  for (int i = 0; i < 2 && s->live && s->completed < slot->write_ticket; ++i)
+    refresh_progress(server, w, slot->write_ticket);
+  return !s->live || s->completed >= slot->write_ticket;
+}
+
+// A ready world all_reduce whose source is small and written: its bytes go
+// in this rank's record, so that a round where every rank's did needs no
+// payload call (fused_max_bytes). Lock held.
+static void call_carry_locked(coll_call_t *call, const cube_resolved_t *src) {
+  cube_server_t *server = call->server;
+  const cube_transport_vtable_t *t = call->group->transport;
+  uint32_t n = call->group->nranks;
+  if (!call->world || call->kind != CUBE_TOP_ALL_REDUCE || n < 2 || !t->fused_max_bytes ||
+      !t->fused_read || src->size == 0 || src->size > t->fused_max_bytes ||
+      call->header.verdict != CUBE_VERDICT_OK || !writer_done(server, src->slot))
+    return;
+  // Asking after the writer may have settled a late failure of it.
+  cube_slot_t *slot = src->slot;
+  cube_status_t carried =
+      server->track_failures ? cube_server_ensure_written(server, &slot, 1) : CUBE_OK;
+  if (carried) {
+    cube_status_release(carried);  // the submit drops the part (its source claims)
+    return;
+  }
+  call->record_bytes = world_record_bytes(t);
+  if (!call->records) call->records = malloc(call->record_bytes * n);
+  if (!call->records) return;  // out of memory: the payload call instead
+  uint8_t *mine = call->records + call->record_bytes * call->rank;
+  t->fused_read(server->device, src->address, src->size, mine + CUBE_COLL_HEADER_WORDS);
+  call->header.carried = (uint32_t)src->size;
+}
 
 // Resolves the group and this client's rank; joins a pair. No lock held.
 static cube_status_t call_group(coll_call_t *call) {
@@ -439,6 +493,7 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
     header_device(h, server);
   }
   if (call->world) {
+    if (have_src) call_carry_locked(call, &src);
     call->posted = true;  // exchanged by call_wait_round, with no lock held
     return;
   }
@@ -446,6 +501,40 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
       cube_comm_group_post(call->group, call->channel, call->seq, call->rank, &call->header);
   call->posted = cube_status_is_ok(posted);
   call_fail_local(call, posted);
+}
+
+// A world collective's round over a transport whose records have room for
+// payloads: every rank's record into call->records, the headers out of
+// them (a ready part's text zeroed: a carried payload sits there). No lock
+// held.
+static cube_status_t call_exchange_records(coll_call_t *call, cube_bstream_t *stream,
+                                           cube_coll_header_t *headers) {
+  cube_comm_group_t *g = call->group;
+  cube_comm_member_t *m = &g->members[call->rank];
+  uint32_t n = g->nranks;
+  const size_t words = CUBE_COLL_HEADER_WORDS;
+  call->record_bytes = world_record_bytes(g->transport);
+  if (!call->records) call->records = malloc(call->record_bytes * n);
+  if (!call->records) {
+    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "%s: out of host memory for %u records",
+                            call->operation, n);
+  }
+  uint8_t *mine = call->records + call->record_bytes * call->rank;
+  bool ready = call->header.verdict == CUBE_VERDICT_OK;
+  size_t used = ready ? words + call->header.carried : sizeof call->header;
+  memcpy(mine, &call->header, ready ? words : sizeof call->header);
+  memset(mine + used, 0, call->record_bytes - used);
+  cube_status_t status =
+      g->transport->exchange_status(call->server->device, m->comm, stream, UINT32_MAX, mine, used,
+                                    call->records, call->record_bytes);
+  for (uint32_t r = 0; r < n && !status; ++r) {
+    memcpy(&headers[r], call->records + call->record_bytes * r, sizeof headers[r]);
+    if (headers[r].verdict == CUBE_VERDICT_OK) {
+      memset(headers[r].device, 0, sizeof headers[r].device);
+      memset(headers[r].message, 0, sizeof headers[r].message);
+    }
+  }
+  return status;
 }
 
 // A world call's round: this rank's record exchanged with every rank (or,
@@ -482,9 +571,11 @@ static cube_status_t call_exchange_world(coll_call_t *call) {
     status =
         g->transport->exchange_status(call->server->device, m->comm, stream, peer, &call->header,
                                       used, &headers[1 - mine], sizeof call->header);
-  } else {
+  } else if (world_record_bytes(g->transport) == sizeof call->header) {
     status = g->transport->exchange_status(call->server->device, m->comm, stream, UINT32_MAX,
                                            &call->header, used, headers, sizeof call->header);
+  } else {
+    status = call_exchange_records(call, stream, headers);
   }
   if (status) {
     // The others wait for this record or already gave up: the group fails.
@@ -497,6 +588,11 @@ static cube_status_t call_exchange_world(coll_call_t *call) {
     return status;
   }
   cube_comm_round_evaluate(headers, transfer ? 2 : g->nranks, transfer, &call->outcome);
+  // Every rank's source came with its record: the same on every rank, as
+  // the headers are.
+  call->fused = call->outcome.ok && !transfer && call->records && g->nranks > 1;
+  for (uint32_t r = 0; r < g->nranks && call->fused; ++r)
+    call->fused = headers[r].carried != 0 && headers[r].carried == headers[r].send_bytes;
   if (transfer && call->outcome.failed_count) {
     uint32_t lo = call->rank < call->peer_rank ? call->rank : call->peer_rank;
     uint32_t hi = call->rank < call->peer_rank ? call->peer_rank : call->rank;
@@ -740,9 +836,11 @@ static void call_submit_locked(coll_call_t *call) {
   // its bytes must not travel. The part still goes (the others wait for it),
   // as one that does not run: nobody moves a byte, and each rank's part fails
   // late. A transport that cannot drop a part fails the group instead.
-  cube_status_t carried = cube_status_is_ok(status) && have_src && server->track_failures
-                              ? cube_server_ensure_written(server, &src.slot, 1)
-                              : CUBE_OK;
+  // A fused part's bytes were read, written and checked, at the post.
+  cube_status_t carried =
+      cube_status_is_ok(status) && have_src && server->track_failures && !call->fused
+          ? cube_server_ensure_written(server, &src.slot, 1)
+          : CUBE_OK;
   if (carried && !call->group->transport->fails_late) {
     cube_comm_group_fail(call->group,
                          cube_status_wrap(cube_status_retain(carried), CUBE_STATUS_TRANSPORT_FAILED,
@@ -754,6 +852,10 @@ static void call_submit_locked(coll_call_t *call) {
   }
   top.dropped = carried;
   top.inline_ok = call->inline_ok && call->group->transport->run_inline != NULL;
+  if (call->fused) {
+    top.records = call->records + CUBE_COLL_HEADER_WORDS;
+    top.record_bytes = call->record_bytes;
+  }
   // The scope opens after that check: in place, the source is the
   // destination, and its provisional claim is this part's own.
   if (have_dst)
@@ -976,6 +1078,7 @@ static cube_status_t call_run(coll_call_t *call) {
     if (call->inline_comm) call_run_inline(call);
   }
   cube_status_release(call->local);
+  free(call->records);
   cube_comm_group_release(call->group);
   return call->result;
 }
@@ -1109,6 +1212,8 @@ cube_status_t cube_collective_group_end(void) {
       cube_status_release(call->result);  // SKIPPED is static
     }
     cube_status_release(call->local);
+    free(call->records);
+    call->records = NULL;
     cube_comm_group_release(call->group);
   }
   cube_status_release(ended);

@@ -76,6 +76,12 @@ typedef struct cube_top_t {
   // transport may leave the part for it to run on the caller's thread, when
   // the stream is idle and a hand-off would cost more than the work.
   bool inline_ok;
+  // A fused round (fused_max_bytes): every rank's source bytes came in the
+  // status records, rank r's at records + r * record_bytes (borrowed until
+  // submit returns). The part reduces them into recv, in rank order, and
+  // moves nothing itself.
+  const void *records;
+  size_t record_bytes;
 } cube_top_t;
 
 // How a comm's work is reporting. |error| (owned by the caller) is a
@@ -89,6 +95,16 @@ typedef struct cube_transport_vtable_t {
   // when their communicator is aborted: the core then claims the
   // destinations in flight itself.
   bool fails_late;
+  // A world's all_reduce whose source holds at most this many bytes per
+  // rank may carry them in its status record (the core reads them with
+  // fused_read when it posts the part, its writers done); a round where
+  // every part did needs no payload call: each rank's part reduces the
+  // records (cube_top_t.records). Every world record then has room for
+  // them (whatever a rank calls: its peers may be carrying). 0: none.
+  uint32_t fused_max_bytes;
+  // Copies |bytes| at device address |address|, whose writers are done, to
+  // |out| (host memory), now.
+  void (*fused_read)(cube_backend_device_t *device, uint64_t address, size_t bytes, void *out);
   // Whether |op| reduces |dtype| (the seed's DeviceTransport::reduces).
   bool (*reduces)(cube_dtype_t dtype, cube_reduce_op_t op);
   // A new group token, made once per group by its first rank.

@@ -55,9 +55,13 @@ typedef void (*mpi_user_fn)(void *in, void *inout, int *len, void *datatype);
     (const void *, int, int, int, int, int, int *))                                               \
   X(int, MPI_Irecv, (void *, int, void *, int, int, void *, void **),                             \
     (void *, int, int, int, int, int, int *))                                                     \
-  X(int, MPI_Test, (void **, int *, void *), (int *, int *, void *))                              \
+  X(int, MPI_Testsome, (int, void **, int *, int *, void *), (int, int *, int *, int *, void *))  \
+  X(int, MPI_Cancel, (void **), (int *))                                                          \
+  X(int, MPI_Request_free, (void **), (int *))                                                    \
   X(int, MPI_Error_string, (int, char *, int *), (int, char *, int *))                            \
-  X(int, MPI_Op_create, (mpi_user_fn, int, void **), (mpi_user_fn, int, int *))
+  X(int, MPI_Op_create, (mpi_user_fn, int, void **), (mpi_user_fn, int, int *))                   \
+  X(int, MPI_Reduce_local, (const void *, void *, int, void *, void *),                           \
+    (const void *, void *, int, int, int))
 
 #define MPI_FIELD_O(ret, name, op, mp) ret(*name) op;
 #define MPI_FIELD_M(ret, name, op, mp) ret(*name) mp;
@@ -78,6 +82,7 @@ typedef struct mpi_consts_t {
   mpi_h sum, max, min, prod;
   void *in_place;
   void *status_ignore;
+  int any_source;
 } mpi_consts_t;
 
 static struct {
@@ -166,9 +171,21 @@ static int m_irecv(void *b, int n, mpi_h d, int peer, int tag, mpi_h c, mpi_h *q
   return IS_OMPI ? g_mpi.o.MPI_Irecv(b, n, d.p, peer, tag, c.p, &q->p)
                  : g_mpi.m.MPI_Irecv(b, n, d.i, peer, tag, c.i, &q->i);
 }
-static int m_test(mpi_h *q, int *done) {
-  return IS_OMPI ? g_mpi.o.MPI_Test(&q->p, done, g_mpi.c.status_ignore)
-                 : g_mpi.m.MPI_Test(&q->i, done, g_mpi.c.status_ignore);
+static int m_reduce_local(const void *in, void *inout, int n, mpi_h d, mpi_h op) {
+  return IS_OMPI ? g_mpi.o.MPI_Reduce_local(in, inout, n, d.p, op.p)
+                 : g_mpi.m.MPI_Reduce_local(in, inout, n, d.i, op.i);
+}
+// MPI_Testsome over |n| requests of the family's own handle type (the
+// arrays are void *[] for Open MPI, int[] for MPICH: see wait_all).
+static int m_testsome(int n, void **o, int *m, int *out_count, int *indices) {
+  return IS_OMPI ? g_mpi.o.MPI_Testsome(n, o, out_count, indices, g_mpi.c.status_ignore)
+                 : g_mpi.m.MPI_Testsome(n, m, out_count, indices, g_mpi.c.status_ignore);
+}
+static int m_cancel(mpi_h *q) {
+  return IS_OMPI ? g_mpi.o.MPI_Cancel(&q->p) : g_mpi.m.MPI_Cancel(&q->i);
+}
+static int m_request_free(mpi_h *q) {
+  return IS_OMPI ? g_mpi.o.MPI_Request_free(&q->p) : g_mpi.m.MPI_Request_free(&q->i);
 }
 static int m_op_create(mpi_user_fn fn, mpi_h *out) {
   return IS_OMPI ? g_mpi.o.MPI_Op_create(fn, 1, &out->p) : g_mpi.m.MPI_Op_create(fn, 1, &out->i);
@@ -205,6 +222,7 @@ static bool resolve_ompi(void *lib) {
   }
   g_mpi.c.in_place = (void *)1;  // Open MPI's MPI_IN_PLACE
   g_mpi.c.status_ignore = NULL;
+  g_mpi.c.any_source = -1;
   return ok;
 }
 
@@ -237,6 +255,7 @@ static bool resolve_mpich(void *lib) {
   g_mpi.c.prod.i = 0x58000004;
   g_mpi.c.in_place = (void *)(intptr_t)-1;  // MPICH's MPI_IN_PLACE
   g_mpi.c.status_ignore = (void *)1;        // MPICH's MPI_STATUS_IGNORE
+  g_mpi.c.any_source = -2;
   return ok;
 }
 
@@ -456,9 +475,24 @@ cube_status_t cube_mpi_world(uint32_t *out_rank, uint32_t *out_size) {
 
 enum { CH_DATA = 0, CH_STATUS = 1, CH_XFER = 2, CH_COUNT = 3 };
 
+// The status exchange (cube_mpi_exchange_records): point to point up to this
+// many ranks (2 (n - 1) requests), one MPI_Iallgather above; a pair's records
+// and a world's travel on tags of their own, and so do the notices of a rank
+// that abandoned the communicator (comm_fail).
+#define MPI_P2P_MAX_RANKS 16
+#define MPI_TAG_PAIR 1
+#define MPI_TAG_WORLD 2
+#define MPI_TAG_GONE 3
+
 struct cube_mpi_comm_t {
   mpi_h comm[CH_COUNT];
   uint32_t rank, nranks;
+  bool made;  // every channel exists (comm_fail may then tell the peers)
+  // The receive of any peer's notice that it abandoned the comm, posted
+  // once (ANY_SOURCE, MPI_TAG_GONE); every status exchange watches it.
+  mpi_h gone;
+  uint8_t gone_byte;
+  bool gone_posted;
   atomic_bool aborted;
   pthread_mutex_t lock;  // guards |error|
   cube_status_t error;   // the first failure: what poll answers
@@ -473,15 +507,28 @@ uint32_t cube_mpi_comm_size(const cube_mpi_comm_t *comm) {
   return comm->nranks;
 }
 
-// Records |error| (taken) as the comm's failure and abandons it.
+// Records |error| (taken) as the comm's failure and abandons it. The first
+// time, every peer is told on the status channel (a notice each, never
+// waited for: the requests go with the comm): records this rank sent
+// before it gave up still reach a peer that comes late to the round, and
+// that peer must not take them for a live round (cube_mpi_exchange_records
+// looks for the notices).
 static cube_status_t comm_fail(cube_mpi_comm_t *comm, cube_status_t error) {
+  static const uint8_t kGone = 1;
   pthread_mutex_lock(&comm->lock);
-  if (!comm->error) {
+  bool first = !comm->error;
+  if (first) {
     comm->error = cube_status_retain(error);
     atomic_fetch_add(&g_mpi.abandoned, 1);
   }
   pthread_mutex_unlock(&comm->lock);
   atomic_store(&comm->aborted, true);
+  for (uint32_t r = 0; first && comm->made && r < comm->nranks; ++r) {
+    mpi_h req;
+    // Best effort: a peer that is gone cannot be told, and needs not be.
+    if (r != comm->rank)
+      (void)m_isend(&kGone, 1, g_mpi.c.byte, (int)r, MPI_TAG_GONE, comm->comm[CH_STATUS], &req);
+  }
   return error;
 }
 
@@ -508,27 +555,42 @@ static cube_status_t comm_refusal(cube_mpi_comm_t *comm, const char *what) {
 #define WAIT_YIELD_NS 2000000ull  // then yielding, up to this since the start
 #define WAIT_MAX_REQUESTS 64
 
-// The status exchange (cube_mpi_exchange_records): point to point up to this
-// many ranks (2 (n - 1) requests), one MPI_Iallgather above; a pair's records
-// and a world's travel on tags of their own.
-#define MPI_P2P_MAX_RANKS 16
-#define MPI_TAG_PAIR 1
-#define MPI_TAG_WORLD 2
-
 // Polls |count| (at most WAIT_MAX_REQUESTS) requests to their end or the
-// deadline.
+// deadline, with one MPI_Testsome per round (each test of a request not done
+// runs MPI's progress engine once, which under oversubscription yields the
+// core: one per round, not one per request). |watch|: the comm's notice that
+// a peer abandoned it is watched too, and fails the wait (a status exchange:
+// the records that peer sent before it gave up are not a live round).
 static cube_status_t wait_all(cube_mpi_comm_t *comm, mpi_h *reqs, int count, uint64_t deadline_ns,
-                              const char *what) {
-  uint64_t pending = count >= 64 ? ~0ull : (1ull << count) - 1;
+                              const char *what, bool watch) {
+  void *o[WAIT_MAX_REQUESTS + 1];
+  int m[WAIT_MAX_REQUESTS + 1], indices[WAIT_MAX_REQUESTS + 1];
+  bool gone = watch && comm->gone_posted;
+  int n = count + (gone ? 1 : 0), left = count;
+  for (int i = 0; i < n; ++i) {
+    const mpi_h *q = i < count ? &reqs[i] : &comm->gone;
+    o[i] = q->p;
+    m[i] = q->i;
+  }
   uint64_t pause_ns = 1000, start_ns = 0;
   for (uint32_t spin = 0;; ++spin) {
-    for (uint64_t bits = pending; bits; bits &= bits - 1) {
-      int i = __builtin_ctzll(bits), flag = 0;
-      int rc = m_test(&reqs[i], &flag);
-      if (rc != 0) return comm_fail(comm, mpi_error(rc, what));
-      if (flag) pending &= ~(1ull << i);
+    int done = 0;
+    int rc = m_testsome(n, o, m, &done, indices);
+    if (rc != 0) return comm_fail(comm, mpi_error(rc, what));
+    for (int k = 0; k < done && done > 0; ++k) {
+      if (indices[k] < count) {
+        left--;
+        continue;
+      }
+      // The notice came (its request is spent now): the comm goes.
+      comm->gone_posted = false;
+      return comm_fail(comm, cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
+                                              "mpi %s: rank %u of %u: a peer abandoned the "
+                                              "communicator (it failed, or gave up waiting for "
+                                              "this rank past the deadline)",
+                                              what, comm->rank, comm->nranks));
     }
-    if (pending == 0) return CUBE_OK;
+    if (left == 0) return CUBE_OK;
     if (atomic_load(&comm->aborted)) return comm_refusal(comm, what);
     uint64_t now = cube_now_ns();
     if (now >= deadline_ns) {
@@ -576,12 +638,19 @@ cube_status_t cube_mpi_comm_create(uint32_t nranks, uint32_t rank, uint64_t dead
   for (int ch = 0; ch < CH_COUNT && !status; ++ch) {
     mpi_h req;
     rc = m_comm_idup(g_mpi.c.world, &comm->comm[ch], &req);
-    status =
-        rc ? mpi_error(rc, "MPI_Comm_idup") : wait_all(comm, &req, 1, deadline_ns, "comm_init");
+    status = rc ? mpi_error(rc, "MPI_Comm_idup")
+                : wait_all(comm, &req, 1, deadline_ns, "comm_init", false);
     if (!status) {
       rc = m_set_errhandler(comm->comm[ch], g_mpi.c.errors_return);
       if (rc) status = mpi_error(rc, "MPI_Comm_set_errhandler");
     }
+  }
+  comm->made = !status;
+  if (!status) {
+    rc = m_irecv(&comm->gone_byte, 1, g_mpi.c.byte, g_mpi.c.any_source, MPI_TAG_GONE,
+                 comm->comm[CH_STATUS], &comm->gone);
+    if (rc != 0) status = mpi_error(rc, "posting the abandon notice's receive");
+    comm->gone_posted = rc == 0;
   }
   if (status) {
     // Duplicates half made are left to MPI, like any abandoned communicator.
@@ -612,7 +681,9 @@ void cube_mpi_abort(cube_mpi_comm_t *comm) {
 void cube_mpi_comm_destroy(cube_mpi_comm_t *comm) {
   if (!comm) return;
   if (!atomic_load(&comm->aborted)) {
+    // The notice's receive goes first (a receive may be cancelled); then
     // MPI_Comm_free only marks them: pending work on a healthy comm is none.
+    if (comm->gone_posted && m_cancel(&comm->gone) == 0) (void)m_request_free(&comm->gone);
     for (int ch = 0; ch < CH_COUNT; ++ch) (void)m_comm_free(&comm->comm[ch]);
     free(comm->scratch);
   }
@@ -832,11 +903,36 @@ cube_status_t cube_mpi_run(cube_mpi_comm_t *comm, const cube_mpi_op_t *op, uint6
     snprintf(call, sizeof call, "posting %s", what);
     return comm_fail(comm, mpi_error(rc, call));
   }
-  cube_status_t status = wait_all(comm, req, nreq, deadline_ns, what);
+  cube_status_t status = wait_all(comm, req, nreq, deadline_ns, what, false);
   if (!status && staged) memcpy(op->recv, staged, (size_t)op->count * dtype_size(op->dtype));
   if (!status && op->op == CUBE_MPI_MEAN && reduces)
     mean_divide(op->dtype, op->recv, op->count, comm->nranks);
   return status;
+}
+
+cube_status_t cube_mpi_reduce_records(cube_mpi_comm_t *comm, const cube_mpi_op_t *op,
+                                      const void *records, size_t stride) {
+  const char *what = "fused all_reduce";
+  mpi_h dtype, reduce;
+  if (op->kind != CUBE_MPI_ALL_REDUCE || op->count > 0x7fffffffull ||
+      !dtype_handle(op->dtype, &dtype) || !op_handle(op->dtype, op->op, &reduce)) {
+    return cube_status_make(
+        CUBE_STATUS_VALIDATION, "mpi %s: kind %d, element type %d, operation %d, %llu elements",
+        what, (int)op->kind, (int)op->dtype, (int)op->op, (unsigned long long)op->count);
+  }
+  // In rank order, the same on every rank: the last record, then each one
+  // before it combined in (MPI_Reduce_local: inout = in op inout), with
+  // MPI's own reductions (the f16/bf16 ones included), so the result is
+  // what the payload call would give.
+  size_t bytes = (size_t)op->count * dtype_size(op->dtype);
+  const uint8_t *base = records;
+  memcpy(op->recv, base + (size_t)(comm->nranks - 1) * stride, bytes);
+  for (uint32_t r = comm->nranks - 1; r-- > 0;) {
+    int rc = m_reduce_local(base + (size_t)r * stride, op->recv, (int)op->count, dtype, reduce);
+    if (rc != 0) return mpi_error(rc, "MPI_Reduce_local");
+  }
+  if (op->op == CUBE_MPI_MEAN) mean_divide(op->dtype, op->recv, op->count, comm->nranks);
+  return CUBE_OK;
 }
 
 cube_status_t cube_mpi_exchange(cube_mpi_comm_t *comm, uint32_t peer, const void *mine, void *out,
@@ -900,7 +996,7 @@ cube_status_t cube_mpi_exchange_records(cube_mpi_comm_t *comm, uint32_t peer, co
   }
   // A failed post leaves the requests already posted to MPI, with the comm.
   cube_status_t status = rc ? comm_fail(comm, mpi_error(rc, "posting a status exchange"))
-                            : wait_all(comm, req, nreq, deadline_ns, "status exchange");
+                            : wait_all(comm, req, nreq, deadline_ns, "status exchange", true);
   if (!status) {
     memcpy(out, theirs, total);
     free(buffer);

@@ -28,6 +28,12 @@ static const uint8_t kMpiMagic[16] = "cube-mpi-world1";
 // before anyway.
 #define MPI_INLINE_MAX_BYTES (64u << 10)
 
+// An all_reduce source of at most this many bytes rides in its status
+// record (fused_max_bytes): one exchange per call instead of an exchange
+// and a payload collective. Every world record then holds 40 + 2048 bytes;
+// a ready part sends only what it carries.
+#define MPI_FUSED_MAX_BYTES 2048u
+
 typedef struct mpi_task_t mpi_task_t;
 
 // A rank's communicator as the core holds it.
@@ -44,6 +50,10 @@ struct mpi_task_t {
   cube_top_t op;
   cube_bstream_t *stream;  // a claimed part's stream and place in it
   cube_cpu_task_t *claim;
+  // A fused round: every rank's source bytes, copied (the core's records go
+  // when submit returns), |stride| apart; NULL otherwise.
+  uint8_t *records;
+  size_t stride;
 };
 
 static mpi_tcomm_t *mpi_cast(cube_tcomm_t *comm) {
@@ -114,7 +124,14 @@ static cube_status_t mpi_task_run(void *arg, cube_status_t dropped) {
   mpi_task_t *task = arg;
   cube_status_t result = CUBE_OK;
   cube_status_t why = dropped ? dropped : task->op.dropped;
-  if (why) {
+  if (task->records) {
+    // Every rank's bytes are here: no peer waits on this part, so a halted
+    // stream just drops it (the core charges its destination).
+    if (!why) {
+      cube_mpi_op_t op = mpi_op(&task->op);
+      result = cube_mpi_reduce_records(task->comm->mpi, &op, task->records, task->stride);
+    }
+  } else if (why) {
     // The peers were told this part is ready and wait for it in MPI: it
     // will not come, so the communicator goes (they fail at their deadline).
     cube_mpi_abort(task->comm->mpi);
@@ -128,7 +145,7 @@ static cube_status_t mpi_task_run(void *arg, cube_status_t dropped) {
     result = cube_mpi_run(task->comm->mpi, &op, cube_now_ns() + task->comm->timeout_ns);
   }
   cube_status_release(task->op.dropped);
-  free(task);
+  free(task);                         // the records with it
   return dropped ? CUBE_OK : result;  // a halted stream ignores the answer
 }
 
@@ -155,6 +172,7 @@ static uint64_t mpi_part_bytes(const cube_top_t *op, uint32_t nranks) {
 // receives stay on the stream: a blocking send on the caller could wait for
 // a receiver that this very caller has yet to post.
 static bool mpi_may_inline(const cube_top_t *op, uint32_t nranks) {
+  if (op->records) return op->inline_ok;  // a fused part reduces local bytes
   return op->inline_ok && !op->dropped && !op->hold && op->kind != CUBE_TOP_SEND &&
          op->kind != CUBE_TOP_RECV && op->count < (1ull << 40) &&
          mpi_part_bytes(op, nranks) <= MPI_INLINE_MAX_BYTES;
@@ -164,15 +182,35 @@ static cube_status_t mpi_submit(cube_backend_device_t *device, cube_tcomm_t *com
                                 cube_bstream_t *stream, const cube_top_t *op) {
   (void)device;
   mpi_tcomm_t *c = mpi_cast(comm);
-  mpi_task_t *task = malloc(sizeof *task);
+  uint32_t n = cube_mpi_comm_size(c->mpi);
+  size_t payload = 0;  // a fused part's bytes per rank
+  if (op->records) {
+    payload = (size_t)op->count * cube_dtype_size(op->dtype);
+    if (op->kind != CUBE_TOP_ALL_REDUCE || payload > MPI_FUSED_MAX_BYTES ||
+        payload > op->record_bytes) {
+      return cube_status_make(CUBE_STATUS_VALIDATION,
+                              "mpi %s: a fused part of %zu bytes (records of %zu)",
+                              cube_top_kind_name(op->kind), payload, op->record_bytes);
+    }
+  }
+  mpi_task_t *task = malloc(sizeof *task + payload * n);
   if (!task) {
     return cube_status_make(CUBE_STATUS_TRANSPORT_FAILED, "mpi %s: out of host memory",
                             cube_top_kind_name(op->kind));
   }
   *task = (mpi_task_t){.comm = c, .op = *op, .stream = stream};
+  task->op.records = NULL;  // borrowed: copied below
+  if (op->records) {
+    task->records = (uint8_t *)(task + 1);
+    task->stride = payload;
+    for (uint32_t r = 0; r < n; ++r) {
+      memcpy(task->records + payload * r, (const uint8_t *)op->records + op->record_bytes * r,
+             payload);
+    }
+  }
   task->op.dropped = cube_status_retain(op->dropped);
   cube_status_t status = CUBE_OK;
-  if (mpi_may_inline(op, cube_mpi_comm_size(c->mpi))) {
+  if (mpi_may_inline(op, n)) {
     status = cube_cpu_stream_transport_claim(stream, mpi_task_run, task, &task->claim);
     // A part left to the caller: run_inline, right after this call, runs it.
     if (!status && task->claim) atomic_store(&c->claimed, task);
@@ -184,6 +222,12 @@ static cube_status_t mpi_submit(cube_backend_device_t *device, cube_tcomm_t *com
     free(task);
   }
   return status;
+}
+
+static void mpi_fused_read(cube_backend_device_t *device, uint64_t address, size_t bytes,
+                           void *out) {
+  (void)device;
+  memcpy(out, (const void *)(uintptr_t)address, bytes);  // CPU memory is host memory
 }
 
 static cube_status_t mpi_run_inline(cube_backend_device_t *device, cube_tcomm_t *comm) {
@@ -224,6 +268,8 @@ static cube_status_t mpi_exchange_status(cube_backend_device_t *device, cube_tco
 static const cube_transport_vtable_t kMpiTransport = {
     .name = "mpi",
     .fails_late = true,
+    .fused_max_bytes = MPI_FUSED_MAX_BYTES,
+    .fused_read = mpi_fused_read,
     .reduces = mpi_reduces,
     .unique_id = mpi_unique_id,
     .group_begin = mpi_group_nop,
