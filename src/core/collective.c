@@ -1446,8 +1446,8 @@ static cube_status_t member_wait(cube_server_t *server, cube_comm_group_t *group
                                  cube_comm_member_t *m, cube_bevent_t *event, bool *out_transport) {
   const cube_backend_vtable_t *vt = server->device->vtable;
   const cube_transport_vtable_t *t = group->transport;
-  uint64_t deadline = deadline_from_now(server), backoff = 2000;
-  unsigned spins = 0;
+  uint64_t start = cube_now_ns(), deadline = start + cube_collective_timeout_ns(server);
+  uint64_t backoff = 2000;
   *out_transport = false;
   for (;;) {
     bool done = false;
@@ -1462,7 +1462,8 @@ static cube_status_t member_wait(cube_server_t *server, cube_comm_group_t *group
       *out_transport = status != CUBE_OK;
       return status;
     }
-    if (cube_now_ns() >= deadline) {
+    uint64_t now = cube_now_ns();
+    if (now >= deadline) {
       *out_transport = true;
       return cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
                               "sync_collective: the collectives queued on %s's %s communicator "
@@ -1471,10 +1472,11 @@ static cube_status_t member_wait(cube_server_t *server, cube_comm_group_t *group
                               server->name, group->transport->name, (unsigned long long)group->id,
                               (double)cube_collective_timeout_ns(server) * 1e-9);
     }
-    // Yield first (the part is usually microseconds from done), then sleep
-    // a little longer each time, at most 100 us.
-    if (spins < 64) {
-      spins++;
+    // Yield first, for up to 2 ms (the part is usually microseconds to a
+    // few milliseconds from done, and a sleep costs the kernel's timer
+    // slack, 50-100 us, however short the pause), then sleep a little
+    // longer each time, at most 100 us.
+    if (now - start < 2000000) {
       sched_yield();
     } else {
       struct timespec pause = {0, (long)backoff};
