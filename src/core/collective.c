@@ -134,6 +134,7 @@ typedef struct coll_call_t {
   uint8_t *records;
   size_t record_bytes;
   bool fused;
+  bool records_kept;  // |records| is the member's kept buffer (call_records)
   // Between the submit and the commit.
   bool submitting;
   coll_scope_t scope;
@@ -293,6 +294,41 @@ static size_t world_record_bytes(const cube_transport_vtable_t *t) {
   return (fused + 7) & ~(size_t)7;
 }
 
+// This call's records: the member's kept buffer for a call outside a group
+// call (no allocation per call once warm), else its own. NULL when out of
+// memory.
+static uint8_t *call_records(coll_call_t *call) {
+  if (call->records) return call->records;
+  cube_comm_member_t *m = &call->group->members[call->rank];
+  size_t bytes = call->record_bytes * call->group->nranks;
+  if (call->inline_ok && !atomic_exchange(&m->records_busy, true)) {
+    if (m->records_bytes < bytes) {
+      free(m->records);
+      m->records = malloc(bytes);
+      m->records_bytes = m->records ? bytes : 0;
+    }
+    if (m->records) {
+      call->records = m->records;
+      call->records_kept = true;
+      return call->records;
+    }
+    atomic_store(&m->records_busy, false);
+  }
+  call->records = malloc(bytes);
+  return call->records;
+}
+
+// Gives back what call_records gave.
+static void call_records_done(coll_call_t *call) {
+  if (call->records_kept) {
+    atomic_store(&call->group->members[call->rank].records_busy, false);
+  } else {
+    free(call->records);
+  }
+  call->records = NULL;
+  call->records_kept = false;
+}
+
 // Whether the last writer of |slot| is known to have finished, so its bytes
 // can be read now (lock held). Asked twice: the first question may only
 // mark the stream's end with an event that the second finds reached.
@@ -325,8 +361,7 @@ static void call_carry_locked(coll_call_t *call, const cube_resolved_t *src) {
     return;
   }
   call->record_bytes = world_record_bytes(t);
-  if (!call->records) call->records = malloc(call->record_bytes * n);
-  if (!call->records) return;  // out of memory: the payload call instead
+  if (!call_records(call)) return;  // out of memory: the payload call instead
   uint8_t *mine = call->records + call->record_bytes * call->rank;
   t->fused_read(server->device, src->address, src->size, mine + CUBE_COLL_HEADER_WORDS);
   call->header.carried = (uint32_t)src->size;
@@ -514,8 +549,7 @@ static cube_status_t call_exchange_records(coll_call_t *call, cube_bstream_t *st
   uint32_t n = g->nranks;
   const size_t words = CUBE_COLL_HEADER_WORDS;
   call->record_bytes = world_record_bytes(g->transport);
-  if (!call->records) call->records = malloc(call->record_bytes * n);
-  if (!call->records) {
+  if (!call_records(call)) {
     return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "%s: out of host memory for %u records",
                             call->operation, n);
   }
@@ -1078,7 +1112,7 @@ static cube_status_t call_run(coll_call_t *call) {
     if (call->inline_comm) call_run_inline(call);
   }
   cube_status_release(call->local);
-  free(call->records);
+  call_records_done(call);
   cube_comm_group_release(call->group);
   return call->result;
 }
@@ -1212,8 +1246,7 @@ cube_status_t cube_collective_group_end(void) {
       cube_status_release(call->result);  // SKIPPED is static
     }
     cube_status_release(call->local);
-    free(call->records);
-    call->records = NULL;
+    call_records_done(call);
     cube_comm_group_release(call->group);
   }
   cube_status_release(ended);

@@ -140,6 +140,9 @@ static void member_teardown(const cube_transport_vtable_t *group_transport,
   pthread_mutex_unlock(&server->lock);
   if (comm && transport) transport->comm_destroy(server->device, comm);
   free(member->inflight);
+  // A call of another thread may still hold it (a misuse): then it leaks.
+  if (!atomic_exchange(&member->records_busy, true)) free(member->records);
+  member->records = NULL;
   member->inflight = NULL;
   member->inflight_count = member->inflight_capacity = 0;
 }
@@ -519,6 +522,8 @@ void cube_comm_group_leave_world(cube_comm_group_t *group) {
     pthread_mutex_unlock(&server->lock);
     if (comm) group->transport->comm_destroy(server->device, comm);
     free(m->inflight);
+    if (!atomic_exchange(&m->records_busy, true)) free(m->records);
+    m->records = NULL;
     m->inflight = NULL;
     m->inflight_count = m->inflight_capacity = 0;
   }

@@ -18,6 +18,7 @@
 #define CUBE_CORE_COMM_GROUP_H_
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 
 #include "core/transport.h"
@@ -73,6 +74,11 @@ typedef struct cube_comm_member_t {
   // they are known to have landed.
   uint32_t *inflight;  // pairs of (slot index, slot generation)
   size_t inflight_count, inflight_capacity;
+  // A world's records (collective.c), kept for the member's next call
+  // outside a group call (one thread per world): taken while |records_busy|.
+  uint8_t *records;
+  size_t records_bytes;
+  atomic_bool records_busy;
   bool busy;  // work queued on |stream| since the last sync_collective
 } cube_comm_member_t;
 

@@ -284,6 +284,13 @@ CUBE_INTERNAL cube_status_t cube_cpu_stream_transport(
 // as well). A stream that is not idle queues it as cube_cpu_stream_transport
 // does (*out_claim NULL).
 typedef struct cube_cpu_task_t cube_cpu_task_t;
+// Short local work of a part (a fused round's reduction: no call to other
+// ranks) run now on the calling thread, holding the stream, when it is idle
+// (*out_ran true; its answer is the part's, and does not halt the stream:
+// the caller reports it); nothing at all otherwise.
+CUBE_INTERNAL cube_status_t cube_cpu_stream_run_if_idle(cube_bstream_t *stream,
+                                                        cube_status_t (*fn)(void *arg), void *arg,
+                                                        bool *out_ran);
 CUBE_INTERNAL cube_status_t cube_cpu_stream_transport_claim(
     cube_bstream_t *stream, cube_status_t (*fn)(void *arg, cube_status_t dropped), void *arg,
     cube_cpu_task_t **out_claim);

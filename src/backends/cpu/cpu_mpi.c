@@ -498,6 +498,11 @@ struct cube_mpi_comm_t {
   cube_status_t error;   // the first failure: what poll answers
   void *scratch;         // in-place reduce_scatter staging (owned)
   size_t scratch_bytes;
+  // The status exchange's records, kept for the next one (taken while
+  // |records_busy|; an abandoned exchange leaves it taken, and leaked).
+  uint8_t *records;
+  size_t records_bytes;
+  atomic_bool records_busy;
 };
 
 uint32_t cube_mpi_comm_rank(const cube_mpi_comm_t *comm) {
@@ -686,6 +691,7 @@ void cube_mpi_comm_destroy(cube_mpi_comm_t *comm) {
     if (comm->gone_posted && m_cancel(&comm->gone) == 0) (void)m_request_free(&comm->gone);
     for (int ch = 0; ch < CH_COUNT; ++ch) (void)m_comm_free(&comm->comm[ch]);
     free(comm->scratch);
+    if (!atomic_load(&comm->records_busy)) free(comm->records);
   }
   // An abandoned comm's scratch may still be written by MPI: it is leaked.
   cube_status_release(comm->error);
@@ -959,10 +965,23 @@ cube_status_t cube_mpi_exchange_records(cube_mpi_comm_t *comm, uint32_t peer, co
   // The records live in memory the comm owns until the exchange ends: an
   // abandoned exchange leaks them rather than let MPI write into the stack.
   size_t total = all ? bytes * comm->nranks : bytes;
-  uint8_t *buffer = malloc(bytes + total);
+  uint8_t *buffer = NULL;
+  bool kept = !atomic_exchange(&comm->records_busy, true);
+  if (kept && comm->records_bytes < bytes + total) {
+    free(comm->records);
+    comm->records = malloc(bytes + total);
+    comm->records_bytes = comm->records ? bytes + total : 0;
+  }
+  if (kept && comm->records) {
+    buffer = comm->records;
+  } else {
+    if (kept) atomic_store(&comm->records_busy, false);
+    kept = false;
+    buffer = malloc(bytes + total);
+  }
   if (!buffer)
     return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "mpi status exchange: out of memory");
-  memcpy(buffer, mine, bytes);
+  memcpy(buffer, mine, p2p ? mine_bytes : bytes);
   uint8_t *theirs = buffer + bytes;
   // What a short record leaves of its slot reads as zeros.
   if (p2p) memset(theirs, 0, total);
@@ -999,7 +1018,11 @@ cube_status_t cube_mpi_exchange_records(cube_mpi_comm_t *comm, uint32_t peer, co
                             : wait_all(comm, req, nreq, deadline_ns, "status exchange", true);
   if (!status) {
     memcpy(out, theirs, total);
-    free(buffer);
+    if (kept) {
+      atomic_store(&comm->records_busy, false);
+    } else {
+      free(buffer);
+    }
   }
   return status;
 }

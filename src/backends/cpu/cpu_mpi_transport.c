@@ -178,6 +178,19 @@ static bool mpi_may_inline(const cube_top_t *op, uint32_t nranks) {
          mpi_part_bytes(op, nranks) <= MPI_INLINE_MAX_BYTES;
 }
 
+// A fused part reduced at once, from the core's records (valid while submit
+// runs).
+typedef struct mpi_fused_now_t {
+  mpi_tcomm_t *comm;
+  const cube_top_t *op;
+} mpi_fused_now_t;
+
+static cube_status_t mpi_fused_now(void *arg) {
+  mpi_fused_now_t *f = arg;
+  cube_mpi_op_t op = mpi_op(f->op);
+  return cube_mpi_reduce_records(f->comm->mpi, &op, f->op->records, f->op->record_bytes);
+}
+
 static cube_status_t mpi_submit(cube_backend_device_t *device, cube_tcomm_t *comm,
                                 cube_bstream_t *stream, const cube_top_t *op) {
   (void)device;
@@ -192,6 +205,12 @@ static cube_status_t mpi_submit(cube_backend_device_t *device, cube_tcomm_t *com
                               "mpi %s: a fused part of %zu bytes (records of %zu)",
                               cube_top_kind_name(op->kind), payload, op->record_bytes);
     }
+    // Every rank's bytes are here and the reduction is short: on an idle
+    // stream it is done now, in stream order, with no task to queue or run.
+    bool ran = false;
+    mpi_fused_now_t now = {.comm = c, .op = op};
+    cube_status_t status = cube_cpu_stream_run_if_idle(stream, mpi_fused_now, &now, &ran);
+    if (ran) return status;
   }
   mpi_task_t *task = malloc(sizeof *task + payload * n);
   if (!task) {

@@ -614,6 +614,23 @@ cube_status_t cube_cpu_stream_transport(cube_bstream_t *stream,
   return status;
 }
 
+cube_status_t cube_cpu_stream_run_if_idle(cube_bstream_t *stream, cube_status_t (*fn)(void *arg),
+                                          void *arg, bool *out_ran) {
+  cube_status_t status = CUBE_OK;
+  *out_ran = false;
+  pthread_mutex_lock(&stream->lock);
+  if (stream_idle(stream)) {
+    // In stream order already, as an idle copy: the caller runs it holding
+    // the stream, so nothing queued meanwhile starts first.
+    ++stream->enqueued;
+    status = fn(arg);
+    stream->completed++;
+    *out_ran = true;
+  }
+  pthread_mutex_unlock(&stream->lock);
+  return status;
+}
+
 cube_status_t cube_cpu_stream_transport_claim(cube_bstream_t *stream,
                                               cube_status_t (*fn)(void *arg, cube_status_t dropped),
                                               void *arg, cube_cpu_task_t **out_claim) {
