@@ -530,7 +530,7 @@ static cube_status_t comm_fail(cube_mpi_comm_t *comm, cube_status_t error) {
   atomic_store(&comm->aborted, true);
   for (uint32_t r = 0; first && comm->made && r < comm->nranks; ++r) {
     mpi_h req;
-    // Best effort: a peer that is gone cannot be told, and needs not be.
+    // Best effort: a peer that is gone cannot be told, and need not be.
     if (r != comm->rank)
       (void)m_isend(&kGone, 1, g_mpi.c.byte, (int)r, MPI_TAG_GONE, comm->comm[CH_STATUS], &req);
   }

@@ -230,9 +230,16 @@ static cube_status_t mpi_submit(cube_backend_device_t *device, cube_tcomm_t *com
   task->op.dropped = cube_status_retain(op->dropped);
   cube_status_t status = CUBE_OK;
   if (mpi_may_inline(op, n)) {
-    status = cube_cpu_stream_transport_claim(stream, mpi_task_run, task, &task->claim);
-    // A part left to the caller: run_inline, right after this call, runs it.
-    if (!status && task->claim) atomic_store(&c->claimed, task);
+    // Into a local first: a part the stream queued instead may already have
+    // run and been freed by the stream thread when the call returns.
+    cube_cpu_task_t *claim = NULL;
+    status = cube_cpu_stream_transport_claim(stream, mpi_task_run, task, &claim);
+    if (!status && claim) {
+      // A part left to the caller (the thread will not run it): run_inline,
+      // right after this call, runs it.
+      task->claim = claim;
+      atomic_store(&c->claimed, task);
+    }
   } else {
     status = cube_cpu_stream_transport(stream, mpi_task_run, task);
   }
