@@ -483,6 +483,11 @@ enum { CH_DATA = 0, CH_STATUS = 1, CH_XFER = 2, CH_COUNT = 3 };
 #define MPI_TAG_PAIR 1
 #define MPI_TAG_WORLD 2
 #define MPI_TAG_GONE 3
+// How long an abandoning rank pushes its notices out, and how long a rank
+// that may be late looks for one after its records came (wait_all).
+#define MPI_GONE_PUSH_NS 20000000ull  // 20 ms
+#define MPI_GONE_LOOK_NS 2000000ull   // 2 ms
+#define CUBE_MPI_MAX_PEERS 64
 
 struct cube_mpi_comm_t {
   mpi_h comm[CH_COUNT];
@@ -493,6 +498,7 @@ struct cube_mpi_comm_t {
   mpi_h gone;
   uint8_t gone_byte;
   bool gone_posted;
+  uint64_t last_exchange_ns;  // when the last status exchange began
   atomic_bool aborted;
   pthread_mutex_t lock;  // guards |error|
   cube_status_t error;   // the first failure: what poll answers
@@ -528,11 +534,27 @@ static cube_status_t comm_fail(cube_mpi_comm_t *comm, cube_status_t error) {
   }
   pthread_mutex_unlock(&comm->lock);
   atomic_store(&comm->aborted, true);
-  for (uint32_t r = 0; first && comm->made && r < comm->nranks; ++r) {
+  if (!first || !comm->made) return error;
+  void *o[CUBE_MPI_MAX_PEERS];
+  int m[CUBE_MPI_MAX_PEERS], indices[CUBE_MPI_MAX_PEERS], n = 0;
+  for (uint32_t r = 0; r < comm->nranks && n < CUBE_MPI_MAX_PEERS; ++r) {
     mpi_h req;
     // Best effort: a peer that is gone cannot be told, and need not be.
-    if (r != comm->rank)
-      (void)m_isend(&kGone, 1, g_mpi.c.byte, (int)r, MPI_TAG_GONE, comm->comm[CH_STATUS], &req);
+    if (r != comm->rank &&
+        m_isend(&kGone, 1, g_mpi.c.byte, (int)r, MPI_TAG_GONE, comm->comm[CH_STATUS], &req) == 0) {
+      o[n] = req.p;
+      m[n++] = req.i;
+    }
+  }
+  // A send may need this rank's progress to leave, and nothing progresses
+  // an abandoned comm afterwards: the notices are pushed out for a bounded
+  // while (a dead peer's never completes).
+  uint64_t until = cube_now_ns() + MPI_GONE_PUSH_NS;
+  for (int left = n; left > 0 && cube_now_ns() < until;) {
+    int done = 0;
+    if (m_testsome(n, o, m, &done, indices) != 0) break;
+    if (done > 0) left -= done;
+    if (left > 0) sched_yield();
   }
   return error;
 }
@@ -567,7 +589,7 @@ static cube_status_t comm_refusal(cube_mpi_comm_t *comm, const char *what) {
 // a peer abandoned it is watched too, and fails the wait (a status exchange:
 // the records that peer sent before it gave up are not a live round).
 static cube_status_t wait_all(cube_mpi_comm_t *comm, mpi_h *reqs, int count, uint64_t deadline_ns,
-                              const char *what, bool watch) {
+                              const char *what, bool watch, bool look) {
   void *o[WAIT_MAX_REQUESTS + 1];
   int m[WAIT_MAX_REQUESTS + 1], indices[WAIT_MAX_REQUESTS + 1];
   bool gone = watch && comm->gone_posted;
@@ -577,7 +599,7 @@ static cube_status_t wait_all(cube_mpi_comm_t *comm, mpi_h *reqs, int count, uin
     o[i] = q->p;
     m[i] = q->i;
   }
-  uint64_t pause_ns = 1000, start_ns = 0;
+  uint64_t pause_ns = 1000, start_ns = 0, look_until = 0;
   for (uint32_t spin = 0;; ++spin) {
     int done = 0;
     int rc = m_testsome(n, o, m, &done, indices);
@@ -595,7 +617,12 @@ static cube_status_t wait_all(cube_mpi_comm_t *comm, mpi_h *reqs, int count, uin
                                               "this rank past the deadline)",
                                               what, comm->rank, comm->nranks));
     }
-    if (left == 0) return CUBE_OK;
+    // |look|: this rank may be the late one. A notice sent after the
+    // records sits behind them and may take more rounds of progress to be
+    // matched: the notice alone is tested a little longer.
+    if (left == 0 && gone && look && !look_until) look_until = cube_now_ns() + MPI_GONE_LOOK_NS;
+    if (left == 0 && (!look_until || cube_now_ns() >= look_until)) return CUBE_OK;
+    if (left == 0) continue;
     if (atomic_load(&comm->aborted)) return comm_refusal(comm, what);
     uint64_t now = cube_now_ns();
     if (now >= deadline_ns) {
@@ -644,7 +671,7 @@ cube_status_t cube_mpi_comm_create(uint32_t nranks, uint32_t rank, uint64_t dead
     mpi_h req;
     rc = m_comm_idup(g_mpi.c.world, &comm->comm[ch], &req);
     status = rc ? mpi_error(rc, "MPI_Comm_idup")
-                : wait_all(comm, &req, 1, deadline_ns, "comm_init", false);
+                : wait_all(comm, &req, 1, deadline_ns, "comm_init", false, false);
     if (!status) {
       rc = m_set_errhandler(comm->comm[ch], g_mpi.c.errors_return);
       if (rc) status = mpi_error(rc, "MPI_Comm_set_errhandler");
@@ -656,6 +683,7 @@ cube_status_t cube_mpi_comm_create(uint32_t nranks, uint32_t rank, uint64_t dead
                  comm->comm[CH_STATUS], &comm->gone);
     if (rc != 0) status = mpi_error(rc, "posting the abandon notice's receive");
     comm->gone_posted = rc == 0;
+    comm->last_exchange_ns = cube_now_ns();
   }
   if (status) {
     // Duplicates half made are left to MPI, like any abandoned communicator.
@@ -909,7 +937,7 @@ cube_status_t cube_mpi_run(cube_mpi_comm_t *comm, const cube_mpi_op_t *op, uint6
     snprintf(call, sizeof call, "posting %s", what);
     return comm_fail(comm, mpi_error(rc, call));
   }
-  cube_status_t status = wait_all(comm, req, nreq, deadline_ns, what, false);
+  cube_status_t status = wait_all(comm, req, nreq, deadline_ns, what, false, false);
   if (!status && staged) memcpy(op->recv, staged, (size_t)op->count * dtype_size(op->dtype));
   if (!status && op->op == CUBE_MPI_MEAN && reduces)
     mean_divide(op->dtype, op->recv, op->count, comm->nranks);
@@ -962,6 +990,14 @@ cube_status_t cube_mpi_exchange_records(cube_mpi_comm_t *comm, uint32_t peer, co
   // text a failure needs. Above it, one MPI_Iallgather of whole records.
   bool all = peer == UINT32_MAX;
   bool p2p = !all || comm->nranks <= MPI_P2P_MAX_RANKS;
+  // A peer gives up on a round a deadline after it posted it, and it posts
+  // it only after this rank's previous record came: unless that much time
+  // passed since this rank's previous exchange, no peer can have given up
+  // on this one waiting for this rank, so its records, if they come, are
+  // live; otherwise wait_all looks for a notice after them.
+  uint64_t now = cube_now_ns();
+  bool late = deadline_ns <= now || now - comm->last_exchange_ns >= deadline_ns - now;
+  comm->last_exchange_ns = now;
   // The records live in memory the comm owns until the exchange ends: an
   // abandoned exchange leaks them rather than let MPI write into the stack.
   size_t total = all ? bytes * comm->nranks : bytes;
@@ -1015,7 +1051,7 @@ cube_status_t cube_mpi_exchange_records(cube_mpi_comm_t *comm, uint32_t peer, co
   }
   // A failed post leaves the requests already posted to MPI, with the comm.
   cube_status_t status = rc ? comm_fail(comm, mpi_error(rc, "posting a status exchange"))
-                            : wait_all(comm, req, nreq, deadline_ns, "status exchange", true);
+                            : wait_all(comm, req, nreq, deadline_ns, "status exchange", true, late);
   if (!status) {
     memcpy(out, theirs, total);
     if (kept) {
