@@ -123,6 +123,18 @@ typedef struct coll_call_t {
   cube_status_t local;    // this rank's own failure
   bool stale;             // its source carries a failure
   uint32_t stream_index;  // the compute stream
+  // A call outside a group call: its part may be left for this thread to
+  // run (the transport's run_inline), on |inline_comm| once submitted.
+  bool inline_ok;
+  cube_tcomm_t *inline_comm;
+  // A world's records with room for payloads (fused_max_bytes): every
+  // rank's, |record_bytes| apart (owned; this rank's source bytes are put in
+  // its own at the post when it carries them). |fused|: every rank carried
+  // its source, so the part reduces these and no payload moves.
+  uint8_t *records;
+  size_t record_bytes;
+  bool fused;
+  bool records_kept;  // |records| is the member's kept buffer (call_records)
   // Between the submit and the commit.
   bool submitting;
   coll_scope_t scope;
@@ -274,6 +286,87 @@ static void header_device(cube_coll_header_t *header, const cube_server_t *serve
 
 //===--- The round: the group, the post, the settle ---===//
 
+// The size of a world's record for collectives over |t|: a header, or the
+// header's words and the largest payload that may ride after them.
+static size_t world_record_bytes(const cube_transport_vtable_t *t) {
+  size_t fused = CUBE_COLL_HEADER_WORDS + (size_t)t->fused_max_bytes;
+  if (!t->fused_max_bytes || fused <= sizeof(cube_coll_header_t)) return sizeof(cube_coll_header_t);
+  return (fused + 7) & ~(size_t)7;
+}
+
+// This call's records: the member's kept buffer for a call outside a group
+// call (no allocation per call once warm), else its own. NULL when out of
+// memory.
+static uint8_t *call_records(coll_call_t *call) {
+  if (call->records) return call->records;
+  cube_comm_member_t *m = &call->group->members[call->rank];
+  size_t bytes = call->record_bytes * call->group->nranks;
+  if (call->inline_ok && !atomic_exchange(&m->records_busy, true)) {
+    if (m->records_bytes < bytes) {
+      free(m->records);
+      m->records = malloc(bytes);
+      m->records_bytes = m->records ? bytes : 0;
+    }
+    if (m->records) {
+      call->records = m->records;
+      call->records_kept = true;
+      return call->records;
+    }
+    atomic_store(&m->records_busy, false);
+  }
+  call->records = malloc(bytes);
+  return call->records;
+}
+
+// Gives back what call_records gave.
+static void call_records_done(coll_call_t *call) {
+  if (call->records_kept) {
+    atomic_store(&call->group->members[call->rank].records_busy, false);
+  } else {
+    free(call->records);
+  }
+  call->records = NULL;
+  call->records_kept = false;
+}
+
+// Whether the last writer of |slot| is known to have finished, so its bytes
+// can be read now (lock held). Asked twice: the first question may only
+// mark the stream's end with an event that the second finds reached.
+static bool writer_done(cube_server_t *server, const cube_slot_t *slot) {
+  uint32_t w = slot->write_stream;
+  if (!w || w > CUBE_MAX_STREAMS) return true;
+  const cube_stream_state_t *s = &server->streams[w];
+  for (int i = 0; i < 2 && s->live && s->completed < slot->write_ticket; ++i)
+    refresh_progress(server, w, slot->write_ticket);
+  return !s->live || s->completed >= slot->write_ticket;
+}
+
+// A ready world all_reduce whose source is small and written: its bytes go
+// in this rank's record, so that a round where every rank's did needs no
+// payload call (fused_max_bytes). Lock held.
+static void call_carry_locked(coll_call_t *call, const cube_resolved_t *src) {
+  cube_server_t *server = call->server;
+  const cube_transport_vtable_t *t = call->group->transport;
+  uint32_t n = call->group->nranks;
+  if (!call->world || call->kind != CUBE_TOP_ALL_REDUCE || n < 2 || !t->fused_max_bytes ||
+      !t->fused_read || src->size == 0 || src->size > t->fused_max_bytes ||
+      call->header.verdict != CUBE_VERDICT_OK || !writer_done(server, src->slot))
+    return;
+  // Asking after the writer may have settled a late failure of it.
+  cube_slot_t *slot = src->slot;
+  cube_status_t carried =
+      server->track_failures ? cube_server_ensure_written(server, &slot, 1) : CUBE_OK;
+  if (carried) {
+    cube_status_release(carried);  // the submit drops the part (its source claims)
+    return;
+  }
+  call->record_bytes = world_record_bytes(t);
+  if (!call_records(call)) return;  // out of memory: the payload call instead
+  uint8_t *mine = call->records + call->record_bytes * call->rank;
+  t->fused_read(server->device, src->address, src->size, mine + CUBE_COLL_HEADER_WORDS);
+  call->header.carried = (uint32_t)src->size;
+}
+
 // Resolves the group and this client's rank; joins a pair. No lock held.
 static cube_status_t call_group(coll_call_t *call) {
   if (call->world) return CUBE_OK;  // the comm's group, retained by the caller
@@ -352,6 +445,7 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
   h->root = 0;
   h->failure_id = 0;
   h->code = 0;
+  h->carried = 0;
   if (call->kind == CUBE_TOP_BROADCAST && call->world) {
     h->root = call->root_rank;
     if (h->root >= n) {
@@ -434,6 +528,7 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
     header_device(h, server);
   }
   if (call->world) {
+    if (have_src) call_carry_locked(call, &src);
     call->posted = true;  // exchanged by call_wait_round, with no lock held
     return;
   }
@@ -441,6 +536,39 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
       cube_comm_group_post(call->group, call->channel, call->seq, call->rank, &call->header);
   call->posted = cube_status_is_ok(posted);
   call_fail_local(call, posted);
+}
+
+// A world collective's round over a transport whose records have room for
+// payloads: every rank's record into call->records, the headers out of
+// them (a ready part's text zeroed: a carried payload sits there). No lock
+// held.
+static cube_status_t call_exchange_records(coll_call_t *call, cube_bstream_t *stream,
+                                           cube_coll_header_t *headers) {
+  cube_comm_group_t *g = call->group;
+  cube_comm_member_t *m = &g->members[call->rank];
+  uint32_t n = g->nranks;
+  const size_t words = CUBE_COLL_HEADER_WORDS;
+  call->record_bytes = world_record_bytes(g->transport);
+  if (!call_records(call)) {
+    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "%s: out of host memory for %u records",
+                            call->operation, n);
+  }
+  uint8_t *mine = call->records + call->record_bytes * call->rank;
+  bool ready = call->header.verdict == CUBE_VERDICT_OK;
+  size_t used = ready ? words + call->header.carried : sizeof call->header;
+  memcpy(mine, &call->header, ready ? words : sizeof call->header);
+  memset(mine + used, 0, call->record_bytes - used);
+  cube_status_t status =
+      g->transport->exchange_status(call->server->device, m->comm, stream, UINT32_MAX, mine, used,
+                                    call->records, call->record_bytes);
+  for (uint32_t r = 0; r < n && !status; ++r) {
+    memcpy(&headers[r], call->records + call->record_bytes * r, sizeof headers[r]);
+    if (headers[r].verdict == CUBE_VERDICT_OK) {
+      memset(headers[r].device, 0, sizeof headers[r].device);
+      memset(headers[r].message, 0, sizeof headers[r].message);
+    }
+  }
+  return status;
 }
 
 // A world call's round: this rank's record exchanged with every rank (or,
@@ -453,6 +581,9 @@ static cube_status_t call_exchange_world(coll_call_t *call) {
   bool transfer = is_transfer(call->kind);
   cube_status_t status = CUBE_OK;
   cube_bstream_t *stream = NULL;  // the comm's own
+  // A ready part's text is empty and never read: its words are the record.
+  size_t used =
+      call->header.verdict == CUBE_VERDICT_OK ? CUBE_COLL_HEADER_WORDS : sizeof call->header;
   pthread_mutex_lock(&call->server->lock);
   if (m->stream && !m->left) stream = call->server->streams[m->stream].backend;
   pthread_mutex_unlock(&call->server->lock);
@@ -471,11 +602,14 @@ static cube_status_t call_exchange_world(coll_call_t *call) {
     // The pair's two records, the lower rank's first.
     uint32_t peer = call->peer_rank, mine = call->rank < peer ? 0 : 1;
     headers[mine] = call->header;
-    status = g->transport->exchange_status(call->server->device, m->comm, stream, peer,
-                                           &call->header, &headers[1 - mine], sizeof call->header);
-  } else {
+    status =
+        g->transport->exchange_status(call->server->device, m->comm, stream, peer, &call->header,
+                                      used, &headers[1 - mine], sizeof call->header);
+  } else if (world_record_bytes(g->transport) == sizeof call->header) {
     status = g->transport->exchange_status(call->server->device, m->comm, stream, UINT32_MAX,
-                                           &call->header, headers, sizeof call->header);
+                                           &call->header, used, headers, sizeof call->header);
+  } else {
+    status = call_exchange_records(call, stream, headers);
   }
   if (status) {
     // The others wait for this record or already gave up: the group fails.
@@ -488,6 +622,11 @@ static cube_status_t call_exchange_world(coll_call_t *call) {
     return status;
   }
   cube_comm_round_evaluate(headers, transfer ? 2 : g->nranks, transfer, &call->outcome);
+  // Every rank's source came with its record: the same on every rank, as
+  // the headers are.
+  call->fused = call->outcome.ok && !transfer && call->records && g->nranks > 1;
+  for (uint32_t r = 0; r < g->nranks && call->fused; ++r)
+    call->fused = headers[r].carried != 0 && headers[r].carried == headers[r].send_bytes;
   if (transfer && call->outcome.failed_count) {
     uint32_t lo = call->rank < call->peer_rank ? call->rank : call->peer_rank;
     uint32_t hi = call->rank < call->peer_rank ? call->peer_rank : call->rank;
@@ -731,9 +870,11 @@ static void call_submit_locked(coll_call_t *call) {
   // its bytes must not travel. The part still goes (the others wait for it),
   // as one that does not run: nobody moves a byte, and each rank's part fails
   // late. A transport that cannot drop a part fails the group instead.
-  cube_status_t carried = cube_status_is_ok(status) && have_src && server->track_failures
-                              ? cube_server_ensure_written(server, &src.slot, 1)
-                              : CUBE_OK;
+  // A fused part's bytes were read, written and checked, at the post.
+  cube_status_t carried =
+      cube_status_is_ok(status) && have_src && server->track_failures && !call->fused
+          ? cube_server_ensure_written(server, &src.slot, 1)
+          : CUBE_OK;
   if (carried && !call->group->transport->fails_late) {
     cube_comm_group_fail(call->group,
                          cube_status_wrap(cube_status_retain(carried), CUBE_STATUS_TRANSPORT_FAILED,
@@ -744,11 +885,18 @@ static void call_submit_locked(coll_call_t *call) {
     carried = CUBE_OK;
   }
   top.dropped = carried;
+  top.inline_ok = call->inline_ok && call->group->transport->run_inline != NULL;
+  if (call->fused) {
+    top.records = call->records + CUBE_COLL_HEADER_WORDS;
+    top.record_bytes = call->record_bytes;
+  }
   // The scope opens after that check: in place, the source is the
   // destination, and its provisional claim is this part's own.
   if (have_dst)
     scope_open(&call->scope, server, dst.slot, dst.offset == 0 && dst.size == dst.slot->size);
-  if (cube_status_is_ok(status)) status = cube_comm_group_submit(call->group, call->rank, &top);
+  if (cube_status_is_ok(status))
+    status = cube_comm_group_submit(call->group, call->rank, &top,
+                                    top.inline_ok ? &call->inline_comm : NULL);
   cube_status_release(carried);
   if (!cube_status_is_ok(status)) {
     // The others may already wait on this part: the group fails.
@@ -815,7 +963,10 @@ static void call_commit_locked(coll_call_t *call, cube_status_t enqueued) {
   cube_status_t status = enqueued;
   if (cube_status_is_ok(status) && (member->left || !member->stream))
     status = cube_comm_group_refusal(call->group, call->operation);
-  if (cube_status_is_ok(status) && call->wait == CUBE_COMPUTE_WAIT_NOW)
+  // A part left inline has run when the call returns: nothing queued on the
+  // compute stream after it can overtake it, and a failure of it is the
+  // call's answer (call_run), not the compute stream's.
+  if (cube_status_is_ok(status) && call->wait == CUBE_COMPUTE_WAIT_NOW && !call->inline_comm)
     status = fence_into_compute(server, member->stream, call->stream_index);
   if (cube_status_is_ok(status)) {
     // The result is on its way: what the destination claimed before has
@@ -912,9 +1063,35 @@ static void call_wait_round(coll_call_t *call) {
   }
 }
 
+// Runs the part the transport left to this thread (no lock held). Its
+// failure failed late on the communicator's stream, which is settled at
+// once (the destination claims it before the call returns), fails the
+// group, and is the call's answer: nothing was fenced into the compute
+// stream, which goes on.
+static void call_run_inline(coll_call_t *call) {
+  cube_server_t *server = call->server;
+  cube_status_t ran = call->group->transport->run_inline(server->device, call->inline_comm);
+  if (!ran) return;
+  cube_comm_group_fail(call->group,
+                       cube_status_wrap(cube_status_retain(ran), CUBE_STATUS_TRANSPORT_FAILED,
+                                        "%s #%llu: rank %u (%s)", call->operation,
+                                        (unsigned long long)call->seq, call->rank, server->name));
+  pthread_mutex_lock(&server->lock);
+  cube_comm_member_t *m = &call->group->members[call->rank];
+  if (!server->poison && !m->left && m->stream) cube_server_settle(server, m->stream);
+  cube_server_work_failed(server, call->stream_index, ran);
+  pthread_mutex_unlock(&server->lock);
+  if (!call->result) {
+    call->result = ran;
+  } else {
+    cube_status_release(ran);
+  }
+}
+
 // One call outside a group call, to its end.
 static cube_status_t call_run(coll_call_t *call) {
   cube_server_t *server = call->server;
+  call->inline_ok = true;  // this thread runs the part itself if it is left to it
   if (call_enter_and_post(call, NULL, 0)) {
     // The rendezvous waits with the lock let go: the server stays usable.
     cube_server_leave(server);
@@ -928,8 +1105,14 @@ static cube_status_t call_run(coll_call_t *call) {
       call_commit_locked(call, enqueued);
     }
     cube_server_leave(server);
+    // A part left inline runs now, committed (its destination's write is
+    // pending on the communicator's stream, which holds its place: readers
+    // wait for it, and a failure fails late there) and with no lock held. It
+    // must run even when the commit failed: the stream waits for it.
+    if (call->inline_comm) call_run_inline(call);
   }
   cube_status_release(call->local);
+  call_records_done(call);
   cube_comm_group_release(call->group);
   return call->result;
 }
@@ -1063,6 +1246,7 @@ cube_status_t cube_collective_group_end(void) {
       cube_status_release(call->result);  // SKIPPED is static
     }
     cube_status_release(call->local);
+    call_records_done(call);
     cube_comm_group_release(call->group);
   }
   cube_status_release(ended);
@@ -1295,7 +1479,7 @@ static cube_status_t member_wait(cube_server_t *server, cube_comm_group_t *group
                                  cube_comm_member_t *m, cube_bevent_t *event, bool *out_transport) {
   const cube_backend_vtable_t *vt = server->device->vtable;
   const cube_transport_vtable_t *t = group->transport;
-  const uint64_t started = cube_now_ns();
+  const uint64_t start = cube_now_ns();
   const uint64_t deadline = deadline_from_now(server);
   *out_transport = false;
   for (;;) {
@@ -1311,7 +1495,8 @@ static cube_status_t member_wait(cube_server_t *server, cube_comm_group_t *group
       *out_transport = status != CUBE_OK;
       return status;
     }
-    if (cube_now_ns() >= deadline) {
+    uint64_t now = cube_now_ns();
+    if (now >= deadline) {
       *out_transport = true;
       return cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
                               "sync_collective: the collectives queued on %s's %s communicator "
@@ -1322,10 +1507,10 @@ static cube_status_t member_wait(cube_server_t *server, cube_comm_group_t *group
     }
     // Yield while the wait is young: a queue of parts is usually micro- to
     // milliseconds from done, and any sleep overshoots by the timer slack
-    // (~50 us), which a fixed back-off turned into a tenth of a 128 MiB
+    // (50-100 us), which a fixed back-off turned into a tenth of a 128 MiB
     // all_reduce. Later, sleep 1/128 of the time waited so far (at most
     // 1 ms): the overshoot stays near 1 % of the wait.
-    uint64_t waited = cube_now_ns() - started;
+    uint64_t waited = now - start;
     if (waited < UINT64_C(5000000)) {
       sched_yield();
     } else {

@@ -140,6 +140,9 @@ static void member_teardown(const cube_transport_vtable_t *group_transport,
   pthread_mutex_unlock(&server->lock);
   if (comm && transport) transport->comm_destroy(server->device, comm);
   free(member->inflight);
+  // A call of another thread may still hold it (a misuse): then it leaks.
+  if (!atomic_exchange(&member->records_busy, true)) free(member->records);
+  member->records = NULL;
   member->inflight = NULL;
   member->inflight_count = member->inflight_capacity = 0;
 }
@@ -519,6 +522,8 @@ void cube_comm_group_leave_world(cube_comm_group_t *group) {
     pthread_mutex_unlock(&server->lock);
     if (comm) group->transport->comm_destroy(server->device, comm);
     free(m->inflight);
+    if (!atomic_exchange(&m->records_busy, true)) free(m->records);
+    m->records = NULL;
     m->inflight = NULL;
     m->inflight_count = m->inflight_capacity = 0;
   }
@@ -760,10 +765,11 @@ cube_status_t cube_comm_group_refusal(cube_comm_group_t *group, const char *oper
                           group->nranks);
 }
 
-cube_status_t cube_comm_group_submit(cube_comm_group_t *group, uint32_t rank,
-                                     const cube_top_t *op) {
+cube_status_t cube_comm_group_submit(cube_comm_group_t *group, uint32_t rank, const cube_top_t *op,
+                                     cube_tcomm_t **out_comm) {
   cube_comm_member_t *m = &group->members[rank];
   cube_status_t status = CUBE_OK;
+  if (out_comm) *out_comm = NULL;
   pthread_mutex_lock(&m->lock);
   if (m->aborted || !m->comm) {
     status = cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
@@ -773,6 +779,7 @@ cube_status_t cube_comm_group_submit(cube_comm_group_t *group, uint32_t rank,
     cube_server_t *server = m->server;
     status =
         group->transport->submit(server->device, m->comm, server->streams[m->stream].backend, op);
+    if (out_comm && cube_status_is_ok(status)) *out_comm = m->comm;
   }
   pthread_mutex_unlock(&m->lock);
   return status;

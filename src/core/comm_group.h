@@ -18,6 +18,8 @@
 #define CUBE_CORE_COMM_GROUP_H_
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
 
 #include "core/transport.h"
 
@@ -30,7 +32,10 @@ typedef enum cube_verdict_t {
 } cube_verdict_t;
 
 // One rank's part of one round as the others see it: plain bytes, so that a
-// transport whose ranks live in other processes can carry it as is.
+// transport whose ranks live in other processes can carry it as is. The
+// text comes last and is read only for a part that failed: a ready part's
+// record is its first CUBE_COLL_HEADER_WORDS bytes (what a transport that
+// may send records short carries of it).
 typedef struct cube_coll_header_t {
   uint8_t kind;  // cube_top_kind_t
   uint8_t dtype;
@@ -41,9 +46,11 @@ typedef struct cube_coll_header_t {
   uint64_t recv_bytes;
   uint64_t failure_id;  // a stale source's failure, in its own device's store
   uint32_t code;        // the code of the failure's root (cube_status_code_t)
+  uint32_t carried;     // source bytes riding after the words (CUBE_COLL_HEADER_WORDS)
   char device[72];      // "cpu:0 (client #3)"
   char message[208];    // the root's message, cut to fit
 } cube_coll_header_t;
+#define CUBE_COLL_HEADER_WORDS offsetof(cube_coll_header_t, device)
 
 typedef struct cube_server_t cube_server_t;
 
@@ -67,6 +74,11 @@ typedef struct cube_comm_member_t {
   // they are known to have landed.
   uint32_t *inflight;  // pairs of (slot index, slot generation)
   size_t inflight_count, inflight_capacity;
+  // A world's records (collective.c), kept for the member's next call
+  // outside a group call (one thread per world): taken while |records_busy|.
+  uint8_t *records;
+  size_t records_bytes;
+  atomic_bool records_busy;
   bool busy;  // work queued on |stream| since the last sync_collective
 } cube_comm_member_t;
 
@@ -185,9 +197,12 @@ CUBE_INTERNAL cube_status_t cube_comm_group_refusal(cube_comm_group_t *group,
                                                     const char *operation);
 
 // Submits |op| on |rank|'s communicator and stream (under the member's
-// lock; refused once the communicator was aborted).
+// lock; refused once the communicator was aborted). |out_comm| (may be NULL)
+// receives the communicator it went to: a part left to run inline is run
+// there (the member's pointer may be cleared by a teardown meanwhile, which
+// then waits on the stream for that part).
 CUBE_INTERNAL cube_status_t cube_comm_group_submit(cube_comm_group_t *group, uint32_t rank,
-                                                   const cube_top_t *op);
+                                                   const cube_top_t *op, cube_tcomm_t **out_comm);
 
 // A released client leaves every group it is in: the groups fail (their
 // other members answer GROUP_FAILED), its communicators are aborted, its

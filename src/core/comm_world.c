@@ -165,8 +165,8 @@ static cube_status_t id_through_mpi(cube_client_t *client, const cube_rank_env_t
   // Every rank's record; rank 0's is the id (an error on rank 0 reaches the
   // others as a zero id, which init_rank refuses).
   if (!status)
-    status =
-        mpi->exchange_status(server->device, comm, NULL, UINT32_MAX, inout_id, all, sizeof *all);
+    status = mpi->exchange_status(server->device, comm, NULL, UINT32_MAX, inout_id, sizeof *all,
+                                  all, sizeof *all);
   if (!status) *inout_id = all[0];
   free(all);
   if (comm) {

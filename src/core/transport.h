@@ -71,6 +71,17 @@ typedef struct cube_top_t {
   // all until the comm is aborted.
   cube_status_t dropped;
   bool hold;
+  // The caller calls the transport's run_inline, with no lock held, right
+  // after this part's call returns (one call outside a group call): the
+  // transport may leave the part for it to run on the caller's thread, when
+  // the stream is idle and a hand-off would cost more than the work.
+  bool inline_ok;
+  // A fused round (fused_max_bytes): every rank's source bytes came in the
+  // status records, rank r's at records + r * record_bytes (borrowed until
+  // submit returns). The part reduces them into recv, in rank order, and
+  // moves nothing itself.
+  const void *records;
+  size_t record_bytes;
 } cube_top_t;
 
 // How a comm's work is reporting. |error| (owned by the caller) is a
@@ -84,6 +95,16 @@ typedef struct cube_transport_vtable_t {
   // when their communicator is aborted: the core then claims the
   // destinations in flight itself.
   bool fails_late;
+  // A world's all_reduce whose source holds at most this many bytes per
+  // rank may carry them in its status record (the core reads them with
+  // fused_read when it posts the part, its writers done); a round where
+  // every part did needs no payload call: each rank's part reduces the
+  // records (cube_top_t.records). Every world record then has room for
+  // them (whatever a rank calls: its peers may be carrying). 0: none.
+  uint32_t fused_max_bytes;
+  // Copies |bytes| at device address |address|, whose writers are done, to
+  // |out| (host memory), now.
+  void (*fused_read)(cube_backend_device_t *device, uint64_t address, size_t bytes, void *out);
   // Whether |op| reduces |dtype| (the seed's DeviceTransport::reduces).
   bool (*reduces)(cube_dtype_t dtype, cube_reduce_op_t op);
   // A new group token, made once per group by its first rank.
@@ -104,6 +125,13 @@ typedef struct cube_transport_vtable_t {
   // returns: comm_ready answers false until it has.
   cube_status_t (*submit)(cube_backend_device_t *device, cube_tcomm_t *comm, cube_bstream_t *stream,
                           const cube_top_t *op);
+  // Runs, on the calling thread and with no lock held, the part the last
+  // submit on |comm| left for it (inline_ok): the part holds its place in
+  // its stream's order until then, and fails late there like a queued one;
+  // its failure is answered too (owned by the caller). Does nothing (NULL)
+  // when that submit queued its part. NULL: parts always run on their
+  // stream.
+  cube_status_t (*run_inline)(cube_backend_device_t *device, cube_tcomm_t *comm);
   // The comm's asynchronous error, without blocking: NULL while healthy.
   cube_status_t (*poll)(cube_backend_device_t *device, cube_tcomm_t *comm);
   // Stops the comm's work now (it may be running on another thread): queued
@@ -124,10 +152,13 @@ typedef struct cube_transport_vtable_t {
   // moves. NULL for transports whose ranks all live in this process: the
   // core's board (comm_group.c) carries the status there.
   // |stream| is the comm's own (NCCL moves the records there, in order
-  // with the payloads).
+  // with the payloads). Only the first |mine_bytes| of |mine|'s |bytes|
+  // carry anything (a ready part's record needs no text): a transport may
+  // send only those, and then a record that arrives short reads as zeros
+  // past its end. Every rank passes the same |bytes|.
   cube_status_t (*exchange_status)(cube_backend_device_t *device, cube_tcomm_t *comm,
                                    cube_bstream_t *stream, uint32_t peer, const void *mine,
-                                   void *out, size_t bytes);
+                                   size_t mine_bytes, void *out, size_t bytes);
   // This device's transport for groups whose ranks live in several
   // processes (cube_comm_init_rank): MPI for CPU clients, NCCL itself for
   // CUDA. NULL, or an error, when it has none (NO_DEVICE_TRANSPORT).

@@ -348,6 +348,131 @@ static void test_cross_stream_event_wait(void **state) {
   device->vtable->stream_destroy(device, b);
 }
 
+//===--- Transport parts run by their caller (cube_cpu_stream_transport_claim) ---===//
+
+// A collective's part: sets the flag (after a pause when asked) and answers
+// |fail| when set.
+typedef struct part_t {
+  flag_t *flag;
+  bool slow;
+  cube_status_t fail;
+  atomic_int runs;
+} part_t;
+
+static cube_status_t run_part(void *arg, cube_status_t dropped) {
+  part_t *p = arg;
+  assert_null(dropped);
+  if (p->slow) sleep_ms(30);
+  atomic_store(&p->flag->flag, 1);
+  atomic_fetch_add(&p->runs, 1);
+  return p->fail;
+}
+
+typedef struct syncer_t {
+  cube_backend_device_t *device;
+  cube_bstream_t *stream;
+  atomic_int done;
+} syncer_t;
+
+static void *sync_stream(void *arg) {
+  syncer_t *s = arg;
+  cube_status_release(s->device->vtable->stream_sync(s->device, s->stream));
+  atomic_store(&s->done, 1);
+  return NULL;
+}
+
+// Claims |part| on |stream| once its thread sleeps (a stream is idle only
+// then: a new one's thread may not have reached its wait yet); a part that
+// was queued meanwhile ran on the thread and counts as run.
+static cube_cpu_task_t *claim_when_idle(cube_backend_device_t *device, cube_bstream_t *stream,
+                                        part_t *part) {
+  cube_cpu_task_t *claim = NULL;
+  for (int tries = 0; tries < 200 && !claim; ++tries) {
+    ASSERT_OK(cube_cpu_stream_transport_claim(stream, run_part, part, &claim));
+    if (!claim) {
+      ASSERT_OK(device->vtable->stream_sync(device, stream));
+      atomic_fetch_sub(&part->runs, 1);
+      sleep_ms(5);
+    }
+  }
+  assert_non_null(claim);
+  return claim;
+}
+
+static void test_claimed_transport_part(void **state) {
+  cube_backend_device_t *device = *state;
+  cube_bstream_t *stream = make_stream(device);
+  flag_t f;
+  atomic_init(&f.flag, 0);
+  atomic_init(&f.observed, 0);
+  part_t part = {.flag = &f, .slow = false, .fail = CUBE_OK};
+  atomic_init(&part.runs, 0);
+  // An idle stream: the part is the caller's, and holds the stream's place.
+  cube_cpu_task_t *claim = claim_when_idle(device, stream, &part);
+  atomic_store(&f.flag, 0);
+  cube_bevent_t *event = NULL;
+  ASSERT_OK(device->vtable->event_record(device, stream, false, &event));
+  ASSERT_OK(device->vtable->host_callback(device, stream, observe_flag, &f));
+  syncer_t syncer = {.device = device, .stream = stream};
+  atomic_init(&syncer.done, 0);
+  pthread_t thread;
+  assert_int_equal(pthread_create(&thread, NULL, sync_stream, &syncer), 0);
+  sleep_ms(30);
+  bool done = true;
+  ASSERT_OK(device->vtable->event_query(device, event, &done));
+  assert_false(done);  // behind the part, which has not run
+  assert_int_equal(atomic_load(&f.observed), 0);
+  assert_int_equal(atomic_load(&syncer.done), 0);
+  ASSERT_OK(cube_cpu_stream_run_claimed(stream, claim));
+  assert_int_equal(pthread_join(thread, NULL), 0);
+  assert_int_equal(atomic_load(&f.observed), 11);  // the callback came after the part
+  ASSERT_OK(device->vtable->event_query(device, event, &done));
+  assert_true(done);
+  device->vtable->event_release(device, event);
+
+  // A busy stream: the part is queued and its thread runs it, in order.
+  atomic_store(&f.flag, 0);
+  atomic_store(&f.observed, 0);
+  ASSERT_OK(device->vtable->host_callback(device, stream, set_flag_slowly, &f));
+  part.slow = true;
+  ASSERT_OK(cube_cpu_stream_transport_claim(stream, run_part, &part, &claim));
+  assert_null(claim);
+  ASSERT_OK(device->vtable->host_callback(device, stream, observe_flag, &f));
+  ASSERT_OK(device->vtable->stream_sync(device, stream));
+  assert_int_equal(atomic_load(&part.runs), 2);
+  assert_int_equal(atomic_load(&f.observed), 11);
+
+  // A claimed part that fails: answered, and it halts the stream with its
+  // tag, as a part the thread ran would.
+  part.slow = false;
+  part.fail = cube_status_make(CUBE_STATUS_TRANSPORT_FAILED, "the part failed");
+  device->vtable->stream_tag(device, stream, 42);
+  cube_status_t fail = part.fail;
+  part.fail = CUBE_OK;  // a part queued while the thread wakes up succeeds
+  claim = claim_when_idle(device, stream, &part);
+  part.fail = fail;
+  ASSERT_OK(device->vtable->event_record(device, stream, false, &event));
+  cube_status_t ran = cube_cpu_stream_run_claimed(stream, claim);
+  assert_int_equal(cube_status_code(ran), CUBE_STATUS_TRANSPORT_FAILED);
+  cube_status_release(ran);
+  cube_status_t reached = device->vtable->event_sync(device, event);
+  assert_non_null(reached);  // reached by a halted stream
+  cube_status_release(reached);
+  device->vtable->event_release(device, event);
+  uint64_t tag = 0;
+  cube_status_t failure = device->vtable->stream_take_failure(device, stream, &tag);
+  assert_int_equal(cube_status_code(failure), CUBE_STATUS_TRANSPORT_FAILED);
+  assert_int_equal(tag, 42);
+  cube_status_release(failure);
+  // Taken: the stream runs again (an idle one claims again).
+  part.fail = CUBE_OK;
+  claim = claim_when_idle(device, stream, &part);
+  ASSERT_OK(cube_cpu_stream_run_claimed(stream, claim));
+  ASSERT_OK(device->vtable->stream_sync(device, stream));
+  assert_int_equal(atomic_load(&part.runs), 4);
+  device->vtable->stream_destroy(device, stream);
+}
+
 //===--- Kernels ---===//
 
 static const char kSaxpy[] =
@@ -921,6 +1046,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_copies_in_stream_order, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_strided_copies, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_cross_stream_event_wait, device_setup, device_teardown),
+      cmocka_unit_test_setup_teardown(test_claimed_transport_part, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_saxpy, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_reduction_with_barriers, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_divergent_barriers, device_setup, device_teardown),

@@ -268,10 +268,29 @@ static void exchange(cube_mpi_comm_t *comm) {
   for (uint32_t r = 0; r < g_size && !s; ++r)
     CHECK(all[4 * r] == r && all[4 * r + 1] == r * 3, "exchange: rank %u's record", r);
   cube_status_release(s);
+  // Records sent short (their first two words): the rest of each other
+  // rank's slot reads as zeros, this rank's own is whole.
+  memset(all, 0xa5, sizeof all);
+  s = cube_mpi_exchange_records(comm, UINT32_MAX, mine, 2 * sizeof mine[0], all, sizeof mine,
+                                deadline());
+  CHECK(!s, "short exchange: %s", status_text(s));
+  for (uint32_t r = 0; r < g_size && !s; ++r) {
+    uint32_t third = r == g_rank ? 7 : 0, fourth = r == g_rank ? 9 : 0;
+    CHECK(all[4 * r] == r && all[4 * r + 1] == r * 3 && all[4 * r + 2] == third &&
+              all[4 * r + 3] == fourth,
+          "short exchange: rank %u's record", r);
+  }
+  cube_status_release(s);
   if (g_size % 2 == 0) {
     uint32_t peer = g_rank ^ 1, theirs[4];
     s = cube_mpi_exchange(comm, peer, mine, theirs, sizeof mine, deadline());
     CHECK(!s && theirs[0] == peer, "peer exchange: %s", status_text(s));
+    cube_status_release(s);
+    memset(theirs, 0xa5, sizeof theirs);
+    s = cube_mpi_exchange_records(comm, peer, mine, sizeof mine[0], theirs, sizeof mine,
+                                  deadline());
+    CHECK(!s && theirs[0] == peer && theirs[1] == 0 && theirs[3] == 0, "short peer exchange: %s",
+          status_text(s));
     cube_status_release(s);
   }
   printf("PASS exchange rank %u\n", g_rank);

@@ -275,6 +275,27 @@ CUBE_INTERNAL cube_bgraph_t *cube_cpu_stream_recording(cube_bstream_t *stream, c
 // runs exactly once.
 CUBE_INTERNAL cube_status_t cube_cpu_stream_transport(
     cube_bstream_t *stream, cube_status_t (*fn)(void *arg, cube_status_t dropped), void *arg);
+// The same part, run by the caller instead when the stream is idle (nothing
+// queued or running, not halted): it takes the stream's next place at once
+// (*out_claim set), the stream thread runs nothing until the caller has run
+// it with cube_cpu_stream_run_claimed, which it must do, with no lock of the
+// core held; events recorded meanwhile are reached after it, and its
+// failure halts the stream as the thread's would (and is answered, retained,
+// as well). A stream that is not idle queues it as cube_cpu_stream_transport
+// does (*out_claim NULL).
+typedef struct cube_cpu_task_t cube_cpu_task_t;
+// Short local work of a part (a fused round's reduction: no call to other
+// ranks) run now on the calling thread, holding the stream, when it is idle
+// (*out_ran true; its answer is the part's, and does not halt the stream:
+// the caller reports it); nothing at all otherwise.
+CUBE_INTERNAL cube_status_t cube_cpu_stream_run_if_idle(cube_bstream_t *stream,
+                                                        cube_status_t (*fn)(void *arg), void *arg,
+                                                        bool *out_ran);
+CUBE_INTERNAL cube_status_t cube_cpu_stream_transport_claim(
+    cube_bstream_t *stream, cube_status_t (*fn)(void *arg, cube_status_t dropped), void *arg,
+    cube_cpu_task_t **out_claim);
+CUBE_INTERNAL cube_status_t cube_cpu_stream_run_claimed(cube_bstream_t *stream,
+                                                        cube_cpu_task_t *claim);
 CUBE_INTERNAL cube_status_t cube_cpu_stream_enqueue_graph(cube_bstream_t *stream,
                                                           cube_bgraph_t *graph);
 

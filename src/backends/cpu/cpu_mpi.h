@@ -116,6 +116,19 @@ CUBE_INTERNAL cube_status_t cube_mpi_run(cube_mpi_comm_t *comm, const cube_mpi_o
 CUBE_INTERNAL cube_status_t cube_mpi_exchange(cube_mpi_comm_t *comm, uint32_t peer,
                                               const void *mine, void *out, size_t bytes,
                                               uint64_t deadline_ns);
+// The same, where only the first |mine_bytes| of |mine|'s |bytes| carry
+// anything: they may be all that is sent, and a record that arrives short
+// reads as zeros past its end (every rank passes the same |bytes|).
+CUBE_INTERNAL cube_status_t cube_mpi_exchange_records(cube_mpi_comm_t *comm, uint32_t peer,
+                                                      const void *mine, size_t mine_bytes,
+                                                      void *out, size_t bytes,
+                                                      uint64_t deadline_ns);
+// A fused all_reduce (|op|: kind ALL_REDUCE, its recv and count): every
+// rank's |count| elements are in |records|, rank r's at records + r *
+// |stride|; they are reduced in rank order into op->recv, with no call to
+// the other ranks. VALIDATION for another kind or an unknown type.
+CUBE_INTERNAL cube_status_t cube_mpi_reduce_records(cube_mpi_comm_t *comm, const cube_mpi_op_t *op,
+                                                    const void *records, size_t stride);
 // The communicator's failure, NULL while healthy (retained).
 CUBE_INTERNAL cube_status_t cube_mpi_poll(cube_mpi_comm_t *comm);
 // Abandons the communicator now (safe from any thread, twice, and while a

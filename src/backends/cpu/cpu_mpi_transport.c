@@ -10,6 +10,7 @@
 // stream, like inproc's, so the core charges what it was writing. A part
 // that cannot run after the others were told it would (its stream halted)
 // abandons the communicator: the peers then fail within their deadline.
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,16 +21,40 @@
 
 static const uint8_t kMpiMagic[16] = "cube-mpi-world1";
 
+// Parts whose larger side holds at most this many bytes run on the
+// caller's thread when their stream is idle (mpi_submit): below it the
+// hand-off to the stream thread and its wake-up cost more than MPI moving
+// the bytes, and the caller waits on its peers in the status exchange just
+// before anyway.
+#define MPI_INLINE_MAX_BYTES (64u << 10)
+
+// An all_reduce source of at most this many bytes rides in its status
+// record (fused_max_bytes): one exchange per call instead of an exchange
+// and a payload collective. Every world record then holds 40 + 2048 bytes;
+// a ready part sends only what it carries.
+#define MPI_FUSED_MAX_BYTES 2048u
+
+typedef struct mpi_task_t mpi_task_t;
+
 // A rank's communicator as the core holds it.
 typedef struct mpi_tcomm_t {
   cube_mpi_comm_t *mpi;
   uint64_t timeout_ns;  // every wait of its parts (CUBE_COLLECTIVE_TIMEOUT_S)
+  // The part the last submit left for its caller to run (run_inline), or
+  // NULL: taken once, by exchange, so that it runs exactly once.
+  _Atomic(mpi_task_t *) claimed;
 } mpi_tcomm_t;
 
-typedef struct mpi_task_t {
+struct mpi_task_t {
   mpi_tcomm_t *comm;
   cube_top_t op;
-} mpi_task_t;
+  cube_bstream_t *stream;  // a claimed part's stream and place in it
+  cube_cpu_task_t *claim;
+  // A fused round: every rank's source bytes, copied (the core's records go
+  // when submit returns), |stride| apart; NULL otherwise.
+  uint8_t *records;
+  size_t stride;
+};
 
 static mpi_tcomm_t *mpi_cast(cube_tcomm_t *comm) {
   return (mpi_tcomm_t *)comm;
@@ -99,7 +124,14 @@ static cube_status_t mpi_task_run(void *arg, cube_status_t dropped) {
   mpi_task_t *task = arg;
   cube_status_t result = CUBE_OK;
   cube_status_t why = dropped ? dropped : task->op.dropped;
-  if (why) {
+  if (task->records) {
+    // Every rank's bytes are here: no peer waits on this part, so a halted
+    // stream just drops it (the core charges its destination).
+    if (!why) {
+      cube_mpi_op_t op = mpi_op(&task->op);
+      result = cube_mpi_reduce_records(task->comm->mpi, &op, task->records, task->stride);
+    }
+  } else if (why) {
     // The peers were told this part is ready and wait for it in MPI: it
     // will not come, so the communicator goes (they fail at their deadline).
     cube_mpi_abort(task->comm->mpi);
@@ -113,26 +145,124 @@ static cube_status_t mpi_task_run(void *arg, cube_status_t dropped) {
     result = cube_mpi_run(task->comm->mpi, &op, cube_now_ns() + task->comm->timeout_ns);
   }
   cube_status_release(task->op.dropped);
-  free(task);
+  free(task);                         // the records with it
   return dropped ? CUBE_OK : result;  // a halted stream ignores the answer
+}
+
+// The bytes of the larger side of |op|'s part on this rank.
+static uint64_t mpi_part_bytes(const cube_top_t *op, uint32_t nranks) {
+  uint64_t esize = op->kind == CUBE_TOP_ALL_REDUCE || op->kind == CUBE_TOP_REDUCE_SCATTER
+                       ? cube_dtype_size(op->dtype)
+                       : 1;
+  uint64_t bytes = op->count * esize;
+  switch (op->kind) {
+    case CUBE_TOP_ALL_GATHER:
+    case CUBE_TOP_REDUCE_SCATTER:
+    case CUBE_TOP_ALL_TO_ALL:
+      return bytes * nranks;
+    default:
+      return bytes;
+  }
+}
+
+// Whether |op| may run on its caller's thread: a collective (every rank
+// issues its parts on the payload channel in the core's order, which an
+// idle stream keeps: nothing queued there can be overtaken), small, and one
+// that runs (a dropped or held part keeps the stream's path). Sends and
+// receives stay on the stream: a blocking send on the caller could wait for
+// a receiver that this very caller has yet to post.
+static bool mpi_may_inline(const cube_top_t *op, uint32_t nranks) {
+  if (op->records) return op->inline_ok;  // a fused part reduces local bytes
+  return op->inline_ok && !op->dropped && !op->hold && op->kind != CUBE_TOP_SEND &&
+         op->kind != CUBE_TOP_RECV && op->count < (1ull << 40) &&
+         mpi_part_bytes(op, nranks) <= MPI_INLINE_MAX_BYTES;
+}
+
+// A fused part reduced at once, from the core's records (valid while submit
+// runs).
+typedef struct mpi_fused_now_t {
+  mpi_tcomm_t *comm;
+  const cube_top_t *op;
+} mpi_fused_now_t;
+
+static cube_status_t mpi_fused_now(void *arg) {
+  mpi_fused_now_t *f = arg;
+  cube_mpi_op_t op = mpi_op(f->op);
+  return cube_mpi_reduce_records(f->comm->mpi, &op, f->op->records, f->op->record_bytes);
 }
 
 static cube_status_t mpi_submit(cube_backend_device_t *device, cube_tcomm_t *comm,
                                 cube_bstream_t *stream, const cube_top_t *op) {
   (void)device;
-  mpi_task_t *task = malloc(sizeof *task);
+  mpi_tcomm_t *c = mpi_cast(comm);
+  uint32_t n = cube_mpi_comm_size(c->mpi);
+  size_t payload = 0;  // a fused part's bytes per rank
+  if (op->records) {
+    payload = (size_t)op->count * cube_dtype_size(op->dtype);
+    if (op->kind != CUBE_TOP_ALL_REDUCE || payload > MPI_FUSED_MAX_BYTES ||
+        payload > op->record_bytes) {
+      return cube_status_make(CUBE_STATUS_VALIDATION,
+                              "mpi %s: a fused part of %zu bytes (records of %zu)",
+                              cube_top_kind_name(op->kind), payload, op->record_bytes);
+    }
+    // Every rank's bytes are here and the reduction is short: on an idle
+    // stream it is done now, in stream order, with no task to queue or run.
+    bool ran = false;
+    mpi_fused_now_t now = {.comm = c, .op = op};
+    cube_status_t status = cube_cpu_stream_run_if_idle(stream, mpi_fused_now, &now, &ran);
+    if (ran) return status;
+  }
+  mpi_task_t *task = malloc(sizeof *task + payload * n);
   if (!task) {
     return cube_status_make(CUBE_STATUS_TRANSPORT_FAILED, "mpi %s: out of host memory",
                             cube_top_kind_name(op->kind));
   }
-  *task = (mpi_task_t){.comm = mpi_cast(comm), .op = *op};
+  *task = (mpi_task_t){.comm = c, .op = *op, .stream = stream};
+  task->op.records = NULL;  // borrowed: copied below
+  if (op->records) {
+    task->records = (uint8_t *)(task + 1);
+    task->stride = payload;
+    for (uint32_t r = 0; r < n; ++r) {
+      memcpy(task->records + payload * r, (const uint8_t *)op->records + op->record_bytes * r,
+             payload);
+    }
+  }
   task->op.dropped = cube_status_retain(op->dropped);
-  cube_status_t status = cube_cpu_stream_transport(stream, mpi_task_run, task);
+  cube_status_t status = CUBE_OK;
+  if (mpi_may_inline(op, n)) {
+    // Into a local first: a part the stream queued instead may already have
+    // run and been freed by the stream thread when the call returns.
+    cube_cpu_task_t *claim = NULL;
+    status = cube_cpu_stream_transport_claim(stream, mpi_task_run, task, &claim);
+    if (!status && claim) {
+      // A part left to the caller (the thread will not run it): run_inline,
+      // right after this call, runs it.
+      task->claim = claim;
+      atomic_store(&c->claimed, task);
+    }
+  } else {
+    status = cube_cpu_stream_transport(stream, mpi_task_run, task);
+  }
   if (status) {
     cube_status_release(task->op.dropped);
     free(task);
   }
   return status;
+}
+
+static void mpi_fused_read(cube_backend_device_t *device, uint64_t address, size_t bytes,
+                           void *out) {
+  (void)device;
+  memcpy(out, (const void *)(uintptr_t)address, bytes);  // CPU memory is host memory
+}
+
+static cube_status_t mpi_run_inline(cube_backend_device_t *device, cube_tcomm_t *comm) {
+  (void)device;
+  mpi_task_t *task = atomic_exchange(&mpi_cast(comm)->claimed, NULL);
+  if (!task) return CUBE_OK;
+  // mpi_task_run frees the task: its stream and place are read first.
+  cube_bstream_t *stream = task->stream;
+  return cube_cpu_stream_run_claimed(stream, task->claim);
 }
 
 static cube_status_t mpi_poll(cube_backend_device_t *device, cube_tcomm_t *comm) {
@@ -154,15 +284,18 @@ static void mpi_comm_destroy(cube_backend_device_t *device, cube_tcomm_t *comm) 
 
 static cube_status_t mpi_exchange_status(cube_backend_device_t *device, cube_tcomm_t *comm,
                                          cube_bstream_t *stream, uint32_t peer, const void *mine,
-                                         void *out, size_t bytes) {
+                                         size_t mine_bytes, void *out, size_t bytes) {
   (void)device, (void)stream;  // MPI's status channel is a communicator of its own
   mpi_tcomm_t *c = mpi_cast(comm);
-  return cube_mpi_exchange(c->mpi, peer, mine, out, bytes, cube_now_ns() + c->timeout_ns);
+  return cube_mpi_exchange_records(c->mpi, peer, mine, mine_bytes, out, bytes,
+                                   cube_now_ns() + c->timeout_ns);
 }
 
 static const cube_transport_vtable_t kMpiTransport = {
     .name = "mpi",
     .fails_late = true,
+    .fused_max_bytes = MPI_FUSED_MAX_BYTES,
+    .fused_read = mpi_fused_read,
     .reduces = mpi_reduces,
     .unique_id = mpi_unique_id,
     .group_begin = mpi_group_nop,
@@ -170,6 +303,7 @@ static const cube_transport_vtable_t kMpiTransport = {
     .comm_create = mpi_comm_create,
     .comm_ready = mpi_comm_ready,
     .submit = mpi_submit,
+    .run_inline = mpi_run_inline,
     .poll = mpi_poll,
     .abort = mpi_abort,
     .comm_destroy = mpi_comm_destroy,

@@ -106,6 +106,10 @@ struct cube_bstream_t {
   cube_cpu_exec_t exec;
   // Graphs: while set, dispatches are recorded into it instead of queued.
   cube_bgraph_t *recording;
+  // A transport part the caller runs itself (cube_cpu_stream_transport_claim):
+  // it holds the stream's next place, so the thread runs nothing until the
+  // caller has finished it.
+  cube_cpu_task_t *claimed;
 };
 
 //===--- Events ---===//
@@ -197,7 +201,9 @@ static void *stream_main(void *arg) {
   cube_bstream_t *stream = arg;
   pthread_mutex_lock(&stream->lock);
   for (;;) {
-    while (stream->head == NULL && !stream->stop) {
+    // A claimed part runs on its caller's thread: what was queued after it
+    // waits (and so does a stop, which drains).
+    while ((stream->head == NULL && !stream->stop) || stream->claimed != NULL) {
       stream->idle = true;
       pthread_cond_wait(&stream->work, &stream->lock);
       stream->idle = false;
@@ -257,7 +263,7 @@ static void *stream_main(void *arg) {
 // Whether work enqueued now would run at once: nothing queued or running,
 // not halted. Stream lock held.
 static bool stream_idle(const cube_bstream_t *stream) {
-  return stream->head == NULL && stream->idle && !stream->halted;
+  return stream->head == NULL && stream->idle && !stream->halted && stream->claimed == NULL;
 }
 
 // Locks the stream and hands out a task to fill; NULL (unlocked) when out of
@@ -611,6 +617,91 @@ cube_status_t cube_cpu_stream_transport(cube_bstream_t *stream,
     task_submit(stream, task);
   }
   return status;
+}
+
+cube_status_t cube_cpu_stream_run_if_idle(cube_bstream_t *stream, cube_status_t (*fn)(void *arg),
+                                          void *arg, bool *out_ran) {
+  cube_status_t status = CUBE_OK;
+  *out_ran = false;
+  pthread_mutex_lock(&stream->lock);
+  if (stream_idle(stream)) {
+    // In stream order already, as an idle copy: the caller runs it holding
+    // the stream, so nothing queued meanwhile starts first.
+    ++stream->enqueued;
+    status = fn(arg);
+    stream->completed++;
+    *out_ran = true;
+  }
+  pthread_mutex_unlock(&stream->lock);
+  return status;
+}
+
+cube_status_t cube_cpu_stream_transport_claim(cube_bstream_t *stream,
+                                              cube_status_t (*fn)(void *arg, cube_status_t dropped),
+                                              void *arg, cube_cpu_task_t **out_claim) {
+  cube_status_t status = CUBE_OK;
+  *out_claim = NULL;
+  cube_cpu_task_t *task = task_begin(stream, TASK_TRANSPORT);
+  if (task == NULL) {
+    status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                              "cpu stream: out of host memory for a collective's part");
+  } else {
+    task->u.transport.fn = fn;
+    task->u.transport.arg = arg;
+    if (stream_idle(stream)) {
+      // Its place in the stream is taken now; the thread, asleep, stays so
+      // until the caller has run it (stream_main's wait).
+      task->next = NULL;
+      task->seq = ++stream->enqueued;
+      task->tag = stream->tag;
+      stream->claimed = task;
+      *out_claim = task;
+      pthread_mutex_unlock(&stream->lock);
+    } else {
+      task_submit(stream, task);
+    }
+  }
+  return status;
+}
+
+cube_status_t cube_cpu_stream_run_claimed(cube_bstream_t *stream, cube_cpu_task_t *claim) {
+  // Nothing ran on the stream since the claim (the thread waits for it), so
+  // the stream is not halted: the part runs, as the thread would run it.
+  cube_status_t error = claim->u.transport.fn(claim->u.transport.arg, CUBE_OK);
+  cube_status_t answer = cube_status_retain(error);  // the stream keeps |error|
+  pthread_mutex_lock(&stream->lock);
+  if (error != CUBE_OK) {
+    stream->halted = true;
+    stream->failure = error;
+    stream->failure_tag = claim->tag;
+  }
+  stream->claimed = NULL;
+  if (stream->free_count < FREE_LIST_MAX) {
+    claim->next = stream->free_list;
+    stream->free_list = claim;
+    stream->free_count++;
+  } else {
+    free(claim);
+  }
+  stream->completed++;
+  // Markers recorded behind the part (ComputeWait::Now's fence, a sync's
+  // event) are reached here, without waking the thread for them.
+  while (!stream->halted && stream->head != NULL && stream->head->kind == TASK_RECORD &&
+         stream->head->seq > stream->drop_through) {
+    cube_cpu_task_t *task = stream->head;
+    stream->head = task->next;
+    if (stream->head == NULL) stream->tail = NULL;
+    event_reach(task->u.event, CUBE_OK);
+    event_release(task->u.event);
+    task->next = stream->free_list;
+    stream->free_list = task;
+    stream->free_count++;
+    stream->completed++;
+  }
+  if (stream->sync_waiters > 0) pthread_cond_broadcast(&stream->drained);
+  if (stream->head != NULL || stream->stop) pthread_cond_signal(&stream->work);
+  pthread_mutex_unlock(&stream->lock);
+  return answer;
 }
 
 //===--- Dispatch ---===//

@@ -394,7 +394,8 @@ static void nccl_comm_destroy(cube_backend_device_t *base, cube_tcomm_t *tcomm) 
 // polled against the deadline with the comm's asynchronous error.
 static cube_status_t nccl_exchange_status(cube_backend_device_t *base, cube_tcomm_t *tcomm,
                                           cube_bstream_t *bstream, uint32_t peer, const void *mine,
-                                          void *out, size_t bytes) {
+                                          size_t mine_bytes, void *out, size_t bytes) {
+  (void)mine_bytes;  // NCCL's gather moves whole records
   nccl_comm_t *comm = nccl_cast(tcomm);
   const cube_nccl_api_t *nccl = cube_nccl_api(NULL);
   cube_cuda_device_t *device = cube_cuda_device(base);
