@@ -27,7 +27,7 @@
 #include "core/backend.h"
 
 // Bumped whenever the generated code changes: part of the kernel cache key.
-#define CUBE_CPU_SPLIT_VERSION 1
+#define CUBE_CPU_SPLIT_VERSION 2
 
 typedef struct cube_cpu_split_t {
   char *code;         // appended after the kernel source; NULL: not split
@@ -35,6 +35,7 @@ typedef struct cube_cpu_split_t {
   bool barriers;      // the body has barriers
   uint32_t regions;   // per-unit loops in the split entry
   uint32_t lockstep;  // loops run in lock step across units
+  uint32_t ranges;    // comparisons folded by range splits
 } cube_cpu_split_t;
 
 // Splits kernel |name| of |source| (-D/-U/-I words of |options| apply).
