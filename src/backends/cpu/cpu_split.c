@@ -1594,7 +1594,11 @@ static void find_range_conds(split_t *sp, int32_t node, int32_t u, range_cond_t 
     int32_t a = child(sp, node, 0), b = child(sp, node, 1);
     bool ax = slope_one(sp, a, u, 0) && range_uniform(sp, b, u);
     bool bx = !ax && slope_one(sp, b, u, 0) && range_uniform(sp, a, u);
-    if ((ax || bx) && probe_safe(sp, a) && probe_safe(sp, b)) {
+    int32_t q = ax ? b : a;
+    uint16_t qk = N(sp, q)->type_kind;
+    // An integer comparison (q of a floating type converts x to it).
+    bool integer = qk >= 3 && qk <= 19 && qk != 12;
+    if ((ax || bx) && integer && probe_safe(sp, a) && probe_safe(sp, b)) {
       range_cond_t *c = &conds[(*count)++];
       c->node = node;
       c->x = ax ? a : b;
@@ -1654,31 +1658,6 @@ static void emit_operand(split_t *sp, int32_t node) {
   out_str(&sp->out, "(");
   emit_part(sp, N(sp, node)->begin, N(sp, node)->end);
   out_str(&sp->out, ")");
-}
-
-// cube__f = the first unit in [0, dx] where `x op q` holds (op >= or >),
-// by bisection: the comparison is monotone in the unit once checked.
-static void emit_first(split_t *sp, const range_cond_t *c, const char *op, const uint8_t *need) {
-  static const char *const probes[] = {"0", "cube__dx - 1", "cube__md"};
-  out_str(&sp->out, "{\nuint32_t cube__lo = 0, cube__hi = cube__dx;\nint cube__p = 0;\n");
-  for (int k = 0; k < 3; ++k) {
-    if (k == 2)
-      out_str(&sp->out,
-              "while (cube__lo < cube__hi) {\n"
-              "const uint32_t cube__md = cube__lo + (cube__hi - cube__lo) / 2;\n");
-    emit_probe(sp, probes[k], need);
-    out_str(&sp->out, "cube__p = !!(");
-    emit_operand(sp, c->x);
-    out_fmt(&sp->out, " %s ", op);
-    emit_operand(sp, c->q);
-    out_str(&sp->out, ");\n}\n");
-    if (k == 0) out_str(&sp->out, "if (cube__p) cube__hi = 0; else {\ncube__lo = 1;\n");
-    if (k == 1)
-      out_str(&sp->out, "if (!cube__p) cube__lo = cube__dx; else cube__hi = cube__dx - 1;\n}\n");
-    if (k == 2)
-      out_str(&sp->out, "if (cube__p) cube__hi = cube__md; else cube__lo = cube__md + 1;\n}\n");
-  }
-  out_str(&sp->out, "cube__f = cube__lo;\n}\n");
 }
 
 // One loop over the units of a region: |begin| opens it; |conds| (NULL: none)
@@ -1756,8 +1735,9 @@ static void emit_region(split_t *sp, int32_t container, const uint32_t *list, ui
           nconds, nconds, nconds);
   for (uint32_t c = 0; c < nconds; ++c) {
     const range_cond_t *rc = &conds[c];
-    // Strictly increasing over the cube unless it wraps (then the last unit
-    // is below the first), in the type the comparison converts to.
+    // x is x(0) + unit, strictly increasing over the cube unless it wraps
+    // (then the last unit is below the first), in the type the comparison
+    // converts to: the first units where x >= q and x > q follow from x(0).
     out_str(&sp->out, "if (cube__rs) ");
     emit_probe(sp, "cube__dx - 1", need);
     out_str(&sp->out, "const __typeof__(");
@@ -1768,21 +1748,20 @@ static void emit_region(split_t *sp, int32_t container, const uint32_t *list, ui
     emit_operand(sp, rc->x);
     out_str(&sp->out, ";\n");
     emit_probe(sp, "0", need);
-    out_str(&sp->out, "cube__rs = (__typeof__(cube__xl))");
+    out_str(&sp->out, "const __typeof__(cube__xl) cube__x0 = ");
     emit_operand(sp, rc->x);
-    out_str(&sp->out, " <= cube__xl;\n}\n}\n");
+    out_str(&sp->out, ", cube__q = ");
+    emit_operand(sp, rc->q);
+    out_str(&sp->out,
+            ";\nif (!(cube__x0 <= cube__xl) || (__typeof__(cube__xl))0.5 != 0) {\ncube__rs = 0;\n"
+            "} else {\n"
+            "const uint32_t cube__ge = cube__q <= cube__x0 ? 0 : cube__q > cube__xl ? cube__dx : "
+            "(uint32_t)(cube__q - cube__x0);\n"
+            "const uint32_t cube__gt = cube__q < cube__x0 ? 0 : cube__q >= cube__xl ? cube__dx : "
+            "(uint32_t)(cube__q - cube__x0) + 1;\n");
     bool ge = strcmp(rc->op, "<") == 0 || strcmp(rc->op, ">=") == 0;
     bool gt = strcmp(rc->op, "<=") == 0 || strcmp(rc->op, ">") == 0;
     bool eq = !ge && !gt;
-    out_str(&sp->out, "if (cube__rs) {\nuint32_t cube__ge = 0, cube__gt = 0, cube__f = 0;\n");
-    if (ge || eq) {
-      emit_first(sp, rc, ">=", need);
-      out_str(&sp->out, "cube__ge = cube__f;\n");
-    }
-    if (gt || eq) {
-      emit_first(sp, rc, ">", need);
-      out_str(&sp->out, "cube__gt = cube__f;\n");
-    }
     const char *lo = "0", *hi = "cube__dx", *neg = "0";
     if (strcmp(rc->op, "<") == 0) hi = "cube__ge";
     if (strcmp(rc->op, ">=") == 0) lo = "cube__ge";
@@ -1791,7 +1770,7 @@ static void emit_region(split_t *sp, int32_t container, const uint32_t *list, ui
     if (eq) lo = "cube__ge", hi = "cube__gt", neg = strcmp(rc->op, "!=") == 0 ? "1" : "0";
     out_fmt(&sp->out,
             "cube__rlo[%u] = %s;\ncube__rhi[%u] = %s > %s ? %s : %s;\ncube__rng[%u] = %s;\n"
-            "(void)cube__ge, (void)cube__gt, (void)cube__f;\n}\n",
+            "(void)cube__ge, (void)cube__gt;\n}\n}\n}\n",
             c, lo, c, hi, lo, hi, lo, c, neg);
   }
   // The pieces between the interval ends, each with the comparisons' values.
