@@ -15,7 +15,10 @@
 //      recomputable (its declaration copied where used) or promoted (kept in
 //      per-unit storage, loaded and stored around each unit loop);
 //   6. emission: C text appended after the kernel source, copying the
-//      kernel's own statements verbatim between #line directives.
+//      kernel's own statements verbatim between #line directives (a region
+//      whose comparisons of the unit's position with uniform values can be
+//      folded runs as pieces of the units, one copy per set of values:
+//      "Range splits").
 // Anything outside what these stages understand ends in a reason, and the
 // kernel keeps its fiber path.
 #include "backends/cpu/cpu_split.h"

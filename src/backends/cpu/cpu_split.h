@@ -12,7 +12,9 @@
 // that live across a boundary stay per unit: recomputed when they are pure
 // functions of the unit's position, hoisted when uniform, else kept in
 // per-unit storage (the kernel's scratch). A unit that returns counts as
-// arrived at every later barrier.
+// arrived at every later barrier. In a 1-D cube, a region that compares the
+// unit's position with a uniform value (`if (i < n)`) runs as pieces of the
+// units in which the comparison is a constant.
 //
 // What cannot be split (a barrier in a switch or an expression, goto, break
 // out of a barrier loop, libclang missing) keeps its fiber path: the result
