@@ -255,7 +255,8 @@ static void test_lockstep_loops(void **state) {
 // Range splits: comparisons of the unit's position with uniform values,
 // either way round, of every operator, signed and unsigned, one that wraps
 // inside the cube (the split must see it and keep the region whole), two in
-// one expression, a partial last cube; 1-D cubes (split into pieces) and 2-D
+// one expression, two bounds of one name (a local shadowing another), a
+// partial last cube; 1-D cubes (split into pieces) and 2-D
 // ones (kept whole), with the bound below, inside and above the cube.
 static const char kRanges[] =
     "CUBE_KERNEL(ranges, IN(float, x), OUT(float, y)) {\n"
@@ -277,6 +278,9 @@ static const char kRanges[] =
     "  SYNC_CUBE();\n"
     "  if (ABSOLUTE_POS_X < k * 3u) t += 64.0f;\n"
     "  if ((int32_t)UNIT_POS - 7 > (int32_t)k - 300) t += 128.0f;\n"
+    "  SYNC_CUBE();\n"
+    "  if (UNIT_POS < k) t += 256.0f;\n"
+    "  { uint32_t k = 7u; if (UNIT_POS > k) t += 512.0f; }\n"
     "  SYNC_CUBE();\n"
     "  for (int64_t off = 1; off < dim; off <<= 1) {\n"
     "    float w = u >= off ? s[u - off] : 0.0f;\n"

@@ -1638,6 +1638,13 @@ static bool range_needs(split_t *sp, const range_cond_t *conds, uint32_t count, 
     }
     mark_refs(sp, stmt, need);
   }
+  // One name for two of them (a local shadowing another, or a parameter):
+  // the probe's copies could not keep them apart.
+  for (uint32_t v = 0; v < sp->var_count; ++v) {
+    for (uint32_t w = v + 1; w < sp->var_count && need[v]; ++w) {
+      if (need[w] && strcmp(sp->ast->vars[v].name, sp->ast->vars[w].name) == 0) return false;
+    }
+  }
   return true;
 }
 
