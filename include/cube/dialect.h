@@ -866,6 +866,15 @@ static inline double cube__double_of(uint64_t bits) {
         const size_t cube__u CUBE__UNUSED =                                               \
             (size_t)cube__dx * (cube__uy + (size_t)cube__dy * cube__uz) + cube__ux;
 #define CUBE__UNITS_END }
+// The units [lo, hi) of a 1-D cube (cube__dy == cube__dz == 1), closed by
+// CUBE__UNITS_END: a region split where a comparison of the unit's position
+// with a uniform value changes, so that each part runs with the comparison's
+// value a constant (cpu_split.c, "range splits").
+#define CUBE__UNITS_RANGE_BEGIN(lo, hi)                                                  \
+  for (uint32_t cube__uz = 0; cube__uz < 1; ++cube__uz)                                  \
+    for (uint32_t cube__uy = 0; cube__uy < 1; ++cube__uy)                                \
+      _Pragma("GCC ivdep") for (uint32_t cube__ux = (lo); cube__ux < (hi); ++cube__ux) { \
+        const size_t cube__u CUBE__UNUSED = cube__ux;
 // SHARED inside a split entry: the whole cube runs in one invocation and
 // reaches each array through this one pointer, which no other shared array,
 // buffer or storage overlaps, so it is restrict (never on the fiber path,

@@ -252,6 +252,62 @@ static void test_lockstep_loops(void **state) {
   both_paths(&r, NULL);
 }
 
+// Range splits: comparisons of the unit's position with uniform values,
+// either way round, of every operator, signed and unsigned, one that wraps
+// inside the cube (the split must see it and keep the region whole), two in
+// one expression, two bounds of one name (a local shadowing another), a
+// partial last cube; 1-D cubes (split into pieces) and 2-D
+// ones (kept whole), with the bound below, inside and above the cube.
+static const char kRanges[] =
+    "CUBE_KERNEL(ranges, IN(float, x), OUT(float, y)) {\n"
+    "  SHARED(float, s, 256);\n"
+    "  uint32_t k = (uint32_t)(LEN(y) - 1000);\n"
+    "  int64_t u = (int64_t)UNIT_POS, n = (int64_t)LEN(x), dim = (int64_t)CUBE_DIM;\n"
+    "  int64_t i = (int64_t)ABSOLUTE_POS, v = u - 10;\n"
+    "  s[UNIT_POS] = i < n ? x[i] : -1.0f;\n"
+    "  float t = 0.0f;\n"
+    "  SYNC_CUBE();\n"
+    "  if (k > UNIT_POS) t += 1.0f;\n"
+    "  if (v <= (int64_t)k) t += 2.0f;\n"
+    "  SYNC_CUBE();\n"
+    "  if (u >= dim - 3) t += 4.0f;\n"
+    "  if ((uint32_t)(UNIT_POS - 5u) < 100u) t += 8.0f;\n"
+    "  SYNC_CUBE();\n"
+    "  t += UNIT_POS == k ? 16.0f : 0.0f;\n"
+    "  if (UNIT_POS != k + 1) t += 32.0f;\n"
+    "  SYNC_CUBE();\n"
+    "  if (ABSOLUTE_POS_X < k * 3u) t += 64.0f;\n"
+    "  if ((int32_t)UNIT_POS - 7 > (int32_t)k - 300) t += 128.0f;\n"
+    "  SYNC_CUBE();\n"
+    "  if (UNIT_POS < k) t += 256.0f;\n"
+    "  { uint32_t k = 7u; if (UNIT_POS > k) t += 512.0f; }\n"
+    "  SYNC_CUBE();\n"
+    "  for (int64_t off = 1; off < dim; off <<= 1) {\n"
+    "    float w = u >= off ? s[u - off] : 0.0f;\n"
+    "    SYNC_CUBE();\n"
+    "    s[u] += w;\n"
+    "    SYNC_CUBE();\n"
+    "  }\n"
+    "  if (i < n) y[i] = s[u] + t;\n"
+    "  if (u == dim - 1 && i < n) y[i] += 0.5f;\n"
+    "}\n";
+
+static void test_range_splits(void **state) {
+  (void)state;
+  if (!have_clang()) skip();
+  static const uint32_t bounds[] = {0, 1, 37, 255, 256, 300, 1000, 5000};
+  for (size_t b = 0; b < sizeof(bounds) / sizeof(bounds[0]); ++b) {
+    // The bound is LEN(y) - 1000: uniform, and known to the splitter as such.
+    uint32_t ys = 1000 + bounds[b];
+    run_t r = {"ranges", kRanges, DIM1(256), {4, 1, 1}, 0, 1000, ys};
+    both_paths(&r, NULL);
+    run_t r2 = {"ranges", kRanges, {16, 16, 1}, {4, 1, 1}, 0, 1000, ys};
+    both_paths(&r2, NULL);
+    run_t r3 = {"ranges", kRanges, DIM1(96), {11, 1, 1}, 0, 1000, ys};
+    both_paths(&r3, NULL);
+  }
+}
+
 // Values across barriers: an array, a struct, a recomputed chain, a value
 // changed in several regions; a 2-D cube; SHARED carved inside a branch.
 static const char kCarried[] =
@@ -694,6 +750,7 @@ int main(void) {
       cmocka_unit_test(test_varying_agreeing_if),
       cmocka_unit_test(test_loops),
       cmocka_unit_test(test_lockstep_loops),
+      cmocka_unit_test(test_range_splits),
       cmocka_unit_test(test_values_across_barriers),
       cmocka_unit_test(test_recomputed_chains),
       cmocka_unit_test(test_returns_in_barrier_loops),

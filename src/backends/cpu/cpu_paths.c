@@ -52,8 +52,9 @@ char *cube_cpu_kernel_appendix(const cube_compile_request_t *request, bool split
   if (split) {
     cube_cpu_split(request->source, request->name, request->options, &result);
     if (result.code != NULL) {
-      snprintf(note, sizeof(note), "split: %u region loops, %u lock-step loops%s", result.regions,
-               result.lockstep, result.barriers ? "" : " (no barrier)");
+      snprintf(note, sizeof(note), "split: %u region loops, %u lock-step loops, %u range splits%s",
+               result.regions, result.lockstep, result.ranges,
+               result.barriers ? "" : " (no barrier)");
     } else {
       snprintf(note, sizeof(note), "not split: %s", result.reason);
     }

@@ -15,7 +15,10 @@
 //      recomputable (its declaration copied where used) or promoted (kept in
 //      per-unit storage, loaded and stored around each unit loop);
 //   6. emission: C text appended after the kernel source, copying the
-//      kernel's own statements verbatim between #line directives.
+//      kernel's own statements verbatim between #line directives (a region
+//      whose comparisons of the unit's position with uniform values can be
+//      folded runs as pieces of the units, one copy per set of values:
+//      "Range splits").
 // Anything outside what these stages understand ends in a reason, and the
 // kernel keeps its fiber path.
 #include "backends/cpu/cpu_split.h"
@@ -220,7 +223,7 @@ typedef struct split_t {
   int32_t *init_node;       // var: its initializer expression (NONE)
   int32_t ux, uy, uz, ctx;  // parameter variables
   bool has_return, has_goto, any_split;
-  uint32_t lockstep_count, region_count;
+  uint32_t lockstep_count, region_count, range_count;
   uint32_t *line_start;
   uint32_t line_count;
   bool failed;
@@ -1444,6 +1447,267 @@ static void emit_dead_check(split_t *sp) {
 
 static void emit_seq(split_t *sp, int32_t container);
 
+static void emit_part(split_t *sp, uint32_t b, uint32_t e) {
+  emit_text(sp, b, e, NULL);
+}
+
+//===--- Range splits ---===//
+//
+// A comparison in a region between a value that steps with the unit's x
+// position (slope 1: UNIT_POS, ABSOLUTE_POS, a local computed from them by
+// casts to 32 or 64 bits and +/- uniform values) and a value that is the
+// same in every unit (a bound, a loop counter) holds on one interval of the
+// units of a 1-D cube, or outside it: `if (i < n)`, `u >= off ? t[u - off] :
+// 0`, `if (UNIT_POS < s)`, `if (u == dim - 1)`. Left per unit, such a
+// condition turns the region's loads and stores into masked ones (slow on
+// AMD), or keeps the loop scalar (a store to one address). So the region
+// finds the interval's ends once per cube (probing a few units: the value
+// is strictly increasing unless it wraps, which the first and the last
+// unit show) and runs each piece of the units with the comparison replaced
+// by its constant value: plain loops gcc vectorizes, or none at all.
+#define RANGE_CONDS 2
+
+typedef struct range_cond_t {
+  int32_t node;  // the comparison
+  int32_t x, q;  // its operand that steps with the unit, and the uniform one
+  char op[4];    // x op q ("<", "<=", ">", ">=", "==", "!=")
+} range_cond_t;
+
+// Integer types of 32 bits and more (CXTypeKind): a cast to one cannot wrap
+// twice within a cube's 1024 units.
+static bool wide_integer(uint16_t type_kind) {
+  return type_kind == 9 || type_kind == 10 || type_kind == 11 || type_kind == 17 ||
+         type_kind == 18 || type_kind == 19;
+}
+
+// The operator spelled between the two operands of binary |node|, into |op|
+// (empty when it is not spelled in the kernel text).
+static void binary_op(const split_t *sp, int32_t node, char op[4]) {
+  op[0] = '\0';
+  if (N(sp, node)->kind != CUBE_AST_BINARY || nchild(sp, node) != 2) return;
+  const cube_ast_node_t *a = N(sp, child(sp, node, 0)), *b = N(sp, child(sp, node, 1));
+  if (a->end == CUBE_AST_NOWHERE || b->begin == CUBE_AST_NOWHERE) return;
+  tok_t t = lex(sp->src, a->end, sp->src_len);
+  if (t.kind != 'p' || t.end > b->begin || t.end - t.begin > 3) return;
+  memcpy(op, sp->src + t.begin, t.end - t.begin);
+  op[t.end - t.begin] = '\0';
+}
+
+// Whether evaluating |node| where the kernel might not (in a probe) is safe:
+// no division or remainder but by sizeof or a nonzero literal, no subscript.
+static bool probe_safe(const split_t *sp, int32_t node) {
+  const cube_ast_node_t *n = N(sp, node);
+  if (n->kind == CUBE_AST_STMT_EXPR) return false;
+  // The cube context's own arrays (CUBE_DIM_X: cube__ctx->cube_dim[0]).
+  if (n->kind == CUBE_AST_SUBSCRIPT &&
+      !(n->count == 2 && ctx_rooted(sp, child(sp, node, 0)) &&
+        N(sp, strip_all(sp, child(sp, node, 1)))->kind == 106 /* IntegerLiteral */))
+    return false;
+  if (n->kind == CUBE_AST_UNARY_EXPR) return true;
+  if (n->kind == CUBE_AST_BINARY && n->count == 2) {
+    int32_t d = strip_all(sp, child(sp, node, 1));
+    int64_t v = literal_value(sp, d);
+    bool nonzero = N(sp, d)->kind == CUBE_AST_UNARY_EXPR || (v != COEFF_UNKNOWN && v != 0);
+    char op[4];
+    binary_op(sp, node, op);
+    // An operator spelled by a macro is unknown: it may divide, unless the
+    // macro is the dialect's (CUBE_DIM, LEN, UNIT_POS, ...: none divides by
+    // a value of the kernel's).
+    if (op[0] == '\0' && n->begin != CUBE_AST_NOWHERE) {
+      tok_t t = lex(sp->src, n->begin, sp->src_len);
+      size_t len = t.end - t.begin;
+      const char *w = sp->src + t.begin;
+      if (t.kind == 'i' &&
+          ((len > 5 && strncmp(w, "CUBE_", 5) == 0) || (len == 3 && strncmp(w, "LEN", 3) == 0) ||
+           (len >= 8 && strncmp(w, "UNIT_POS", 8) == 0) ||
+           (len >= 12 && strncmp(w, "ABSOLUTE_POS", 12) == 0)))
+        nonzero = true;
+    }
+    if (!nonzero && (op[0] == '\0' || strcmp(op, "/") == 0 || strcmp(op, "%") == 0)) return false;
+  }
+  for (uint32_t i = 0; i < n->count; ++i) {
+    if (!probe_safe(sp, child(sp, node, i))) return false;
+  }
+  return true;
+}
+
+// Whether no variable named under |node| changes in unit |u|.
+static bool unchanged_in(const split_t *sp, int32_t node, int32_t u) {
+  const cube_ast_node_t *n = N(sp, node);
+  if (n->kind == CUBE_AST_DECL_REF && n->var != NONE &&
+      sp->mods[(size_t)u * sp->var_count + (size_t)n->var])
+    return false;
+  for (uint32_t i = 0; i < n->count; ++i) {
+    if (!unchanged_in(sp, child(sp, node, i), u)) return false;
+  }
+  return true;
+}
+
+// The same value in every unit of the cube for the whole of unit |u|.
+static bool range_uniform(split_t *sp, int32_t node, int32_t u) {
+  return (flags_of(sp, node) & (F_VARY | F_WRITE | F_SHARED)) == 0 &&
+         refs_only(sp, node, ok_uniform) && unchanged_in(sp, node, u);
+}
+
+// Whether |node| is the unit's x position plus a uniform value, in a type
+// of 32 bits or more at every step (see "Range splits").
+static bool slope_one(split_t *sp, int32_t node, int32_t u, int depth) {
+  const cube_ast_node_t *n = N(sp, node);
+  if (depth > 32 || !wide_integer(n->type_kind)) return false;
+  switch (n->kind) {
+    case CUBE_AST_CALL:
+      return n->name != NULL && (strcmp(n->name, "cube__parse_unit_pos") == 0 ||
+                                 strcmp(n->name, "cube__parse_absolute_pos") == 0 ||
+                                 strcmp(n->name, "cube__parse_absolute_x") == 0);
+    case CUBE_AST_DECL_REF:
+      if (n->var == NONE) return false;
+      if (n->var == sp->ux) return true;
+      return !sp->ast->vars[n->var].param && sp->pure[n->var] &&
+             slope_one(sp, sp->init_node[n->var], u, depth + 1);
+    case CUBE_AST_PAREN:
+    case CUBE_AST_UNEXPOSED_EXPR:
+      return n->count == 1 && slope_one(sp, child(sp, node, 0), u, depth + 1);
+    case CUBE_AST_CAST:
+      return n->count >= 1 && slope_one(sp, child(sp, node, n->count - 1), u, depth + 1);
+    case CUBE_AST_BINARY: {
+      char op[4];
+      binary_op(sp, node, op);
+      int32_t a = child(sp, node, 0), b = child(sp, node, 1);
+      if (strcmp(op, "+") == 0)
+        return (slope_one(sp, a, u, depth + 1) && range_uniform(sp, b, u)) ||
+               (range_uniform(sp, a, u) && slope_one(sp, b, u, depth + 1));
+      if (strcmp(op, "-") == 0) return slope_one(sp, a, u, depth + 1) && range_uniform(sp, b, u);
+      return false;
+    }
+    default:
+      return false;
+  }
+}
+
+// The comparisons under |node| a range split can fold (at most RANGE_CONDS).
+static void find_range_conds(split_t *sp, int32_t node, int32_t u, range_cond_t *conds,
+                             uint32_t *count) {
+  const cube_ast_node_t *n = N(sp, node);
+  if (*count >= RANGE_CONDS) return;
+  char op[4];
+  binary_op(sp, node, op);
+  bool rel = strcmp(op, "<") == 0 || strcmp(op, "<=") == 0 || strcmp(op, ">") == 0 ||
+             strcmp(op, ">=") == 0 || strcmp(op, "==") == 0 || strcmp(op, "!=") == 0;
+  if (rel && n->begin != CUBE_AST_NOWHERE) {
+    int32_t a = child(sp, node, 0), b = child(sp, node, 1);
+    bool ax = slope_one(sp, a, u, 0) && range_uniform(sp, b, u);
+    bool bx = !ax && slope_one(sp, b, u, 0) && range_uniform(sp, a, u);
+    int32_t q = ax ? b : a;
+    uint16_t qk = N(sp, q)->type_kind;
+    // An integer comparison (q of a floating type converts x to it).
+    bool integer = qk >= 3 && qk <= 19 && qk != 12;
+    if ((ax || bx) && integer && probe_safe(sp, a) && probe_safe(sp, b)) {
+      range_cond_t *c = &conds[(*count)++];
+      c->node = node;
+      c->x = ax ? a : b;
+      c->q = ax ? b : a;
+      // q op x is x op' q.
+      const char *flipped = strcmp(op, "<") == 0    ? ">"
+                            : strcmp(op, ">") == 0  ? "<"
+                            : strcmp(op, "<=") == 0 ? ">="
+                            : strcmp(op, ">=") == 0 ? "<="
+                                                    : op;
+      snprintf(c->op, sizeof(c->op), "%s", ax ? op : flipped);
+      return;
+    }
+  }
+  for (uint32_t i = 0; i < n->count; ++i) find_range_conds(sp, child(sp, node, i), u, conds, count);
+}
+
+// The declarations a probe copies to evaluate the comparisons at one unit:
+// every local they read (and what those read), each declared at statement
+// level with a pure, probe-safe initializer like the rest of its
+// declaration. False when one is not.
+static bool range_needs(split_t *sp, const range_cond_t *conds, uint32_t count, uint8_t *need) {
+  for (uint32_t c = 0; c < count; ++c) {
+    mark_refs(sp, conds[c].x, need);
+    mark_refs(sp, conds[c].q, need);
+  }
+  for (uint32_t v = sp->var_count; v-- > 0;) {
+    if (!need[v] || sp->ast->vars[v].param || sp->vclass[v] == V_HEADER) continue;
+    int32_t stmt = sp->decl_stmt[v];
+    if (!sp->pure[v] || stmt == NONE || !probe_safe(sp, stmt)) return false;
+    for (uint32_t i = 0; i < nchild(sp, stmt); ++i) {
+      int32_t other = N(sp, child(sp, stmt, i))->var;
+      if (other != NONE && !sp->pure[other]) return false;
+    }
+    mark_refs(sp, stmt, need);
+  }
+  // One name for two of them (a local shadowing another, or a parameter):
+  // the probe's copies could not keep them apart.
+  for (uint32_t v = 0; v < sp->var_count; ++v) {
+    for (uint32_t w = v + 1; w < sp->var_count && need[v]; ++w) {
+      if (need[w] && strcmp(sp->ast->vars[v].name, sp->ast->vars[w].name) == 0) return false;
+    }
+  }
+  return true;
+}
+
+// Opens a block where the unit is |unit| (of a 1-D cube) and the probed
+// locals are declared; the caller closes it.
+static void emit_probe(split_t *sp, const char *unit, const uint8_t *need) {
+  out_fmt(&sp->out,
+          "{\nconst uint32_t cube__ux CUBE__UNUSED = %s, cube__uy CUBE__UNUSED = 0, cube__uz "
+          "CUBE__UNUSED = 0;\nconst size_t cube__u CUBE__UNUSED = cube__ux;\n",
+          unit);
+  int32_t last = NONE;
+  for (uint32_t v = 0; v < sp->var_count; ++v) {
+    if (!need[v] || sp->ast->vars[v].param || sp->vclass[v] == V_HEADER) continue;
+    if (sp->decl_stmt[v] == last) continue;
+    last = sp->decl_stmt[v];
+    emit_text(sp, N(sp, last)->begin, N(sp, last)->end, NULL);
+  }
+}
+
+static void emit_operand(split_t *sp, int32_t node) {
+  out_str(&sp->out, "(");
+  emit_part(sp, N(sp, node)->begin, N(sp, node)->end);
+  out_str(&sp->out, ")");
+}
+
+// One loop over the units of a region: |begin| opens it; |conds| (NULL: none)
+// are replaced by the bits of |values|; |variant| keeps its labels apart.
+static void emit_region_loop(split_t *sp, int32_t container, const uint32_t *list, uint32_t count,
+                             uint32_t i, uint32_t j, const char *begin, const char *variant,
+                             const range_cond_t *conds, uint32_t nconds, unsigned values) {
+  int32_t u = sp->unit_of[list[i]];
+  bool shared = region_mentions(sp, list + i, j - i, "SHARED");
+  uint32_t b, e;
+  out_str(&sp->out, begin);
+  emit_dead_check(sp);
+  out_str(&sp->out, "{\n");
+  emit_prologue(sp, u);
+  // SHARED inside a region is carved per unit, from where the cube is.
+  if (shared)
+    out_str(&sp->out,
+            "const uint64_t cube__shoff_outer = cube__shoff; { uint64_t cube__shoff = "
+            "cube__shoff_outer;\n");
+  out_str(&sp->out, "{\n");
+  edits_t edits = {0};
+  for (uint32_t k = i; k < j; ++k) {
+    if (!hoisted(sp, (int32_t)list[k])) collect_jumps(sp, (int32_t)list[k], u, NONE, "", &edits);
+  }
+  for (uint32_t c = 0; c < nconds; ++c) {
+    const cube_ast_node_t *n = N(sp, conds[c].node);
+    add_edit(sp, &edits, n->begin, n->end, (values >> c) & 1u ? "(1)" : "(0)");
+  }
+  for (uint32_t k = i; k < j; ++k) {
+    if (hoisted(sp, (int32_t)list[k])) continue;
+    seq_range(sp, container, list, count, k, &b, &e);
+    emit_text(sp, b, e, &edits);
+  }
+  free(edits.items);
+  out_fmt(&sp->out, "cube__e%d%s: ;\n", u, variant);
+  emit_epilogue(sp, u);
+  out_str(&sp->out, shared ? "}\n}\n}\n" : "}\n}\n");
+  out_fmt(&sp->out, "cube__s%d%s: ;\nCUBE__UNITS_END\n", u, variant);
+}
+
 static void emit_region(split_t *sp, int32_t container, const uint32_t *list, uint32_t count,
                         uint32_t i, uint32_t j) {
   uint32_t b, e;
@@ -1459,35 +1723,102 @@ static void emit_region(split_t *sp, int32_t container, const uint32_t *list, ui
   if (!rest) return;
   int32_t u = sp->unit_of[list[i]];
   sp->region_count++;
-  bool shared = region_mentions(sp, list + i, j - i, "SHARED");
-  out_str(&sp->out, "CUBE__UNITS_BEGIN\n");
-  emit_dead_check(sp);
-  out_str(&sp->out, "{\n");
-  emit_prologue(sp, u);
-  // SHARED inside a region is carved per unit, from where the cube is.
-  if (shared)
+  range_cond_t conds[RANGE_CONDS];
+  uint32_t nconds = 0;
+  // Early returns leave dead units in the cube: their regions stay whole.
+  for (uint32_t k = i; k < j && !sp->has_return; ++k) {
+    if (!hoisted(sp, (int32_t)list[k])) find_range_conds(sp, (int32_t)list[k], u, conds, &nconds);
+  }
+  uint8_t *need = nconds ? calloc(sp->var_count ? sp->var_count : 1, 1) : NULL;
+  if (nconds && (need == NULL || !range_needs(sp, conds, nconds, need))) nconds = 0;
+  if (nconds == 0) {
+    free(need);
+    emit_region_loop(sp, container, list, count, i, j, "CUBE__UNITS_BEGIN\n", "", NULL, 0, 0);
+    return;
+  }
+  sp->range_count += nconds;
+  // Comparison c holds on units [cube__rlo[c], cube__rhi[c]), or outside
+  // them when cube__rng[c].
+  out_fmt(&sp->out,
+          "{\nuint32_t cube__rlo[%u], cube__rhi[%u];\nunsigned cube__rng[%u];\n"
+          "int cube__rs = cube__dy == 1 && cube__dz == 1;\n",
+          nconds, nconds, nconds);
+  for (uint32_t c = 0; c < nconds; ++c) {
+    const range_cond_t *rc = &conds[c];
+    // x is x(0) + unit, strictly increasing over the cube unless it wraps
+    // (then the last unit is below the first), in the type the comparison
+    // converts to: the first units where x >= q and x > q follow from x(0).
+    out_str(&sp->out, "if (cube__rs) ");
+    emit_probe(sp, "cube__dx - 1", need);
+    out_str(&sp->out, "const __typeof__(");
+    emit_operand(sp, rc->x);
+    out_str(&sp->out, " + ");
+    emit_operand(sp, rc->q);
+    out_str(&sp->out, ") cube__xl = ");
+    emit_operand(sp, rc->x);
+    out_str(&sp->out, ";\n");
+    emit_probe(sp, "0", need);
+    out_str(&sp->out, "const __typeof__(cube__xl) cube__x0 = ");
+    emit_operand(sp, rc->x);
+    out_str(&sp->out, ", cube__q = ");
+    emit_operand(sp, rc->q);
     out_str(&sp->out,
-            "const uint64_t cube__shoff_outer = cube__shoff; { uint64_t cube__shoff = "
-            "cube__shoff_outer;\n");
-  out_str(&sp->out, "{\n");
-  edits_t edits = {0};
-  for (uint32_t k = i; k < j; ++k) {
-    if (!hoisted(sp, (int32_t)list[k])) collect_jumps(sp, (int32_t)list[k], u, NONE, "", &edits);
+            ";\nif (!(cube__x0 <= cube__xl) || (__typeof__(cube__xl))0.5 != 0) {\ncube__rs = 0;\n"
+            "} else {\n"
+            "const uint32_t cube__ge = cube__q <= cube__x0 ? 0 : cube__q > cube__xl ? cube__dx : "
+            "(uint32_t)(cube__q - cube__x0);\n"
+            "const uint32_t cube__gt = cube__q < cube__x0 ? 0 : cube__q >= cube__xl ? cube__dx : "
+            "(uint32_t)(cube__q - cube__x0) + 1;\n");
+    bool ge = strcmp(rc->op, "<") == 0 || strcmp(rc->op, ">=") == 0;
+    bool gt = strcmp(rc->op, "<=") == 0 || strcmp(rc->op, ">") == 0;
+    bool eq = !ge && !gt;
+    const char *lo = "0", *hi = "cube__dx", *neg = "0";
+    if (strcmp(rc->op, "<") == 0) hi = "cube__ge";
+    if (strcmp(rc->op, ">=") == 0) lo = "cube__ge";
+    if (strcmp(rc->op, "<=") == 0) hi = "cube__gt";
+    if (strcmp(rc->op, ">") == 0) lo = "cube__gt";
+    if (eq) lo = "cube__ge", hi = "cube__gt", neg = strcmp(rc->op, "!=") == 0 ? "1" : "0";
+    out_fmt(&sp->out,
+            "cube__rlo[%u] = %s;\ncube__rhi[%u] = %s > %s ? %s : %s;\ncube__rng[%u] = %s;\n"
+            "(void)cube__ge, (void)cube__gt;\n}\n}\n}\n",
+            c, lo, c, hi, lo, hi, lo, c, neg);
   }
-  for (uint32_t k = i; k < j; ++k) {
-    if (hoisted(sp, (int32_t)list[k])) continue;
-    seq_range(sp, container, list, count, k, &b, &e);
-    emit_text(sp, b, e, &edits);
+  // The pieces between the interval ends, each with the comparisons' values.
+  out_fmt(
+      &sp->out,
+      "if (cube__rs) {\nuint32_t cube__rbp[%u];\nuint32_t cube__nb = 0;\n"
+      "cube__rbp[cube__nb++] = 0;\ncube__rbp[cube__nb++] = cube__dx;\n"
+      "for (uint32_t cube__rc = 0; cube__rc < %u; ++cube__rc) {\n"
+      "cube__rbp[cube__nb++] = cube__rlo[cube__rc];\ncube__rbp[cube__nb++] = cube__rhi[cube__rc];\n"
+      "}\n"
+      "for (uint32_t cube__ra = 1; cube__ra < cube__nb; ++cube__ra) {\n"
+      "for (uint32_t cube__rb = cube__ra; cube__rb > 0 && cube__rbp[cube__rb - 1] > "
+      "cube__rbp[cube__rb]; "
+      "--cube__rb) {\n"
+      "const uint32_t cube__rt = cube__rbp[cube__rb]; cube__rbp[cube__rb] = cube__rbp[cube__rb - "
+      "1]; "
+      "cube__rbp[cube__rb - 1] = cube__rt;\n}\n}\n"
+      "for (uint32_t cube__ri = 0; cube__ri + 1 < cube__nb; ++cube__ri) {\n"
+      "const uint32_t cube__p0 = cube__rbp[cube__ri], cube__p1 = cube__rbp[cube__ri + 1];\n"
+      "if (cube__p0 >= cube__p1) continue;\nunsigned cube__rcv = 0;\n"
+      "for (uint32_t cube__rc = 0; cube__rc < %u; ++cube__rc)\n"
+      "cube__rcv |= ((unsigned)(cube__p0 >= cube__rlo[cube__rc] && cube__p0 < cube__rhi[cube__rc]) "
+      "^ cube__rng[cube__rc]) << cube__rc;\n"
+      "switch (cube__rcv) {\n",
+      2 + 2 * nconds, nconds, nconds);
+  for (unsigned values = 0; values < (1u << nconds); ++values) {
+    char variant[16];
+    snprintf(variant, sizeof(variant), "r%u", values);
+    out_fmt(&sp->out, "case %u: {\n", values);
+    emit_region_loop(sp, container, list, count, i, j,
+                     "CUBE__UNITS_RANGE_BEGIN(cube__p0, cube__p1)\n", variant, conds, nconds,
+                     values);
+    out_str(&sp->out, "break;\n}\n");
   }
-  free(edits.items);
-  out_fmt(&sp->out, "cube__e%d: ;\n", u);
-  emit_epilogue(sp, u);
-  out_str(&sp->out, shared ? "}\n}\n}\n" : "}\n}\n");
-  out_fmt(&sp->out, "cube__s%d: ;\nCUBE__UNITS_END\n", u);
-}
-
-static void emit_part(split_t *sp, uint32_t b, uint32_t e) {
-  emit_text(sp, b, e, NULL);
+  out_str(&sp->out, "}\n}\n} else {\n");
+  emit_region_loop(sp, container, list, count, i, j, "CUBE__UNITS_BEGIN\n", "", NULL, 0, 0);
+  out_str(&sp->out, "}\n}\n");
+  free(need);
 }
 
 // Evaluates a varying condition in every live unit into cube__c<h>; traps
@@ -1727,6 +2058,78 @@ static void emit_unit_cond(split_t *sp, int32_t hi, const char *unit, const char
   out_str(&sp->out, ");\n}\n");
 }
 
+// Lock-step prefetch: the buffers a lock-step loop indexes by its induction
+// variable alone (`acc += x[i]`), at most PREFETCH_BUFFERS of them.
+#define PREFETCH_BUFFERS 4
+
+static void find_prefetch(const split_t *sp, int32_t node, int32_t iv, int32_t *vars,
+                          uint32_t *count) {
+  const cube_ast_node_t *n = N(sp, node);
+  if (n->kind == CUBE_AST_SUBSCRIPT && n->count == 2) {
+    int32_t base = strip_all(sp, child(sp, node, 0)), index = strip_all(sp, child(sp, node, 1));
+    int32_t var = N(sp, base)->kind == CUBE_AST_DECL_REF ? N(sp, base)->var : NONE;
+    if (var != NONE && var != sp->ctx && sp->ast->vars[var].param && sp->ast->vars[var].pointer &&
+        N(sp, index)->kind == CUBE_AST_DECL_REF && N(sp, index)->var == iv) {
+      bool seen = false;
+      for (uint32_t i = 0; i < *count; ++i) seen = seen || vars[i] == var;
+      if (!seen && *count < PREFETCH_BUFFERS) vars[(*count)++] = var;
+    }
+  }
+  for (uint32_t i = 0; i < n->count; ++i) find_prefetch(sp, child(sp, node, i), iv, vars, count);
+}
+
+// A grid-stride loop in lock step reads, per step, one short run of each
+// buffer (the cube's units side by side) far from the last one: a stream
+// the hardware prefetcher barely starts before it ends, so each step waits
+// for memory. Before a full step runs, the runs of a step some 16 KiB ahead
+// are asked for (__builtin_prefetch: never faults, whatever the address),
+// from the induction variable of unit 0 and of the last unit there.
+static void emit_prefetch(split_t *sp, int32_t hi) {
+  header_t *h = &sp->headers[hi];
+  int32_t vars[PREFETCH_BUFFERS];
+  uint32_t count = 0;
+  find_prefetch(sp, h->body, h->iv, vars, &count);
+  if (count == 0) return;
+  const char *b0 = sp->ast->vars[vars[0]].name;
+  out_fmt(&sp->out,
+          "{\nuint64_t cube__pd = 16384u / ((uint64_t)cube__dx * sizeof(*(%s)) + 1u);\n"
+          "cube__pd = cube__pd < 1u ? 1u : cube__pd > 16u ? 16u : cube__pd;\n"
+          "const uint64_t cube__kp = cube__k%d + cube__pd;\n"
+          "uintptr_t cube__pa[%u], cube__pb[%u];\nint cube__pin = 0;\n{\n"
+          "const uint64_t cube__k%d CUBE__UNUSED = cube__kp;\n",
+          b0, hi, count, count, hi);
+  static const char *const units[] = {"0", "cube__dx - 1"};
+  for (int end = 0; end < 2; ++end) {
+    out_fmt(&sp->out,
+            "{\nconst uint32_t cube__ux CUBE__UNUSED = %s, cube__uy CUBE__UNUSED = 0, cube__uz "
+            "CUBE__UNUSED = 0;\nconst size_t cube__u CUBE__UNUSED = cube__ux;\n",
+            units[end]);
+    emit_prologue(sp, h->unit_pre);
+    emit_iv(sp, hi);
+    if (end == 0) {
+      out_str(&sp->out, "cube__pin = !!(");
+      emit_part(sp, h->cond_b, h->cond_e);
+      out_str(&sp->out, ");\n");
+    }
+    const char *name = sp->ast->vars[h->iv].name;
+    for (uint32_t i = 0; i < count; ++i) {
+      const char *buffer = sp->ast->vars[vars[i]].name;
+      out_fmt(&sp->out,
+              "cube__p%c[%u] = (uintptr_t)(%s) + (uintptr_t)(%s) * (uintptr_t)sizeof(*(%s));\n",
+              end ? 'b' : 'a', i, buffer, name, buffer);
+    }
+    out_str(&sp->out, "}\n");
+  }
+  out_fmt(&sp->out,
+          "}\nif (cube__pin)\nfor (uint32_t cube__pj = 0; cube__pj < %u; ++cube__pj) {\n"
+          "if (cube__pb[cube__pj] < cube__pa[cube__pj] || cube__pb[cube__pj] - cube__pa[cube__pj] "
+          "> 65536u) continue;\n"
+          "for (uintptr_t cube__pc = cube__pa[cube__pj] & ~(uintptr_t)63; cube__pc <= "
+          "cube__pb[cube__pj]; cube__pc += 64)\n"
+          "__builtin_prefetch((const void *)cube__pc);\n}\n}\n",
+          count);
+}
+
 static void emit_lockstep(split_t *sp, int32_t hi) {
   header_t *h = &sp->headers[hi];
   sp->lockstep_count++;
@@ -1741,7 +2144,9 @@ static void emit_lockstep(split_t *sp, int32_t hi) {
     emit_unit_cond(sp, hi, "0", "cube__first");
     out_str(&sp->out, "if (!cube__first) break;\n");
     emit_unit_cond(sp, hi, "cube__dx - 1", "cube__last");
-    out_str(&sp->out, "if (cube__last) {\nCUBE__UNITS_BEGIN\n");
+    out_str(&sp->out, "if (cube__last) {\n");
+    emit_prefetch(sp, hi);
+    out_str(&sp->out, "CUBE__UNITS_BEGIN\n");
     emit_fast_pass(sp, hi, "f");
     out_str(&sp->out, "CUBE__UNITS_END\n} else {\nCUBE__UNITS_BEGIN\n{\nint cube__run = 0;\n{\n");
     // The condition reads what the loop's header reads (recomputed or loaded).
@@ -2143,6 +2548,7 @@ void cube_cpu_split(const char *source, const char *name, const char *options,
     sp.out.data = NULL;
     out->regions = sp.region_count;
     out->lockstep = sp.lockstep_count;
+    out->ranges = sp.range_count;
   } else {
     snprintf(out->reason, sizeof(out->reason), "%s", sp.reason);
   }

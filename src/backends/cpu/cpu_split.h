@@ -12,7 +12,9 @@
 // that live across a boundary stay per unit: recomputed when they are pure
 // functions of the unit's position, hoisted when uniform, else kept in
 // per-unit storage (the kernel's scratch). A unit that returns counts as
-// arrived at every later barrier.
+// arrived at every later barrier. In a 1-D cube, a region that compares the
+// unit's position with a uniform value (`if (i < n)`) runs as pieces of the
+// units in which the comparison is a constant.
 //
 // What cannot be split (a barrier in a switch or an expression, goto, break
 // out of a barrier loop, libclang missing) keeps its fiber path: the result
@@ -27,7 +29,7 @@
 #include "core/backend.h"
 
 // Bumped whenever the generated code changes: part of the kernel cache key.
-#define CUBE_CPU_SPLIT_VERSION 1
+#define CUBE_CPU_SPLIT_VERSION 2
 
 typedef struct cube_cpu_split_t {
   char *code;         // appended after the kernel source; NULL: not split
@@ -35,6 +37,7 @@ typedef struct cube_cpu_split_t {
   bool barriers;      // the body has barriers
   uint32_t regions;   // per-unit loops in the split entry
   uint32_t lockstep;  // loops run in lock step across units
+  uint32_t ranges;    // comparisons folded by range splits
 } cube_cpu_split_t;
 
 // Splits kernel |name| of |source| (-D/-U/-I words of |options| apply).
