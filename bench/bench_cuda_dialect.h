@@ -295,7 +295,10 @@ static void bench_dialect_gemm_wg(cube_client_t *client, const cube_cuda_driver_
   const int repeats = quick ? 3 : 7, batch = quick ? 3 : 5;
   CUstream stream = stream_of(client);
   static const gemm_wg_shape_t kShapes[] = {
-      {256, 4, 8}, {256, 3, 8}, {256, 4, 16}, {128, 6, 8},
+      {256, 4, 8},
+      {256, 3, 8},
+      {256, 4, 16},
+      {128, 6, 8},
   };
   const size_t shapes = quick ? 1 : sizeof kShapes / sizeof kShapes[0];
   double best = 0;
@@ -331,8 +334,8 @@ static void bench_dialect_gemm_wg(cube_client_t *client, const cube_cuda_driver_
       }
       double got = cube_bf16_to_f32(c_host[(uint64_t)r * n + col]);
       if (fabs(got - ref) > fabs(ref) * 0x1p-7 + mag * 1e-5 && wrong++ < 8)
-        fprintf(stderr, "gemm (WGMMA) C[%u][%u] = %.6g, host %.6g (shape %zu)\n", r, col, got,
-                ref, s);
+        fprintf(stderr, "gemm (WGMMA) C[%u][%u] = %.6g, host %.6g (shape %zu)\n", r, col, got, ref,
+                s);
     }
     if (wrong) {
       fprintf(stderr, "gemm (WGMMA): %d of 256 sampled elements wrong\n", wrong);
@@ -360,10 +363,11 @@ static void bench_dialect_gemm_wg(cube_client_t *client, const cube_cuda_driver_
     for (int rep = 0; rep < repeats; ++rep)
       t[rep] = device_ms(cu, stream, batch, enqueue_cubec, &ctx);
     double tflops = 2.0 * m * n * (double)k / (median(t, repeats) * 1e-3) * 1e-12;
-    printf("  gemm bf16 (WGMMA, A x B^T) %ux%ux%u, tile 128x%ux64, %u stages, group %u, %u KiB "
-           "shared: %.1f TFLOP/s\n",
-           m, n, k, shape->bn, shape->stages, shape->group_m, gemm_wg_shared_bytes(shape) / 1024,
-           tflops);
+    printf(
+        "  gemm bf16 (WGMMA, A x B^T) %ux%ux%u, tile 128x%ux64, %u stages, group %u, %u KiB "
+        "shared: %.1f TFLOP/s\n",
+        m, n, k, shape->bn, shape->stages, shape->group_m, gemm_wg_shared_bytes(shape) / 1024,
+        tflops);
     if (tflops > best) {
       best = tflops;
       best_index = s;
@@ -371,12 +375,13 @@ static void bench_dialect_gemm_wg(cube_client_t *client, const cube_cuda_driver_
     cube_kernel_release(kernel);
   }
   const gemm_wg_shape_t *w = &kShapes[best_index];
-  printf("  gemm bf16 (WGMMA) best: %.1f TFLOP/s (tile 128x%ux64, %u stages, group %u); "
-         "torch A @ B.T: bench/reduce_gemm_torch.py\n",
-         best, w->bn, w->stages, w->group_m);
+  printf(
+      "  gemm bf16 (WGMMA) best: %.1f TFLOP/s (tile 128x%ux64, %u stages, group %u); "
+      "torch A @ B.T: bench/reduce_gemm_torch.py\n",
+      best, w->bn, w->stages, w->group_m);
   result_line("gemm_bf16_wg_tflops", best);
-  rows[row_count++] = (row_t){"bf16 GEMM 8192^3, WGMMA (A x B^T), TFLOP/s", best, 0, 0, "TF/s",
-                              "vs torch: script", true};
+  rows[row_count++] = (row_t){
+      "bf16 GEMM 8192^3, WGMMA (A x B^T), TFLOP/s", best, 0, 0, "TF/s", "vs torch: script", true};
 }
 
 // |sweep|: every shape below; otherwise the default shape with and without

@@ -133,8 +133,8 @@ static inline cube_status_t gemm_wg_kernel_create(const gemm_wg_shape_t *s, uint
 // |a| m x k, |b| n x k, |c| m x n, all row-major bf16.
 static inline cube_status_t gemm_wg_launch(cube_client_t *client, cube_kernel_t *kernel,
                                            const gemm_wg_shape_t *s, cube_handle_t a,
-                                           cube_handle_t b, cube_handle_t c, uint32_t m,
-                                           uint32_t n, uint32_t k, cube_launch_mode_t mode) {
+                                           cube_handle_t b, cube_handle_t c, uint32_t m, uint32_t n,
+                                           uint32_t k, cube_launch_mode_t mode) {
   if (m % 128 || n % s->bn || k % 64) {
     return cube_status_make(CUBE_STATUS_VALIDATION,
                             "gemm_bf16_wg: %ux%ux%u is not a multiple of the tile 128x%ux64", m, n,

@@ -100,7 +100,8 @@ int main(int argc, char **argv) {
           "compile"))
     goto done;
   double t0 = now_s();
-  if (!ok(gemm_wg_launch(client, kernel, shape, ha, hb, hc, m, n, k, CUBE_LAUNCH_EXECUTE), "launch") ||
+  if (!ok(gemm_wg_launch(client, kernel, shape, ha, hb, hc, m, n, k, CUBE_LAUNCH_EXECUTE),
+          "launch") ||
       !ok(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0), "sync"))
     goto done;
   double seconds = now_s() - t0;

@@ -290,6 +290,6 @@
   "    SYNC_CUBE();\n"                                                                           \
   "  }\n"                                                                                        \
   "  WG_ACC_STORE(c + ((uint64_t)row0 + wg * 64) * n + col0, acc, n);\n"                         \
-  "}\n"                                                                                          
+  "}\n"
 
 #endif  // CUBE_EXAMPLES_KERNELS_H_

@@ -436,8 +436,8 @@ static void wgmma_misuse_traps_with_a_reason(void **state) {
     trap_text[0] = '\0';
     if (setjmp(trap_jump)) trapped = 1;
     if (!trapped) {
-      if (c == 0) WGMMA_BF16(acc, tile + 8, tile);     // 16 bytes in
-      if (c == 1) WGMMA_BF16(acc, tile, tile + 64);    // 128 bytes in
+      if (c == 0) WGMMA_BF16(acc, tile + 8, tile);   // 16 bytes in
+      if (c == 1) WGMMA_BF16(acc, tile, tile + 64);  // 128 bytes in
       if (c == 2) WGMMA_BF16(acc, tile, outside);
     }
     assert_true(trapped);
