@@ -341,24 +341,9 @@ static void bench_dialect_gemm_wg(cube_client_t *client, const cube_cuda_driver_
       fprintf(stderr, "gemm (WGMMA): %d of 256 sampled elements wrong\n", wrong);
       exit(1);
     }
-    const uint64_t shape_a[2] = {m, k}, shape_b[2] = {n, k};
-    const uint32_t box_a[2] = {128, 64}, box_b[2] = {shape->bn, 64};
-    cube_tensor_map_desc_t map_a =
-        cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_BF16, 2, shape_a, NULL, box_a);
-    cube_tensor_map_desc_t map_b =
-        cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_BF16, 2, shape_b, NULL, box_b);
-    map_a.swizzle = map_b.swizzle = CUBE_TENSOR_MAP_SWIZZLE_128B;
-    map_a.prefetch = map_b.prefetch = CUBE_TENSOR_MAP_PREFETCH_256B;
-    cube_kernel_buffer_t buffers[3] = {
-        {.binding = cube_handle_binding(ha), .io = CUBE_IO_READ, .tensor_map = &map_a},
-        {.binding = cube_handle_binding(hb), .io = CUBE_IO_READ, .tensor_map = &map_b},
-        {.binding = cube_handle_binding(hc), .io = CUBE_IO_WRITE}};
-    cube_scalar_t scalars[3] = {cube_scalar_u32(m), cube_scalar_u32(n), cube_scalar_u32(k)};
-    cube_kernel_args_t args = {buffers, 3, scalars, 3};
-    launch_ctx_t ctx = {.client = client,
-                        .kernel = kernel,
-                        .count = cube_count_static((m / 128) * (n / shape->bn), 1, 1),
-                        .args = &args};
+    gemm_wg_args_t w;
+    CHECK(gemm_wg_args_initialize(shape, ha, hb, hc, m, n, k, &w));
+    launch_ctx_t ctx = {.client = client, .kernel = kernel, .count = w.count, .args = &w.args};
     double t[16];
     for (int rep = 0; rep < repeats; ++rep)
       t[rep] = device_ms(cu, stream, batch, enqueue_cubec, &ctx);

@@ -130,11 +130,23 @@ static inline cube_status_t gemm_wg_kernel_create(const gemm_wg_shape_t *s, uint
   return cube_kernel_create(&desc, out_kernel);
 }
 
-// |a| m x k, |b| n x k, |c| m x n, all row-major bf16.
-static inline cube_status_t gemm_wg_launch(cube_client_t *client, cube_kernel_t *kernel,
-                                           const gemm_wg_shape_t *s, cube_handle_t a,
-                                           cube_handle_t b, cube_handle_t c, uint32_t m, uint32_t n,
-                                           uint32_t k, cube_launch_mode_t mode) {
+// A launch's arguments: the two maps, the three buffers and the scalars,
+// kept together because the buffers point at the maps (the benchmark times
+// launches of the same arguments).
+typedef struct gemm_wg_args_t {
+  cube_tensor_map_desc_t map_a, map_b;
+  cube_kernel_buffer_t buffers[3];
+  cube_scalar_t scalars[3];
+  cube_kernel_args_t args;
+  cube_cube_count_t count;
+} gemm_wg_args_t;
+
+// |a| m x k, |b| n x k, |c| m x n, all row-major bf16. |out| must stay put
+// while its args are used.
+static inline cube_status_t gemm_wg_args_initialize(const gemm_wg_shape_t *s, cube_handle_t a,
+                                                    cube_handle_t b, cube_handle_t c, uint32_t m,
+                                                    uint32_t n, uint32_t k, gemm_wg_args_t *out) {
+  memset(out, 0, sizeof *out);
   if (m % 128 || n % s->bn || k % 64) {
     return cube_status_make(CUBE_STATUS_VALIDATION,
                             "gemm_bf16_wg: %ux%ux%u is not a multiple of the tile 128x%ux64", m, n,
@@ -142,27 +154,34 @@ static inline cube_status_t gemm_wg_launch(cube_client_t *client, cube_kernel_t 
   }
   const uint64_t shape_a[2] = {m, k}, shape_b[2] = {n, k};
   const uint32_t box_a[2] = {128, 64}, box_b[2] = {s->bn, 64};
-  cube_tensor_map_desc_t map_a =
-      cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_BF16, 2, shape_a, NULL, box_a);
-  cube_tensor_map_desc_t map_b =
-      cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_BF16, 2, shape_b, NULL, box_b);
-  map_a.swizzle = map_b.swizzle = CUBE_TENSOR_MAP_SWIZZLE_128B;
-  map_a.prefetch = map_b.prefetch = CUBE_TENSOR_MAP_PREFETCH_256B;
-  cube_kernel_buffer_t buffers[3];
-  memset(buffers, 0, sizeof buffers);
-  buffers[0].binding = cube_handle_binding(a);
-  buffers[0].io = CUBE_IO_READ;
-  buffers[0].tensor_map = &map_a;
-  buffers[1].binding = cube_handle_binding(b);
-  buffers[1].io = CUBE_IO_READ;
-  buffers[1].tensor_map = &map_b;
-  buffers[2].binding = cube_handle_binding(c);
-  buffers[2].io = CUBE_IO_WRITE;
-  cube_scalar_t scalars[3] = {cube_scalar_u32(m), cube_scalar_u32(n), cube_scalar_u32(k)};
-  cube_kernel_args_t args = {buffers, 3, scalars, 3};
-  uint32_t cubes = (m / 128) * (n / s->bn);
-  return cube_launch(client, CUBE_STREAM_CURRENT, kernel, cube_count_static(cubes, 1, 1), &args,
-                     mode);
+  out->map_a = cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_BF16, 2, shape_a, NULL, box_a);
+  out->map_b = cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_BF16, 2, shape_b, NULL, box_b);
+  out->map_a.swizzle = out->map_b.swizzle = CUBE_TENSOR_MAP_SWIZZLE_128B;
+  out->map_a.prefetch = out->map_b.prefetch = CUBE_TENSOR_MAP_PREFETCH_256B;
+  out->buffers[0].binding = cube_handle_binding(a);
+  out->buffers[0].io = CUBE_IO_READ;
+  out->buffers[0].tensor_map = &out->map_a;
+  out->buffers[1].binding = cube_handle_binding(b);
+  out->buffers[1].io = CUBE_IO_READ;
+  out->buffers[1].tensor_map = &out->map_b;
+  out->buffers[2].binding = cube_handle_binding(c);
+  out->buffers[2].io = CUBE_IO_WRITE;
+  out->scalars[0] = cube_scalar_u32(m);
+  out->scalars[1] = cube_scalar_u32(n);
+  out->scalars[2] = cube_scalar_u32(k);
+  out->args = (cube_kernel_args_t){out->buffers, 3, out->scalars, 3};
+  out->count = cube_count_static((m / 128) * (n / s->bn), 1, 1);
+  return CUBE_OK;
+}
+
+static inline cube_status_t gemm_wg_launch(cube_client_t *client, cube_kernel_t *kernel,
+                                           const gemm_wg_shape_t *s, cube_handle_t a,
+                                           cube_handle_t b, cube_handle_t c, uint32_t m, uint32_t n,
+                                           uint32_t k, cube_launch_mode_t mode) {
+  gemm_wg_args_t w;
+  cube_status_t status = gemm_wg_args_initialize(s, a, b, c, m, n, k, &w);
+  if (status) return status;
+  return cube_launch(client, CUBE_STREAM_CURRENT, kernel, w.count, &w.args, mode);
 }
 
 #endif  // CUBE_EXAMPLES_GEMM_H_

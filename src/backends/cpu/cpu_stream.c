@@ -603,20 +603,37 @@ cube_status_t cube_cpu_host_callback(cube_backend_device_t *device, cube_bstream
   return status;
 }
 
+// Queues a transport part, or (|out_claim| non-NULL, the stream idle) hands
+// its place in the stream to the caller.
+static cube_status_t transport_enqueue(cube_bstream_t *stream,
+                                       cube_status_t (*fn)(void *arg, cube_status_t dropped),
+                                       void *arg, cube_cpu_task_t **out_claim) {
+  cube_cpu_task_t *task = task_begin(stream, TASK_TRANSPORT);
+  if (task == NULL) {
+    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                            "cpu stream: out of host memory for a collective's part");
+  }
+  task->u.transport.fn = fn;
+  task->u.transport.arg = arg;
+  if (out_claim != NULL && stream_idle(stream)) {
+    // Its place in the stream is taken now; the thread, asleep, stays so
+    // until the caller has run it (stream_main's wait).
+    task->next = NULL;
+    task->seq = ++stream->enqueued;
+    task->tag = stream->tag;
+    stream->claimed = task;
+    *out_claim = task;
+    pthread_mutex_unlock(&stream->lock);
+  } else {
+    task_submit(stream, task);
+  }
+  return CUBE_OK;
+}
+
 cube_status_t cube_cpu_stream_transport(cube_bstream_t *stream,
                                         cube_status_t (*fn)(void *arg, cube_status_t dropped),
                                         void *arg) {
-  cube_status_t status = CUBE_OK;
-  cube_cpu_task_t *task = task_begin(stream, TASK_TRANSPORT);
-  if (task == NULL) {
-    status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
-                              "cpu stream: out of host memory for a collective's part");
-  } else {
-    task->u.transport.fn = fn;
-    task->u.transport.arg = arg;
-    task_submit(stream, task);
-  }
-  return status;
+  return transport_enqueue(stream, fn, arg, NULL);
 }
 
 cube_status_t cube_cpu_stream_run_if_idle(cube_bstream_t *stream, cube_status_t (*fn)(void *arg),
@@ -639,29 +656,8 @@ cube_status_t cube_cpu_stream_run_if_idle(cube_bstream_t *stream, cube_status_t 
 cube_status_t cube_cpu_stream_transport_claim(cube_bstream_t *stream,
                                               cube_status_t (*fn)(void *arg, cube_status_t dropped),
                                               void *arg, cube_cpu_task_t **out_claim) {
-  cube_status_t status = CUBE_OK;
   *out_claim = NULL;
-  cube_cpu_task_t *task = task_begin(stream, TASK_TRANSPORT);
-  if (task == NULL) {
-    status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
-                              "cpu stream: out of host memory for a collective's part");
-  } else {
-    task->u.transport.fn = fn;
-    task->u.transport.arg = arg;
-    if (stream_idle(stream)) {
-      // Its place in the stream is taken now; the thread, asleep, stays so
-      // until the caller has run it (stream_main's wait).
-      task->next = NULL;
-      task->seq = ++stream->enqueued;
-      task->tag = stream->tag;
-      stream->claimed = task;
-      *out_claim = task;
-      pthread_mutex_unlock(&stream->lock);
-    } else {
-      task_submit(stream, task);
-    }
-  }
-  return status;
+  return transport_enqueue(stream, fn, arg, out_claim);
 }
 
 cube_status_t cube_cpu_stream_run_claimed(cube_bstream_t *stream, cube_cpu_task_t *claim) {
