@@ -8,7 +8,6 @@
 // usable). Run by run_mpi.sh under mpirun (CPU ranks over MPI), and by
 // tools/device/multi_gpu_run.sh with "cuda" (one GPU per rank over NCCL,
 // torchrun-style environment); prints "PASS <mode> rank R ...".
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -309,17 +308,12 @@ static void stale(void) {
       g_rank, took);
 }
 
-static void *killer(void *arg) {
-  (void)arg;
-  struct timespec pause = {0, 20000000};  // 20 ms: the payload is on its way
-  nanosleep(&pause, NULL);
-  kill(getpid(), SIGKILL);
-  return NULL;
-}
-
 // A rank killed while the payload moves (after every rank's record said
 // ready): the survivors' parts fail on their streams within the deadline,
-// and the destinations claim it when read.
+// and the destinations claim it when read. The victim dies as soon as its
+// call returns: the records were exchanged inside the call, and 64 MiB
+// cannot be reduced without the victim's part (a timer instead could fire
+// after a fast machine had finished the payload).
 static void killed_mid_payload(void) {
   uint32_t victim = g_size - 1;
   const uint64_t bytes = 64ull << 20;
@@ -333,11 +327,13 @@ static void killed_mid_payload(void) {
   cube_status_release(s);
   s = cube_sync_collective(g_client, S);
   cube_status_release(s);
-  pthread_t thread;
-  if (g_rank == victim) pthread_create(&thread, NULL, killer, NULL);
   uint64_t start = cube_now_ns();
   s = cube_comm_all_reduce(g_comm, S, cube_handle_binding(src), cube_handle_binding(dst),
                            CUBE_DTYPE_F32, CUBE_REDUCE_SUM, CUBE_COMPUTE_WAIT_AT_SYNC);
+  if (g_rank == victim) {
+    fflush(stdout);
+    kill(getpid(), SIGKILL);
+  }
   cube_status_t sync = cube_sync_collective(g_client, S);
   cube_status_t r = get(dst, host, bytes);
   double took = (double)(cube_now_ns() - start) * 1e-9;
