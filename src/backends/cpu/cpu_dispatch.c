@@ -21,6 +21,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "backends/cpu/cpu_internal.h"
 #include "cube/dialect.h"
@@ -59,7 +63,8 @@ struct cube_cpu_job_t {
   unsigned char *destination;  // copies: chunk i is [i * chunk, (i + 1) * chunk) of size
   const unsigned char *source;
   uint64_t size, chunk;
-  uint64_t grain;  // cubes taken at a time from one's own range
+  bool stream_stores;  // copies larger than the last-level cache
+  uint64_t grain;      // cubes taken at a time from one's own range
   uint32_t slots;
   range_t *ranges;
   atomic_uint joined;
@@ -650,13 +655,60 @@ static void run_path(cube_cpu_device_t *device, cube_cpu_exec_t *exec, cube_cpu_
 // Below this one memcpy beats waking the pool.
 #define COPY_SPLIT_MIN (8ull << 20)
 #define COPY_CHUNK (2ull << 20)
+// A copy larger than the last-level cache stores past it (non-temporal):
+// the copy of a whole large buffer is what memcpy streams too, but memcpy
+// sees only a chunk's 2 MiB and would store through the cache, reading
+// every destination line first (measured: 256 MiB at 0.89-0.91x memcpy).
+#define COPY_STREAM_MIN_DEFAULT (32ull << 20)
+
+// A copy that bypasses the cache: 64-byte blocks of non-temporal stores to
+// a 16-byte aligned destination, the ragged ends by memcpy. The fence
+// orders the streamed stores before whatever says the chunk is done.
+static void stream_copy(unsigned char *d, const unsigned char *s, uint64_t n) {
+#if defined(__SSE2__)
+  uint64_t head = (16 - ((uintptr_t)d & 15)) & 15;
+  if (head > n) head = n;
+  memcpy(d, s, head);
+  d += head, s += head, n -= head;
+  uint64_t blocks = n / 64;
+  for (uint64_t i = 0; i < blocks; ++i, d += 64, s += 64) {
+    __m128i a = _mm_loadu_si128((const __m128i *)(const void *)s);
+    __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(s + 16));
+    __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(s + 32));
+    __m128i e = _mm_loadu_si128((const __m128i *)(const void *)(s + 48));
+    _mm_stream_si128((__m128i *)(void *)d, a);
+    _mm_stream_si128((__m128i *)(void *)(d + 16), b);
+    _mm_stream_si128((__m128i *)(void *)(d + 32), c);
+    _mm_stream_si128((__m128i *)(void *)(d + 48), e);
+  }
+  memcpy(d, s, n - blocks * 64);
+  _mm_sfence();
+#else
+  memcpy(d, s, n);
+#endif
+}
+
+static uint64_t copy_stream_min(void) {
+  static _Atomic uint64_t cached;
+  uint64_t v = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (v == 0) {
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    v = llc > 0 && (uint64_t)llc > COPY_SPLIT_MIN ? (uint64_t)llc : COPY_STREAM_MIN_DEFAULT;
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
+  }
+  return v;
+}
 
 static void run_copy(cube_cpu_job_t *job, cube_cpu_exec_t *exec, uint64_t first, uint64_t count) {
   (void)exec;
   uint64_t begin = first * job->chunk;
   uint64_t end = (first + count) * job->chunk;
   if (end > job->size) end = job->size;
-  memcpy(job->destination + begin, job->source + begin, end - begin);
+  if (job->stream_stores) {
+    stream_copy(job->destination + begin, job->source + begin, end - begin);
+  } else {
+    memcpy(job->destination + begin, job->source + begin, end - begin);
+  }
 }
 
 void cube_cpu_copy_bytes(cube_cpu_device_t *device, void *destination, const void *source,
@@ -674,6 +726,7 @@ void cube_cpu_copy_bytes(cube_cpu_device_t *device, void *destination, const voi
   job.source = source;
   job.size = size;
   job.chunk = COPY_CHUNK;
+  job.stream_stores = size >= copy_stream_min();
   run_job(&device->pool, NULL, &job, (size + COPY_CHUNK - 1) / COPY_CHUNK);
 }
 
