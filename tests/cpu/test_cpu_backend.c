@@ -240,6 +240,62 @@ static void test_copies_in_stream_order(void **state) {
   free(result);
 }
 
+// The streamed copy (non-temporal stores) moves exactly its bytes at any
+// alignment of either end and any length, and not one byte more.
+static void test_stream_copy_is_exact(void **state) {
+  (void)state;
+  enum { MAX = 4096 + 200, GUARD = 32 };
+  static const uint64_t sizes[] = {0,  1,   15,  16,   17,       63,      64,
+                                   65, 127, 128, 1000, 4096 + 7, MAX - 40};
+  unsigned char *source = malloc(MAX + 64), *target = malloc(MAX + 64 + 2 * GUARD);
+  assert_non_null(source);
+  assert_non_null(target);
+  for (size_t i = 0; i < MAX + 64; ++i) source[i] = (unsigned char)(i * 7 + 3);
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; ++k) {
+    for (unsigned to = 0; to < 20; ++to) {
+      for (unsigned from = 0; from < 4; ++from) {
+        uint64_t n = sizes[k];
+        memset(target, 0xee, MAX + 64 + 2 * GUARD);
+        unsigned char *d = target + GUARD + to;
+        cube_cpu_stream_copy(d, source + from, n);
+        assert_memory_equal(d, source + from, n);
+        for (unsigned g = 0; g < GUARD + to; ++g) assert_int_equal(target[g], 0xee);
+        for (uint64_t g = GUARD + to + n; g < MAX + 64 + 2 * GUARD; ++g)
+          assert_int_equal(target[g], 0xee);
+      }
+    }
+  }
+  free(source);
+  free(target);
+}
+
+// Copies past the last-level cache take the streamed chunks: host to
+// device, device to device and back, at odd offsets on every side, land
+// byte for byte.
+static void test_large_copies_stream_exactly(void **state) {
+  cube_backend_device_t *device = *state;
+  cube_bstream_t *stream = make_stream(device);
+  uint64_t n = cube_cpu_copy_stream_min() + (3u << 20) + 13;
+  unsigned char *source = malloc(n + 8), *result = malloc(n + 8);
+  assert_non_null(source);
+  assert_non_null(result);
+  for (uint64_t i = 0; i < n + 8; ++i) source[i] = (unsigned char)(i ^ (i >> 9));
+  memset(result, 0, n + 8);
+  uint64_t a = alloc_page(device, n + 8), b = alloc_page(device, n + 8);
+  ASSERT_OK(device->vtable->copy_to_device(device, stream, a + 3, source + 5, n));
+  ASSERT_OK(device->vtable->copy_device(device, stream, b + 1, a + 3, n));
+  ASSERT_OK(device->vtable->copy_to_host(device, stream, result + 7, b + 1, n));
+  ASSERT_OK(device->vtable->stream_sync(device, stream));
+  assert_int_equal(memcmp(result + 7, source + 5, n), 0);
+  for (int i = 0; i < 7; ++i) assert_int_equal(result[i], 0);
+  assert_int_equal(result[n + 7], 0);
+  device->vtable->stream_destroy(device, stream);
+  ASSERT_OK(device->vtable->page_free(device, a));
+  ASSERT_OK(device->vtable->page_free(device, b));
+  free(source);
+  free(result);
+}
+
 static void test_strided_copies(void **state) {
   cube_backend_device_t *device = *state;
   cube_bstream_t *stream = make_stream(device);
@@ -1045,6 +1101,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_page_alloc, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_copies_in_stream_order, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_strided_copies, device_setup, device_teardown),
+      cmocka_unit_test(test_stream_copy_is_exact),
+      cmocka_unit_test_setup_teardown(test_large_copies_stream_exactly, device_setup,
+                                      device_teardown),
       cmocka_unit_test_setup_teardown(test_cross_stream_event_wait, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_claimed_transport_part, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_saxpy, device_setup, device_teardown),

@@ -664,7 +664,9 @@ static void run_path(cube_cpu_device_t *device, cube_cpu_exec_t *exec, cube_cpu_
 // A copy that bypasses the cache: 64-byte blocks of non-temporal stores to
 // a 16-byte aligned destination, the ragged ends by memcpy. The fence
 // orders the streamed stores before whatever says the chunk is done.
-static void stream_copy(unsigned char *d, const unsigned char *s, uint64_t n) {
+void cube_cpu_stream_copy(void *destination, const void *source, uint64_t n) {
+  unsigned char *d = destination;
+  const unsigned char *s = source;
 #if defined(__SSE2__)
   uint64_t head = (16 - ((uintptr_t)d & 15)) & 15;
   if (head > n) head = n;
@@ -688,7 +690,7 @@ static void stream_copy(unsigned char *d, const unsigned char *s, uint64_t n) {
 #endif
 }
 
-static uint64_t copy_stream_min(void) {
+uint64_t cube_cpu_copy_stream_min(void) {
   static _Atomic uint64_t cached;
   uint64_t v = atomic_load_explicit(&cached, memory_order_relaxed);
   if (v == 0) {
@@ -705,7 +707,7 @@ static void run_copy(cube_cpu_job_t *job, cube_cpu_exec_t *exec, uint64_t first,
   uint64_t end = (first + count) * job->chunk;
   if (end > job->size) end = job->size;
   if (job->stream_stores) {
-    stream_copy(job->destination + begin, job->source + begin, end - begin);
+    cube_cpu_stream_copy(job->destination + begin, job->source + begin, end - begin);
   } else {
     memcpy(job->destination + begin, job->source + begin, end - begin);
   }
@@ -726,7 +728,7 @@ void cube_cpu_copy_bytes(cube_cpu_device_t *device, void *destination, const voi
   job.source = source;
   job.size = size;
   job.chunk = COPY_CHUNK;
-  job.stream_stores = size >= copy_stream_min();
+  job.stream_stores = size >= cube_cpu_copy_stream_min();
   run_job(&device->pool, NULL, &job, (size + COPY_CHUNK - 1) / COPY_CHUNK);
 }
 

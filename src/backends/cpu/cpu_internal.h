@@ -215,6 +215,12 @@ CUBE_INTERNAL void cube_cpu_warm_unmap(void *base, uint64_t bytes);
 // not overlap. Any thread may call it.
 CUBE_INTERNAL void cube_cpu_copy_bytes(cube_cpu_device_t *device, void *destination,
                                        const void *source, uint64_t size);
+// One thread's copy that stores past the cache (non-temporal stores where
+// the target has them, else memcpy); the ranges must not overlap. Large
+// copies use it for their chunks; exposed for the tests.
+CUBE_INTERNAL void cube_cpu_stream_copy(void *destination, const void *source, uint64_t size);
+// The copy size from which cube_cpu_copy_bytes streams (the last-level cache).
+CUBE_INTERNAL uint64_t cube_cpu_copy_stream_min(void);
 // VALIDATION when |dispatch| cannot run its kernel (a cube dim other than
 // the one compiled in).
 CUBE_INTERNAL cube_status_t cube_cpu_dispatch_check(const cube_dispatch_t *dispatch);
