@@ -184,4 +184,28 @@ static inline cube_status_t gemm_wg_launch(cube_client_t *client, cube_kernel_t 
   return cube_launch(client, CUBE_STREAM_CURRENT, kernel, w.count, &w.args, mode);
 }
 
+// Both examples' inputs and check. Small integers (-2..2) in bf16: every
+// product and sum is exact in f32, so a device's C must equal the host's
+// bit for bit whatever order it adds in. |seed| runs on across calls.
+static inline void gemm_small_ints(uint16_t *x, size_t count, uint64_t *seed) {
+  for (size_t i = 0; i < count; ++i) {
+    *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
+    x[i] = cube_bf16_from_f32((float)((int)(*seed >> 60) % 5 - 2));
+  }
+}
+
+// The elements of the m x n |c| that differ from |want| rounded to bf16;
+// the first five are printed.
+static inline uint64_t gemm_mismatches(const uint16_t *c, const float *want, uint32_t m,
+                                       uint32_t n) {
+  uint64_t mismatches = 0;
+  for (size_t i = 0; i < (size_t)m * n; ++i) {
+    if (c[i] != cube_bf16_from_f32(want[i]) && mismatches++ < 5) {
+      fprintf(stderr, "C[%zu][%zu] = %g, want %g\n", i / n, i % n, (double)cube_bf16_to_f32(c[i]),
+              (double)want[i]);
+    }
+  }
+  return mismatches;
+}
+
 #endif  // CUBE_EXAMPLES_GEMM_H_

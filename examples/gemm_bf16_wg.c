@@ -69,16 +69,9 @@ int main(int argc, char **argv) {
   cube_kernel_t *kernel = NULL;
   cube_handle_t ha = {0}, hb = {0}, hc = {0};
   if (!a || !b || !c || !want) goto done;
-  // Small integers: products and sums exact in f32 on every device.
   uint64_t seed = 12345;
-  for (size_t i = 0; i < (size_t)m * k; ++i) {
-    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-    a[i] = cube_bf16_from_f32((float)((int)(seed >> 60) % 5 - 2));
-  }
-  for (size_t i = 0; i < (size_t)k * n; ++i) {
-    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-    b[i] = cube_bf16_from_f32((float)((int)(seed >> 60) % 5 - 2));
-  }
+  gemm_small_ints(a, (size_t)m * k, &seed);
+  gemm_small_ints(b, (size_t)k * n, &seed);
   for (uint32_t r = 0; r < m; ++r) {
     for (uint32_t j = 0; j < n; ++j) {
       float sum = 0.0f;
@@ -109,13 +102,7 @@ int main(int argc, char **argv) {
   if (!ok(cube_read(client, CUBE_STREAM_CURRENT, cube_handle_binding(hc), c, (size_t)m * n * 2),
           "read C"))
     goto done;
-  uint64_t mismatches = 0;
-  for (size_t i = 0; i < (size_t)m * n; ++i) {
-    if (c[i] != cube_bf16_from_f32(want[i]) && mismatches++ < 5) {
-      fprintf(stderr, "C[%zu][%zu] = %g, want %g\n", i / n, i % n, (double)cube_bf16_to_f32(c[i]),
-              (double)want[i]);
-    }
-  }
+  uint64_t mismatches = gemm_mismatches(c, want, m, n);
   printf("gemm_bf16_wg on %s: %" PRIu32 "x%" PRIu32 "x%" PRIu32
          ", tile 128x%ux64, two warpgroups, %u stages: %.2f ms (%.1f GFLOP/s), %" PRIu64
          " mismatches: %s\n",

@@ -690,6 +690,8 @@ void cube_cpu_stream_copy(void *destination, const void *source, uint64_t n) {
 #endif
 }
 
+// The last-level cache's size, read once; 32 MiB when the system does not
+// say, or says less than a split copy's minimum.
 uint64_t cube_cpu_copy_stream_min(void) {
   static _Atomic uint64_t cached;
   uint64_t v = atomic_load_explicit(&cached, memory_order_relaxed);
