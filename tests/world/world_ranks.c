@@ -90,13 +90,18 @@ static void store(cube_dtype_t t, void *base, uint64_t i, double v) {
     case CUBE_DTYPE_F64:
       ((double *)base)[i] = v;
       break;
-    case CUBE_DTYPE_F16:
+    case CUBE_DTYPE_F16: {
+      // Rounded to nearest, ties to even, as every reduction is (a mean over
+      // 5 or 7 ranks is not exact); a carry may bump the exponent. Normal
+      // values only: the oracle's are.
+      uint32_t r = x + 0x0fffu + ((x >> 13) & 1);
       ((uint16_t *)base)[i] = v == 0 ? 0
-                                     : (uint16_t)((((x >> 23) & 0xff) - 112) << 10 |
-                                                  ((x >> 13) & 0x3ff) | ((x >> 16) & 0x8000));
+                                     : (uint16_t)((((r >> 23) & 0xff) - 112) << 10 |
+                                                  ((r >> 13) & 0x3ff) | ((x >> 16) & 0x8000));
       break;
+    }
     case CUBE_DTYPE_BF16:
-      ((uint16_t *)base)[i] = (uint16_t)(x >> 16);
+      ((uint16_t *)base)[i] = (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
       break;
     case CUBE_DTYPE_I8:
       ((int8_t *)base)[i] = (int8_t)v;
