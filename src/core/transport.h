@@ -154,8 +154,9 @@ typedef struct cube_transport_vtable_t {
   // |stream| is the comm's own (NCCL moves the records there, in order
   // with the payloads). Only the first |mine_bytes| of |mine|'s |bytes|
   // carry anything (a ready part's record needs no text): a transport may
-  // send only those, and then a record that arrives short reads as zeros
-  // past its end. Every rank passes the same |bytes|.
+  // send only those, and then what follows a short record in its slot is
+  // unspecified (the core reads a ready record's words and the bytes it
+  // says it carries). Every rank passes the same |bytes|.
   cube_status_t (*exchange_status)(cube_backend_device_t *device, cube_tcomm_t *comm,
                                    cube_bstream_t *stream, uint32_t peer, const void *mine,
                                    size_t mine_bytes, void *out, size_t bytes);

@@ -481,7 +481,14 @@ enum { CH_DATA = 0, CH_STATUS = 1, CH_XFER = 2, CH_COUNT = 3 };
 // world's travel on tags of their own (a round's on its own: MPI_TAG_ROUND +
 // round), and so do the notices of a rank that abandoned the communicator
 // (comm_fail).
+// (A build may set it, -DCUBE_MPI_LOG_MIN_RANKS=N, to measure another; a
+// world whose straight exchange would post more than WAIT_MAX_REQUESTS
+// requests takes the rounds whatever it says.)
+#ifdef CUBE_MPI_LOG_MIN_RANKS
+#define MPI_LOG_MIN_RANKS (CUBE_MPI_LOG_MIN_RANKS)
+#else
 #define MPI_LOG_MIN_RANKS 4
+#endif
 #define MPI_TAG_PAIR 1
 #define MPI_TAG_WORLD 2
 #define MPI_TAG_GONE 3
@@ -991,63 +998,105 @@ cube_status_t cube_mpi_exchange(cube_mpi_comm_t *comm, uint32_t peer, const void
   return cube_mpi_exchange_records(comm, peer, mine, bytes, out, bytes, deadline_ns);
 }
 
+// A message of the log exchange is sent whole while it fits this (Open
+// MPI's shared-memory eager limit is 4 KiB, its match header included): a
+// larger one would take the rendezvous protocol, a round trip more. What
+// does not fit follows in messages of this size, which the receiver posts
+// once the first one told it the round's length.
+#define MPI_LOG_MESSAGE_BYTES 4000u
+#define MPI_LOG_MAX_PARTS 24  // of a round, each way
+
 // The world's records in ceil(log2 n) rounds (Bruck's allgather, over
 // MPI's point to point): in the round at distance d, this rank sends the
 // records of ranks rank .. rank + c - 1 (c = min(d, n - d), mod n) to rank -
 // d and receives those of rank + d .. rank + d + c - 1 from rank + d. Each
 // record travels as its used bytes behind a length word, so a ready part's
-// few words stay few when relayed. |theirs|: n slots of |bytes|, this rank's
-// in place with its length in |lens|; |pack| and |inbox| hold a round's
-// message each. Measured on the 16-core H200 host: the one-round exchange
-// cost 2.0-2.8 us over a raw MPI_Allreduce at 4 ranks and 4.6-7.7 us at 8
-// (2 (n - 1) messages a rank), where MPI's own recursive doubling takes
-// log2 n rounds.
+// few words stay few when relayed; a round's message starts with its
+// length. |theirs|: n slots of |bytes| (the caller's output: MPI writes only
+// into |pack| and |inbox|, which the comm owns), this rank's in place with
+// its length in |lens|. Measured on the 16-core H200 host: the one-round
+// exchange cost 2.0-2.8 us over a raw MPI_Allreduce at 4 ranks and 4.6-7.7
+// us at 8 (2 (n - 1) messages a rank), where MPI's own recursive doubling
+// takes log2 n rounds.
 static cube_status_t exchange_log(cube_mpi_comm_t *comm, uint8_t *theirs, uint64_t *lens,
-                                  uint8_t *pack, uint8_t *inbox, size_t bytes, uint64_t deadline_ns,
-                                  bool late) {
+                                  uint8_t *pack, uint8_t *inbox, size_t bytes,
+                                  uint64_t deadline_ns, bool late) {
   uint32_t n = comm->nranks, rank = comm->rank;
   size_t entry = 8 + ((bytes + 7) & ~(size_t)7);
+  mpi_h ch = comm->comm[CH_STATUS];
   int round = 0;
   for (uint32_t d = 1; d < n; d <<= 1, ++round) {
     uint32_t c = d < n - d ? d : n - d;
     uint32_t to = (rank + n - d) % n, from = (rank + d) % n;
-    size_t packed = 0;
+    int tag = MPI_TAG_ROUND + round;
+    bool last = d * 2 >= n;
+    size_t packed = 8;
     for (uint32_t i = 0; i < c; ++i) {
       uint32_t r = (rank + i) % n;
+      size_t padded = (lens[r] + 7) & ~(uint64_t)7;
       memcpy(pack + packed, &lens[r], 8);
       memcpy(pack + packed + 8, theirs + (size_t)r * bytes, lens[r]);
-      size_t padded = (lens[r] + 7) & ~(uint64_t)7;
       memset(pack + packed + 8 + lens[r], 0, padded - lens[r]);
       packed += 8 + padded;
     }
-    mpi_h req[2];
-    mpi_h ch = comm->comm[CH_STATUS];
-    int rc = m_irecv(inbox, (int)(c * entry), g_mpi.c.byte, (int)from, MPI_TAG_ROUND + round, ch,
+    memcpy(pack, &(uint64_t){packed}, 8);
+    // The first message, and the rest of this rank's in parts: of the
+    // eager size, unless a round as large as a peer's can be (|room|, the
+    // same on every rank) would take more than MPI_LOG_MAX_PARTS of them.
+    size_t room = 8 + c * entry;
+    size_t first = MPI_LOG_MESSAGE_BYTES;
+    if (room > first * MPI_LOG_MAX_PARTS) first = (room + MPI_LOG_MAX_PARTS - 1) / MPI_LOG_MAX_PARTS;
+    mpi_h req[2 * MPI_LOG_MAX_PARTS];
+    int nreq = 2;
+    int rc = m_irecv(inbox, (int)(room < first ? room : first), g_mpi.c.byte, (int)from, tag, ch,
                      &req[0]);
-    if (rc == 0)
-      rc = m_isend(pack, (int)packed, g_mpi.c.byte, (int)to, MPI_TAG_ROUND + round, ch, &req[1]);
+    for (size_t at = 0; rc == 0 && at < packed; at += first) {
+      size_t part = packed - at < first ? packed - at : first;
+      rc = m_isend(pack + at, (int)part, g_mpi.c.byte, (int)to, tag, ch,
+                   &req[at == 0 ? 1 : nreq++]);
+    }
     // A failed post leaves the requests already posted to MPI, with the comm.
+    if (rc != 0) return comm_fail(comm, mpi_error(rc, "posting a status exchange"));
+    // The first message, and this rank's first (the receive of the peer's
+    // rest is posted below: a part past the eager limit would otherwise
+    // wait for a receive no rank has posted).
+    cube_status_t status =
+        wait_all(comm, req, 2, deadline_ns, "status exchange", true, false, WAIT_YIELD_NS);
+    if (status) return status;
+    uint64_t got = 0;
+    memcpy(&got, inbox, 8);
+    if (got < 8 || got > room) {
+      return comm_fail(comm, cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
+                                              "mpi status exchange: rank %u sent a round of %llu "
+                                              "bytes (at most %zu)",
+                                              from, (unsigned long long)got, room));
+    }
+    for (size_t at = first; rc == 0 && at < got; at += first) {
+      size_t part = got - at < first ? got - at : first;
+      rc = m_irecv(inbox + at, (int)part, g_mpi.c.byte, (int)from, tag, ch, &req[nreq++]);
+    }
     if (rc != 0) return comm_fail(comm, mpi_error(rc, "posting a status exchange"));
     // Only the last round's records may be followed by a notice that
     // matters (this rank being late: wait_all).
-    cube_status_t status = wait_all(comm, req, 2, deadline_ns, "status exchange", true,
-                                    late && d * 2 >= n, WAIT_YIELD_NS);
-    if (status) return status;
+    if (nreq > 2 || (last && late)) {
+      status = wait_all(comm, req + 2, nreq - 2, deadline_ns, "status exchange", true, last && late,
+                        WAIT_YIELD_NS);
+      if (status) return status;
+    }
     // Every rank runs this code: an entry is its length word and that many
-    // bytes, padded; a length past a record is refused, not followed.
-    size_t at = 0;
+    // bytes, padded; a length past a record or the round is refused.
+    size_t at = 8;
     for (uint32_t i = 0; i < c; ++i) {
       uint32_t r = (from + i) % n;
       uint64_t len = 0;
-      memcpy(&len, inbox + at, 8);
-      if (len > bytes) {
+      if (at + 8 <= got) memcpy(&len, inbox + at, 8);
+      if (at + 8 > got || len > bytes || at + 8 + len > got) {
         return comm_fail(comm, cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
-                                                "mpi status exchange: rank %u sent a record of "
-                                                "%llu bytes for rank %u (records hold %zu)",
-                                                from, (unsigned long long)len, r, bytes));
+                                                "mpi status exchange: rank %u's round of %llu "
+                                                "bytes holds no whole record for rank %u",
+                                                from, (unsigned long long)got, r));
       }
       memcpy(theirs + (size_t)r * bytes, inbox + at + 8, len);
-      memset(theirs + (size_t)r * bytes + len, 0, bytes - len);
       lens[r] = len;
       at += 8 + ((len + 7) & ~(uint64_t)7);
     }
@@ -1070,7 +1119,7 @@ cube_status_t cube_mpi_exchange_records(cube_mpi_comm_t *comm, uint32_t peer, co
   // ready part sends its few words, not the text a failure needs.
   bool all = peer == UINT32_MAX;
   uint32_t n = comm->nranks;
-  bool log = all && n >= MPI_LOG_MIN_RANKS;
+  bool log = all && (n >= MPI_LOG_MIN_RANKS || 2 * (n - 1) > WAIT_MAX_REQUESTS);
   // A peer gives up on a round a deadline after it posted it, and it posts
   // it only after this rank's previous record came: unless that much time
   // passed since this rank's previous exchange, no peer can have given up
@@ -1079,14 +1128,14 @@ cube_status_t cube_mpi_exchange_records(cube_mpi_comm_t *comm, uint32_t peer, co
   uint64_t now = cube_now_ns();
   bool late = deadline_ns <= now || now - comm->last_exchange_ns >= deadline_ns - now;
   comm->last_exchange_ns = now;
-  // The records live in memory the comm owns until the exchange ends: an
-  // abandoned exchange leaks them rather than let MPI write into the stack.
-  // Past this rank's record and theirs, a log exchange's lengths and its
-  // two messages (at most n / 2 entries each).
+  // What MPI writes lives in memory the comm owns until the exchange ends:
+  // an abandoned exchange leaks it rather than let MPI write into memory
+  // the caller may free. Straight: this rank's record and theirs (copied
+  // out at the end). Log: the lengths and a round's two messages; the
+  // records are unpacked into |out| by this code.
   size_t total = all ? bytes * n : bytes;
   size_t entry = 8 + ((bytes + 7) & ~(size_t)7);
-  size_t lens_at = (bytes + total + 7) & ~(size_t)7;
-  size_t need = log ? lens_at + 8 * (size_t)n + 2 * (n / 2) * entry : bytes + total;
+  size_t need = log ? 8 * (size_t)n + 2 * (8 + (n / 2) * entry) : bytes + total;
   uint8_t *buffer = NULL;
   bool kept = !atomic_exchange(&comm->records_busy, true);
   if (kept && comm->records_bytes < need) {
@@ -1103,26 +1152,26 @@ cube_status_t cube_mpi_exchange_records(cube_mpi_comm_t *comm, uint32_t peer, co
   }
   if (!buffer)
     return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "mpi status exchange: out of memory");
-  memcpy(buffer, mine, bytes);
-  uint8_t *theirs = buffer + bytes;
-  mpi_h req[WAIT_MAX_REQUESTS];
-  int nreq = 0, rc = 0;
   cube_status_t status = CUBE_OK;
   if (log) {
-    uint64_t *lens = (uint64_t *)(void *)(buffer + lens_at);
+    uint64_t *lens = (uint64_t *)(void *)buffer;
     uint8_t *pack = (uint8_t *)(lens + n);
+    uint8_t *theirs = out;
     // This rank's own slot is whole; what it sends is |mine_bytes|.
-    memcpy(theirs + (size_t)comm->rank * bytes, mine, bytes);
+    if (theirs + (size_t)comm->rank * bytes != (const uint8_t *)mine)
+      memmove(theirs + (size_t)comm->rank * bytes, mine, bytes);
     lens[comm->rank] = mine_bytes;
-    status =
-        exchange_log(comm, theirs, lens, pack, pack + (n / 2) * entry, bytes, deadline_ns, late);
+    status = exchange_log(comm, theirs, lens, pack, pack + 8 + (n / 2) * entry, bytes, deadline_ns,
+                          late);
   } else {
-    // What a short record leaves of its slot reads as zeros.
-    memset(theirs, 0, total);
+    memcpy(buffer, mine, bytes);
+    uint8_t *theirs = buffer + bytes;
+    mpi_h req[WAIT_MAX_REQUESTS];
+    int nreq = 0, rc = 0;
     if (!all) {
       nreq = 2;
-      rc = m_irecv(theirs, (int)bytes, g_mpi.c.byte, (int)peer, MPI_TAG_PAIR, comm->comm[CH_STATUS],
-                   &req[0]);
+      rc = m_irecv(theirs, (int)bytes, g_mpi.c.byte, (int)peer, MPI_TAG_PAIR,
+                   comm->comm[CH_STATUS], &req[0]);
       if (rc == 0)
         rc = m_isend(buffer, (int)mine_bytes, g_mpi.c.byte, (int)peer, MPI_TAG_PAIR,
                      comm->comm[CH_STATUS], &req[1]);
@@ -1142,12 +1191,12 @@ cube_status_t cube_mpi_exchange_records(cube_mpi_comm_t *comm, uint32_t peer, co
       memcpy(theirs + (size_t)comm->rank * bytes, mine, bytes);
     }
     // A failed post leaves the requests already posted to MPI, with the comm.
-    status =
-        rc ? comm_fail(comm, mpi_error(rc, "posting a status exchange"))
-           : wait_all(comm, req, nreq, deadline_ns, "status exchange", true, late, WAIT_YIELD_NS);
+    status = rc ? comm_fail(comm, mpi_error(rc, "posting a status exchange"))
+                : wait_all(comm, req, nreq, deadline_ns, "status exchange", true, late,
+                           WAIT_YIELD_NS);
+    if (!status) memcpy(out, theirs, total);
   }
   if (!status) {
-    memcpy(out, theirs, total);
     if (kept) {
       atomic_store(&comm->records_busy, false);
     } else {

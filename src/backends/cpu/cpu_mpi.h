@@ -117,8 +117,9 @@ CUBE_INTERNAL cube_status_t cube_mpi_exchange(cube_mpi_comm_t *comm, uint32_t pe
                                               const void *mine, void *out, size_t bytes,
                                               uint64_t deadline_ns);
 // The same, where only the first |mine_bytes| of |mine|'s |bytes| carry
-// anything: they may be all that is sent, and a record that arrives short
-// reads as zeros past its end (every rank passes the same |bytes|).
+// anything: they may be all that is sent, and what follows a record that
+// arrives short in its slot is unspecified; this rank's own slot is whole
+// (every rank passes the same |bytes|).
 CUBE_INTERNAL cube_status_t cube_mpi_exchange_records(cube_mpi_comm_t *comm, uint32_t peer,
                                                       const void *mine, size_t mine_bytes,
                                                       void *out, size_t bytes,

@@ -25,8 +25,17 @@ static const uint8_t kMpiMagic[16] = "cube-mpi-world1";
 // caller's thread when their stream is idle (mpi_submit): below it the
 // hand-off to the stream thread and its wake-up cost more than MPI moving
 // the bytes, and the caller waits on its peers in the status exchange just
-// before anyway.
-#define MPI_INLINE_MAX_BYTES (64u << 10)
+// before anyway. Measured on the 16-core H200 host (all_reduce, medians of
+// 3 runs, over a raw MPI_Allreduce): with 64 KiB, 128 KiB cost +12 us on 2
+// ranks, +8 on 4 and +121 on 8, 512 KiB +29, +20 and +46; with 1 MiB, +2.5,
+// +2.7 and +2.1, and +13, +13 and +8 (docs/measurements/2026-12-01/h200/
+// mpi-ab/). The price: such a call returns once its part has run.
+// (A build may set it, -DCUBE_MPI_INLINE_MAX_BYTES=N, to measure another.)
+#ifdef CUBE_MPI_INLINE_MAX_BYTES
+#define MPI_INLINE_MAX_BYTES ((uint64_t)(CUBE_MPI_INLINE_MAX_BYTES))
+#else
+#define MPI_INLINE_MAX_BYTES (1u << 20)
+#endif
 
 // An all_reduce source of at most this many bytes rides in its status
 // record (fused_max_bytes): one exchange per call instead of an exchange
