@@ -350,6 +350,7 @@ static void call_carry_locked(coll_call_t *call, const cube_resolved_t *src) {
   uint32_t n = call->group->nranks;
   if (!call->world || call->kind != CUBE_TOP_ALL_REDUCE || n < 2 || !t->fused_max_bytes ||
       !t->fused_read || src->size == 0 || src->size > t->fused_max_bytes ||
+      (t->fused_limit && src->size > t->fused_limit(n)) ||
       call->header.verdict != CUBE_VERDICT_OK || !writer_done(server, src->slot))
     return;
   // Asking after the writer may have settled a late failure of it.
@@ -555,9 +556,13 @@ static cube_status_t call_exchange_records(coll_call_t *call, cube_bstream_t *st
   }
   uint8_t *mine = call->records + call->record_bytes * call->rank;
   bool ready = call->header.verdict == CUBE_VERDICT_OK;
+  // Past |used| the record is never read (exchange_status leaves a short
+  // record's tail unspecified): only a header's text is zeroed, for a
+  // transport that sends whole records (a payload's room, up to 8 KiB, is
+  // not).
   size_t used = ready ? words + call->header.carried : sizeof call->header;
   memcpy(mine, &call->header, ready ? words : sizeof call->header);
-  memset(mine + used, 0, call->record_bytes - used);
+  if (used < sizeof call->header) memset(mine + used, 0, sizeof call->header - used);
   cube_status_t status =
       g->transport->exchange_status(call->server->device, m->comm, stream, UINT32_MAX, mine, used,
                                     call->records, call->record_bytes);

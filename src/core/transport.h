@@ -102,6 +102,11 @@ typedef struct cube_transport_vtable_t {
   // records (cube_top_t.records). Every world record then has room for
   // them (whatever a rank calls: its peers may be carrying). 0: none.
   uint32_t fused_max_bytes;
+  // The most a source may carry in a world of |nranks| ranks (at most
+  // fused_max_bytes; every rank of a world answers alike), or NULL for
+  // fused_max_bytes at every size: each rank's records reach every other,
+  // so what pays on 2 ranks may not on 64.
+  uint32_t (*fused_limit)(uint32_t nranks);
   // Copies |bytes| at device address |address|, whose writers are done, to
   // |out| (host memory), now.
   void (*fused_read)(cube_backend_device_t *device, uint64_t address, size_t bytes, void *out);

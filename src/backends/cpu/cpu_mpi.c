@@ -415,6 +415,23 @@ static void mpi_finalize_at_exit(void) {
     (void)m_finalize();
 }
 
+// Open MPI's non-blocking all_reduce (libnbc) reduces over fewer than 4
+// ranks with a binomial tree at every size: a reduce to rank 0 and a
+// broadcast back, where its ring halves the bytes each rank sends. On 2
+// ranks (16-core H200 host, medians of 3 runs over a raw MPI_Allreduce):
+// 32 KiB +5.4 us with the tree, +2.4 with the ring; 512 KiB +13 and -11;
+// 2 MiB 0.96x and 1.15x raw; 8 MiB 0.99x and 1.15x (docs/measurements/
+// 2026-12-01/h200/mpi-ab/run1). So when cubec starts MPI for a world of 2
+// (OMPI_COMM_WORLD_SIZE, set by mpirun before any rank starts), it asks
+// for the ring through MCA's environment, before MPI_Init reads it; every
+// rank makes the same choice. A value the user set stands (0 restores
+// libnbc's own choice); MPI started by the program is left as it is.
+static void ompi_prefer_ring(void) {
+  const char *size = getenv("OMPI_COMM_WORLD_SIZE");
+  if (!IS_OMPI || !size || strcmp(size, "2") != 0) return;
+  (void)setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
+}
+
 cube_status_t cube_mpi_world(uint32_t *out_rank, uint32_t *out_size) {
   const char *detail = NULL;
   if (!cube_mpi_available(&detail)) {
@@ -426,6 +443,7 @@ cube_status_t cube_mpi_world(uint32_t *out_rank, uint32_t *out_size) {
   if (!g_mpi.initialized && !g_mpi.init_error) {
     int flag = 0, provided = 0, rc = m_initialized(&flag);
     if (rc == 0 && !flag) {
+      ompi_prefer_ring();
       rc = m_init_thread(3 /* MPI_THREAD_MULTIPLE, in both families */, &provided);
       if (rc == 0) {
         g_mpi.we_initialized = true;
@@ -1019,8 +1037,8 @@ cube_status_t cube_mpi_exchange(cube_mpi_comm_t *comm, uint32_t peer, const void
 // us at 8 (2 (n - 1) messages a rank), where MPI's own recursive doubling
 // takes log2 n rounds.
 static cube_status_t exchange_log(cube_mpi_comm_t *comm, uint8_t *theirs, uint64_t *lens,
-                                  uint8_t *pack, uint8_t *inbox, size_t bytes,
-                                  uint64_t deadline_ns, bool late) {
+                                  uint8_t *pack, uint8_t *inbox, size_t bytes, uint64_t deadline_ns,
+                                  bool late) {
   uint32_t n = comm->nranks, rank = comm->rank;
   size_t entry = 8 + ((bytes + 7) & ~(size_t)7);
   mpi_h ch = comm->comm[CH_STATUS];
@@ -1045,15 +1063,16 @@ static cube_status_t exchange_log(cube_mpi_comm_t *comm, uint8_t *theirs, uint64
     // same on every rank) would take more than MPI_LOG_MAX_PARTS of them.
     size_t room = 8 + c * entry;
     size_t first = MPI_LOG_MESSAGE_BYTES;
-    if (room > first * MPI_LOG_MAX_PARTS) first = (room + MPI_LOG_MAX_PARTS - 1) / MPI_LOG_MAX_PARTS;
+    if (room > first * MPI_LOG_MAX_PARTS)
+      first = (room + MPI_LOG_MAX_PARTS - 1) / MPI_LOG_MAX_PARTS;
     mpi_h req[2 * MPI_LOG_MAX_PARTS];
     int nreq = 2;
     int rc = m_irecv(inbox, (int)(room < first ? room : first), g_mpi.c.byte, (int)from, tag, ch,
                      &req[0]);
     for (size_t at = 0; rc == 0 && at < packed; at += first) {
       size_t part = packed - at < first ? packed - at : first;
-      rc = m_isend(pack + at, (int)part, g_mpi.c.byte, (int)to, tag, ch,
-                   &req[at == 0 ? 1 : nreq++]);
+      rc =
+          m_isend(pack + at, (int)part, g_mpi.c.byte, (int)to, tag, ch, &req[at == 0 ? 1 : nreq++]);
     }
     // A failed post leaves the requests already posted to MPI, with the comm.
     if (rc != 0) return comm_fail(comm, mpi_error(rc, "posting a status exchange"));
@@ -1130,12 +1149,12 @@ cube_status_t cube_mpi_exchange_records(cube_mpi_comm_t *comm, uint32_t peer, co
   comm->last_exchange_ns = now;
   // What MPI writes lives in memory the comm owns until the exchange ends:
   // an abandoned exchange leaks it rather than let MPI write into memory
-  // the caller may free. Straight: this rank's record and theirs (copied
-  // out at the end). Log: the lengths and a round's two messages; the
-  // records are unpacked into |out| by this code.
-  size_t total = all ? bytes * n : bytes;
+  // the caller may free; the records are copied into |out| by this code.
+  // Every message is a length word and that many bytes of record, so that
+  // only what was sent is copied out. Straight: this rank's message and a
+  // slot for each peer's. Log: the lengths and a round's two messages.
   size_t entry = 8 + ((bytes + 7) & ~(size_t)7);
-  size_t need = log ? 8 * (size_t)n + 2 * (8 + (n / 2) * entry) : bytes + total;
+  size_t need = log ? 8 * (size_t)n + 2 * (8 + (n / 2) * entry) : entry * (1 + (all ? n : 1));
   uint8_t *buffer = NULL;
   bool kept = !atomic_exchange(&comm->records_busy, true);
   if (kept && comm->records_bytes < need) {
@@ -1152,49 +1171,58 @@ cube_status_t cube_mpi_exchange_records(cube_mpi_comm_t *comm, uint32_t peer, co
   }
   if (!buffer)
     return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "mpi status exchange: out of memory");
+  // This rank's own slot is whole; what it sends is |mine_bytes|.
+  uint8_t *own = (uint8_t *)out + (size_t)comm->rank * bytes;
+  if (all && own != (const uint8_t *)mine) memmove(own, mine, bytes);
   cube_status_t status = CUBE_OK;
   if (log) {
     uint64_t *lens = (uint64_t *)(void *)buffer;
     uint8_t *pack = (uint8_t *)(lens + n);
-    uint8_t *theirs = out;
-    // This rank's own slot is whole; what it sends is |mine_bytes|.
-    if (theirs + (size_t)comm->rank * bytes != (const uint8_t *)mine)
-      memmove(theirs + (size_t)comm->rank * bytes, mine, bytes);
     lens[comm->rank] = mine_bytes;
-    status = exchange_log(comm, theirs, lens, pack, pack + 8 + (n / 2) * entry, bytes, deadline_ns,
-                          late);
+    status =
+        exchange_log(comm, out, lens, pack, pack + 8 + (n / 2) * entry, bytes, deadline_ns, late);
   } else {
-    memcpy(buffer, mine, bytes);
-    uint8_t *theirs = buffer + bytes;
+    memcpy(buffer, &(uint64_t){mine_bytes}, 8);
+    memcpy(buffer + 8, mine, mine_bytes);
+    uint8_t *slots = buffer + entry;
     mpi_h req[WAIT_MAX_REQUESTS];
     int nreq = 0, rc = 0;
-    if (!all) {
-      nreq = 2;
-      rc = m_irecv(theirs, (int)bytes, g_mpi.c.byte, (int)peer, MPI_TAG_PAIR,
-                   comm->comm[CH_STATUS], &req[0]);
-      if (rc == 0)
-        rc = m_isend(buffer, (int)mine_bytes, g_mpi.c.byte, (int)peer, MPI_TAG_PAIR,
-                     comm->comm[CH_STATUS], &req[1]);
-    } else {
-      // The world's records on a tag of their own: a pair's records between
-      // the same two ranks never match them (each kind keeps its own order).
-      for (uint32_t r = 0; r < n && rc == 0; ++r) {
-        if (r == comm->rank) continue;
-        rc = m_irecv(theirs + (size_t)r * bytes, (int)bytes, g_mpi.c.byte, (int)r, MPI_TAG_WORLD,
-                     comm->comm[CH_STATUS], &req[nreq++]);
-      }
-      for (uint32_t r = 0; r < n && rc == 0; ++r) {
-        if (r == comm->rank) continue;
-        rc = m_isend(buffer, (int)mine_bytes, g_mpi.c.byte, (int)r, MPI_TAG_WORLD,
-                     comm->comm[CH_STATUS], &req[nreq++]);
-      }
-      memcpy(theirs + (size_t)comm->rank * bytes, mine, bytes);
+    mpi_h ch = comm->comm[CH_STATUS];
+    // A pair's records and the world's on tags of their own: a pair's
+    // between the same two ranks never match the world's (each kind keeps
+    // its own order). Peer i is |peer|, or every rank but this one; its
+    // slot is its rank's (the world) or the only one (a pair).
+    uint32_t npeers = all ? n - 1 : 1;
+    int tag = all ? MPI_TAG_WORLD : MPI_TAG_PAIR;
+#define PEER_AT(i) (all ? ((i) < comm->rank ? (i) : (i) + 1) : peer)
+#define SLOT_OF(r) (slots + (all ? (size_t)(r) : 0) * entry)
+    for (uint32_t i = 0; i < npeers && rc == 0; ++i) {
+      rc = m_irecv(SLOT_OF(PEER_AT(i)), (int)entry, g_mpi.c.byte, (int)PEER_AT(i), tag, ch,
+                   &req[nreq++]);
+    }
+    for (uint32_t i = 0; i < npeers && rc == 0; ++i) {
+      rc = m_isend(buffer, (int)(8 + mine_bytes), g_mpi.c.byte, (int)PEER_AT(i), tag, ch,
+                   &req[nreq++]);
     }
     // A failed post leaves the requests already posted to MPI, with the comm.
-    status = rc ? comm_fail(comm, mpi_error(rc, "posting a status exchange"))
-                : wait_all(comm, req, nreq, deadline_ns, "status exchange", true, late,
-                           WAIT_YIELD_NS);
-    if (!status) memcpy(out, theirs, total);
+    status =
+        rc ? comm_fail(comm, mpi_error(rc, "posting a status exchange"))
+           : wait_all(comm, req, nreq, deadline_ns, "status exchange", true, late, WAIT_YIELD_NS);
+    for (uint32_t i = 0; i < npeers && !status; ++i) {
+      uint32_t r = PEER_AT(i);
+      uint64_t len = 0;
+      memcpy(&len, SLOT_OF(r), 8);
+      if (len > bytes) {
+        status = comm_fail(comm, cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
+                                                  "mpi status exchange: rank %u sent a record of "
+                                                  "%llu bytes (records hold %zu)",
+                                                  r, (unsigned long long)len, bytes));
+      } else {
+        memcpy((uint8_t *)out + (all ? (size_t)r * bytes : 0), SLOT_OF(r) + 8, len);
+      }
+    }
+#undef PEER_AT
+#undef SLOT_OF
   }
   if (!status) {
     if (kept) {
