@@ -415,6 +415,11 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (strcmp(mode, "conformance") == 0) {
+    // Which MPI_Iallreduce algorithm libnbc was given (cubec asks for the
+    // ring on 2 ranks when it starts MPI, unless the user chose): run_mpi.sh
+    // checks it, with and without a choice of the user's.
+    const char *alg = getenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm");
+    printf("INFO iallreduce-algorithm rank %u of %u: %s\n", g_rank, g_size, alg ? alg : "unset");
     conformance(comm);
     ring(comm);
     exchange(comm);

@@ -55,6 +55,18 @@ local)
   expect "^PASS exchange" "$np" "status exchange"
   expect "^PASS stale" "$np" "a stale part seen by every rank"
   ! grep -q "^FAIL" "$log" || { cat "$log"; exit 1; }
+  if [ "$np" = 2 ] && [ -z "${OMPI_MCA_coll_libnbc_iallreduce_algorithm+x}" ]; then
+    # On 2 ranks cubec asks libnbc for its ring MPI_Iallreduce (cpu_mpi.c);
+    # a user's choice stands: the suite again with libnbc's own (0).
+    expect "^INFO iallreduce-algorithm .*: 1$" "$np" "2 ranks: libnbc's ring all_reduce chosen"
+    OMPI_MCA_coll_libnbc_iallreduce_algorithm=0 CUBE_COLLECTIVE_TIMEOUT_S=60 timeout 240 \
+      "${launch[@]}" -x OMPI_MCA_coll_libnbc_iallreduce_algorithm -np "$np" "$bin" conformance >"$log" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] || { cat "$log"; echo "FAIL: mpirun (libnbc's own all_reduce) exited $rc"; exit 1; }
+    expect "^INFO iallreduce-algorithm .*: 0$" "$np" "2 ranks: the user's choice of algorithm stands"
+    expect "^PASS conformance" "$np" "every operation and element type, libnbc's own all_reduce"
+    ! grep -q "^FAIL" "$log" || { cat "$log"; exit 1; }
+  fi
   CUBE_COLLECTIVE_TIMEOUT_S=60 timeout 240 "${launch[@]}" -np "$np" "$world" conformance >"$log" 2>&1
   rc=$?
   [ $rc -eq 0 ] || { cat "$log"; echo "FAIL: mpirun (world_ranks) exited $rc"; exit 1; }
