@@ -2,7 +2,8 @@
 # cubec's all_reduce over MPI against a raw MPI_Allreduce on the device
 # host's CPUs (bench_collectives --mpi), at 2, 4 and 8 ranks, interleaving
 # builds that differ in one constant so that each difference is measured in
-# the same session on the same host. Logs under $OUT (or build-mpi/logs).
+# the same session on the same host. $OUT (or build-mpi/logs) gets
+# logs.tgz (every log) and summary.txt (tools/device/mpi_summary.py).
 #   bash tools/device/mpi_bench.sh ab [MAX_BYTES]   the variants, 3 rounds
 #   bash tools/device/mpi_bench.sh full             the default build to 256 MiB,
 #                                                   3 runs a rank count, and
@@ -13,12 +14,18 @@
 #   inline64k CUBE_MPI_INLINE_MAX_BYTES=65536 (parts past 64 KiB on the stream
 #             thread)
 #   ring      default, with libnbc's MPI_Iallreduce forced to its ring
-#             (OMPI_MCA_coll_libnbc_iallreduce_algorithm=1)
+#             (OMPI_MCA_coll_libnbc_iallreduce_algorithm=1; on 2 ranks cubec
+#             asks for it itself)
+#   relayed8k CUBE_MPI_FUSED_RELAYED_BYTES=8192 (from 4 ranks, all_reduce up
+#             to 8 KiB carried in the relayed records, not 2 KiB)
 # xxHash and cmocka come from .deb/ (the GPU image has no registry).
 set -uo pipefail
 mode="${1:-ab}" max="${2:-33554432}"
-out="${OUT:-build-mpi/logs}"
-mkdir -p "$out"
+# The logs are written to a scratch folder; what comes back is logs.tgz and
+# summary.txt in $OUT (the device returns only a few files).
+dest="${OUT:-build-mpi/logs}"
+mkdir -p "$dest"
+out="$(mktemp -d)"
 for f in .deb/libxxhash*.deb .deb/libcmocka*.deb; do [ -f "$f" ] && dpkg -x "$f" /; done
 ldconfig
 jobs="$(nproc)"
@@ -46,12 +53,14 @@ ab)
   defs="-DCUBE_MPI_LOG_MIN_RANKS=64" build build-mpi-straight bench_collectives bench_collectives_mpi
   defs="" build build-mpi bench_collectives bench_collectives_mpi
   defs="-DCUBE_MPI_INLINE_MAX_BYTES=65536" build build-mpi-inline64k bench_collectives bench_collectives_mpi
+  defs="-DCUBE_MPI_FUSED_RELAYED_BYTES=8192" build build-mpi-relayed8k bench_collectives bench_collectives_mpi
   for np in 2 4 8; do
     for round in 1 2 3; do
       bench build-mpi-straight "$np" "$out/straight_${np}.log"
       bench build-mpi "$np" "$out/default_${np}.log"
       bench build-mpi-inline64k "$np" "$out/inline64k_${np}.log"
       bench build-mpi "$np" "$out/ring_${np}.log" OMPI_MCA_coll_libnbc_iallreduce_algorithm=1
+      [ "$np" = 2 ] || bench build-mpi-relayed8k "$np" "$out/relayed8k_${np}.log"
     done
   done
   ;;
@@ -66,4 +75,7 @@ full)
   ;;
 *) echo "mpi_bench.sh: ab or full"; exit 2 ;;
 esac
-ls -la "$out"
+python3 tools/device/mpi_summary.py "$out"/*_[0-9].log >"$out/summary.txt" 2>&1
+tar czf "$dest/logs.tgz" -C "$out" .
+cp "$out/summary.txt" "$dest/"
+ls -la "$out" "$dest"

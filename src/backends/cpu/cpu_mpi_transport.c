@@ -46,8 +46,14 @@ static const uint8_t kMpiMagic[16] = "cube-mpi-world1";
 // 8 KiB all_reduce cost +5.6-6.4 us over a raw MPI_Allreduce through the
 // payload call (16-core H200 host), where carrying it costs what one
 // exchange of its bytes does.
+// (A build may set the relayed limit, -DCUBE_MPI_FUSED_RELAYED_BYTES=N up to
+// 8192, to measure another.)
 #define MPI_FUSED_MAX_BYTES 8192u
+#ifdef CUBE_MPI_FUSED_RELAYED_BYTES
+#define MPI_FUSED_RELAYED_BYTES ((uint32_t)(CUBE_MPI_FUSED_RELAYED_BYTES))
+#else
 #define MPI_FUSED_RELAYED_BYTES 2048u
+#endif
 
 typedef struct mpi_task_t mpi_task_t;
 
@@ -72,7 +78,8 @@ struct mpi_task_t {
 };
 
 static uint32_t mpi_fused_limit(uint32_t nranks) {
-  return nranks <= 3 ? MPI_FUSED_MAX_BYTES : MPI_FUSED_RELAYED_BYTES;
+  uint32_t relayed = MPI_FUSED_RELAYED_BYTES;
+  return nranks <= 3 || relayed > MPI_FUSED_MAX_BYTES ? MPI_FUSED_MAX_BYTES : relayed;
 }
 
 static mpi_tcomm_t *mpi_cast(cube_tcomm_t *comm) {
