@@ -558,8 +558,7 @@ static cube_status_t call_exchange_records(coll_call_t *call, cube_bstream_t *st
   bool ready = call->header.verdict == CUBE_VERDICT_OK;
   // Past |used| the record is never read (exchange_status leaves a short
   // record's tail unspecified): only a header's text is zeroed, for a
-  // transport that sends whole records (a payload's room, up to 8 KiB, is
-  // not).
+  // transport that sends whole records, not a payload's room.
   size_t used = ready ? words + call->header.carried : sizeof call->header;
   memcpy(mine, &call->header, ready ? words : sizeof call->header);
   if (used < sizeof call->header) memset(mine + used, 0, sizeof call->header - used);

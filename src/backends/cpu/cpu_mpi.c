@@ -1016,6 +1016,19 @@ cube_status_t cube_mpi_exchange(cube_mpi_comm_t *comm, uint32_t peer, const void
   return cube_mpi_exchange_records(comm, peer, mine, bytes, out, bytes, deadline_ns);
 }
 
+// A record's bytes padded to 8, and its place in a message: a length word,
+// then those bytes.
+static uint64_t pad8(uint64_t bytes) {
+  return (bytes + 7) & ~(uint64_t)7;
+}
+static size_t message_entry(size_t bytes) {
+  return 8 + (size_t)pad8(bytes);
+}
+
+bool cube_mpi_relays_records(uint32_t nranks) {
+  return nranks >= MPI_LOG_MIN_RANKS || 2 * (nranks - 1) > WAIT_MAX_REQUESTS;
+}
+
 // A message of the log exchange is sent whole while it fits this (Open
 // MPI's shared-memory eager limit is 4 KiB, its match header included): a
 // larger one would take the rendezvous protocol, a round trip more. What
@@ -1032,15 +1045,16 @@ cube_status_t cube_mpi_exchange(cube_mpi_comm_t *comm, uint32_t peer, const void
 // few words stay few when relayed; a round's message starts with its
 // length. |theirs|: n slots of |bytes| (the caller's output: MPI writes only
 // into |pack| and |inbox|, which the comm owns), this rank's in place with
-// its length in |lens|. Measured on the 16-core H200 host: the one-round
-// exchange cost 2.0-2.8 us over a raw MPI_Allreduce at 4 ranks and 4.6-7.7
-// us at 8 (2 (n - 1) messages a rank), where MPI's own recursive doubling
-// takes log2 n rounds.
+// its length in |lens|. Measured on the 16-core H200 host, a small
+// all_reduce over a raw MPI_Allreduce: +2.3-2.7 us at 4 ranks and +4.7-7.0
+// at 8 with the one-round exchange (2 (n - 1) messages a rank), +2.0-2.4
+// and +3.5-5.0 with these rounds (docs/measurements/2026-12-01/h200/
+// mpi-ab/run1).
 static cube_status_t exchange_log(cube_mpi_comm_t *comm, uint8_t *theirs, uint64_t *lens,
                                   uint8_t *pack, uint8_t *inbox, size_t bytes, uint64_t deadline_ns,
                                   bool late) {
   uint32_t n = comm->nranks, rank = comm->rank;
-  size_t entry = 8 + ((bytes + 7) & ~(size_t)7);
+  size_t entry = message_entry(bytes);
   mpi_h ch = comm->comm[CH_STATUS];
   int round = 0;
   for (uint32_t d = 1; d < n; d <<= 1, ++round) {
@@ -1051,7 +1065,7 @@ static cube_status_t exchange_log(cube_mpi_comm_t *comm, uint8_t *theirs, uint64
     size_t packed = 8;
     for (uint32_t i = 0; i < c; ++i) {
       uint32_t r = (rank + i) % n;
-      size_t padded = (lens[r] + 7) & ~(uint64_t)7;
+      size_t padded = pad8(lens[r]);
       memcpy(pack + packed, &lens[r], 8);
       memcpy(pack + packed + 8, theirs + (size_t)r * bytes, lens[r]);
       memset(pack + packed + 8 + lens[r], 0, padded - lens[r]);
@@ -1117,7 +1131,7 @@ static cube_status_t exchange_log(cube_mpi_comm_t *comm, uint8_t *theirs, uint64
       }
       memcpy(theirs + (size_t)r * bytes, inbox + at + 8, len);
       lens[r] = len;
-      at += 8 + ((len + 7) & ~(uint64_t)7);
+      at += 8 + pad8(len);
     }
   }
   return CUBE_OK;
@@ -1138,7 +1152,7 @@ cube_status_t cube_mpi_exchange_records(cube_mpi_comm_t *comm, uint32_t peer, co
   // ready part sends its few words, not the text a failure needs.
   bool all = peer == UINT32_MAX;
   uint32_t n = comm->nranks;
-  bool log = all && (n >= MPI_LOG_MIN_RANKS || 2 * (n - 1) > WAIT_MAX_REQUESTS);
+  bool log = all && cube_mpi_relays_records(n);
   // A peer gives up on a round a deadline after it posted it, and it posts
   // it only after this rank's previous record came: unless that much time
   // passed since this rank's previous exchange, no peer can have given up
@@ -1153,7 +1167,7 @@ cube_status_t cube_mpi_exchange_records(cube_mpi_comm_t *comm, uint32_t peer, co
   // Every message is a length word and that many bytes of record, so that
   // only what was sent is copied out. Straight: this rank's message and a
   // slot for each peer's. Log: the lengths and a round's two messages.
-  size_t entry = 8 + ((bytes + 7) & ~(size_t)7);
+  size_t entry = message_entry(bytes);
   size_t need = log ? 8 * (size_t)n + 2 * (8 + (n / 2) * entry) : entry * (1 + (all ? n : 1));
   uint8_t *buffer = NULL;
   bool kept = !atomic_exchange(&comm->records_busy, true);

@@ -116,6 +116,10 @@ CUBE_INTERNAL cube_status_t cube_mpi_run(cube_mpi_comm_t *comm, const cube_mpi_o
 CUBE_INTERNAL cube_status_t cube_mpi_exchange(cube_mpi_comm_t *comm, uint32_t peer,
                                               const void *mine, void *out, size_t bytes,
                                               uint64_t deadline_ns);
+// Whether a world of |nranks| exchanges its records in log2 n rounds, each
+// record relayed by other ranks (else straight to every peer): what a
+// record carries then reaches every rank through several.
+CUBE_INTERNAL bool cube_mpi_relays_records(uint32_t nranks);
 // The same, where only the first |mine_bytes| of |mine|'s |bytes| carry
 // anything: they may be all that is sent, and what follows a record that
 // arrives short in its slot is unspecified; this rank's own slot is whole

@@ -41,8 +41,9 @@ static const uint8_t kMpiMagic[16] = "cube-mpi-world1";
 // record (fused_max_bytes): one exchange per call instead of an exchange
 // and a payload collective. Every world record then holds 40 + 8192 bytes;
 // a ready part sends only what it carries. Each rank's record reaches
-// every other rank, so past 3 ranks (where the records are relayed in log2
-// n rounds) a source carries at most 2 KiB (mpi_fused_limit). On 2 ranks an
+// every other rank, so where the records are relayed in log2 n rounds
+// (cube_mpi_relays_records: from 4 ranks) a source carries at most 2 KiB
+// (mpi_fused_limit). On 2 ranks an
 // 8 KiB all_reduce cost +5.6-6.4 us over a raw MPI_Allreduce through the
 // payload call (16-core H200 host), where carrying it costs what one
 // exchange of its bytes does.
@@ -79,7 +80,8 @@ struct mpi_task_t {
 
 static uint32_t mpi_fused_limit(uint32_t nranks) {
   uint32_t relayed = MPI_FUSED_RELAYED_BYTES;
-  return nranks <= 3 || relayed > MPI_FUSED_MAX_BYTES ? MPI_FUSED_MAX_BYTES : relayed;
+  return !cube_mpi_relays_records(nranks) || relayed > MPI_FUSED_MAX_BYTES ? MPI_FUSED_MAX_BYTES
+                                                                           : relayed;
 }
 
 static mpi_tcomm_t *mpi_cast(cube_tcomm_t *comm) {
