@@ -130,11 +130,14 @@ typedef struct coll_call_t {
   // A world's records with room for payloads (fused_max_bytes): every
   // rank's, |record_bytes| apart (owned; this rank's source bytes are put in
   // its own at the post when it carries them). |fused|: every rank carried
-  // its source, so the part reduces these and no payload moves.
+  // its source, so the part reduces these and no payload moves; |reduced|:
+  // the transport reduced them on the way (exchange_carry), and the result
+  // is in this rank's own record, after the header words.
   uint8_t *records;
   size_t record_bytes;
   bool fused;
-  bool records_kept;  // |records| is the member's kept buffer (call_records)
+  bool reduced, whole;  // how the records came (call_exchange_records)
+  bool records_kept;    // |records| is the member's kept buffer (call_records)
   // Between the submit and the commit.
   bool submitting;
   coll_scope_t scope;
@@ -350,7 +353,6 @@ static void call_carry_locked(coll_call_t *call, const cube_resolved_t *src) {
   uint32_t n = call->group->nranks;
   if (!call->world || call->kind != CUBE_TOP_ALL_REDUCE || n < 2 || !t->fused_max_bytes ||
       !t->fused_read || src->size == 0 || src->size > t->fused_max_bytes ||
-      (t->fused_limit && src->size > t->fused_limit(n)) ||
       call->header.verdict != CUBE_VERDICT_OK || !writer_done(server, src->slot))
     return;
   // Asking after the writer may have settled a late failure of it.
@@ -562,9 +564,21 @@ static cube_status_t call_exchange_records(coll_call_t *call, cube_bstream_t *st
   size_t used = ready ? words + call->header.carried : sizeof call->header;
   memcpy(mine, &call->header, ready ? words : sizeof call->header);
   if (used < sizeof call->header) memset(mine + used, 0, sizeof call->header - used);
+  // A transport that reduces carried sources on the way writes the result
+  // over this rank's own (sent by then).
+  cube_carry_t carry = {.bytes = ready ? call->header.carried : 0,
+                        .dtype = call->dtype,
+                        .op = call->op,
+                        .out = mine + words};
   cube_status_t status =
-      g->transport->exchange_status(call->server->device, m->comm, stream, UINT32_MAX, mine, used,
-                                    call->records, call->record_bytes);
+      g->transport->exchange_carry
+          ? g->transport->exchange_carry(call->server->device, m->comm, stream, mine, used,
+                                         call->records, call->record_bytes, &carry)
+          : g->transport->exchange_status(call->server->device, m->comm, stream, UINT32_MAX, mine,
+                                          used, call->records, call->record_bytes);
+  if (!g->transport->exchange_carry) carry.whole = true;
+  call->reduced = !status && carry.reduced;
+  call->whole = !status && carry.whole;
   for (uint32_t r = 0; r < n && !status; ++r) {
     memcpy(&headers[r], call->records + call->record_bytes * r, sizeof headers[r]);
     if (headers[r].verdict == CUBE_VERDICT_OK) {
@@ -628,7 +642,8 @@ static cube_status_t call_exchange_world(coll_call_t *call) {
   cube_comm_round_evaluate(headers, transfer ? 2 : g->nranks, transfer, &call->outcome);
   // Every rank's source came with its record: the same on every rank, as
   // the headers are.
-  call->fused = call->outcome.ok && !transfer && call->records && g->nranks > 1;
+  call->fused = call->outcome.ok && !transfer && call->records && g->nranks > 1 &&
+                (call->whole || call->reduced);
   for (uint32_t r = 0; r < g->nranks && call->fused; ++r)
     call->fused = headers[r].carried != 0 && headers[r].carried == headers[r].send_bytes;
   if (transfer && call->outcome.failed_count) {
@@ -890,7 +905,11 @@ static void call_submit_locked(coll_call_t *call) {
   }
   top.dropped = carried;
   top.inline_ok = call->inline_ok && call->group->transport->run_inline != NULL;
-  if (call->fused) {
+  if (call->fused && call->reduced) {
+    top.records = call->records + call->record_bytes * call->rank + CUBE_COLL_HEADER_WORDS;
+    top.record_bytes = call->header.carried;
+    top.reduced = true;
+  } else if (call->fused) {
     top.records = call->records + CUBE_COLL_HEADER_WORDS;
     top.record_bytes = call->record_bytes;
   }

@@ -79,10 +79,28 @@ typedef struct cube_top_t {
   // A fused round (fused_max_bytes): every rank's source bytes came in the
   // status records, rank r's at records + r * record_bytes (borrowed until
   // submit returns). The part reduces them into recv, in rank order, and
-  // moves nothing itself.
+  // moves nothing itself. |reduced| (exchange_carry reduced them on the
+  // way): |records| is the result itself, |record_bytes| long, which the
+  // part copies into recv.
   const void *records;
   size_t record_bytes;
+  bool reduced;
 } cube_top_t;
+
+// A world all_reduce's source carried at the end of this rank's record
+// (exchange_carry): its |bytes| are the last of the record's used ones.
+typedef struct cube_carry_t {
+  size_t bytes;  // 0: this rank carries none
+  cube_dtype_t dtype;
+  cube_reduce_op_t op;
+  void *out;  // |bytes|: the world's result, when |reduced| (written last)
+  // Out. |whole|: every record came whole, carried bytes and all (the part
+  // reduces them). |reduced|: the transport reduced every rank's carried
+  // bytes on the way, a mean divided, into |out|; the others' records then
+  // hold their words only. Neither: some rank carried none or another
+  // size, type or operation; the payload call moves the bytes.
+  bool whole, reduced;
+} cube_carry_t;
 
 // How a comm's work is reporting. |error| (owned by the caller) is a
 // transport failure (TRANSPORT_FAILED or a poisoned device's status); NULL
@@ -102,11 +120,6 @@ typedef struct cube_transport_vtable_t {
   // records (cube_top_t.records). Every world record then has room for
   // them (whatever a rank calls: its peers may be carrying). 0: none.
   uint32_t fused_max_bytes;
-  // The most a source may carry in a world of |nranks| ranks (at most
-  // fused_max_bytes; every rank of a world answers alike), or NULL for
-  // fused_max_bytes at every size: each rank's records reach every other,
-  // so what pays on 2 ranks may not on 64.
-  uint32_t (*fused_limit)(uint32_t nranks);
   // Copies |bytes| at device address |address|, whose writers are done, to
   // |out| (host memory), now.
   void (*fused_read)(cube_backend_device_t *device, uint64_t address, size_t bytes, void *out);
@@ -165,6 +178,14 @@ typedef struct cube_transport_vtable_t {
   cube_status_t (*exchange_status)(cube_backend_device_t *device, cube_tcomm_t *comm,
                                    cube_bstream_t *stream, uint32_t peer, const void *mine,
                                    size_t mine_bytes, void *out, size_t bytes);
+  // Optional: exchange_status for a world round over records with room for
+  // payloads (every rank, whatever each carries), where this rank's record
+  // may end with a carried source (|carry|). A transport that relays
+  // records may reduce those sources on the way, so that no record's bytes
+  // need reach every rank. NULL: exchange_status, records whole.
+  cube_status_t (*exchange_carry)(cube_backend_device_t *device, cube_tcomm_t *comm,
+                                  cube_bstream_t *stream, const void *mine, size_t mine_bytes,
+                                  void *out, size_t bytes, cube_carry_t *carry);
   // This device's transport for groups whose ranks live in several
   // processes (cube_comm_init_rank): MPI for CPU clients, NCCL itself for
   // CUDA. NULL, or an error, when it has none (NO_DEVICE_TRANSPORT).

@@ -321,6 +321,85 @@ static void exchange(cube_mpi_comm_t *comm) {
   printf("PASS exchange rank %u\n", g_rank);
 }
 
+// Carried sources (cube_mpi_exchange_reduce): up to 3 ranks the records come
+// whole, carried bytes and all; from 4 they are reduced on the way, with
+// the same bits on every rank (sums of floats that are not exact), a mean
+// divided; a rank that carries none, or carries another size, leaves no
+// result on any rank, and the records still arrive.
+static void carry_one(cube_mpi_comm_t *comm, cube_mpi_dtype_t dtype, cube_mpi_reduce_t op,
+                      uint32_t count, int odd_rank, uint32_t odd_count) {
+  enum { WORDS = 6 };
+  uint32_t esize = dtype == CUBE_MPI_F64 ? 8 : 4;
+  size_t bytes = WORDS * 4 + 600 * 8;
+  uint32_t mine_count = (int)g_rank == odd_rank ? odd_count : count;
+  uint8_t *mine = calloc(1, bytes), *all = malloc(bytes * g_size), *out = calloc(1, bytes);
+  CHECK(mine && all && out, "carry: out of memory");
+  if (!mine || !all || !out) goto done;
+  for (uint32_t w = 0; w < WORDS; ++w) ((uint32_t *)mine)[w] = g_rank * 10 + w;
+  for (uint32_t i = 0; i < mine_count; ++i) {
+    double v = dtype == CUBE_MPI_I32 ? (double)(g_rank * 7 + i) : 0.1 * (g_rank + 1) + 1e-3 * i;
+    if (dtype == CUBE_MPI_F32) ((float *)(mine + WORDS * 4))[i] = (float)v;
+    if (dtype == CUBE_MPI_F64) ((double *)(mine + WORDS * 4))[i] = v;
+    if (dtype == CUBE_MPI_I32) ((int32_t *)(mine + WORDS * 4))[i] = (int32_t)v;
+  }
+  cube_mpi_carry_t c = {.size = (size_t)mine_count * esize, .dtype = dtype, .op = op, .out = out};
+  cube_status_t s =
+      cube_mpi_exchange_reduce(comm, mine, WORDS * 4 + c.size, all, bytes, &c, deadline());
+  CHECK(!s, "carry: %s", status_text(s));
+  bool relayed = cube_mpi_relays_records(g_size), odd = odd_rank >= 0;
+  CHECK(!s && c.whole == !relayed && c.reduced == (relayed && !odd),
+        "carry (%u elements, odd rank %d): whole %d reduced %d on %u ranks", count, odd_rank,
+        c.whole, c.reduced, g_size);
+  for (uint32_t r = 0; r < g_size && !s; ++r) {
+    for (uint32_t w = 0; w < WORDS; ++w)
+      CHECK(((uint32_t *)(all + r * bytes))[w] == r * 10 + w, "carry: rank %u's word %u", r, w);
+  }
+  if (!s && c.reduced) {
+    for (uint32_t i = 0; i < count; ++i) {
+      double want = 0;
+      for (uint32_t r = 0; r < g_size; ++r)
+        want += dtype == CUBE_MPI_I32 ? (double)(r * 7 + i) : 0.1 * (r + 1) + 1e-3 * i;
+      if (op == CUBE_MPI_MEAN)
+        want = dtype == CUBE_MPI_I32 ? (double)((int64_t)want / g_size) : want / g_size;
+      double got = dtype == CUBE_MPI_F32   ? ((float *)out)[i]
+                   : dtype == CUBE_MPI_F64 ? ((double *)out)[i]
+                                           : ((int32_t *)out)[i];
+      CHECK(got == want || (dtype != CUBE_MPI_I32 && got > want * 0.9999 && got < want * 1.0001),
+            "carry: element %u is %g, not %g", i, got, want);
+    }
+    // The same bits on every rank: each rank's result hashed, exchanged.
+    uint64_t h = 1469598103934665603ull, every[64];
+    for (size_t i = 0; i < (size_t)count * esize; ++i) h = (h ^ out[i]) * 1099511628211ull;
+    s = cube_mpi_exchange(comm, UINT32_MAX, &h, every, sizeof h, deadline());
+    CHECK(!s, "carry hash exchange: %s", status_text(s));
+    for (uint32_t r = 0; r < g_size && !s; ++r)
+      CHECK(every[r] == h, "carry: rank %u's result differs from rank %u's", r, g_rank);
+  }
+  if (!s && c.whole) {
+    for (uint32_t r = 0; r < g_size; ++r) {
+      uint32_t rc = (int)r == odd_rank ? odd_count : count;
+      for (uint32_t i = 0; i < rc && dtype == CUBE_MPI_I32; ++i)
+        CHECK(((int32_t *)(all + r * bytes + WORDS * 4))[i] == (int32_t)(r * 7 + i),
+              "carry: rank %u's carried element %u", r, i);
+    }
+  }
+  cube_status_release(s);
+done:
+  free(mine);
+  free(all);
+  free(out);
+}
+
+static void carry(cube_mpi_comm_t *comm) {
+  carry_one(comm, CUBE_MPI_F32, CUBE_MPI_SUM, 300, -1, 0);
+  carry_one(comm, CUBE_MPI_F64, CUBE_MPI_MEAN, 600, -1, 0);
+  carry_one(comm, CUBE_MPI_I32, CUBE_MPI_SUM, 1, -1, 0);
+  carry_one(comm, CUBE_MPI_I32, CUBE_MPI_MEAN, 17, -1, 0);
+  carry_one(comm, CUBE_MPI_I32, CUBE_MPI_SUM, 17, 0, 0);                 // rank 0: none
+  carry_one(comm, CUBE_MPI_I32, CUBE_MPI_SUM, 17, (int)g_size - 1, 16);  // another size
+  printf("PASS carry rank %u\n", g_rank);
+}
+
 // A stale part: rank 1 says so in its record; every rank sees it and none
 // posts the payload; the next operation runs as usual.
 static void stale(cube_mpi_comm_t *comm) {
@@ -416,13 +495,15 @@ int main(int argc, char **argv) {
   }
   if (strcmp(mode, "conformance") == 0) {
     // Which MPI_Iallreduce algorithm libnbc was given (cubec asks for the
-    // ring on 2 ranks when it starts MPI, unless the user chose): run_mpi.sh
+    // ring on 2 ranks and Rabenseifner's from 4 when it starts MPI, unless
+    // the user chose): run_mpi.sh
     // checks it, with and without a choice of the user's.
     const char *alg = getenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm");
     printf("INFO iallreduce-algorithm rank %u of %u: %s\n", g_rank, g_size, alg ? alg : "unset");
     conformance(comm);
     ring(comm);
     exchange(comm);
+    carry(comm);
     stale(comm);
   } else if (strcmp(mode, "killed") == 0) {
     lose_a_rank(comm, true);

@@ -8,16 +8,20 @@
 #   bash tools/device/mpi_bench.sh full             the default build to 256 MiB,
 #                                                   3 runs a rank count, and
 #                                                   ctest -L world
+#   bash tools/device/mpi_bench.sh algos [MAX]      at 4 and 8 ranks, libnbc's
+#                                                   iallreduce algorithms 0, 2-4
+#   bash tools/device/mpi_bench.sh probe            mpi_rounds_probe.c (MPI
+#                                                   alone: raw against the
+#                                                   record patterns), 2/4/8 ranks
 # Variants (-D of cpu_mpi.c / cpu_mpi_transport.c, or the environment):
-#   straight  CUBE_MPI_LOG_MIN_RANKS=64 (every record straight to every peer)
+#   straight  CUBE_MPI_LOG_MIN_RANKS=64 (every record straight to every peer,
+#             every rank reducing every carried source)
 #   default   the code as it is
-#   inline64k CUBE_MPI_INLINE_MAX_BYTES=65536 (parts past 64 KiB on the stream
-#             thread)
-#   ring      default, with libnbc's MPI_Iallreduce forced to its ring
-#             (OMPI_MCA_coll_libnbc_iallreduce_algorithm=1; on 2 ranks cubec
-#             asks for it itself)
-#   relayed8k CUBE_MPI_FUSED_RELAYED_BYTES=8192 (from 4 ranks, all_reduce up
-#             to 8 KiB carried in the relayed records, not 2 KiB)
+#   nbc0      default, with libnbc's own choice of MPI_Iallreduce algorithm
+#             (OMPI_MCA_coll_libnbc_iallreduce_algorithm=0; cubec asks for
+#             the ring on 2 ranks and Rabenseifner's from 4)
+#   old       the tree in build-old/src.tgz (git archive of an earlier
+#             commit), when there is one
 # xxHash and cmocka come from .deb/ (the GPU image has no registry).
 set -uo pipefail
 mode="${1:-ab}" max="${2:-33554432}"
@@ -52,15 +56,17 @@ case "$mode" in
 ab)
   defs="-DCUBE_MPI_LOG_MIN_RANKS=64" build build-mpi-straight bench_collectives bench_collectives_mpi
   defs="" build build-mpi bench_collectives bench_collectives_mpi
-  defs="-DCUBE_MPI_INLINE_MAX_BYTES=65536" build build-mpi-inline64k bench_collectives bench_collectives_mpi
-  defs="-DCUBE_MPI_FUSED_RELAYED_BYTES=8192" build build-mpi-relayed8k bench_collectives bench_collectives_mpi
+  old=""
+  if [ -f build-old/src.tgz ]; then
+    mkdir -p build-old/src && tar xzf build-old/src.tgz -C build-old/src &&
+      (cd build-old/src && defs="" build ../b bench_collectives bench_collectives_mpi) && old=build-old/b
+  fi
   for np in 2 4 8; do
     for round in 1 2 3; do
       bench build-mpi-straight "$np" "$out/straight_${np}.log"
       bench build-mpi "$np" "$out/default_${np}.log"
-      bench build-mpi-inline64k "$np" "$out/inline64k_${np}.log"
-      bench build-mpi "$np" "$out/ring_${np}.log" OMPI_MCA_coll_libnbc_iallreduce_algorithm=1
-      [ "$np" = 2 ] || bench build-mpi-relayed8k "$np" "$out/relayed8k_${np}.log"
+      bench build-mpi "$np" "$out/nbc0_${np}.log" OMPI_MCA_coll_libnbc_iallreduce_algorithm=0
+      [ -z "$old" ] || bench "$old" "$np" "$out/old_${np}.log"
     done
   done
   ;;
@@ -73,7 +79,27 @@ full)
   timeout 400 ctest --test-dir build-mpi -L world --output-on-failure >"$out/ctest_world.log" 2>&1
   tail -15 "$out/ctest_world.log"
   ;;
-*) echo "mpi_bench.sh: ab or full"; exit 2 ;;
+algos)
+  defs="" build build-mpi bench_collectives bench_collectives_mpi
+  for np in 4 8; do
+    for round in 1 2 3; do
+      for alg in 0 2 3 4; do
+        bench build-mpi "$np" "$out/alg${alg}_${np}.log" OMPI_MCA_coll_libnbc_iallreduce_algorithm=$alg
+      done
+    done
+  done
+  ;;
+probe)
+  mpicc -O2 -o "$out/mpi_rounds_probe" tools/device/mpi_rounds_probe.c || exit 1
+  for np in 2 4 8; do
+    timeout 120 "${launch[@]}" -np "$np" "$out/mpi_rounds_probe" 8 128 512 2048 8192 32768 \
+      >"$out/probe_${np}.txt" 2>&1
+    cat "$out/probe_${np}.txt"
+  done
+  tar czf "$dest/logs.tgz" -C "$out" --exclude mpi_rounds_probe .
+  exit 0
+  ;;
+*) echo "mpi_bench.sh: ab, full, algos or probe"; exit 2 ;;
 esac
 python3 tools/device/mpi_summary.py "$out"/*_[0-9].log >"$out/summary.txt" 2>&1
 tar czf "$dest/logs.tgz" -C "$out" .

@@ -415,21 +415,30 @@ static void mpi_finalize_at_exit(void) {
     (void)m_finalize();
 }
 
-// Open MPI's non-blocking all_reduce (libnbc) reduces over fewer than 4
-// ranks with a binomial tree at every size: a reduce to rank 0 and a
-// broadcast back, where its ring halves the bytes each rank sends. On 2
-// ranks (16-core H200 host, medians of 3 runs over a raw MPI_Allreduce):
-// 32 KiB +5.4 us with the tree, +2.4 with the ring; 512 KiB +13 and -11;
-// 2 MiB 0.96x and 1.15x raw; 8 MiB 0.99x and 1.15x (docs/measurements/
-// 2026-12-01/h200/mpi-ab/run1). So when cubec starts MPI for a world of 2
-// (OMPI_COMM_WORLD_SIZE, set by mpirun before any rank starts), it asks
-// for the ring through MCA's environment, before MPI_Init reads it; every
+// Open MPI's non-blocking all_reduce (libnbc) picks its algorithm by
+// size: below 4 ranks a binomial tree at every size (a reduce to rank 0 and
+// a broadcast back), from 4 the same tree below 64 KiB, and Rabenseifner's
+// reduce-scatter and allgather above. Its ring halves the bytes each rank
+// sends on 2 ranks; Rabenseifner's halves them from 4 ranks at every size.
+// Measured on the 16-core H200 host (medians of 3 runs over a raw
+// MPI_Allreduce):
+//   2 ranks, tree against ring: 32 KiB +5.4 us and +2.4; 512 KiB +13 and
+//   -11; 2 MiB 0.96x and 1.15x raw (docs/measurements/2026-12-01/h200/
+//   mpi-ab/run1);
+//   4 ranks, libnbc's choice against Rabenseifner's: 32 KiB +12.5 us and
+//   +5.5; 8 ranks: 8 KiB +14.2 and +7.4, 32 KiB +22.8 and +7.2; from 128 KiB
+//   both alike (docs/measurements/2026-12-02/h200/algos).
+// So when cubec starts MPI for a world of 2, or of 4 and more
+// (OMPI_COMM_WORLD_SIZE, set by mpirun before any rank starts), it asks for
+// that algorithm through MCA's environment, before MPI_Init reads it; every
 // rank makes the same choice. A value the user set stands (0 restores
 // libnbc's own choice); MPI started by the program is left as it is.
-static void ompi_prefer_ring(void) {
+static void ompi_prefer_algorithm(void) {
   const char *size = getenv("OMPI_COMM_WORLD_SIZE");
-  if (!IS_OMPI || !size || strcmp(size, "2") != 0) return;
-  (void)setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
+  char *end = NULL;
+  unsigned long n = size ? strtoul(size, &end, 10) : 0;
+  if (!IS_OMPI || !size || end == size || *end || n < 2 || n == 3) return;
+  (void)setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", n == 2 ? "1" : "3", 0);
 }
 
 cube_status_t cube_mpi_world(uint32_t *out_rank, uint32_t *out_size) {
@@ -443,7 +452,7 @@ cube_status_t cube_mpi_world(uint32_t *out_rank, uint32_t *out_size) {
   if (!g_mpi.initialized && !g_mpi.init_error) {
     int flag = 0, provided = 0, rc = m_initialized(&flag);
     if (rc == 0 && !flag) {
-      ompi_prefer_ring();
+      ompi_prefer_algorithm();
       rc = m_init_thread(3 /* MPI_THREAD_MULTIPLE, in both families */, &provided);
       if (rc == 0) {
         g_mpi.we_initialized = true;
@@ -495,7 +504,7 @@ enum { CH_DATA = 0, CH_STATUS = 1, CH_XFER = 2, CH_COUNT = 3 };
 
 // The status exchange (cube_mpi_exchange_records): below this many ranks
 // each record goes straight to every peer (one round, 2 (n - 1) requests);
-// from it on, in ceil(log2 n) rounds (exchange_log). A pair's records and a
+// from it on, in rounds of recursive doubling (exchange_rdbl). A pair's records and a
 // world's travel on tags of their own (a round's on its own: MPI_TAG_ROUND +
 // round), and so do the notices of a rank that abandoned the communicator
 // (comm_fail).
@@ -1029,119 +1038,194 @@ bool cube_mpi_relays_records(uint32_t nranks) {
   return nranks >= MPI_LOG_MIN_RANKS || 2 * (nranks - 1) > WAIT_MAX_REQUESTS;
 }
 
-// A message of the log exchange is sent whole while it fits this (Open
-// MPI's shared-memory eager limit is 4 KiB, its match header included): a
-// larger one would take the rendezvous protocol, a round trip more. What
-// does not fit follows in messages of this size, which the receiver posts
-// once the first one told it the round's length.
-#define MPI_LOG_MESSAGE_BYTES 4000u
-#define MPI_LOG_MAX_PARTS 24  // of a round, each way
+// The world's records in rounds of recursive doubling, over MPI's point to
+// point: in the round at distance d, rank r (below p, the largest power of
+// two not above n) and rank r ^ d swap every record either holds, so after
+// log2 p rounds each holds all of them. A world that is not a power of two
+// folds first (rank p + i hands its record to rank i, and gets every record
+// back from it at the end): log2 p + 2 rounds for those ranks. Each record
+// travels as a word (its rank and length) and its used bytes, so a ready
+// part's few words stay few however often relayed; a message starts with
+// its length.
+//   A carried block (an all_reduce's source, cube_mpi_carry_t) rides in
+// the same messages, reduced on the way: the two ranks of a round combine
+// their blocks as (the lower group's) op (the higher group's), so every
+// rank computes the same expression and gets the same bits, whatever the
+// operation. A round moves one block, not every rank's: what a raw
+// MPI_Allreduce moves for small sizes. A block missing, or of another size,
+// type or operation, on any rank leaves no result on every rank.
+//   Measured on the 16-core H200 host (tools/device/mpi_rounds_probe.c, MPI
+// alone, 8 ranks): records of 48 + 2048 bytes gathered by Bruck's rounds
+// took 13.7 us, by these 12.4, and with the blocks reduced on the way 6.9,
+// where a raw MPI_Allreduce of 2 KiB took 6.7 (8 KiB: 32.8, 29.2, 19.9 and
+// 18.6).
+//   |theirs|: n slots of |bytes| (the caller's output: MPI writes only into
+// |pack| and |inbox|, which the comm owns), this rank's in place.
+// |known|/|lens|: per rank, whether its record is here and its length.
+#define RDBL_HEAD 24u  // a message's length, its block's tag and its block's bytes
+#define MPI_TAG_FOLD (MPI_TAG_ROUND + 40)
+#define MPI_TAG_UNFOLD (MPI_TAG_ROUND + 41)
 
-// The world's records in ceil(log2 n) rounds (Bruck's allgather, over
-// MPI's point to point): in the round at distance d, this rank sends the
-// records of ranks rank .. rank + c - 1 (c = min(d, n - d), mod n) to rank -
-// d and receives those of rank + d .. rank + d + c - 1 from rank + d. Each
-// record travels as its used bytes behind a length word, so a ready part's
-// few words stay few when relayed; a round's message starts with its
-// length. |theirs|: n slots of |bytes| (the caller's output: MPI writes only
-// into |pack| and |inbox|, which the comm owns), this rank's in place with
-// its length in |lens|. Measured on the 16-core H200 host, a small
-// all_reduce over a raw MPI_Allreduce: +2.3-2.7 us at 4 ranks and +4.7-7.0
-// at 8 with the one-round exchange (2 (n - 1) messages a rank), +2.0-2.4
-// and +3.5-5.0 with these rounds (docs/measurements/2026-12-01/h200/
-// mpi-ab/run1).
-static cube_status_t exchange_log(cube_mpi_comm_t *comm, uint8_t *theirs, uint64_t *lens,
-                                  uint8_t *pack, uint8_t *inbox, size_t bytes, uint64_t deadline_ns,
-                                  bool late) {
-  uint32_t n = comm->nranks, rank = comm->rank;
-  size_t entry = message_entry(bytes);
-  mpi_h ch = comm->comm[CH_STATUS];
-  int round = 0;
-  for (uint32_t d = 1; d < n; d <<= 1, ++round) {
-    uint32_t c = d < n - d ? d : n - d;
-    uint32_t to = (rank + n - d) % n, from = (rank + d) % n;
-    int tag = MPI_TAG_ROUND + round;
-    bool last = d * 2 >= n;
-    size_t packed = 8;
-    for (uint32_t i = 0; i < c; ++i) {
-      uint32_t r = (rank + i) % n;
-      size_t padded = pad8(lens[r]);
-      memcpy(pack + packed, &lens[r], 8);
-      memcpy(pack + packed + 8, theirs + (size_t)r * bytes, lens[r]);
-      memset(pack + packed + 8 + lens[r], 0, padded - lens[r]);
-      packed += 8 + padded;
-    }
-    memcpy(pack, &(uint64_t){packed}, 8);
-    // The first message, and the rest of this rank's in parts: of the
-    // eager size, unless a round as large as a peer's can be (|room|, the
-    // same on every rank) would take more than MPI_LOG_MAX_PARTS of them.
-    size_t room = 8 + c * entry;
-    size_t first = MPI_LOG_MESSAGE_BYTES;
-    if (room > first * MPI_LOG_MAX_PARTS)
-      first = (room + MPI_LOG_MAX_PARTS - 1) / MPI_LOG_MAX_PARTS;
-    mpi_h req[2 * MPI_LOG_MAX_PARTS];
-    int nreq = 2;
-    int rc = m_irecv(inbox, (int)(room < first ? room : first), g_mpi.c.byte, (int)from, tag, ch,
-                     &req[0]);
-    for (size_t at = 0; rc == 0 && at < packed; at += first) {
-      size_t part = packed - at < first ? packed - at : first;
-      rc =
-          m_isend(pack + at, (int)part, g_mpi.c.byte, (int)to, tag, ch, &req[at == 0 ? 1 : nreq++]);
-    }
-    // A failed post leaves the requests already posted to MPI, with the comm.
-    if (rc != 0) return comm_fail(comm, mpi_error(rc, "posting a status exchange"));
-    // The first message, and this rank's first (the receive of the peer's
-    // rest is posted below: a part past the eager limit would otherwise
-    // wait for a receive no rank has posted).
-    cube_status_t status =
-        wait_all(comm, req, 2, deadline_ns, "status exchange", true, false, WAIT_YIELD_NS);
-    if (status) return status;
-    uint64_t got = 0;
-    memcpy(&got, inbox, 8);
-    if (got < 8 || got > room) {
-      return comm_fail(comm, cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
-                                              "mpi status exchange: rank %u sent a round of %llu "
-                                              "bytes (at most %zu)",
-                                              from, (unsigned long long)got, room));
-    }
-    for (size_t at = first; rc == 0 && at < got; at += first) {
-      size_t part = got - at < first ? got - at : first;
-      rc = m_irecv(inbox + at, (int)part, g_mpi.c.byte, (int)from, tag, ch, &req[nreq++]);
-    }
-    if (rc != 0) return comm_fail(comm, mpi_error(rc, "posting a status exchange"));
-    // Only the last round's records may be followed by a notice that
-    // matters (this rank being late: wait_all).
-    if (nreq > 2 || (last && late)) {
-      status = wait_all(comm, req + 2, nreq - 2, deadline_ns, "status exchange", true, last && late,
-                        WAIT_YIELD_NS);
-      if (status) return status;
-    }
-    // Every rank runs this code: an entry is its length word and that many
-    // bytes, padded; a length past a record or the round is refused.
-    size_t at = 8;
-    for (uint32_t i = 0; i < c; ++i) {
-      uint32_t r = (from + i) % n;
-      uint64_t len = 0;
-      if (at + 8 <= got) memcpy(&len, inbox + at, 8);
-      if (at + 8 > got || len > bytes || at + 8 + len > got) {
-        return comm_fail(comm, cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
-                                                "mpi status exchange: rank %u's round of %llu "
-                                                "bytes holds no whole record for rank %u",
-                                                from, (unsigned long long)got, r));
-      }
-      memcpy(theirs + (size_t)r * bytes, inbox + at + 8, len);
-      lens[r] = len;
-      at += 8 + pad8(len);
-    }
+typedef struct rdbl_t {
+  cube_mpi_comm_t *comm;
+  uint8_t *theirs;
+  uint64_t *lens;
+  uint8_t *known;
+  uint8_t *pack, *inbox, *acc;  // |acc|: the block reduced so far
+  size_t bytes, room;
+  uint64_t tag;  // this rank's block's: 0 none, else 1 + dtype * 16 + op
+  uint64_t block;
+  bool present;  // |acc| holds the reduction of every record's block held
+  uint64_t deadline_ns;
+} rdbl_t;
+
+static uint64_t rdbl_block_tag(const cube_mpi_carry_t *carry) {
+  mpi_h d, o;
+  if (!carry || !carry->out || !carry->size || carry->size > 0x7fffffffull) return 0;
+  if (!dtype_handle(carry->dtype, &d) || !op_handle(carry->dtype, carry->op, &o)) return 0;
+  if (carry->size % dtype_size(carry->dtype)) return 0;
+  return 1 + (uint64_t)carry->dtype * 16 + (uint64_t)carry->op;
+}
+
+// This rank's message: the block (when it holds one) and every record it holds.
+static size_t rdbl_pack(rdbl_t *x) {
+  uint32_t n = x->comm->nranks;
+  uint64_t tag = x->present ? x->tag : 0, block = x->present ? x->block : 0;
+  memcpy(x->pack + 8, &tag, 8);
+  memcpy(x->pack + 16, &block, 8);
+  size_t at = RDBL_HEAD;
+  if (block) {
+    memcpy(x->pack + at, x->acc, block);
+    memset(x->pack + at + block, 0, pad8(block) - block);
+    at += pad8(block);
+  }
+  for (uint32_t r = 0; r < n; ++r) {
+    if (!x->known[r]) continue;
+    uint64_t word = (uint64_t)r << 32 | x->lens[r];
+    memcpy(x->pack + at, &word, 8);
+    memcpy(x->pack + at + 8, x->theirs + (size_t)r * x->bytes, x->lens[r]);
+    memset(x->pack + at + 8 + x->lens[r], 0, pad8(x->lens[r]) - x->lens[r]);
+    at += 8 + pad8(x->lens[r]);
+  }
+  memcpy(x->pack, &(uint64_t){at}, 8);
+  return at;
+}
+
+static cube_status_t rdbl_refuse(rdbl_t *x, uint32_t from, uint64_t got, const char *why) {
+  return comm_fail(x->comm, cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
+                                             "mpi status exchange: rank %u sent a message of %llu "
+                                             "bytes (at most %zu) that %s",
+                                             from, (unsigned long long)got, x->room, why));
+}
+
+// How a message's block meets this rank's: this rank's group is the lower
+// or the higher of the two, or the block is the finished result.
+typedef enum rdbl_join_t { RDBL_LOWER, RDBL_HIGHER, RDBL_REPLACE } rdbl_join_t;
+
+// Takes |from|'s message in the inbox: its records, and its block joined
+// with this rank's.
+static cube_status_t rdbl_take(rdbl_t *x, uint32_t from, rdbl_join_t join) {
+  uint32_t n = x->comm->nranks;
+  uint64_t got = 0, tag = 0, block = 0;
+  memcpy(&got, x->inbox, 8);
+  memcpy(&tag, x->inbox + 8, 8);
+  memcpy(&block, x->inbox + 16, 8);
+  if (got < RDBL_HEAD || got > x->room || (block && pad8(block) > got - RDBL_HEAD))
+    return rdbl_refuse(x, from, got, "is cut short");
+  size_t at = RDBL_HEAD + (block ? pad8(block) : 0);
+  bool lower = join == RDBL_LOWER;
+  if (x->present && block && tag == x->tag && block == x->block && join == RDBL_REPLACE) {
+    memcpy(x->acc, x->inbox + RDBL_HEAD, block);
+  } else if (x->present && block && tag == x->tag && block == x->block) {
+    uint8_t *theirs = x->inbox + RDBL_HEAD;
+    mpi_h dtype, reduce;
+    cube_mpi_dtype_t dt = (cube_mpi_dtype_t)((x->tag - 1) / 16);
+    (void)dtype_handle(dt, &dtype);
+    (void)op_handle(dt, (cube_mpi_reduce_t)((x->tag - 1) % 16), &reduce);
+    int count = (int)(block / dtype_size(dt));
+    // MPI_Reduce_local(in, inout): inout = in op inout, the lower group's
+    // block on the left on both ranks of the pair.
+    int rc = lower ? m_reduce_local(x->acc, theirs, count, dtype, reduce)
+                   : m_reduce_local(theirs, x->acc, count, dtype, reduce);
+    if (rc != 0) return comm_fail(x->comm, mpi_error(rc, "MPI_Reduce_local"));
+    if (lower) memcpy(x->acc, theirs, block);
+  } else {
+    x->present = false;
+  }
+  while (at < got) {
+    uint64_t word = 0;
+    if (at + 8 <= got) memcpy(&word, x->inbox + at, 8);
+    uint32_t r = (uint32_t)(word >> 32);
+    uint64_t len = word & 0xffffffffull;
+    if (at + 8 > got || r >= n || x->known[r] || len > x->bytes || at + 8 + len > got)
+      return rdbl_refuse(x, from, got, "holds no whole record of a rank not yet heard");
+    memcpy(x->theirs + (size_t)r * x->bytes, x->inbox + at + 8, len);
+    x->lens[r] = len;
+    x->known[r] = 1;
+    at += 8 + pad8(len);
   }
   return CUBE_OK;
 }
 
-cube_status_t cube_mpi_exchange_records(cube_mpi_comm_t *comm, uint32_t peer, const void *mine,
-                                        size_t mine_bytes, void *out, size_t bytes,
-                                        uint64_t deadline_ns) {
+// One step: this rank's message to |to| and |from|'s to it (either may be
+// UINT32_MAX: none), its block joined as |join| says. |look|: the last
+// message this rank receives, which a notice may follow (wait_all).
+static cube_status_t rdbl_step(rdbl_t *x, uint32_t to, uint32_t from, int tag, rdbl_join_t join,
+                               bool look) {
+  mpi_h ch = x->comm->comm[CH_STATUS];
+  mpi_h req[2];
+  int nreq = 0, rc = 0;
+  if (from != UINT32_MAX)
+    rc = m_irecv(x->inbox, (int)x->room, g_mpi.c.byte, (int)from, tag, ch, &req[nreq++]);
+  if (rc == 0 && to != UINT32_MAX) {
+    size_t packed = rdbl_pack(x);
+    rc = m_isend(x->pack, (int)packed, g_mpi.c.byte, (int)to, tag, ch, &req[nreq++]);
+  }
+  // A failed post leaves the requests already posted to MPI, with the comm.
+  if (rc != 0) return comm_fail(x->comm, mpi_error(rc, "posting a status exchange"));
+  cube_status_t status =
+      wait_all(x->comm, req, nreq, x->deadline_ns, "status exchange", true, look, WAIT_YIELD_NS);
+  if (!status && from != UINT32_MAX) status = rdbl_take(x, from, join);
+  return status;
+}
+
+static cube_status_t exchange_rdbl(rdbl_t *x, bool late) {
+  uint32_t n = x->comm->nranks, rank = x->comm->rank, p = 1;
+  while (p * 2 <= n) p *= 2;
+  uint32_t extra = n - p;
+  cube_status_t status = CUBE_OK;
+  if (rank >= p) {
+    // Folded: the record and block go to rank - p, everything comes back.
+    status = rdbl_step(x, rank - p, UINT32_MAX, MPI_TAG_FOLD, RDBL_HIGHER, false);
+    if (!status) {
+      // What comes back holds this rank's own record too (known only to
+      // the other side) and the finished block, which replaces this one's.
+      memset(x->known, 0, n);
+      uint64_t mine = x->lens[rank];
+      status = rdbl_step(x, UINT32_MAX, rank - p, MPI_TAG_UNFOLD, RDBL_REPLACE, late);
+      if (!status && !x->known[rank]) status = rdbl_refuse(x, rank - p, 0, "lacks this rank");
+      x->lens[rank] = mine;
+    }
+    return status;
+  }
+  if (rank < extra) status = rdbl_step(x, UINT32_MAX, rank + p, MPI_TAG_FOLD, RDBL_LOWER, false);
+  int round = 0;
+  for (uint32_t d = 1; d < p && !status; d <<= 1, ++round) {
+    uint32_t partner = rank ^ d;
+    status = rdbl_step(x, partner, partner, MPI_TAG_ROUND + round,
+                       rank < partner ? RDBL_LOWER : RDBL_HIGHER, late && d * 2 >= p);
+  }
+  if (!status && rank < extra)
+    status = rdbl_step(x, rank + p, UINT32_MAX, MPI_TAG_UNFOLD, RDBL_REPLACE, false);
+  return status;
+}
+
+static cube_status_t exchange_any(cube_mpi_comm_t *comm, uint32_t peer, const void *mine,
+                                  size_t mine_bytes, void *out, size_t bytes,
+                                  cube_mpi_carry_t *carry, uint64_t deadline_ns) {
+  if (carry) carry->whole = carry->reduced = false;
   if (atomic_load(&comm->aborted)) return comm_refusal(comm, "status exchange");
-  if (bytes > 65536 || mine_bytes > bytes) {
+  if (bytes > 65536 || mine_bytes > bytes || (carry && carry->size > mine_bytes)) {
     return cube_status_make(CUBE_STATUS_VALIDATION,
                             "mpi status exchange: %zu bytes per record (%zu used)", bytes,
                             mine_bytes);
@@ -1167,8 +1251,11 @@ cube_status_t cube_mpi_exchange_records(cube_mpi_comm_t *comm, uint32_t peer, co
   // Every message is a length word and that many bytes of record, so that
   // only what was sent is copied out. Straight: this rank's message and a
   // slot for each peer's. Log: the lengths and a round's two messages.
+  // Rounds: the lengths, whether each record is here, a message out and
+  // one in (each room for a block and every record), the block so far.
   size_t entry = message_entry(bytes);
-  size_t need = log ? 8 * (size_t)n + 2 * (8 + (n / 2) * entry) : entry * (1 + (all ? n : 1));
+  size_t room = RDBL_HEAD + pad8(bytes) + n * entry;
+  size_t need = log ? 9 * (size_t)n + 7 + 2 * room + pad8(bytes) : entry * (1 + (all ? n : 1));
   uint8_t *buffer = NULL;
   bool kept = !atomic_exchange(&comm->records_busy, true);
   if (kept && comm->records_bytes < need) {
@@ -1190,11 +1277,41 @@ cube_status_t cube_mpi_exchange_records(cube_mpi_comm_t *comm, uint32_t peer, co
   if (all && own != (const uint8_t *)mine) memmove(own, mine, bytes);
   cube_status_t status = CUBE_OK;
   if (log) {
-    uint64_t *lens = (uint64_t *)(void *)buffer;
-    uint8_t *pack = (uint8_t *)(lens + n);
-    lens[comm->rank] = mine_bytes;
-    status =
-        exchange_log(comm, out, lens, pack, pack + 8 + (n / 2) * entry, bytes, deadline_ns, late);
+    // A carried block travels apart from the record it ends (reduced on the
+    // way); a block that cannot be reduced travels as none.
+    uint64_t tag = rdbl_block_tag(carry);
+    rdbl_t x = {.comm = comm,
+                .theirs = out,
+                .lens = (uint64_t *)(void *)buffer,
+                .known = buffer + 8 * (size_t)n,
+                .bytes = bytes,
+                .room = room,
+                .tag = tag,
+                .block = tag ? carry->size : 0,
+                .present = tag != 0,
+                .deadline_ns = deadline_ns};
+    x.pack = buffer + ((9 * (size_t)n + 7) & ~(size_t)7);
+    x.inbox = x.pack + room;
+    x.acc = x.inbox + room;
+    memset(x.known, 0, n);
+    x.known[comm->rank] = 1;
+    x.lens[comm->rank] = mine_bytes - (carry ? carry->size : 0);
+    if (tag) memcpy(x.acc, (const uint8_t *)mine + x.lens[comm->rank], carry->size);
+    status = exchange_rdbl(&x, late);
+    for (uint32_t r = 0; r < n && !status; ++r) {
+      if (!x.known[r]) {
+        status = comm_fail(comm, cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
+                                                  "mpi status exchange: rank %u's record never "
+                                                  "came to rank %u",
+                                                  r, comm->rank));
+      }
+    }
+    if (!status && x.present) {
+      if (carry->op == CUBE_MPI_MEAN)
+        mean_divide(carry->dtype, x.acc, carry->size / dtype_size(carry->dtype), n);
+      memcpy(carry->out, x.acc, carry->size);
+      carry->reduced = true;
+    }
   } else {
     memcpy(buffer, &(uint64_t){mine_bytes}, 8);
     memcpy(buffer + 8, mine, mine_bytes);
@@ -1237,6 +1354,7 @@ cube_status_t cube_mpi_exchange_records(cube_mpi_comm_t *comm, uint32_t peer, co
     }
 #undef PEER_AT
 #undef SLOT_OF
+    if (!status && carry) carry->whole = true;
   }
   if (!status) {
     if (kept) {
@@ -1246,4 +1364,16 @@ cube_status_t cube_mpi_exchange_records(cube_mpi_comm_t *comm, uint32_t peer, co
     }
   }
   return status;
+}
+
+cube_status_t cube_mpi_exchange_records(cube_mpi_comm_t *comm, uint32_t peer, const void *mine,
+                                        size_t mine_bytes, void *out, size_t bytes,
+                                        uint64_t deadline_ns) {
+  return exchange_any(comm, peer, mine, mine_bytes, out, bytes, NULL, deadline_ns);
+}
+
+cube_status_t cube_mpi_exchange_reduce(cube_mpi_comm_t *comm, const void *mine, size_t mine_bytes,
+                                       void *out, size_t bytes, cube_mpi_carry_t *carry,
+                                       uint64_t deadline_ns) {
+  return exchange_any(comm, UINT32_MAX, mine, mine_bytes, out, bytes, carry, deadline_ns);
 }

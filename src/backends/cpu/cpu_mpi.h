@@ -116,9 +116,8 @@ CUBE_INTERNAL cube_status_t cube_mpi_run(cube_mpi_comm_t *comm, const cube_mpi_o
 CUBE_INTERNAL cube_status_t cube_mpi_exchange(cube_mpi_comm_t *comm, uint32_t peer,
                                               const void *mine, void *out, size_t bytes,
                                               uint64_t deadline_ns);
-// Whether a world of |nranks| exchanges its records in log2 n rounds, each
-// record relayed by other ranks (else straight to every peer): what a
-// record carries then reaches every rank through several.
+// Whether a world of |nranks| exchanges its records in rounds, each record
+// relayed by other ranks (else straight to every peer).
 CUBE_INTERNAL bool cube_mpi_relays_records(uint32_t nranks);
 // The same, where only the first |mine_bytes| of |mine|'s |bytes| carry
 // anything: they may be all that is sent, and what follows a record that
@@ -128,6 +127,27 @@ CUBE_INTERNAL cube_status_t cube_mpi_exchange_records(cube_mpi_comm_t *comm, uin
                                                       const void *mine, size_t mine_bytes,
                                                       void *out, size_t bytes,
                                                       uint64_t deadline_ns);
+// An all_reduce's source carried at the end of this rank's record
+// (cube_mpi_exchange_reduce): |size| bytes of |dtype| elements, the last of
+// the record's used bytes.
+typedef struct cube_mpi_carry_t {
+  size_t size;  // 0: none
+  cube_mpi_dtype_t dtype;
+  cube_mpi_reduce_t op;
+  void *out;  // |size| bytes: the world's result, when |reduced|
+  // Out: |whole|: every record came whole (each rank's carried bytes are in
+  // its slot, to reduce: cube_mpi_reduce_records); |reduced|: the records
+  // were relayed and the sources reduced on the way, the result (a mean
+  // divided) is in |out| and what the others carried is not in their slots.
+  // Neither: a rank carried none, or another size, type or operation.
+  bool whole, reduced;
+} cube_mpi_carry_t;
+// A world exchange of records (cube_mpi_exchange_records, |peer| every
+// rank) whose record ends with a carried source (|carry|, its size 0 for
+// none). The same on every rank of a world, whatever each carries.
+CUBE_INTERNAL cube_status_t cube_mpi_exchange_reduce(cube_mpi_comm_t *comm, const void *mine,
+                                                     size_t mine_bytes, void *out, size_t bytes,
+                                                     cube_mpi_carry_t *carry, uint64_t deadline_ns);
 // A fused all_reduce (|op|: kind ALL_REDUCE, its recv and count): every
 // rank's |count| elements are in |records|, rank r's at records + r *
 // |stride|; they are reduced in rank order into op->recv, with no call to

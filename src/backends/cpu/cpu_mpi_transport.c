@@ -40,21 +40,25 @@ static const uint8_t kMpiMagic[16] = "cube-mpi-world1";
 // An all_reduce source of at most this many bytes rides in its status
 // record (fused_max_bytes): one exchange per call instead of an exchange
 // and a payload collective. Every world record then holds 40 + 8192 bytes;
-// a ready part sends only what it carries. Each rank's record reaches
-// every other rank, so where the records are relayed in log2 n rounds
-// (cube_mpi_relays_records: from 4 ranks) a source carries at most 2 KiB
-// (mpi_fused_limit). On 2 ranks an
-// 8 KiB all_reduce cost +5.6-6.4 us over a raw MPI_Allreduce through the
-// payload call (16-core H200 host), where carrying it costs what one
-// exchange of its bytes does.
-// (A build may set the relayed limit, -DCUBE_MPI_FUSED_RELAYED_BYTES=N up to
-// 8192, to measure another.)
+// a ready part sends only what it carries. Up to 3 ranks each record goes
+// to every rank, which reduces them all; from 4 the records are relayed in
+// rounds and the sources reduced on the way (cube_mpi_exchange_reduce), so
+// a round moves one source's bytes, not every rank's. On 2 ranks an 8 KiB
+// all_reduce cost +5.6-6.4 us over a raw MPI_Allreduce through the payload
+// call (16-core H200 host), where carrying it costs what one exchange of
+// its bytes does.
 #define MPI_FUSED_MAX_BYTES 8192u
-#ifdef CUBE_MPI_FUSED_RELAYED_BYTES
-#define MPI_FUSED_RELAYED_BYTES ((uint32_t)(CUBE_MPI_FUSED_RELAYED_BYTES))
-#else
-#define MPI_FUSED_RELAYED_BYTES 2048u
-#endif
+
+static cube_mpi_op_t mpi_op(const cube_top_t *top) {
+  return (cube_mpi_op_t){.kind = (cube_mpi_kind_t)top->kind,
+                         .dtype = (cube_mpi_dtype_t)top->dtype,
+                         .op = (cube_mpi_reduce_t)top->op,
+                         .send = (void *)(uintptr_t)top->send,
+                         .recv = (void *)(uintptr_t)top->recv,
+                         .count = top->count,
+                         .root = top->root,
+                         .peer = top->peer};
+}
 
 typedef struct mpi_task_t mpi_task_t;
 
@@ -73,15 +77,22 @@ struct mpi_task_t {
   cube_bstream_t *stream;  // a claimed part's stream and place in it
   cube_cpu_task_t *claim;
   // A fused round: every rank's source bytes, copied (the core's records go
-  // when submit returns), |stride| apart; NULL otherwise.
+  // when submit returns), |stride| apart, or (|reduced|) the result itself;
+  // NULL otherwise.
   uint8_t *records;
   size_t stride;
+  bool reduced;
 };
 
-static uint32_t mpi_fused_limit(uint32_t nranks) {
-  uint32_t relayed = MPI_FUSED_RELAYED_BYTES;
-  return !cube_mpi_relays_records(nranks) || relayed > MPI_FUSED_MAX_BYTES ? MPI_FUSED_MAX_BYTES
-                                                                           : relayed;
+// A fused part: the records reduced into recv, or the result copied there.
+static cube_status_t mpi_fused_run(mpi_tcomm_t *comm, const cube_top_t *top, const void *records,
+                                   size_t stride, bool reduced) {
+  if (reduced) {
+    memcpy((void *)(uintptr_t)top->recv, records, stride);
+    return CUBE_OK;
+  }
+  cube_mpi_op_t op = mpi_op(top);
+  return cube_mpi_reduce_records(comm->mpi, &op, records, stride);
 }
 
 static mpi_tcomm_t *mpi_cast(cube_tcomm_t *comm) {
@@ -136,17 +147,6 @@ static cube_status_t mpi_comm_ready(cube_backend_device_t *device, cube_tcomm_t 
   return cube_mpi_poll(mpi_cast(comm)->mpi);
 }
 
-static cube_mpi_op_t mpi_op(const cube_top_t *top) {
-  return (cube_mpi_op_t){.kind = (cube_mpi_kind_t)top->kind,
-                         .dtype = (cube_mpi_dtype_t)top->dtype,
-                         .op = (cube_mpi_reduce_t)top->op,
-                         .send = (void *)(uintptr_t)top->send,
-                         .recv = (void *)(uintptr_t)top->recv,
-                         .count = top->count,
-                         .root = top->root,
-                         .peer = top->peer};
-}
-
 // The part, when its stream reaches it (|dropped|: the stream was halted).
 static cube_status_t mpi_task_run(void *arg, cube_status_t dropped) {
   mpi_task_t *task = arg;
@@ -155,10 +155,8 @@ static cube_status_t mpi_task_run(void *arg, cube_status_t dropped) {
   if (task->records) {
     // Every rank's bytes are here: no peer waits on this part, so a halted
     // stream just drops it (the core charges its destination).
-    if (!why) {
-      cube_mpi_op_t op = mpi_op(&task->op);
-      result = cube_mpi_reduce_records(task->comm->mpi, &op, task->records, task->stride);
-    }
+    if (!why)
+      result = mpi_fused_run(task->comm, &task->op, task->records, task->stride, task->reduced);
   } else if (why) {
     // The peers were told this part is ready and wait for it in MPI: it
     // will not come, so the communicator goes (they fail at their deadline).
@@ -215,8 +213,7 @@ typedef struct mpi_fused_now_t {
 
 static cube_status_t mpi_fused_now(void *arg) {
   mpi_fused_now_t *f = arg;
-  cube_mpi_op_t op = mpi_op(f->op);
-  return cube_mpi_reduce_records(f->comm->mpi, &op, f->op->records, f->op->record_bytes);
+  return mpi_fused_run(f->comm, f->op, f->op->records, f->op->record_bytes, f->op->reduced);
 }
 
 static cube_status_t mpi_submit(cube_backend_device_t *device, cube_tcomm_t *comm,
@@ -240,7 +237,8 @@ static cube_status_t mpi_submit(cube_backend_device_t *device, cube_tcomm_t *com
     cube_status_t status = cube_cpu_stream_run_if_idle(stream, mpi_fused_now, &now, &ran);
     if (ran) return status;
   }
-  mpi_task_t *task = malloc(sizeof *task + payload * n);
+  uint32_t copies = op->reduced ? 1 : n;
+  mpi_task_t *task = malloc(sizeof *task + payload * copies);
   if (!task) {
     return cube_status_make(CUBE_STATUS_TRANSPORT_FAILED, "mpi %s: out of host memory",
                             cube_top_kind_name(op->kind));
@@ -250,7 +248,8 @@ static cube_status_t mpi_submit(cube_backend_device_t *device, cube_tcomm_t *com
   if (op->records) {
     task->records = (uint8_t *)(task + 1);
     task->stride = payload;
-    for (uint32_t r = 0; r < n; ++r) {
+    task->reduced = op->reduced;
+    for (uint32_t r = 0; r < copies; ++r) {
       memcpy(task->records + payload * r, (const uint8_t *)op->records + op->record_bytes * r,
              payload);
     }
@@ -319,11 +318,26 @@ static cube_status_t mpi_exchange_status(cube_backend_device_t *device, cube_tco
                                    cube_now_ns() + c->timeout_ns);
 }
 
+static cube_status_t mpi_exchange_carry(cube_backend_device_t *device, cube_tcomm_t *comm,
+                                        cube_bstream_t *stream, const void *mine, size_t mine_bytes,
+                                        void *out, size_t bytes, cube_carry_t *carry) {
+  (void)device, (void)stream;
+  mpi_tcomm_t *c = mpi_cast(comm);
+  cube_mpi_carry_t mc = {.size = carry->bytes,
+                         .dtype = (cube_mpi_dtype_t)carry->dtype,
+                         .op = (cube_mpi_reduce_t)carry->op,
+                         .out = carry->out};
+  cube_status_t status = cube_mpi_exchange_reduce(c->mpi, mine, mine_bytes, out, bytes, &mc,
+                                                  cube_now_ns() + c->timeout_ns);
+  carry->whole = mc.whole;
+  carry->reduced = mc.reduced;
+  return status;
+}
+
 static const cube_transport_vtable_t kMpiTransport = {
     .name = "mpi",
     .fails_late = true,
     .fused_max_bytes = MPI_FUSED_MAX_BYTES,
-    .fused_limit = mpi_fused_limit,
     .fused_read = mpi_fused_read,
     .reduces = mpi_reduces,
     .unique_id = mpi_unique_id,
@@ -338,6 +352,7 @@ static const cube_transport_vtable_t kMpiTransport = {
     .comm_destroy = mpi_comm_destroy,
     .device_key = NULL,
     .exchange_status = mpi_exchange_status,
+    .exchange_carry = mpi_exchange_carry,
     .world = NULL,  // it is the world form
 };
 
