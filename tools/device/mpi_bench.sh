@@ -22,6 +22,9 @@
 #             the ring on 2 ranks and Rabenseifner's from 4)
 #   old       the tree in build-old/src.tgz (git archive of an earlier
 #             commit), when there is one
+#   ab2: default; fused32k (CUBE_MPI_FUSED_MAX_BYTES=32768: all_reduce up to
+#   32 KiB carried in the records); inlineall (CUBE_MPI_INLINE_MAX_BYTES=2^40:
+#   every collective part on the caller's thread when the stream is idle)
 # xxHash and cmocka come from .deb/ (the GPU image has no registry).
 set -uo pipefail
 mode="${1:-ab}" max="${2:-33554432}"
@@ -70,6 +73,18 @@ ab)
     done
   done
   ;;
+ab2)
+  defs="" build build-mpi bench_collectives bench_collectives_mpi
+  defs="-DCUBE_MPI_FUSED_MAX_BYTES=32768" build build-mpi-fused32k bench_collectives bench_collectives_mpi
+  defs="-DCUBE_MPI_INLINE_MAX_BYTES=1099511627776" build build-mpi-inlineall bench_collectives bench_collectives_mpi
+  for np in 2 4 8; do
+    for round in 1 2 3; do
+      bench build-mpi "$np" "$out/default_${np}.log"
+      bench build-mpi-fused32k "$np" "$out/fused32k_${np}.log"
+      bench build-mpi-inlineall "$np" "$out/inlineall_${np}.log"
+    done
+  done
+  ;;
 full)
   max=268435456
   defs="" build build-mpi bench_collectives bench_collectives_mpi mpi_ranks world_ranks test_bootstrap
@@ -99,7 +114,7 @@ probe)
   tar czf "$dest/logs.tgz" -C "$out" --exclude mpi_rounds_probe .
   exit 0
   ;;
-*) echo "mpi_bench.sh: ab, full, algos or probe"; exit 2 ;;
+*) echo "mpi_bench.sh: ab, ab2, full, algos or probe"; exit 2 ;;
 esac
 python3 tools/device/mpi_summary.py "$out"/*_[0-9].log >"$out/summary.txt" 2>&1
 tar czf "$dest/logs.tgz" -C "$out" .

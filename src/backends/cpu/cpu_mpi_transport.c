@@ -47,7 +47,13 @@ static const uint8_t kMpiMagic[16] = "cube-mpi-world1";
 // all_reduce cost +5.6-6.4 us over a raw MPI_Allreduce through the payload
 // call (16-core H200 host), where carrying it costs what one exchange of
 // its bytes does.
+// (A build may set it, -DCUBE_MPI_FUSED_MAX_BYTES=N up to 65536, to measure
+// another.)
+#ifdef CUBE_MPI_FUSED_MAX_BYTES
+#define MPI_FUSED_MAX_BYTES ((uint32_t)(CUBE_MPI_FUSED_MAX_BYTES))
+#else
 #define MPI_FUSED_MAX_BYTES 8192u
+#endif
 
 static cube_mpi_op_t mpi_op(const cube_top_t *top) {
   return (cube_mpi_op_t){.kind = (cube_mpi_kind_t)top->kind,
