@@ -315,10 +315,12 @@ static void stale(void) {
 
 // A rank killed while the payload moves (after every rank's record said
 // ready): the survivors' parts fail on their streams within the deadline,
-// and the destinations claim it when read. The victim dies as soon as its
-// call returns: the records were exchanged inside the call, and 64 MiB
-// cannot be reduced without the victim's part (a timer instead could fire
-// after a fast machine had finished the payload).
+// and the destinations claim it when read. The call is a group call, whose
+// part always queues on the comm's stream (outside a group, a part whose
+// stream is idle runs inside the call): the victim dies as soon as the
+// group's end returns, the records exchanged inside it, and 64 MiB cannot
+// be reduced without the victim's part (a timer instead could fire after a
+// fast machine had finished the payload).
 static void killed_mid_payload(void) {
   uint32_t victim = g_size - 1;
   const uint64_t bytes = 64ull << 20;
@@ -333,8 +335,14 @@ static void killed_mid_payload(void) {
   s = cube_sync_collective(g_client, S);
   cube_status_release(s);
   uint64_t start = cube_now_ns();
+  s = cube_collective_group_begin();
+  CHECK(!s, "group begin: %s", text(s));
+  cube_status_release(s);
   s = cube_comm_all_reduce(g_comm, S, cube_handle_binding(src), cube_handle_binding(dst),
                            CUBE_DTYPE_F32, CUBE_REDUCE_SUM, CUBE_COMPUTE_WAIT_AT_SYNC);
+  CHECK(!s, "the recorded all_reduce: %s", text(s));
+  cube_status_release(s);
+  s = cube_collective_group_end();
   if (g_rank == victim) {
     fflush(stdout);
     kill(getpid(), SIGKILL);

@@ -22,19 +22,26 @@
 static const uint8_t kMpiMagic[16] = "cube-mpi-world1";
 
 // Parts whose larger side holds at most this many bytes run on the
-// caller's thread when their stream is idle (mpi_submit): below it the
-// hand-off to the stream thread and its wake-up cost more than MPI moving
-// the bytes, and the caller waits on its peers in the status exchange just
-// before anyway. Measured on the 16-core H200 host (all_reduce, medians of
-// 3 runs, over a raw MPI_Allreduce): with 64 KiB, 128 KiB cost +12 us on 2
-// ranks, +8 on 4 and +121 on 8, 512 KiB +29, +20 and +46; with 1 MiB, +2.5,
-// +2.7 and +2.1, and +13, +13 and +8 (docs/measurements/2026-12-01/h200/
-// mpi-ab/). The price: such a call returns once its part has run.
+// caller's thread when their stream is idle (mpi_submit): the default is
+// every size. Small ones: the hand-off to the stream thread and its
+// wake-up cost more than MPI moving the bytes, and the caller waits on its
+// peers in the status exchange just before anyway. Large ones: on the
+// stream thread a part's MPI progress runs beside the caller's next status
+// exchange, two threads of a rank in MPI at once. Measured on the 16-core
+// H200 host (all_reduce, medians of 3 runs over a raw MPI_Allreduce;
+// docs/measurements/2026-12-01/h200/mpi-ab/ and 2026-12-02/h200/ab2/):
+// with 64 KiB inline, 128 KiB cost +12 us on 2 ranks, +8 on 4 and +121 on
+// 8; with 1 MiB, +2.5, +2.7 and +2.1. Past 1 MiB on the stream thread, 2-32
+// MiB ran at 0.94x-0.98x raw on 8 ranks, runs ranging 0.71x-1.10x; inline,
+// 0.99x-1.01x (0.94-1.06), and 1.26-1.28x against 1.16-1.18x on 2 ranks.
+// The price: a call whose stream is idle returns once its part has run
+// (a later call queues behind a part still running, which a group call's
+// parts always do).
 // (A build may set it, -DCUBE_MPI_INLINE_MAX_BYTES=N, to measure another.)
 #ifdef CUBE_MPI_INLINE_MAX_BYTES
 #define MPI_INLINE_MAX_BYTES ((uint64_t)(CUBE_MPI_INLINE_MAX_BYTES))
 #else
-#define MPI_INLINE_MAX_BYTES (1u << 20)
+#define MPI_INLINE_MAX_BYTES UINT64_MAX
 #endif
 
 // An all_reduce source of at most this many bytes rides in its status
@@ -199,7 +206,8 @@ static uint64_t mpi_part_bytes(const cube_top_t *op, uint32_t nranks) {
 
 // Whether |op| may run on its caller's thread: a collective (every rank
 // issues its parts on the payload channel in the core's order, which an
-// idle stream keeps: nothing queued there can be overtaken), small, and one
+// idle stream keeps: nothing queued there can be overtaken), within
+// MPI_INLINE_MAX_BYTES, and one
 // that runs (a dropped or held part keeps the stream's path). Sends and
 // receives stay on the stream: a blocking send on the caller could wait for
 // a receiver that this very caller has yet to post.
