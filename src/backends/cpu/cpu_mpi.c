@@ -427,7 +427,7 @@ static void mpi_finalize_at_exit(void) {
 //   mpi-ab/run1);
 //   4 ranks, libnbc's choice against Rabenseifner's: 32 KiB +12.5 us and
 //   +5.5; 8 ranks: 8 KiB +14.2 and +7.4, 32 KiB +22.8 and +7.2; from 128 KiB
-//   both alike (docs/measurements/2026-12-02/h200/algos).
+//   both alike (docs/measurements/2026-12-02/h200/probe-algos).
 // So when cubec starts MPI for a world of 2, or of 4 and more
 // (OMPI_COMM_WORLD_SIZE, set by mpirun before any rank starts), it asks for
 // that algorithm through MCA's environment, before MPI_Init reads it; every
