@@ -295,9 +295,9 @@ static void exchange(cube_mpi_comm_t *comm) {
     CHECK(!s && theirs[0] == peer, "short peer exchange: %s", status_text(s));
     cube_status_release(s);
   }
-  // Records past the eager limit, and so large that a round's parts grow
-  // past it too (the log exchange splits a round into parts): every byte
-  // of every rank's record arrives, whole and short.
+  // Records past the eager limit, up to the largest a record may be (a
+  // relayed round then moves several): every byte of every rank's record
+  // arrives, whole and short.
   static const size_t kBig[] = {6000, 65536};
   for (size_t k = 0; k < 2; ++k) {
     size_t bytes = kBig[k], sent = k == 0 ? bytes : bytes - 1000;
