@@ -144,7 +144,10 @@ CUBE_API cube_client_t *cube_comm_client(const cube_comm_t *comm);
 CUBE_API const char *cube_comm_transport(const cube_comm_t *comm);
 
 // The collectives over a world; sizes and meaning as in collective.h, the
-// root and the peer are ranks.
+// root and the peer are ranks. Over MPI (CPU ranks) a call whose
+// communicator has nothing queued moves its bytes before it returns, on the
+// calling thread, at every size; a call made in a group call
+// (cube_collective_group_begin) or behind queued work returns at once.
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_all_reduce(
     cube_comm_t *comm, cube_stream_t stream, cube_binding_t source, cube_binding_t destination,
     cube_dtype_t dtype, cube_reduce_op_t op, cube_compute_wait_t wait);

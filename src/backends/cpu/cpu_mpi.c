@@ -1130,7 +1130,8 @@ static cube_status_t rdbl_take(rdbl_t *x, uint32_t from, rdbl_join_t join) {
   memcpy(&got, x->inbox, 8);
   memcpy(&tag, x->inbox + 8, 8);
   memcpy(&block, x->inbox + 16, 8);
-  if (got < RDBL_HEAD || got > x->room || (block && pad8(block) > got - RDBL_HEAD))
+  if (got < RDBL_HEAD || got > x->room || block > x->room ||
+      (block && pad8(block) > got - RDBL_HEAD))
     return rdbl_refuse(x, from, got, "is cut short");
   size_t at = RDBL_HEAD + (block ? pad8(block) : 0);
   bool lower = join == RDBL_LOWER;
