@@ -504,10 +504,10 @@ enum { CH_DATA = 0, CH_STATUS = 1, CH_XFER = 2, CH_COUNT = 3 };
 
 // The status exchange (cube_mpi_exchange_records): below this many ranks
 // each record goes straight to every peer (one round, 2 (n - 1) requests);
-// from it on, in rounds of recursive doubling (exchange_rdbl). A pair's records and a
-// world's travel on tags of their own (a round's on its own: MPI_TAG_ROUND +
-// round), and so do the notices of a rank that abandoned the communicator
-// (comm_fail).
+// from it on, in rounds of recursive doubling (exchange_rdbl). A pair's
+// records and a world's travel on tags of their own (a round's on its own:
+// MPI_TAG_ROUND + round, and the fold's), and so do the notices of a rank
+// that abandoned the communicator (comm_fail).
 // (A build may set it, -DCUBE_MPI_LOG_MIN_RANKS=N, to measure another; a
 // world whose straight exchange would post more than WAIT_MAX_REQUESTS
 // requests takes the rounds whatever it says.)
@@ -1075,15 +1075,20 @@ typedef struct rdbl_t {
   size_t bytes, room;
   uint64_t tag;  // this rank's block's: 0 none, else 1 + dtype * 16 + op
   uint64_t block;
+  mpi_h dtype, reduce;  // the block's, resolved once
+  int count;
   bool present;  // |acc| holds the reduction of every record's block held
   uint64_t deadline_ns;
 } rdbl_t;
 
-static uint64_t rdbl_block_tag(const cube_mpi_carry_t *carry) {
-  mpi_h d, o;
+// The tag of |carry|'s block (0: none, or one MPI cannot reduce), its
+// handles into |x|.
+static uint64_t rdbl_block_tag(const cube_mpi_carry_t *carry, rdbl_t *x) {
   if (!carry || !carry->out || !carry->size || carry->size > 0x7fffffffull) return 0;
-  if (!dtype_handle(carry->dtype, &d) || !op_handle(carry->dtype, carry->op, &o)) return 0;
+  if (!dtype_handle(carry->dtype, &x->dtype) || !op_handle(carry->dtype, carry->op, &x->reduce))
+    return 0;
   if (carry->size % dtype_size(carry->dtype)) return 0;
+  x->count = (int)(carry->size / dtype_size(carry->dtype));
   return 1 + (uint64_t)carry->dtype * 16 + (uint64_t)carry->op;
 }
 
@@ -1134,24 +1139,18 @@ static cube_status_t rdbl_take(rdbl_t *x, uint32_t from, rdbl_join_t join) {
       (block && pad8(block) > got - RDBL_HEAD))
     return rdbl_refuse(x, from, got, "is cut short");
   size_t at = RDBL_HEAD + (block ? pad8(block) : 0);
-  bool lower = join == RDBL_LOWER;
-  if (x->present && block && tag == x->tag && block == x->block && join == RDBL_REPLACE) {
-    memcpy(x->acc, x->inbox + RDBL_HEAD, block);
-  } else if (x->present && block && tag == x->tag && block == x->block) {
-    uint8_t *theirs = x->inbox + RDBL_HEAD;
-    mpi_h dtype, reduce;
-    cube_mpi_dtype_t dt = (cube_mpi_dtype_t)((x->tag - 1) / 16);
-    (void)dtype_handle(dt, &dtype);
-    (void)op_handle(dt, (cube_mpi_reduce_t)((x->tag - 1) % 16), &reduce);
-    int count = (int)(block / dtype_size(dt));
+  uint8_t *theirs = x->inbox + RDBL_HEAD;
+  x->present = x->present && block && tag == x->tag && block == x->block;
+  if (x->present && join == RDBL_REPLACE) {
+    memcpy(x->acc, theirs, block);
+  } else if (x->present) {
     // MPI_Reduce_local(in, inout): inout = in op inout, the lower group's
     // block on the left on both ranks of the pair.
-    int rc = lower ? m_reduce_local(x->acc, theirs, count, dtype, reduce)
-                   : m_reduce_local(theirs, x->acc, count, dtype, reduce);
+    bool lower = join == RDBL_LOWER;
+    int rc = lower ? m_reduce_local(x->acc, theirs, x->count, x->dtype, x->reduce)
+                   : m_reduce_local(theirs, x->acc, x->count, x->dtype, x->reduce);
     if (rc != 0) return comm_fail(x->comm, mpi_error(rc, "MPI_Reduce_local"));
     if (lower) memcpy(x->acc, theirs, block);
-  } else {
-    x->present = false;
   }
   while (at < got) {
     uint64_t word = 0;
@@ -1251,9 +1250,9 @@ static cube_status_t exchange_any(cube_mpi_comm_t *comm, uint32_t peer, const vo
   // the caller may free; the records are copied into |out| by this code.
   // Every message is a length word and that many bytes of record, so that
   // only what was sent is copied out. Straight: this rank's message and a
-  // slot for each peer's. Log: the lengths and a round's two messages.
-  // Rounds: the lengths, whether each record is here, a message out and
-  // one in (each room for a block and every record), the block so far.
+  // slot for each peer's. Rounds: the lengths, whether each record is here,
+  // a message out and one in (each room for a block and every record), the
+  // block so far.
   size_t entry = message_entry(bytes);
   size_t room = RDBL_HEAD + pad8(bytes) + n * entry;
   size_t need = log ? 9 * (size_t)n + 7 + 2 * room + pad8(bytes) : entry * (1 + (all ? n : 1));
@@ -1280,17 +1279,17 @@ static cube_status_t exchange_any(cube_mpi_comm_t *comm, uint32_t peer, const vo
   if (log) {
     // A carried block travels apart from the record it ends (reduced on the
     // way); a block that cannot be reduced travels as none.
-    uint64_t tag = rdbl_block_tag(carry);
     rdbl_t x = {.comm = comm,
                 .theirs = out,
                 .lens = (uint64_t *)(void *)buffer,
                 .known = buffer + 8 * (size_t)n,
                 .bytes = bytes,
                 .room = room,
-                .tag = tag,
-                .block = tag ? carry->size : 0,
-                .present = tag != 0,
                 .deadline_ns = deadline_ns};
+    uint64_t tag = rdbl_block_tag(carry, &x);
+    x.tag = tag;
+    x.block = tag ? carry->size : 0;
+    x.present = tag != 0;
     x.pack = buffer + ((9 * (size_t)n + 7) & ~(size_t)7);
     x.inbox = x.pack + room;
     x.acc = x.inbox + room;

@@ -97,7 +97,8 @@ struct mpi_task_t {
   bool reduced;
 };
 
-// A fused part: the records reduced into recv, or the result copied there.
+// A fused part: the records (|stride| apart) reduced into recv, or
+// (|reduced|) the result, |stride| bytes, copied there.
 static cube_status_t mpi_fused_run(mpi_tcomm_t *comm, const cube_top_t *top, const void *records,
                                    size_t stride, bool reduced) {
   if (reduced) {
@@ -207,8 +208,8 @@ static uint64_t mpi_part_bytes(const cube_top_t *op, uint32_t nranks) {
 // Whether |op| may run on its caller's thread: a collective (every rank
 // issues its parts on the payload channel in the core's order, which an
 // idle stream keeps: nothing queued there can be overtaken), within
-// MPI_INLINE_MAX_BYTES, and one
-// that runs (a dropped or held part keeps the stream's path). Sends and
+// MPI_INLINE_MAX_BYTES, and one that runs (a dropped or held part keeps the
+// stream's path). Sends and
 // receives stay on the stream: a blocking send on the caller could wait for
 // a receiver that this very caller has yet to post.
 static bool mpi_may_inline(const cube_top_t *op, uint32_t nranks) {
