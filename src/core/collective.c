@@ -280,10 +280,13 @@ static void header_describe(cube_coll_header_t *header, cube_status_t status) {
   cube_status_t root = cube_status_root(status);
   header->code = (uint32_t)cube_status_code(root);
   header->failure_id = cube_status_failure_id(status);
+  // The text travels whole to the other ranks: no stale bytes after its end.
+  memset(header->message, 0, sizeof header->message);
   snprintf(header->message, sizeof header->message, "%s", cube_status_message(root));
 }
 
 static void header_device(cube_coll_header_t *header, const cube_server_t *server) {
+  memset(header->device, 0, sizeof header->device);
   snprintf(header->device, sizeof header->device, "%s (client #%u)", server->name, server->id);
 }
 
@@ -543,8 +546,8 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
 
 // A world collective's round over a transport whose records have room for
 // payloads: every rank's record into call->records, the headers out of
-// them (a ready part's text zeroed: a carried payload sits there). No lock
-// held.
+// them (a ready part's words only: a carried payload sits in its text).
+// No lock held.
 static cube_status_t call_exchange_records(coll_call_t *call, cube_bstream_t *stream,
                                            cube_coll_header_t *headers) {
   cube_comm_group_t *g = call->group;
@@ -579,12 +582,12 @@ static cube_status_t call_exchange_records(coll_call_t *call, cube_bstream_t *st
   if (!g->transport->exchange_carry) carry.whole = true;
   call->reduced = !status && carry.reduced;
   call->whole = !status && carry.whole;
+  // A ready record's words are all that is read of it (its text holds a
+  // carried payload, or nothing sent): only a failed part's comes whole.
   for (uint32_t r = 0; r < n && !status; ++r) {
-    memcpy(&headers[r], call->records + call->record_bytes * r, sizeof headers[r]);
-    if (headers[r].verdict == CUBE_VERDICT_OK) {
-      memset(headers[r].device, 0, sizeof headers[r].device);
-      memset(headers[r].message, 0, sizeof headers[r].message);
-    }
+    const uint8_t *record = call->records + call->record_bytes * r;
+    memcpy(&headers[r], record, words);
+    if (headers[r].verdict != CUBE_VERDICT_OK) memcpy(&headers[r], record, sizeof headers[r]);
   }
   return status;
 }
@@ -1451,21 +1454,28 @@ cube_status_t cube_collective_world(cube_server_t *server, cube_comm_group_t *gr
                             cube_top_kind_name(op->kind), op->peer, group->nranks,
                             group->local_rank);
   }
-  coll_call_t call = {.kind = op->kind,
-                      .operation = cube_top_kind_name(op->kind),
-                      .server = server,
-                      .stream = op->stream,
-                      .source = op->source,
-                      .destination = op->destination,
-                      .has_source = op->has_source,
-                      .dtype = op->dtype,
-                      .op = op->op,
-                      .wait = op->wait,
-                      .world = true,
-                      .root_rank = op->root,
-                      .peer_rank = op->peer,
-                      .group = group,
-                      .rank = group->local_rank};
+  // The small fields only (call_init): the group list, the header and the
+  // outcome are written before they are read.
+  coll_call_t call;
+  memset(&call, 0, offsetof(coll_call_t, clients));
+  call.kind = op->kind;
+  call.operation = cube_top_kind_name(op->kind);
+  call.server = server;
+  call.stream = op->stream;
+  call.source = op->source;
+  call.destination = op->destination;
+  call.has_source = op->has_source;
+  call.dtype = op->dtype;
+  call.op = op->op;
+  call.wait = op->wait;
+  call.world = true;
+  call.root_rank = op->root;
+  call.peer_rank = op->peer;
+  call.group = group;
+  call.rank = group->local_rank;
+  call.clients[0] = NULL;
+  call.outcome.ok = false;
+  call.outcome.failed_count = 0;
   cube_comm_group_retain(group);  // the call's, released at its end
   if (tls_batch.depth > 0) return batch_record(&call);
   return call_run(&call);

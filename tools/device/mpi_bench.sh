@@ -13,6 +13,12 @@
 #   bash tools/device/mpi_bench.sh probe            mpi_rounds_probe.c (MPI
 #                                                   alone: raw against the
 #                                                   record patterns), 2/4/8 ranks
+#   bash tools/device/mpi_bench.sh xprobe           mpi_exchange_probe.c (cubec's
+#                                                   exchange's features priced
+#                                                   one by one), 4 and 8 ranks
+#   bash tools/device/mpi_bench.sh old [MAX] [N]    default against the tree in
+#                                                   build-old/src.tgz, N rounds
+#                                                   (default 5) at 8, 4, 2 ranks
 # Variants (-D of cpu_mpi.c / cpu_mpi_transport.c, or the environment):
 #   straight  CUBE_MPI_LOG_MIN_RANKS=64 (every record straight to every peer,
 #             every rank reducing every carried source)
@@ -114,7 +120,29 @@ probe)
   tar czf "$dest/logs.tgz" -C "$out" --exclude mpi_rounds_probe .
   exit 0
   ;;
-*) echo "mpi_bench.sh: ab, ab2, full, algos or probe"; exit 2 ;;
+xprobe)
+  mpicc -O2 -o "$out/mpi_exchange_probe" tools/device/mpi_exchange_probe.c || exit 1
+  for np in 8 4; do
+    timeout 120 "${launch[@]}" -np "$np" "$out/mpi_exchange_probe" >"$out/xprobe_${np}.txt" 2>&1
+    cat "$out/xprobe_${np}.txt"
+  done
+  tar czf "$dest/logs.tgz" -C "$out" --exclude mpi_exchange_probe .
+  exit 0
+  ;;
+old)
+  [ -f build-old/src.tgz ] || { echo "mpi_bench.sh old: no build-old/src.tgz"; exit 2; }
+  rounds="${3:-5}"
+  defs="" build build-mpi bench_collectives bench_collectives_mpi
+  mkdir -p build-old/src && tar xzf build-old/src.tgz -C build-old/src &&
+    (cd build-old/src && defs="" build ../b bench_collectives bench_collectives_mpi) || exit 1
+  for np in 8 4 2; do
+    for round in $(seq "$rounds"); do
+      bench build-mpi "$np" "$out/new_${np}.log"
+      bench build-old/b "$np" "$out/old_${np}.log"
+    done
+  done
+  ;;
+*) echo "mpi_bench.sh: ab, ab2, full, algos, probe, xprobe or old"; exit 2 ;;
 esac
 python3 tools/device/mpi_summary.py "$out"/*_[0-9].log >"$out/summary.txt" 2>&1
 tar czf "$dest/logs.tgz" -C "$out" .

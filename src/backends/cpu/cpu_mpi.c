@@ -627,6 +627,11 @@ static cube_status_t comm_refusal(cube_mpi_comm_t *comm, const char *what) {
 #define WAIT_YIELD_NS 2000000ull      // then yielding, up to this since the start
 #define WAIT_YIELD_NS_PER_BYTE 40ull  // and this much longer per payload byte
 #define WAIT_MAX_REQUESTS 64
+// A test that finds nothing done takes 50-100 ns; a clock read 20-40 ns more
+// (a VM's clock more still), a third of each test and a later notice of a
+// message's arrival. While busy, the clock is read every this many tests:
+// the deadline and the phases are late by a few microseconds at most.
+#define WAIT_CLOCK_SPINS 32u
 
 // Polls |count| (at most WAIT_MAX_REQUESTS) requests to their end or the
 // deadline, with one MPI_Testsome per round (each test of a request not done
@@ -647,6 +652,7 @@ static cube_status_t wait_all(cube_mpi_comm_t *comm, mpi_h *reqs, int count, uin
     m[i] = q->i;
   }
   uint64_t pause_ns = 1000, start_ns = 0, look_until = 0;
+  bool busy = true;  // still in the busy phase: the clock is read every WAIT_CLOCK_SPINS tests
   for (uint32_t spin = 0;; ++spin) {
     int done = 0;
     int rc = m_testsome(n, o, m, &done, indices);
@@ -671,6 +677,7 @@ static cube_status_t wait_all(cube_mpi_comm_t *comm, mpi_h *reqs, int count, uin
     if (left == 0 && (!look_until || cube_now_ns() >= look_until)) return CUBE_OK;
     if (left == 0) continue;
     if (atomic_load(&comm->aborted)) return comm_refusal(comm, what);
+    if (busy && (spin + 1) % WAIT_CLOCK_SPINS != 0) continue;
     uint64_t now = cube_now_ns();
     if (now >= deadline_ns) {
       return comm_fail(comm, cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
@@ -679,11 +686,13 @@ static cube_status_t wait_all(cube_mpi_comm_t *comm, mpi_h *reqs, int count, uin
                                               "cannot cancel it, so the communicator is abandoned",
                                               what, comm->rank, comm->nranks));
     }
-    if (spin == 0) start_ns = now;
+    if (!start_ns) start_ns = now;
     uint64_t waited = now - start_ns;
     if (waited < WAIT_SPIN_NS) {
       continue;
-    } else if (waited < yield_ns) {
+    }
+    busy = false;
+    if (waited < yield_ns) {
       sched_yield();
     } else {
       struct timespec ts = {0, (long)pause_ns};
@@ -1043,10 +1052,12 @@ bool cube_mpi_relays_records(uint32_t nranks) {
 // two not above n) and rank r ^ d swap every record either holds, so after
 // log2 p rounds each holds all of them. A world that is not a power of two
 // folds first (rank p + i hands its record to rank i, and gets every record
-// back from it at the end): log2 p + 2 rounds for those ranks. Each record
-// travels as a word (its rank and length) and its used bytes, so a ready
-// part's few words stay few however often relayed; a message starts with
-// its length.
+// back from it at the end): log2 p + 2 rounds for those ranks. Records
+// travel as a word (the first rank, how many ranks in a row hold the same
+// record, its length) and the record's used bytes, so a ready part's few
+// words stay few however often relayed, and the same words of every rank
+// (one call, ready everywhere) travel once; a message starts with its
+// length.
 //   A carried block (an all_reduce's source, cube_mpi_carry_t) rides in
 // the same messages, reduced on the way: the two ranks of a round combine
 // their blocks as (the lower group's) op (the higher group's), so every
@@ -1104,13 +1115,21 @@ static size_t rdbl_pack(rdbl_t *x) {
     memset(x->pack + at + block, 0, pad8(block) - block);
     at += pad8(block);
   }
-  for (uint32_t r = 0; r < n; ++r) {
+  for (uint32_t r = 0, run = 1; r < n; r += run) {
+    run = 1;
     if (!x->known[r]) continue;
-    uint64_t word = (uint64_t)r << 32 | x->lens[r];
+    // A run of ranks whose records are the same travels as one: ready
+    // parts of one call have the same words on every rank.
+    const uint8_t *record = x->theirs + (size_t)r * x->bytes;
+    uint64_t len = x->lens[r];
+    while (r + run < n && x->known[r + run] && x->lens[r + run] == len &&
+           memcmp(x->theirs + (size_t)(r + run) * x->bytes, record, len) == 0)
+      ++run;
+    uint64_t word = (uint64_t)r << 48 | (uint64_t)run << 32 | len;
     memcpy(x->pack + at, &word, 8);
-    memcpy(x->pack + at + 8, x->theirs + (size_t)r * x->bytes, x->lens[r]);
-    memset(x->pack + at + 8 + x->lens[r], 0, pad8(x->lens[r]) - x->lens[r]);
-    at += 8 + pad8(x->lens[r]);
+    memcpy(x->pack + at + 8, record, len);
+    memset(x->pack + at + 8 + len, 0, pad8(len) - len);
+    at += 8 + pad8(len);
   }
   memcpy(x->pack, &(uint64_t){at}, 8);
   return at;
@@ -1155,13 +1174,17 @@ static cube_status_t rdbl_take(rdbl_t *x, uint32_t from, rdbl_join_t join) {
   while (at < got) {
     uint64_t word = 0;
     if (at + 8 <= got) memcpy(&word, x->inbox + at, 8);
-    uint32_t r = (uint32_t)(word >> 32);
+    uint32_t r = (uint32_t)(word >> 48), run = (uint32_t)(word >> 32) & 0xffffu;
     uint64_t len = word & 0xffffffffull;
-    if (at + 8 > got || r >= n || x->known[r] || len > x->bytes || at + 8 + len > got)
-      return rdbl_refuse(x, from, got, "holds no whole record of a rank not yet heard");
-    memcpy(x->theirs + (size_t)r * x->bytes, x->inbox + at + 8, len);
-    x->lens[r] = len;
-    x->known[r] = 1;
+    bool whole =
+        at + 8 <= got && r < n && run > 0 && run <= n - r && len <= x->bytes && at + 8 + len <= got;
+    for (uint32_t k = 0; k < run && whole; ++k) whole = !x->known[r + k];
+    if (!whole) return rdbl_refuse(x, from, got, "holds no whole record of a rank not yet heard");
+    for (uint32_t k = 0; k < run; ++k) {
+      memcpy(x->theirs + (size_t)(r + k) * x->bytes, x->inbox + at + 8, len);
+      x->lens[r + k] = len;
+      x->known[r + k] = 1;
+    }
     at += 8 + pad8(len);
   }
   return CUBE_OK;
