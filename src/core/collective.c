@@ -115,6 +115,7 @@ typedef struct coll_call_t {
   // the peer are ranks, the members' records travel through the transport.
   bool world;
   uint32_t root_rank, peer_rank;
+  bool group_borrowed;  // the caller's reference, not the call's (no release)
 
   cube_comm_group_t *group;
   uint32_t rank, channel;
@@ -1124,7 +1125,9 @@ static cube_status_t call_run(coll_call_t *call) {
     call_wait_round(call);
     pthread_mutex_lock(&server->lock);
     call_submit_locked(call);
-    if (call->submitting) {
+    if (call->submitting && call->group->transport->enqueues_at_once) {
+      call_commit_locked(call, CUBE_OK);
+    } else if (call->submitting) {
       cube_server_leave(server);
       cube_status_t enqueued = call_wait_enqueued(call);
       pthread_mutex_lock(&server->lock);
@@ -1139,7 +1142,7 @@ static cube_status_t call_run(coll_call_t *call) {
   }
   cube_status_release(call->local);
   call_records_done(call);
-  cube_comm_group_release(call->group);
+  if (!call->group_borrowed) cube_comm_group_release(call->group);
   return call->result;
 }
 
@@ -1476,8 +1479,12 @@ cube_status_t cube_collective_world(cube_server_t *server, cube_comm_group_t *gr
   call.clients[0] = NULL;
   call.outcome.ok = false;
   call.outcome.failed_count = 0;
-  cube_comm_group_retain(group);  // the call's, released at its end
-  if (tls_batch.depth > 0) return batch_record(&call);
+  if (tls_batch.depth > 0) {
+    cube_comm_group_retain(group);  // the recorded call's, released at its end
+    return batch_record(&call);
+  }
+  // A call run now borrows the comm's reference: the comm outlives it.
+  call.group_borrowed = true;
   return call_run(&call);
 }
 

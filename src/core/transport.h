@@ -113,6 +113,9 @@ typedef struct cube_transport_vtable_t {
   // when their communicator is aborted: the core then claims the
   // destinations in flight itself.
   bool fails_late;
+  // Whether submit has taken the part when it returns (comm_ready always
+  // true): the core then does not let go of its lock to ask.
+  bool enqueues_at_once;
   // A world's all_reduce whose source holds at most this many bytes per
   // rank may carry them in its status record (the core reads them with
   // fused_read when it posts the part, its writers done); a round where

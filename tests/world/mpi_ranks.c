@@ -330,7 +330,7 @@ static void carry_one(cube_mpi_comm_t *comm, cube_mpi_dtype_t dtype, cube_mpi_re
                       uint32_t count, int odd_rank, uint32_t odd_count) {
   enum { WORDS = 6 };
   uint32_t esize = dtype == CUBE_MPI_F64 ? 8 : 4;
-  size_t bytes = WORDS * 4 + 600 * 8;
+  size_t bytes = WORDS * 4 + 4096 * 4;
   uint32_t mine_count = (int)g_rank == odd_rank ? odd_count : count;
   uint8_t *mine = calloc(1, bytes), *all = malloc(bytes * g_size), *out = calloc(1, bytes);
   CHECK(mine && all && out, "carry: out of memory");
@@ -397,6 +397,14 @@ static void carry(cube_mpi_comm_t *comm) {
   carry_one(comm, CUBE_MPI_I32, CUBE_MPI_MEAN, 17, -1, 0);
   carry_one(comm, CUBE_MPI_I32, CUBE_MPI_SUM, 17, 0, 0);                 // rank 0: none
   carry_one(comm, CUBE_MPI_I32, CUBE_MPI_SUM, 17, (int)g_size - 1, 16);  // another size
+  // Blocks reduced in halves (from 4 KiB): sizes that do not halve evenly,
+  // and the same failures.
+  carry_one(comm, CUBE_MPI_F32, CUBE_MPI_SUM, 4093, -1, 0);
+  carry_one(comm, CUBE_MPI_F64, CUBE_MPI_MEAN, 1537, -1, 0);
+  carry_one(comm, CUBE_MPI_I32, CUBE_MPI_SUM, 1025, -1, 0);
+  carry_one(comm, CUBE_MPI_F32, CUBE_MPI_SUM, 4093, 1, 0);                   // rank 1: none
+  carry_one(comm, CUBE_MPI_F32, CUBE_MPI_SUM, 4093, (int)g_size - 1, 4092);  // another size
+  carry_one(comm, CUBE_MPI_F32, CUBE_MPI_SUM, 2048, (int)g_size - 1, 512);   // a small one
   printf("PASS carry rank %u\n", g_rank);
 }
 

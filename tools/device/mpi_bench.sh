@@ -16,6 +16,11 @@
 #   bash tools/device/mpi_bench.sh xprobe           mpi_exchange_probe.c (cubec's
 #                                                   exchange's features priced
 #                                                   one by one), 4 and 8 ranks
+#   bash tools/device/mpi_bench.sh ab3 [MAX]        default; nohalve (carried
+#                                                   blocks never reduced in
+#                                                   halves); fused16k, fused32k
+#                                                   (all_reduce carried up to
+#                                                   16 / 32 KiB), 3 rounds
 #   bash tools/device/mpi_bench.sh old [MAX] [N]    default against the tree in
 #                                                   build-old/src.tgz, N rounds
 #                                                   (default 5) at 8, 4, 2 ranks
@@ -120,6 +125,20 @@ probe)
   tar czf "$dest/logs.tgz" -C "$out" --exclude mpi_rounds_probe .
   exit 0
   ;;
+ab3)
+  defs="" build build-mpi bench_collectives bench_collectives_mpi
+  defs="-DCUBE_MPI_HALVING_MIN_BYTES=1073741824" build build-mpi-nohalve bench_collectives bench_collectives_mpi
+  defs="-DCUBE_MPI_FUSED_MAX_BYTES=16384" build build-mpi-fused16k bench_collectives bench_collectives_mpi
+  defs="-DCUBE_MPI_FUSED_MAX_BYTES=32768" build build-mpi-fused32k bench_collectives bench_collectives_mpi
+  for np in 8 4 2; do
+    for round in 1 2 3; do
+      for v in default nohalve fused16k fused32k; do
+        d=build-mpi; [ $v = default ] || d=build-mpi-$v
+        bench "$d" "$np" "$out/${v}_${np}.log"
+      done
+    done
+  done
+  ;;
 xprobe)
   mpicc -O2 -o "$out/mpi_exchange_probe" tools/device/mpi_exchange_probe.c || exit 1
   for np in 8 4; do
@@ -142,7 +161,7 @@ old)
     done
   done
   ;;
-*) echo "mpi_bench.sh: ab, ab2, full, algos, probe, xprobe or old"; exit 2 ;;
+*) echo "mpi_bench.sh: ab, ab2, ab3, full, algos, probe, xprobe or old"; exit 2 ;;
 esac
 python3 tools/device/mpi_summary.py "$out"/*_[0-9].log >"$out/summary.txt" 2>&1
 tar czf "$dest/logs.tgz" -C "$out" .

@@ -753,6 +753,9 @@ cube_status_t cube_mpi_comm_create(uint32_t nranks, uint32_t rank, uint64_t dead
 }
 
 cube_status_t cube_mpi_poll(cube_mpi_comm_t *comm) {
+  // comm_fail records the error before it marks the comm aborted: a healthy
+  // comm answers without the lock (asked once or twice a call).
+  if (!atomic_load(&comm->aborted)) return CUBE_OK;
   pthread_mutex_lock(&comm->lock);
   cube_status_t error = cube_status_retain(comm->error);
   pthread_mutex_unlock(&comm->lock);
@@ -1076,6 +1079,12 @@ bool cube_mpi_relays_records(uint32_t nranks) {
 #define RDBL_HEAD 24u  // a message's length, its block's tag and its block's bytes
 #define MPI_TAG_FOLD (MPI_TAG_ROUND + 40)
 #define MPI_TAG_UNFOLD (MPI_TAG_ROUND + 41)
+// A carried block from this size is reduced in halves (exchange_rdbl).
+#ifdef CUBE_MPI_HALVING_MIN_BYTES
+#define MPI_HALVING_MIN_BYTES ((uint64_t)(CUBE_MPI_HALVING_MIN_BYTES))
+#else
+#define MPI_HALVING_MIN_BYTES 4096u
+#endif
 
 typedef struct rdbl_t {
   cube_mpi_comm_t *comm;
@@ -1084,11 +1093,16 @@ typedef struct rdbl_t {
   uint8_t *known;
   uint8_t *pack, *inbox, *acc;  // |acc|: the block reduced so far
   size_t bytes, room;
-  uint64_t tag;  // this rank's block's: 0 none, else 1 + dtype * 16 + op
+  uint64_t tag;  // this rank's block's: 0 none, else its size, type and operation
   uint64_t block;
   mpi_h dtype, reduce;  // the block's, resolved once
   int count;
+  uint32_t esize;
   bool present;  // |acc| holds the reduction of every record's block held
+  // This step's slices of the block (byte offsets into |acc|): what this
+  // rank sends, and what it receives and joins; whether records travel.
+  size_t send_at, send_bytes, recv_at, recv_bytes;
+  bool with_records;
   uint64_t deadline_ns;
 } rdbl_t;
 
@@ -1099,23 +1113,27 @@ static uint64_t rdbl_block_tag(const cube_mpi_carry_t *carry, rdbl_t *x) {
   if (!dtype_handle(carry->dtype, &x->dtype) || !op_handle(carry->dtype, carry->op, &x->reduce))
     return 0;
   if (carry->size % dtype_size(carry->dtype)) return 0;
-  x->count = (int)(carry->size / dtype_size(carry->dtype));
-  return 1 + (uint64_t)carry->dtype * 16 + (uint64_t)carry->op;
+  x->esize = dtype_size(carry->dtype);
+  x->count = (int)(carry->size / x->esize);
+  // The size is in the tag: ranks whose blocks differ in size never join
+  // them, whatever slices of them a step moves.
+  return (uint64_t)carry->size << 16 | (1 + (uint64_t)carry->dtype * 16 + (uint64_t)carry->op);
 }
 
-// This rank's message: the block (when it holds one) and every record it holds.
+// This rank's message: its slice of the block (when it holds one) and
+// every record it holds (when records travel).
 static size_t rdbl_pack(rdbl_t *x) {
   uint32_t n = x->comm->nranks;
-  uint64_t tag = x->present ? x->tag : 0, block = x->present ? x->block : 0;
+  uint64_t tag = x->present ? x->tag : 0, block = x->present ? x->send_bytes : 0;
   memcpy(x->pack + 8, &tag, 8);
   memcpy(x->pack + 16, &block, 8);
   size_t at = RDBL_HEAD;
   if (block) {
-    memcpy(x->pack + at, x->acc, block);
+    memcpy(x->pack + at, x->acc + x->send_at, block);
     memset(x->pack + at + block, 0, pad8(block) - block);
     at += pad8(block);
   }
-  for (uint32_t r = 0, run = 1; r < n; r += run) {
+  for (uint32_t r = 0, run = 1; r < n && x->with_records; r += run) {
     run = 1;
     if (!x->known[r]) continue;
     // A run of ranks whose records are the same travels as one: ready
@@ -1146,8 +1164,8 @@ static cube_status_t rdbl_refuse(rdbl_t *x, uint32_t from, uint64_t got, const c
 // or the higher of the two, or the block is the finished result.
 typedef enum rdbl_join_t { RDBL_LOWER, RDBL_HIGHER, RDBL_REPLACE } rdbl_join_t;
 
-// Takes |from|'s message in the inbox: its records, and its block joined
-// with this rank's.
+// Takes |from|'s message in the inbox: its records, and its slice of the
+// block joined with this rank's.
 static cube_status_t rdbl_take(rdbl_t *x, uint32_t from, rdbl_join_t join) {
   uint32_t n = x->comm->nranks;
   uint64_t got = 0, tag = 0, block = 0;
@@ -1159,17 +1177,19 @@ static cube_status_t rdbl_take(rdbl_t *x, uint32_t from, rdbl_join_t join) {
     return rdbl_refuse(x, from, got, "is cut short");
   size_t at = RDBL_HEAD + (block ? pad8(block) : 0);
   uint8_t *theirs = x->inbox + RDBL_HEAD;
-  x->present = x->present && block && tag == x->tag && block == x->block;
+  x->present = x->present && block && tag == x->tag && block == x->recv_bytes;
+  uint8_t *acc = x->acc + x->recv_at;
   if (x->present && join == RDBL_REPLACE) {
-    memcpy(x->acc, theirs, block);
+    memcpy(acc, theirs, block);
   } else if (x->present) {
     // MPI_Reduce_local(in, inout): inout = in op inout, the lower group's
     // block on the left on both ranks of the pair.
     bool lower = join == RDBL_LOWER;
-    int rc = lower ? m_reduce_local(x->acc, theirs, x->count, x->dtype, x->reduce)
-                   : m_reduce_local(theirs, x->acc, x->count, x->dtype, x->reduce);
+    int count = (int)(block / x->esize);
+    int rc = lower ? m_reduce_local(acc, theirs, count, x->dtype, x->reduce)
+                   : m_reduce_local(theirs, acc, count, x->dtype, x->reduce);
     if (rc != 0) return comm_fail(x->comm, mpi_error(rc, "MPI_Reduce_local"));
-    if (lower) memcpy(x->acc, theirs, block);
+    if (lower) memcpy(acc, theirs, block);
   }
   while (at < got) {
     uint64_t word = 0;
@@ -1212,11 +1232,19 @@ static cube_status_t rdbl_step(rdbl_t *x, uint32_t to, uint32_t from, int tag, r
   return status;
 }
 
+// The whole block, both ways, records too.
+static void rdbl_whole(rdbl_t *x) {
+  x->send_at = x->recv_at = 0;
+  x->send_bytes = x->recv_bytes = x->block;
+  x->with_records = true;
+}
+
 static cube_status_t exchange_rdbl(rdbl_t *x, bool late) {
-  uint32_t n = x->comm->nranks, rank = x->comm->rank, p = 1;
-  while (p * 2 <= n) p *= 2;
+  uint32_t n = x->comm->nranks, rank = x->comm->rank, p = 1, rounds = 0;
+  while (p * 2 <= n) p *= 2, ++rounds;
   uint32_t extra = n - p;
   cube_status_t status = CUBE_OK;
+  rdbl_whole(x);
   if (rank >= p) {
     // Folded: the record and block go to rank - p, everything comes back.
     status = rdbl_step(x, rank - p, UINT32_MAX, MPI_TAG_FOLD, RDBL_HIGHER, false);
@@ -1232,12 +1260,48 @@ static cube_status_t exchange_rdbl(rdbl_t *x, bool late) {
     return status;
   }
   if (rank < extra) status = rdbl_step(x, UINT32_MAX, rank + p, MPI_TAG_FOLD, RDBL_LOWER, false);
+  // A large block is reduced in halves (Rabenseifner's): in the rounds that
+  // gather the records, each rank keeps half of what it holds of the block
+  // and sends the other half, so that each ends with a p-th of the block
+  // reduced over every rank, which rounds of doubling then hand to all. A
+  // round moves half the bytes, or less, where the rounds of doubling move
+  // the whole block each time. The halving follows the size, which is in
+  // the tag: ranks whose sizes differ are not present after the rounds
+  // that gather the records, and then none hands anything back.
+  bool halve = x->tag && x->block >= MPI_HALVING_MIN_BYTES && (uint32_t)x->count >= p;
+  uint64_t lo[32], hi[32], at_lo = 0, at_hi = (uint64_t)x->count;  // in elements
   int round = 0;
   for (uint32_t d = 1; d < p && !status; d <<= 1, ++round) {
     uint32_t partner = rank ^ d;
+    if (halve) {
+      // The lower rank of the pair keeps the lower half.
+      lo[round] = at_lo, hi[round] = at_hi;
+      uint64_t mid = at_lo + (at_hi - at_lo) / 2;
+      bool low = (rank & d) == 0;
+      uint64_t keep_lo = low ? at_lo : mid, keep_hi = low ? mid : at_hi;
+      x->send_at = (low ? mid : at_lo) * x->esize;
+      x->send_bytes = (low ? at_hi - mid : mid - at_lo) * x->esize;
+      x->recv_at = keep_lo * x->esize;
+      x->recv_bytes = (keep_hi - keep_lo) * x->esize;
+      at_lo = keep_lo, at_hi = keep_hi;
+    }
     status = rdbl_step(x, partner, partner, MPI_TAG_ROUND + round,
                        rank < partner ? RDBL_LOWER : RDBL_HIGHER, late && d * 2 >= p);
   }
+  // Every rank knows by now whether every block came alike (|present|).
+  for (int k = (int)rounds - 1; k >= 0 && halve && x->present && !status; --k) {
+    uint32_t d = 1u << k, partner = rank ^ d;
+    uint64_t mid = lo[k] + (hi[k] - lo[k]) / 2;
+    bool low = (rank & d) == 0;
+    x->send_at = at_lo * x->esize;
+    x->send_bytes = (at_hi - at_lo) * x->esize;
+    x->recv_at = (low ? mid : lo[k]) * x->esize;
+    x->recv_bytes = (low ? hi[k] - mid : mid - lo[k]) * x->esize;
+    x->with_records = false;
+    status = rdbl_step(x, partner, partner, MPI_TAG_ROUND + 32 + k, RDBL_REPLACE, late && k == 0);
+    at_lo = lo[k], at_hi = hi[k];
+  }
+  rdbl_whole(x);
   if (!status && rank < extra)
     status = rdbl_step(x, rank + p, UINT32_MAX, MPI_TAG_UNFOLD, RDBL_REPLACE, false);
   return status;

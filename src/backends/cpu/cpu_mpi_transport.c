@@ -352,6 +352,7 @@ static cube_status_t mpi_exchange_carry(cube_backend_device_t *device, cube_tcom
 static const cube_transport_vtable_t kMpiTransport = {
     .name = "mpi",
     .fails_late = true,
+    .enqueues_at_once = true,
     .fused_max_bytes = MPI_FUSED_MAX_BYTES,
     .fused_read = mpi_fused_read,
     .reduces = mpi_reduces,
