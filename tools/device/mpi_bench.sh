@@ -21,6 +21,10 @@
 #                                                   halves); fused16k, fused32k
 #                                                   (all_reduce carried up to
 #                                                   16 / 32 KiB), 3 rounds
+#   bash tools/device/mpi_bench.sh ab4 [MAX]        default; nosplit (relayed
+#                                                   messages never cut into
+#                                                   eager parts); fused32k,
+#                                                   3 rounds
 #   bash tools/device/mpi_bench.sh old [MAX] [N]    default against the tree in
 #                                                   build-old/src.tgz, N rounds
 #                                                   (default 5) at 8, 4, 2 ranks
@@ -139,6 +143,19 @@ ab3)
     done
   done
   ;;
+ab4)
+  defs="" build build-mpi bench_collectives bench_collectives_mpi
+  defs="-DCUBE_MPI_PART_BYTES=1073741824" build build-mpi-nosplit bench_collectives bench_collectives_mpi
+  defs="-DCUBE_MPI_FUSED_MAX_BYTES=32768" build build-mpi-fused32k bench_collectives bench_collectives_mpi
+  for np in 8 4 2; do
+    for round in 1 2 3; do
+      for v in default nosplit fused32k; do
+        d=build-mpi; [ $v = default ] || d=build-mpi-$v
+        bench "$d" "$np" "$out/${v}_${np}.log"
+      done
+    done
+  done
+  ;;
 xprobe)
   mpicc -O2 -o "$out/mpi_exchange_probe" tools/device/mpi_exchange_probe.c || exit 1
   for np in 8 4; do
@@ -161,7 +178,7 @@ old)
     done
   done
   ;;
-*) echo "mpi_bench.sh: ab, ab2, ab3, full, algos, probe, xprobe or old"; exit 2 ;;
+*) echo "mpi_bench.sh: ab, ab2, ab3, ab4, full, algos, probe, xprobe or old"; exit 2 ;;
 esac
 python3 tools/device/mpi_summary.py "$out"/*_[0-9].log >"$out/summary.txt" 2>&1
 tar czf "$dest/logs.tgz" -C "$out" .

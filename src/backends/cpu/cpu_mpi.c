@@ -1160,6 +1160,27 @@ static cube_status_t rdbl_refuse(rdbl_t *x, uint32_t from, uint64_t got, const c
                                              from, (unsigned long long)got, x->room, why));
 }
 
+bool cube_mpi_take_records(const uint8_t *message, uint64_t got, uint64_t at, uint32_t n,
+                           size_t bytes, uint8_t *theirs, uint64_t *lens, uint8_t *known) {
+  while (at < got) {
+    uint64_t word = 0;
+    if (got - at >= 8) memcpy(&word, message + at, 8);
+    uint32_t r = (uint32_t)(word >> 48), run = (uint32_t)(word >> 32) & 0xffffu;
+    uint64_t len = word & 0xffffffffull;
+    bool whole =
+        got - at >= 8 && r < n && run > 0 && run <= n - r && len <= bytes && len <= got - at - 8;
+    for (uint32_t k = 0; k < run && whole; ++k) whole = !known[r + k];
+    if (!whole) return false;
+    for (uint32_t k = 0; k < run; ++k) {
+      memcpy(theirs + (size_t)(r + k) * bytes, message + at + 8, len);
+      lens[r + k] = len;
+      known[r + k] = 1;
+    }
+    at += 8 + pad8(len);  // a last record's padding may pass the end: the loop ends
+  }
+  return true;
+}
+
 // How a message's block meets this rank's: this rank's group is the lower
 // or the higher of the two, or the block is the finished result.
 typedef enum rdbl_join_t { RDBL_LOWER, RDBL_HIGHER, RDBL_REPLACE } rdbl_join_t;
@@ -1191,23 +1212,25 @@ static cube_status_t rdbl_take(rdbl_t *x, uint32_t from, rdbl_join_t join) {
     if (rc != 0) return comm_fail(x->comm, mpi_error(rc, "MPI_Reduce_local"));
     if (lower) memcpy(acc, theirs, block);
   }
-  while (at < got) {
-    uint64_t word = 0;
-    if (at + 8 <= got) memcpy(&word, x->inbox + at, 8);
-    uint32_t r = (uint32_t)(word >> 48), run = (uint32_t)(word >> 32) & 0xffffu;
-    uint64_t len = word & 0xffffffffull;
-    bool whole =
-        at + 8 <= got && r < n && run > 0 && run <= n - r && len <= x->bytes && at + 8 + len <= got;
-    for (uint32_t k = 0; k < run && whole; ++k) whole = !x->known[r + k];
-    if (!whole) return rdbl_refuse(x, from, got, "holds no whole record of a rank not yet heard");
-    for (uint32_t k = 0; k < run; ++k) {
-      memcpy(x->theirs + (size_t)(r + k) * x->bytes, x->inbox + at + 8, len);
-      x->lens[r + k] = len;
-      x->known[r + k] = 1;
-    }
-    at += 8 + pad8(len);
-  }
+  if (!cube_mpi_take_records(x->inbox, got, at, n, x->bytes, x->theirs, x->lens, x->known))
+    return rdbl_refuse(x, from, got, "holds no whole record of a rank not yet heard");
   return CUBE_OK;
+}
+
+// How many messages a message of |bytes| travels as: parts of
+// RDBL_PART_BYTES, each under Open MPI's shared-memory eager limit (4 KiB
+// with its headers), so that none waits for the receiver's rendezvous; one
+// message when it is small, or would take more than RDBL_MAX_PARTS.
+#ifdef CUBE_MPI_PART_BYTES  // a build may set another to measure it
+#define RDBL_PART_BYTES ((uint64_t)(CUBE_MPI_PART_BYTES))
+#else
+#define RDBL_PART_BYTES 4032u
+#endif
+#define RDBL_MAX_PARTS 16u
+#define RDBL_PART_TAG(tag, k) ((tag) + 128 * (int)(k))  // part k > 0 of a message
+static uint32_t rdbl_parts(uint64_t bytes) {
+  uint64_t parts = (bytes + RDBL_PART_BYTES - 1) / RDBL_PART_BYTES;
+  return parts > 1 && parts <= RDBL_MAX_PARTS ? (uint32_t)parts : 1;
 }
 
 // One step: this rank's message to |to| and |from|'s to it (either may be
@@ -1216,18 +1239,45 @@ static cube_status_t rdbl_take(rdbl_t *x, uint32_t from, rdbl_join_t join) {
 static cube_status_t rdbl_step(rdbl_t *x, uint32_t to, uint32_t from, int tag, rdbl_join_t join,
                                bool look) {
   mpi_h ch = x->comm->comm[CH_STATUS];
-  mpi_h req[2];
+  mpi_h req[1 + RDBL_MAX_PARTS];
   int nreq = 0, rc = 0;
+  // The first part (or the whole message) has room for all of it.
   if (from != UINT32_MAX)
     rc = m_irecv(x->inbox, (int)x->room, g_mpi.c.byte, (int)from, tag, ch, &req[nreq++]);
   if (rc == 0 && to != UINT32_MAX) {
     size_t packed = rdbl_pack(x);
-    rc = m_isend(x->pack, (int)packed, g_mpi.c.byte, (int)to, tag, ch, &req[nreq++]);
+    uint32_t parts = rdbl_parts(packed);
+    for (uint32_t k = 0; k < parts && rc == 0; ++k) {
+      size_t at = (size_t)k * RDBL_PART_BYTES;
+      size_t len = parts == 1                      ? packed
+                   : packed - at < RDBL_PART_BYTES ? packed - at
+                                                   : RDBL_PART_BYTES;
+      rc = m_isend(x->pack + at, (int)len, g_mpi.c.byte, (int)to, k ? RDBL_PART_TAG(tag, k) : tag,
+                   ch, &req[nreq++]);
+    }
   }
   // A failed post leaves the requests already posted to MPI, with the comm.
   if (rc != 0) return comm_fail(x->comm, mpi_error(rc, "posting a status exchange"));
   cube_status_t status =
       wait_all(x->comm, req, nreq, x->deadline_ns, "status exchange", true, look, WAIT_YIELD_NS);
+  if (!status && from != UINT32_MAX) {
+    // The first part says how long the message is, so how many parts follow
+    // (already on their way: eager).
+    uint64_t got = 0;
+    memcpy(&got, x->inbox, 8);
+    uint32_t parts = got <= x->room ? rdbl_parts(got) : 1;
+    nreq = 0;
+    for (uint32_t k = 1; k < parts && rc == 0; ++k) {
+      size_t at = (size_t)k * RDBL_PART_BYTES;
+      size_t len = got - at < RDBL_PART_BYTES ? got - at : RDBL_PART_BYTES;
+      rc = m_irecv(x->inbox + at, (int)len, g_mpi.c.byte, (int)from, RDBL_PART_TAG(tag, k), ch,
+                   &req[nreq++]);
+    }
+    if (rc != 0) return comm_fail(x->comm, mpi_error(rc, "posting a status exchange"));
+    if (nreq > 0)
+      status = wait_all(x->comm, req, nreq, x->deadline_ns, "status exchange", true, look,
+                        WAIT_YIELD_NS);
+  }
   if (!status && from != UINT32_MAX) status = rdbl_take(x, from, join);
   return status;
 }

@@ -154,6 +154,16 @@ CUBE_INTERNAL cube_status_t cube_mpi_exchange_reduce(cube_mpi_comm_t *comm, cons
 // the other ranks. VALIDATION for another kind or an unknown type.
 CUBE_INTERNAL cube_status_t cube_mpi_reduce_records(cube_mpi_comm_t *comm, const cube_mpi_op_t *op,
                                                     const void *records, size_t stride);
+// Reads the records of a relayed status message (exchange_rdbl) from
+// |at| to |got| in |message|: words of (first rank << 48 | ranks in a row <<
+// 32 | length), each followed by the record's bytes padded to 8, into
+// |theirs| (n slots of |bytes|) with |lens| and |known|. False, having
+// written only whole entries before it, for an entry cut short, a rank at
+// or past |n|, a run of none or past |n|, a record longer than |bytes|, or
+// a rank already known. No MPI call: the parser alone (tests/cpu).
+CUBE_INTERNAL bool cube_mpi_take_records(const uint8_t *message, uint64_t got, uint64_t at,
+                                         uint32_t n, size_t bytes, uint8_t *theirs, uint64_t *lens,
+                                         uint8_t *known);
 // The communicator's failure, NULL while healthy (retained).
 CUBE_INTERNAL cube_status_t cube_mpi_poll(cube_mpi_comm_t *comm);
 // Abandons the communicator now (safe from any thread, twice, and while a
