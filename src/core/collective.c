@@ -149,17 +149,22 @@ typedef struct coll_call_t {
   cube_round_outcome_t outcome;
 } coll_call_t;
 
-static void call_init(coll_call_t *call, cube_top_kind_t kind, const char *operation,
-                      cube_client_t *client, cube_stream_t stream, cube_compute_wait_t wait) {
+static void call_init_on(coll_call_t *call, cube_top_kind_t kind, const char *operation,
+                         cube_server_t *server, cube_stream_t stream, cube_compute_wait_t wait) {
   memset(call, 0, offsetof(coll_call_t, clients));
   call->kind = kind;
   call->operation = operation;
-  call->server = cube_server_of(client);
+  call->server = server;
   call->stream = stream;
   call->wait = wait;
   call->clients[0] = NULL;
   call->outcome.ok = false;
   call->outcome.failed_count = 0;
+}
+
+static void call_init(coll_call_t *call, cube_top_kind_t kind, const char *operation,
+                      cube_client_t *client, cube_stream_t stream, cube_compute_wait_t wait) {
+  call_init_on(call, kind, operation, cube_server_of(client), stream, wait);
 }
 
 static bool is_transfer(cube_top_kind_t kind) {
@@ -1457,28 +1462,18 @@ cube_status_t cube_collective_world(cube_server_t *server, cube_comm_group_t *gr
                             cube_top_kind_name(op->kind), op->peer, group->nranks,
                             group->local_rank);
   }
-  // The small fields only (call_init): the group list, the header and the
-  // outcome are written before they are read.
   coll_call_t call;
-  memset(&call, 0, offsetof(coll_call_t, clients));
-  call.kind = op->kind;
-  call.operation = cube_top_kind_name(op->kind);
-  call.server = server;
-  call.stream = op->stream;
+  call_init_on(&call, op->kind, cube_top_kind_name(op->kind), server, op->stream, op->wait);
   call.source = op->source;
   call.destination = op->destination;
   call.has_source = op->has_source;
   call.dtype = op->dtype;
   call.op = op->op;
-  call.wait = op->wait;
   call.world = true;
   call.root_rank = op->root;
   call.peer_rank = op->peer;
   call.group = group;
   call.rank = group->local_rank;
-  call.clients[0] = NULL;
-  call.outcome.ok = false;
-  call.outcome.failed_count = 0;
   if (tls_batch.depth > 0) {
     cube_comm_group_retain(group);  // the recorded call's, released at its end
     return batch_record(&call);

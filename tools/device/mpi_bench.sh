@@ -69,6 +69,20 @@ bench() {  # bench DIR NP LOG [ENV...]
     echo "# exit $?"
   } >>"$log" 2>&1
 }
+variants() {  # variants NAME=DEFS...: each built (default: no defs, build-mpi),
+  # then 3 rounds at 8, 4 and 2 ranks, the variants alternating
+  local v names=()
+  for v in default= "$@"; do
+    names+=("${v%%=*}")
+    defs="${v#*=}" build "$(vdir "${v%%=*}")" bench_collectives bench_collectives_mpi
+  done
+  for np in 8 4 2; do
+    for round in 1 2 3; do
+      for v in "${names[@]}"; do bench "$(vdir "$v")" "$np" "$out/${v}_${np}.log"; done
+    done
+  done
+}
+vdir() { if [ "$1" = default ]; then echo build-mpi; else echo "build-mpi-$1"; fi; }
 echo "host: $(nproc) cores, $(mpirun --version | head -1), $(uname -r)" | tee "$out/host.txt"
 case "$mode" in
 ab)
@@ -89,16 +103,7 @@ ab)
   done
   ;;
 ab2)
-  defs="" build build-mpi bench_collectives bench_collectives_mpi
-  defs="-DCUBE_MPI_FUSED_MAX_BYTES=32768" build build-mpi-fused32k bench_collectives bench_collectives_mpi
-  defs="-DCUBE_MPI_INLINE_MAX_BYTES=1099511627776" build build-mpi-inlineall bench_collectives bench_collectives_mpi
-  for np in 2 4 8; do
-    for round in 1 2 3; do
-      bench build-mpi "$np" "$out/default_${np}.log"
-      bench build-mpi-fused32k "$np" "$out/fused32k_${np}.log"
-      bench build-mpi-inlineall "$np" "$out/inlineall_${np}.log"
-    done
-  done
+  variants fused32k=-DCUBE_MPI_FUSED_MAX_BYTES=32768 inlineall=-DCUBE_MPI_INLINE_MAX_BYTES=1099511627776
   ;;
 full)
   max=268435456
@@ -130,31 +135,10 @@ probe)
   exit 0
   ;;
 ab3)
-  defs="" build build-mpi bench_collectives bench_collectives_mpi
-  defs="-DCUBE_MPI_HALVING_MIN_BYTES=1073741824" build build-mpi-nohalve bench_collectives bench_collectives_mpi
-  defs="-DCUBE_MPI_FUSED_MAX_BYTES=16384" build build-mpi-fused16k bench_collectives bench_collectives_mpi
-  defs="-DCUBE_MPI_FUSED_MAX_BYTES=32768" build build-mpi-fused32k bench_collectives bench_collectives_mpi
-  for np in 8 4 2; do
-    for round in 1 2 3; do
-      for v in default nohalve fused16k fused32k; do
-        d=build-mpi; [ $v = default ] || d=build-mpi-$v
-        bench "$d" "$np" "$out/${v}_${np}.log"
-      done
-    done
-  done
+  variants nohalve=-DCUBE_MPI_HALVING_MIN_BYTES=1073741824 fused16k=-DCUBE_MPI_FUSED_MAX_BYTES=16384 fused32k=-DCUBE_MPI_FUSED_MAX_BYTES=32768
   ;;
 ab4)
-  defs="" build build-mpi bench_collectives bench_collectives_mpi
-  defs="-DCUBE_MPI_PART_BYTES=1073741824" build build-mpi-nosplit bench_collectives bench_collectives_mpi
-  defs="-DCUBE_MPI_FUSED_MAX_BYTES=32768" build build-mpi-fused32k bench_collectives bench_collectives_mpi
-  for np in 8 4 2; do
-    for round in 1 2 3; do
-      for v in default nosplit fused32k; do
-        d=build-mpi; [ $v = default ] || d=build-mpi-$v
-        bench "$d" "$np" "$out/${v}_${np}.log"
-      done
-    done
-  done
+  variants nosplit=-DCUBE_MPI_PART_BYTES=1073741824 fused32k=-DCUBE_MPI_FUSED_MAX_BYTES=32768
   ;;
 xprobe)
   mpicc -O2 -o "$out/mpi_exchange_probe" tools/device/mpi_exchange_probe.c || exit 1

@@ -1232,6 +1232,12 @@ static uint32_t rdbl_parts(uint64_t bytes) {
   uint64_t parts = (bytes + RDBL_PART_BYTES - 1) / RDBL_PART_BYTES;
   return parts > 1 && parts <= RDBL_MAX_PARTS ? (uint32_t)parts : 1;
 }
+// The bytes of part |k| of a message of |bytes| in |parts| parts.
+static size_t rdbl_part_len(uint64_t bytes, uint32_t parts, uint32_t k) {
+  uint64_t at = (uint64_t)k * RDBL_PART_BYTES;
+  return parts == 1 ? (size_t)bytes
+                    : (size_t)(bytes - at < RDBL_PART_BYTES ? bytes - at : RDBL_PART_BYTES);
+}
 
 // One step: this rank's message to |to| and |from|'s to it (either may be
 // UINT32_MAX: none), its block joined as |join| says. |look|: the last
@@ -1248,12 +1254,8 @@ static cube_status_t rdbl_step(rdbl_t *x, uint32_t to, uint32_t from, int tag, r
     size_t packed = rdbl_pack(x);
     uint32_t parts = rdbl_parts(packed);
     for (uint32_t k = 0; k < parts && rc == 0; ++k) {
-      size_t at = (size_t)k * RDBL_PART_BYTES;
-      size_t len = parts == 1                      ? packed
-                   : packed - at < RDBL_PART_BYTES ? packed - at
-                                                   : RDBL_PART_BYTES;
-      rc = m_isend(x->pack + at, (int)len, g_mpi.c.byte, (int)to, k ? RDBL_PART_TAG(tag, k) : tag,
-                   ch, &req[nreq++]);
+      rc = m_isend(x->pack + (size_t)k * RDBL_PART_BYTES, (int)rdbl_part_len(packed, parts, k),
+                   g_mpi.c.byte, (int)to, k ? RDBL_PART_TAG(tag, k) : tag, ch, &req[nreq++]);
     }
   }
   // A failed post leaves the requests already posted to MPI, with the comm.
@@ -1268,10 +1270,8 @@ static cube_status_t rdbl_step(rdbl_t *x, uint32_t to, uint32_t from, int tag, r
     uint32_t parts = got <= x->room ? rdbl_parts(got) : 1;
     nreq = 0;
     for (uint32_t k = 1; k < parts && rc == 0; ++k) {
-      size_t at = (size_t)k * RDBL_PART_BYTES;
-      size_t len = got - at < RDBL_PART_BYTES ? got - at : RDBL_PART_BYTES;
-      rc = m_irecv(x->inbox + at, (int)len, g_mpi.c.byte, (int)from, RDBL_PART_TAG(tag, k), ch,
-                   &req[nreq++]);
+      rc = m_irecv(x->inbox + (size_t)k * RDBL_PART_BYTES, (int)rdbl_part_len(got, parts, k),
+                   g_mpi.c.byte, (int)from, RDBL_PART_TAG(tag, k), ch, &req[nreq++]);
     }
     if (rc != 0) return comm_fail(x->comm, mpi_error(rc, "posting a status exchange"));
     if (nreq > 0)
