@@ -330,7 +330,8 @@ static void carry_one(cube_mpi_comm_t *comm, cube_mpi_dtype_t dtype, cube_mpi_re
                       uint32_t count, int odd_rank, uint32_t odd_count) {
   enum { WORDS = 6 };
   uint32_t esize = dtype == CUBE_MPI_F64 ? 8 : 4;
-  size_t bytes = WORDS * 4 + 4096 * 4;
+  uint32_t room = count > 4096 ? count : 4096;  // elements a record holds
+  size_t bytes = WORDS * 4 + (size_t)room * esize;
   uint32_t mine_count = (int)g_rank == odd_rank ? odd_count : count;
   uint8_t *mine = calloc(1, bytes), *all = malloc(bytes * g_size), *out = calloc(1, bytes);
   CHECK(mine && all && out, "carry: out of memory");
@@ -405,6 +406,17 @@ static void carry(cube_mpi_comm_t *comm) {
   carry_one(comm, CUBE_MPI_F32, CUBE_MPI_SUM, 4093, 1, 0);                   // rank 1: none
   carry_one(comm, CUBE_MPI_F32, CUBE_MPI_SUM, 4093, (int)g_size - 1, 4092);  // another size
   carry_one(comm, CUBE_MPI_F32, CUBE_MPI_SUM, 2048, (int)g_size - 1, 512);   // a small one
+  // Slices from 8 KiB travel apart from the records (sent from and received
+  // where they are reduced), the rounds that hand them back bare: the same
+  // cases, at sizes whose slices travel apart in some rounds and in the
+  // records' message in others.
+  carry_one(comm, CUBE_MPI_F32, CUBE_MPI_SUM, 16000, -1, 0);
+  carry_one(comm, CUBE_MPI_F64, CUBE_MPI_MEAN, 4001, -1, 0);
+  carry_one(comm, CUBE_MPI_I32, CUBE_MPI_SUM, 8191, -1, 0);
+  carry_one(comm, CUBE_MPI_F32, CUBE_MPI_SUM, 16000, 0, 0);                    // rank 0: none
+  carry_one(comm, CUBE_MPI_F32, CUBE_MPI_SUM, 16000, (int)g_size - 1, 15999);  // another size
+  carry_one(comm, CUBE_MPI_F32, CUBE_MPI_SUM, 16000, 1, 1000);                 // a small one
+  carry_one(comm, CUBE_MPI_I32, CUBE_MPI_SUM, 12000, -1, 0);
   printf("PASS carry rank %u\n", g_rank);
 }
 

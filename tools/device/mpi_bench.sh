@@ -25,6 +25,20 @@
 #                                                   messages never cut into
 #                                                   eager parts); fused32k,
 #                                                   3 rounds
+#   bash tools/device/mpi_bench.sh ab5 [MAX]        default; old (build-old/src.tgz);
+#                                                   fused32k (32 KiB carried,
+#                                                   slices apart from 8 KiB);
+#                                                   f32a4k, f32a16k (apart from
+#                                                   4 / 16 KiB), 3 rounds, then
+#                                                   ctest -L world
+#   bash tools/device/mpi_bench.sh ab6 [MAX]        default; fused32k; st32k, st32k8
+#                                                   (32 KiB carried, records
+#                                                   straight to every rank on
+#                                                   every world / below 8)
+#   bash tools/device/mpi_bench.sh sprobe           mpi_slices_probe.c (MPI alone:
+#                                                   raw against the schedules a
+#                                                   mid-size all_reduce could
+#                                                   take), 8/4/2 ranks, twice
 #   bash tools/device/mpi_bench.sh old [MAX] [N]    default against the tree in
 #                                                   build-old/src.tgz, N rounds
 #                                                   (default 5) at 8, 4, 2 ranks
@@ -69,11 +83,17 @@ bench() {  # bench DIR NP LOG [ENV...]
     echo "# exit $?"
   } >>"$log" 2>&1
 }
-variants() {  # variants NAME=DEFS...: each built (default: no defs, build-mpi),
-  # then 3 rounds at 8, 4 and 2 ranks, the variants alternating
+variants() {  # variants NAME=DEFS...: each built (default: no defs, build-mpi;
+  # old=: the tree in build-old/src.tgz), then 3 rounds at 8, 4 and 2 ranks,
+  # the variants alternating
   local v names=()
   for v in default= "$@"; do
     names+=("${v%%=*}")
+    if [ "${v%%=*}" = old ]; then
+      mkdir -p build-old/src && tar xzf build-old/src.tgz -C build-old/src &&
+        (cd build-old/src && defs="" build ../b bench_collectives bench_collectives_mpi) || exit 1
+      continue
+    fi
     defs="${v#*=}" build "$(vdir "${v%%=*}")" bench_collectives bench_collectives_mpi
   done
   for np in 8 4 2; do
@@ -82,7 +102,13 @@ variants() {  # variants NAME=DEFS...: each built (default: no defs, build-mpi),
     done
   done
 }
-vdir() { if [ "$1" = default ]; then echo build-mpi; else echo "build-mpi-$1"; fi; }
+vdir() {
+  case "$1" in
+  default) echo build-mpi ;;
+  old) echo build-old/b ;;
+  *) echo "build-mpi-$1" ;;
+  esac
+}
 echo "host: $(nproc) cores, $(mpirun --version | head -1), $(uname -r)" | tee "$out/host.txt"
 case "$mode" in
 ab)
@@ -140,6 +166,32 @@ ab3)
 ab4)
   variants nosplit=-DCUBE_MPI_PART_BYTES=1073741824 fused32k=-DCUBE_MPI_FUSED_MAX_BYTES=32768
   ;;
+ab5)
+  variants old= fused32k=-DCUBE_MPI_FUSED_MAX_BYTES=32768 \
+    f32a4k="-DCUBE_MPI_FUSED_MAX_BYTES=32768 -DCUBE_MPI_APART_MIN_BYTES=4096" \
+    f32a16k="-DCUBE_MPI_FUSED_MAX_BYTES=32768 -DCUBE_MPI_APART_MIN_BYTES=16384"
+  cmake --build build-mpi -j"$jobs" --target mpi_ranks world_ranks test_bootstrap >/dev/null 2>&1
+  timeout 300 ctest --test-dir build-mpi -L world --output-on-failure >"$out/ctest_world.log" 2>&1
+  tail -12 "$out/ctest_world.log"
+  ;;
+ab6)
+  variants fused32k=-DCUBE_MPI_FUSED_MAX_BYTES=32768 \
+    st32k="-DCUBE_MPI_FUSED_MAX_BYTES=32768 -DCUBE_MPI_LOG_MIN_RANKS=64" \
+    st32k8="-DCUBE_MPI_FUSED_MAX_BYTES=32768 -DCUBE_MPI_LOG_MIN_RANKS=8"
+  ;;
+sprobe)
+  mpicc -O2 -o "$out/mpi_slices_probe" tools/device/mpi_slices_probe.c || exit 1
+  for np in 8 4 2; do
+    for round in 1 2; do
+      OMPI_MCA_coll_libnbc_iallreduce_algorithm=$([ "$np" = 2 ] && echo 1 || echo 3) timeout 120 \
+        "${launch[@]}" -np "$np" "$out/mpi_slices_probe" 8192 16384 32768 131072 524288 \
+        >>"$out/sprobe_${np}.txt" 2>&1
+    done
+    cat "$out/sprobe_${np}.txt"
+  done
+  tar czf "$dest/sprobe.tgz" -C "$out" --exclude mpi_slices_probe .
+  exit 0
+  ;;
 xprobe)
   mpicc -O2 -o "$out/mpi_exchange_probe" tools/device/mpi_exchange_probe.c || exit 1
   for np in 8 4; do
@@ -162,7 +214,7 @@ old)
     done
   done
   ;;
-*) echo "mpi_bench.sh: ab, ab2, ab3, ab4, full, algos, probe, xprobe or old"; exit 2 ;;
+*) echo "mpi_bench.sh: ab, ab2, ab3, ab4, ab5, ab6, full, algos, probe, sprobe, xprobe or old"; exit 2 ;;
 esac
 python3 tools/device/mpi_summary.py "$out"/*_[0-9].log >"$out/summary.txt" 2>&1
 tar czf "$dest/logs.tgz" -C "$out" .

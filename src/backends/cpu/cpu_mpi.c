@@ -1085,6 +1085,24 @@ bool cube_mpi_relays_records(uint32_t nranks) {
 #else
 #define MPI_HALVING_MIN_BYTES 4096u
 #endif
+// A slice of the block from this size travels apart from the records: a
+// message of its own, sent from |acc| and received where it is joined, so
+// that no byte of it is copied into a message or out of one (the records'
+// message says it follows, and how long it is). Below, it rides in the
+// records' message (eager parts, RDBL_PART_BYTES). The rounds of doubling
+// that hand a reduced block back send its slices alone, from |acc| into
+// |acc|, at any size (every rank knows them by then). Measured on the
+// 16-core H200 host, 32 KiB carried (medians of 3 runs over a raw
+// MPI_Allreduce, docs/measurements/2026-12-02/h200/stop7-ab5b): apart from
+// 16 KiB, +3.8 us on 4 ranks and +1.8 on 8; from 8 KiB +6.5 and +3.8; from
+// 4 KiB +5.3 and +6.6 (a 4-8 KiB slice is faster in eager parts than by
+// rendezvous).
+#ifdef CUBE_MPI_APART_MIN_BYTES
+#define MPI_APART_MIN_BYTES ((uint64_t)(CUBE_MPI_APART_MIN_BYTES))
+#else
+#define MPI_APART_MIN_BYTES 16384u
+#endif
+#define RDBL_APART (1ull << 63)  // in a message's block word: the slice follows apart
 
 typedef struct rdbl_t {
   cube_mpi_comm_t *comm;
@@ -1092,6 +1110,7 @@ typedef struct rdbl_t {
   uint64_t *lens;
   uint8_t *known;
   uint8_t *pack, *inbox, *acc;  // |acc|: the block reduced so far
+  uint8_t *slice;               // a slice that travelled apart, before it is joined
   size_t bytes, room;
   uint64_t tag;  // this rank's block's: 0 none, else its size, type and operation
   uint64_t block;
@@ -1099,10 +1118,10 @@ typedef struct rdbl_t {
   int count;
   uint32_t esize;
   bool present;  // |acc| holds the reduction of every record's block held
+  bool halved;   // the block is reduced in halves (each element on one rank)
   // This step's slices of the block (byte offsets into |acc|): what this
-  // rank sends, and what it receives and joins; whether records travel.
+  // rank sends, and what it receives and joins.
   size_t send_at, send_bytes, recv_at, recv_bytes;
-  bool with_records;
   uint64_t deadline_ns;
 } rdbl_t;
 
@@ -1120,20 +1139,23 @@ static uint64_t rdbl_block_tag(const cube_mpi_carry_t *carry, rdbl_t *x) {
   return (uint64_t)carry->size << 16 | (1 + (uint64_t)carry->dtype * 16 + (uint64_t)carry->op);
 }
 
-// This rank's message: its slice of the block (when it holds one) and
-// every record it holds (when records travel).
+// This rank's message: its slice of the block (when it holds one; a large
+// one only announced, it travels apart) and every record it holds (when
+// records travel).
 static size_t rdbl_pack(rdbl_t *x) {
   uint32_t n = x->comm->nranks;
   uint64_t tag = x->present ? x->tag : 0, block = x->present ? x->send_bytes : 0;
+  bool apart = block >= MPI_APART_MIN_BYTES;
+  uint64_t word = block | (apart ? RDBL_APART : 0);
   memcpy(x->pack + 8, &tag, 8);
-  memcpy(x->pack + 16, &block, 8);
+  memcpy(x->pack + 16, &word, 8);
   size_t at = RDBL_HEAD;
-  if (block) {
+  if (block && !apart) {
     memcpy(x->pack + at, x->acc + x->send_at, block);
     memset(x->pack + at + block, 0, pad8(block) - block);
     at += pad8(block);
   }
-  for (uint32_t r = 0, run = 1; r < n && x->with_records; r += run) {
+  for (uint32_t r = 0, run = 1; r < n; r += run) {
     run = 1;
     if (!x->known[r]) continue;
     // A run of ranks whose records are the same travels as one: ready
@@ -1143,8 +1165,8 @@ static size_t rdbl_pack(rdbl_t *x) {
     while (r + run < n && x->known[r + run] && x->lens[r + run] == len &&
            memcmp(x->theirs + (size_t)(r + run) * x->bytes, record, len) == 0)
       ++run;
-    uint64_t word = (uint64_t)r << 48 | (uint64_t)run << 32 | len;
-    memcpy(x->pack + at, &word, 8);
+    uint64_t entry = (uint64_t)r << 48 | (uint64_t)run << 32 | len;
+    memcpy(x->pack + at, &entry, 8);
     memcpy(x->pack + at + 8, record, len);
     memset(x->pack + at + 8 + len, 0, pad8(len) - len);
     at += 8 + pad8(len);
@@ -1185,35 +1207,58 @@ bool cube_mpi_take_records(const uint8_t *message, uint64_t got, uint64_t at, ui
 // or the higher of the two, or the block is the finished result.
 typedef enum rdbl_join_t { RDBL_LOWER, RDBL_HIGHER, RDBL_REPLACE } rdbl_join_t;
 
+// A message's head: its length, its block's tag, and its block's length and
+// whether it travels apart.
+typedef struct rdbl_head_t {
+  uint64_t got, tag, block;
+  bool apart;
+} rdbl_head_t;
+static rdbl_head_t rdbl_head(const rdbl_t *x) {
+  rdbl_head_t h = {0};
+  uint64_t word = 0;
+  memcpy(&h.got, x->inbox, 8);
+  memcpy(&h.tag, x->inbox + 8, 8);
+  memcpy(&word, x->inbox + 16, 8);
+  h.apart = (word & RDBL_APART) != 0;
+  h.block = word & ~RDBL_APART;
+  return h;
+}
+// Whether |h|'s block is this rank's slice to join (same tag, same size).
+static bool rdbl_joins(const rdbl_t *x, const rdbl_head_t *h) {
+  return x->present && h->block && h->tag == x->tag && h->block == x->recv_bytes;
+}
+
 // Takes |from|'s message in the inbox: its records, and its slice of the
-// block joined with this rank's.
-static cube_status_t rdbl_take(rdbl_t *x, uint32_t from, rdbl_join_t join) {
+// block (in the message, or apart in |slice|; |landed|: already in place)
+// joined with this rank's.
+static cube_status_t rdbl_take(rdbl_t *x, uint32_t from, rdbl_join_t join, bool landed) {
   uint32_t n = x->comm->nranks;
-  uint64_t got = 0, tag = 0, block = 0;
-  memcpy(&got, x->inbox, 8);
-  memcpy(&tag, x->inbox + 8, 8);
-  memcpy(&block, x->inbox + 16, 8);
-  if (got < RDBL_HEAD || got > x->room || block > x->room ||
-      (block && pad8(block) > got - RDBL_HEAD))
-    return rdbl_refuse(x, from, got, "is cut short");
-  size_t at = RDBL_HEAD + (block ? pad8(block) : 0);
-  uint8_t *theirs = x->inbox + RDBL_HEAD;
-  x->present = x->present && block && tag == x->tag && block == x->recv_bytes;
+  rdbl_head_t h = rdbl_head(x);
+  uint64_t inline_bytes = h.apart ? 0 : h.block;
+  if (h.got < RDBL_HEAD || h.got > x->room || h.block > x->room ||
+      (inline_bytes && pad8(inline_bytes) > h.got - RDBL_HEAD))
+    return rdbl_refuse(x, from, h.got, "is cut short");
+  size_t at = RDBL_HEAD + (inline_bytes ? pad8(inline_bytes) : 0);
+  uint8_t *theirs = h.apart ? x->slice : x->inbox + RDBL_HEAD;
+  x->present = rdbl_joins(x, &h);
   uint8_t *acc = x->acc + x->recv_at;
+  int count = (int)(h.block / (x->esize ? x->esize : 1));
+  int rc = 0;
   if (x->present && join == RDBL_REPLACE) {
-    memcpy(acc, theirs, block);
+    if (!landed) memcpy(acc, theirs, h.block);
+  } else if (x->present && (x->halved || join == RDBL_HIGHER)) {
+    // MPI_Reduce_local(in, inout): inout = in op inout. Halved, each
+    // element is reduced on one rank only, so either order gives every
+    // rank the same bits; whole, both ranks of the pair put the lower
+    // group's block on the left.
+    rc = m_reduce_local(theirs, acc, count, x->dtype, x->reduce);
   } else if (x->present) {
-    // MPI_Reduce_local(in, inout): inout = in op inout, the lower group's
-    // block on the left on both ranks of the pair.
-    bool lower = join == RDBL_LOWER;
-    int count = (int)(block / x->esize);
-    int rc = lower ? m_reduce_local(acc, theirs, count, x->dtype, x->reduce)
-                   : m_reduce_local(theirs, acc, count, x->dtype, x->reduce);
-    if (rc != 0) return comm_fail(x->comm, mpi_error(rc, "MPI_Reduce_local"));
-    if (lower) memcpy(acc, theirs, block);
+    rc = m_reduce_local(acc, theirs, count, x->dtype, x->reduce);
+    memcpy(acc, theirs, h.block);
   }
-  if (!cube_mpi_take_records(x->inbox, got, at, n, x->bytes, x->theirs, x->lens, x->known))
-    return rdbl_refuse(x, from, got, "holds no whole record of a rank not yet heard");
+  if (rc != 0) return comm_fail(x->comm, mpi_error(rc, "MPI_Reduce_local"));
+  if (!cube_mpi_take_records(x->inbox, h.got, at, n, x->bytes, x->theirs, x->lens, x->known))
+    return rdbl_refuse(x, from, h.got, "holds no whole record of a rank not yet heard");
   return CUBE_OK;
 }
 
@@ -1227,7 +1272,8 @@ static cube_status_t rdbl_take(rdbl_t *x, uint32_t from, rdbl_join_t join) {
 #define RDBL_PART_BYTES 4032u
 #endif
 #define RDBL_MAX_PARTS 16u
-#define RDBL_PART_TAG(tag, k) ((tag) + 128 * (int)(k))  // part k > 0 of a message
+#define RDBL_PART_TAG(tag, k) ((tag) + 128 * (int)(k))           // part k > 0 of a message
+#define RDBL_SLICE_TAG(tag) ((tag) + 128 * (int)RDBL_MAX_PARTS)  // a slice apart
 static uint32_t rdbl_parts(uint64_t bytes) {
   uint64_t parts = (bytes + RDBL_PART_BYTES - 1) / RDBL_PART_BYTES;
   return parts > 1 && parts <= RDBL_MAX_PARTS ? (uint32_t)parts : 1;
@@ -1242,14 +1288,36 @@ static size_t rdbl_part_len(uint64_t bytes, uint32_t parts, uint32_t k) {
 // One step: this rank's message to |to| and |from|'s to it (either may be
 // UINT32_MAX: none), its block joined as |join| says. |look|: the last
 // message this rank receives, which a notice may follow (wait_all).
+//   A slice that travels apart is received where it is joined when this
+// rank expects one (it holds its block, of a size whose slices travel
+// apart): the receive is posted with the message's, before anything is
+// sent, since a receive posted only when the message came cost 4-7 us a
+// round at 32 KiB (16-core H200 host, tools/device/mpi_slices_probe.c:
+// rab_ann against rab). It has room for the longest slice a record holds,
+// so a peer whose block differs cannot overrun it; a peer that sends none
+// (it holds no block) has it cancelled, which nothing can have matched: the
+// peer sends on that tag again only in a later exchange, after this rank's
+// next messages. A slice this rank did not expect is received once its
+// message says how long it is.
 static cube_status_t rdbl_step(rdbl_t *x, uint32_t to, uint32_t from, int tag, rdbl_join_t join,
                                bool look) {
   mpi_h ch = x->comm->comm[CH_STATUS];
-  mpi_h req[1 + RDBL_MAX_PARTS];
-  int nreq = 0, rc = 0;
+  mpi_h req[3 + 2 * RDBL_MAX_PARTS];
+  int nreq = 0, rc = 0, slice = -1;  // |slice|: the slice's receive in |req|
+  bool expect = from != UINT32_MAX && x->present && x->recv_bytes >= MPI_APART_MIN_BYTES;
+  // Joined in place when the block is the result (the unfold: a peer that
+  // sends it holds every block alike, this rank's too, so it is this long).
+  bool in_acc = join == RDBL_REPLACE;
   // The first part (or the whole message) has room for all of it.
   if (from != UINT32_MAX)
     rc = m_irecv(x->inbox, (int)x->room, g_mpi.c.byte, (int)from, tag, ch, &req[nreq++]);
+  if (rc == 0 && expect) {
+    slice = nreq;
+    rc = m_irecv(in_acc ? x->acc + x->recv_at : x->slice,
+                 (int)(in_acc ? x->recv_bytes : pad8(x->bytes)), g_mpi.c.byte, (int)from,
+                 RDBL_SLICE_TAG(tag), ch, &req[nreq++]);
+  }
+  bool sends_apart = false;
   if (rc == 0 && to != UINT32_MAX) {
     size_t packed = rdbl_pack(x);
     uint32_t parts = rdbl_parts(packed);
@@ -1257,36 +1325,85 @@ static cube_status_t rdbl_step(rdbl_t *x, uint32_t to, uint32_t from, int tag, r
       rc = m_isend(x->pack + (size_t)k * RDBL_PART_BYTES, (int)rdbl_part_len(packed, parts, k),
                    g_mpi.c.byte, (int)to, k ? RDBL_PART_TAG(tag, k) : tag, ch, &req[nreq++]);
     }
+    sends_apart = x->present && x->send_bytes >= MPI_APART_MIN_BYTES;
+    if (rc == 0 && sends_apart) {
+      rc = m_isend(x->acc + x->send_at, (int)x->send_bytes, g_mpi.c.byte, (int)to,
+                   RDBL_SLICE_TAG(tag), ch, &req[nreq++]);
+    }
   }
   // A failed post leaves the requests already posted to MPI, with the comm.
   if (rc != 0) return comm_fail(x->comm, mpi_error(rc, "posting a status exchange"));
-  cube_status_t status =
-      wait_all(x->comm, req, nreq, x->deadline_ns, "status exchange", true, look, WAIT_YIELD_NS);
-  if (!status && from != UINT32_MAX) {
+  cube_status_t status = CUBE_OK;
+  bool landed = false;
+  int first = 0;  // req[first..nreq): what is left to wait for
+  if (from != UINT32_MAX) {
     // The first part says how long the message is, so how many parts follow
-    // (already on their way: eager).
-    uint64_t got = 0;
-    memcpy(&got, x->inbox, 8);
-    uint32_t parts = got <= x->room ? rdbl_parts(got) : 1;
-    nreq = 0;
-    for (uint32_t k = 1; k < parts && rc == 0; ++k) {
-      rc = m_irecv(x->inbox + (size_t)k * RDBL_PART_BYTES, (int)rdbl_part_len(got, parts, k),
+    // (already on their way: eager), and whether a slice follows apart and
+    // how long it is. A slice's send may need the peer's receive, which the
+    // peer may post only when this rank's first part came: it is waited for
+    // after that part. Without slices every send is eager, and one wait
+    // takes all (a second costs 0.1-0.2 us a round, 8 ranks).
+    int head = sends_apart || slice >= 0 ? 1 : nreq;
+    status = wait_all(x->comm, req, head, x->deadline_ns, "status exchange", true,
+                      look && head == nreq, WAIT_YIELD_NS);
+    first = head;
+    rdbl_head_t h = rdbl_head(x);
+    uint32_t parts = h.got <= x->room ? rdbl_parts(h.got) : 1;
+    for (uint32_t k = 1; k < parts && rc == 0 && !status; ++k) {
+      rc = m_irecv(x->inbox + (size_t)k * RDBL_PART_BYTES, (int)rdbl_part_len(h.got, parts, k),
                    g_mpi.c.byte, (int)from, RDBL_PART_TAG(tag, k), ch, &req[nreq++]);
     }
+    bool apart = h.apart && h.block;
+    if (!status && rc == 0 && apart && h.block > pad8(x->bytes)) {
+      status = rdbl_refuse(x, from, h.block, "announces a slice longer than a record");
+    } else if (!status && rc == 0 && apart && slice < 0) {
+      landed = in_acc && rdbl_joins(x, &h);
+      rc = m_irecv(landed ? x->acc + x->recv_at : x->slice, (int)h.block, g_mpi.c.byte, (int)from,
+                   RDBL_SLICE_TAG(tag), ch, &req[nreq++]);
+    } else if (!status && rc == 0 && apart) {
+      landed = in_acc;
+    } else if (!status && rc == 0 && slice >= 0) {
+      rc = m_cancel(&req[slice]);  // waited for with the rest: a cancelled receive completes
+    }
     if (rc != 0) return comm_fail(x->comm, mpi_error(rc, "posting a status exchange"));
-    if (nreq > 0)
-      status = wait_all(x->comm, req, nreq, x->deadline_ns, "status exchange", true, look,
-                        WAIT_YIELD_NS);
   }
-  if (!status && from != UINT32_MAX) status = rdbl_take(x, from, join);
+  if (!status && nreq > first)
+    status = wait_all(x->comm, req + first, nreq - first, x->deadline_ns, "status exchange", true,
+                      look, WAIT_YIELD_NS);
+  if (!status && from != UINT32_MAX) status = rdbl_take(x, from, join, landed);
   return status;
+}
+
+// A step of the rounds that hand a reduced block back: every rank holds
+// every record and knows every slice's place by then, so a message is the
+// slice alone, sent from |acc| and received into it (in eager parts when
+// it is below MPI_APART_MIN_BYTES).
+static uint32_t rdbl_bare_parts(uint64_t bytes) {
+  return bytes >= MPI_APART_MIN_BYTES ? 1 : rdbl_parts(bytes);
+}
+static cube_status_t rdbl_bare_step(rdbl_t *x, uint32_t partner, int tag, bool look) {
+  mpi_h ch = x->comm->comm[CH_STATUS];
+  mpi_h req[2 * RDBL_MAX_PARTS];
+  int nreq = 0, rc = 0;
+  uint32_t rparts = rdbl_bare_parts(x->recv_bytes), sparts = rdbl_bare_parts(x->send_bytes);
+  for (uint32_t k = 0; k < rparts && rc == 0; ++k) {
+    rc = m_irecv(x->acc + x->recv_at + (size_t)k * RDBL_PART_BYTES,
+                 (int)rdbl_part_len(x->recv_bytes, rparts, k), g_mpi.c.byte, (int)partner,
+                 RDBL_PART_TAG(tag, k), ch, &req[nreq++]);
+  }
+  for (uint32_t k = 0; k < sparts && rc == 0; ++k) {
+    rc = m_isend(x->acc + x->send_at + (size_t)k * RDBL_PART_BYTES,
+                 (int)rdbl_part_len(x->send_bytes, sparts, k), g_mpi.c.byte, (int)partner,
+                 RDBL_PART_TAG(tag, k), ch, &req[nreq++]);
+  }
+  if (rc != 0) return comm_fail(x->comm, mpi_error(rc, "posting a status exchange"));
+  return wait_all(x->comm, req, nreq, x->deadline_ns, "status exchange", true, look, WAIT_YIELD_NS);
 }
 
 // The whole block, both ways, records too.
 static void rdbl_whole(rdbl_t *x) {
   x->send_at = x->recv_at = 0;
   x->send_bytes = x->recv_bytes = x->block;
-  x->with_records = true;
 }
 
 static cube_status_t exchange_rdbl(rdbl_t *x, bool late) {
@@ -1319,6 +1436,7 @@ static cube_status_t exchange_rdbl(rdbl_t *x, bool late) {
   // the tag: ranks whose sizes differ are not present after the rounds
   // that gather the records, and then none hands anything back.
   bool halve = x->tag && x->block >= MPI_HALVING_MIN_BYTES && (uint32_t)x->count >= p;
+  x->halved = halve;
   uint64_t lo[32], hi[32], at_lo = 0, at_hi = (uint64_t)x->count;  // in elements
   int round = 0;
   for (uint32_t d = 1; d < p && !status; d <<= 1, ++round) {
@@ -1347,8 +1465,7 @@ static cube_status_t exchange_rdbl(rdbl_t *x, bool late) {
     x->send_bytes = (at_hi - at_lo) * x->esize;
     x->recv_at = (low ? mid : lo[k]) * x->esize;
     x->recv_bytes = (low ? hi[k] - mid : mid - lo[k]) * x->esize;
-    x->with_records = false;
-    status = rdbl_step(x, partner, partner, MPI_TAG_ROUND + 32 + k, RDBL_REPLACE, late && k == 0);
+    status = rdbl_bare_step(x, partner, MPI_TAG_ROUND + 32 + k, late && k == 0);
     at_lo = lo[k], at_hi = hi[k];
   }
   rdbl_whole(x);
@@ -1389,10 +1506,10 @@ static cube_status_t exchange_any(cube_mpi_comm_t *comm, uint32_t peer, const vo
   // only what was sent is copied out. Straight: this rank's message and a
   // slot for each peer's. Rounds: the lengths, whether each record is here,
   // a message out and one in (each room for a block and every record), the
-  // block so far.
+  // block so far, and a slice that came apart.
   size_t entry = message_entry(bytes);
   size_t room = RDBL_HEAD + pad8(bytes) + n * entry;
-  size_t need = log ? 9 * (size_t)n + 7 + 2 * room + pad8(bytes) : entry * (1 + (all ? n : 1));
+  size_t need = log ? 9 * (size_t)n + 7 + 2 * room + 2 * pad8(bytes) : entry * (1 + (all ? n : 1));
   uint8_t *buffer = NULL;
   bool kept = !atomic_exchange(&comm->records_busy, true);
   if (kept && comm->records_bytes < need) {
@@ -1430,6 +1547,7 @@ static cube_status_t exchange_any(cube_mpi_comm_t *comm, uint32_t peer, const vo
     x.pack = buffer + ((9 * (size_t)n + 7) & ~(size_t)7);
     x.inbox = x.pack + room;
     x.acc = x.inbox + room;
+    x.slice = x.acc + pad8(bytes);
     memset(x.known, 0, n);
     x.known[comm->rank] = 1;
     x.lens[comm->rank] = mine_bytes - (carry ? carry->size : 0);

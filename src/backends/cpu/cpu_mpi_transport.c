@@ -46,20 +46,24 @@ static const uint8_t kMpiMagic[16] = "cube-mpi-world1";
 
 // An all_reduce source of at most this many bytes rides in its status
 // record (fused_max_bytes): one exchange per call instead of an exchange
-// and a payload collective. Every world record then holds 40 + 8192 bytes;
+// and a payload collective. Every world record then holds 40 + 32768 bytes;
 // a ready part sends only what it carries. Up to 3 ranks each record goes
 // to every rank, which reduces them all; from 4 the records are relayed in
 // rounds and the sources reduced on the way (cube_mpi_exchange_reduce), so
-// a round moves one source's bytes, not every rank's. On 2 ranks an 8 KiB
-// all_reduce cost +5.6-6.4 us over a raw MPI_Allreduce through the payload
-// call (16-core H200 host), where carrying it costs what one exchange of
-// its bytes does.
-// (A build may set it, -DCUBE_MPI_FUSED_MAX_BYTES=N up to 65536, to measure
+// a round moves one source's bytes, not every rank's. Measured on the
+// 16-core H200 host (medians of 3 runs over a raw MPI_Allreduce, against
+// 8 KiB carried, the same session; docs/measurements/2026-12-02/h200/
+// stop7-*): at 32 KiB, 2 ranks +0.15 us against +1.74, 8 ranks +3.76
+// against +5.76, 4 ranks 31.4 us against 35.4 (+5.2 and +2.7 over raws of
+// 26.9 and 31.2: the host's raw moves by more than the difference). With
+// the slices in the records' messages (no slice apart, 4 and 8 ranks) it
+// cost +6.2 and +8.5. From 128 KiB the payload call is faster.
+// (A build may set it, -DCUBE_MPI_FUSED_MAX_BYTES=N up to 65496, to measure
 // another.)
 #ifdef CUBE_MPI_FUSED_MAX_BYTES
 #define MPI_FUSED_MAX_BYTES ((uint32_t)(CUBE_MPI_FUSED_MAX_BYTES))
 #else
-#define MPI_FUSED_MAX_BYTES 8192u
+#define MPI_FUSED_MAX_BYTES 32768u
 #endif
 
 static cube_mpi_op_t mpi_op(const cube_top_t *top) {
