@@ -139,6 +139,9 @@ typedef struct coll_call_t {
   bool fused;
   bool reduced, whole;  // how the records came (call_exchange_records)
   bool records_kept;    // |records| is the member's kept buffer (call_records)
+  // The exchange that reduced into |records| in place failed: a transport's
+  // receives may still write there, so they are never freed or reused.
+  bool records_left;
   // Between the submit and the commit.
   bool submitting;
   coll_scope_t scope;
@@ -330,15 +333,21 @@ static uint8_t *call_records(coll_call_t *call) {
   return call->records;
 }
 
-// Gives back what call_records gave.
+// Gives back what call_records gave; records an abandoned exchange may
+// still write are left to it (the member keeps none).
 static void call_records_done(coll_call_t *call) {
+  cube_comm_member_t *m = &call->group->members[call->rank];
+  if (call->records_kept && call->records_left) {
+    m->records = NULL;
+    m->records_bytes = 0;
+  }
   if (call->records_kept) {
-    atomic_store(&call->group->members[call->rank].records_busy, false);
-  } else {
+    atomic_store(&m->records_busy, false);
+  } else if (!call->records_left) {
     free(call->records);
   }
   call->records = NULL;
-  call->records_kept = false;
+  call->records_kept = call->records_left = false;
 }
 
 // Whether the last writer of |slot| is known to have finished, so its bytes
@@ -578,7 +587,8 @@ static cube_status_t call_exchange_records(coll_call_t *call, cube_bstream_t *st
   cube_carry_t carry = {.bytes = ready ? call->header.carried : 0,
                         .dtype = call->dtype,
                         .op = call->op,
-                        .out = mine + words};
+                        .out = mine + words,
+                        .in_place = true};
   cube_status_t status =
       g->transport->exchange_carry
           ? g->transport->exchange_carry(call->server->device, m->comm, stream, mine, used,
@@ -586,6 +596,7 @@ static cube_status_t call_exchange_records(coll_call_t *call, cube_bstream_t *st
           : g->transport->exchange_status(call->server->device, m->comm, stream, UINT32_MAX, mine,
                                           used, call->records, call->record_bytes);
   if (!g->transport->exchange_carry) carry.whole = true;
+  call->records_left = status && g->transport->exchange_carry;
   call->reduced = !status && carry.reduced;
   call->whole = !status && carry.whole;
   // A ready record's words are all that is read of it (its text holds a

@@ -94,6 +94,12 @@ typedef struct cube_carry_t {
   cube_dtype_t dtype;
   cube_reduce_op_t op;
   void *out;  // |bytes|: the world's result, when |reduced| (written last)
+  // |out| is this rank's carried bytes in its own record, and the caller
+  // keeps the records, never freed or reused, when the exchange fails (a
+  // transport's pending receives may still write there): the transport may
+  // reduce the sources there, in place. Their bytes are then unspecified
+  // unless |reduced|.
+  bool in_place;
   // Out. |whole|: every record came whole, carried bytes and all (the part
   // reduces them). |reduced|: the transport reduced every rank's carried
   // bytes on the way, a mean divided, into |out|; the others' records then

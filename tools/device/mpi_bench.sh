@@ -39,6 +39,11 @@
 #                                                   raw against the schedules a
 #                                                   mid-size all_reduce could
 #                                                   take), 8/4/2 ranks, twice
+#   bash tools/device/mpi_bench.sh ab7 [MAX]        copy (carried blocks copied in and
+#                                                   out), inplace (default), e16k,
+#                                                   e32k (vader's eager limit
+#                                                   raised, parts sized to it),
+#                                                   8 and 4 ranks, then ctest -L world
 #   bash tools/device/mpi_bench.sh old [MAX] [N]    default against the tree in
 #                                                   build-old/src.tgz, N rounds
 #                                                   (default 5) at 8, 4, 2 ranks
@@ -214,7 +219,26 @@ old)
     done
   done
   ;;
-*) echo "mpi_bench.sh: ab, ab2, ab3, ab4, ab5, ab6, full, algos, probe, sprobe, xprobe or old"; exit 2 ;;
+ab7)
+  # copy (the block copied into the comm's buffer and out), inplace (the
+  # default: reduced in the core's records), and inplace with vader's eager
+  # limit raised to 16 / 32 KiB (both sides of the run; parts sized to it).
+  defs="-DCUBE_MPI_CARRY_IN_PLACE=0" build build-mpi-copy bench_collectives bench_collectives_mpi
+  defs="" build build-mpi bench_collectives bench_collectives_mpi mpi_ranks world_ranks test_bootstrap
+  defs="-DCUBE_MPI_PART_BYTES=16320" build build-mpi-p16k bench_collectives bench_collectives_mpi
+  defs="-DCUBE_MPI_PART_BYTES=32704" build build-mpi-p32k bench_collectives bench_collectives_mpi
+  for np in 8 4; do
+    for round in 1 2 3; do
+      bench build-mpi-copy "$np" "$out/copy_${np}.log"
+      bench build-mpi "$np" "$out/inplace_${np}.log"
+      bench build-mpi-p16k "$np" "$out/e16k_${np}.log" OMPI_MCA_btl_vader_eager_limit=16384
+      bench build-mpi-p32k "$np" "$out/e32k_${np}.log" OMPI_MCA_btl_vader_eager_limit=32768
+    done
+  done
+  timeout 300 ctest --test-dir build-mpi -L world --output-on-failure >"$out/ctest_world.log" 2>&1
+  tail -12 "$out/ctest_world.log"
+  ;;
+*) echo "mpi_bench.sh: ab, ab2, ab3, ab4, ab5, ab6, ab7, full, algos, probe, sprobe, xprobe or old"; exit 2 ;;
 esac
 python3 tools/device/mpi_summary.py "$out"/*_[0-9].log >"$out/summary.txt" 2>&1
 tar czf "$dest/logs.tgz" -C "$out" .

@@ -1074,7 +1074,9 @@ bool cube_mpi_relays_records(uint32_t nranks) {
 // where a raw MPI_Allreduce of 2 KiB took 6.7 (8 KiB: 32.8, 29.2, 19.9 and
 // 18.6).
 //   |theirs|: n slots of |bytes| (the caller's output: MPI writes only into
-// |pack| and |inbox|, which the comm owns), this rank's in place.
+// |pack|, |inbox| and |acc|, which the comm owns, or, reduced in place, into
+// this rank's carried bytes, which the caller keeps when the exchange
+// fails), this rank's in place.
 // |known|/|lens|: per rank, whether its record is here and its length.
 #define RDBL_HEAD 24u  // a message's length, its block's tag and its block's bytes
 #define MPI_TAG_FOLD (MPI_TAG_ROUND + 40)
@@ -1103,6 +1105,13 @@ bool cube_mpi_relays_records(uint32_t nranks) {
 #define MPI_APART_MIN_BYTES 16384u
 #endif
 #define RDBL_APART (1ull << 63)  // in a message's block word: the slice follows apart
+// Whether a block the caller lets be reduced in place is (exchange_any; a
+// build may set -DCUBE_MPI_CARRY_IN_PLACE=0 to measure the copies).
+#ifdef CUBE_MPI_CARRY_IN_PLACE
+#define MPI_CARRY_IN_PLACE (CUBE_MPI_CARRY_IN_PLACE)
+#else
+#define MPI_CARRY_IN_PLACE 1
+#endif
 
 typedef struct rdbl_t {
   cube_mpi_comm_t *comm;
@@ -1551,7 +1560,18 @@ static cube_status_t exchange_any(cube_mpi_comm_t *comm, uint32_t peer, const vo
     memset(x.known, 0, n);
     x.known[comm->rank] = 1;
     x.lens[comm->rank] = mine_bytes - (carry ? carry->size : 0);
-    if (tag) memcpy(x.acc, (const uint8_t *)mine + x.lens[comm->rank], carry->size);
+    // In place: the block is reduced where this rank's own slot holds it,
+    // which is |carry->out| (the caller keeps that memory from MPI's reach
+    // if the exchange fails): no copy in, none out (two of the block's
+    // four copies per call; the core's read of the source and its part's
+    // write of the result are the others).
+    bool in_place = tag && MPI_CARRY_IN_PLACE && carry->in_place &&
+                    (uint8_t *)carry->out == own + x.lens[comm->rank];
+    if (in_place) {
+      x.acc = carry->out;
+    } else if (tag) {
+      memcpy(x.acc, (const uint8_t *)mine + x.lens[comm->rank], carry->size);
+    }
     status = exchange_rdbl(&x, late);
     for (uint32_t r = 0; r < n && !status; ++r) {
       if (!x.known[r]) {
@@ -1564,7 +1584,7 @@ static cube_status_t exchange_any(cube_mpi_comm_t *comm, uint32_t peer, const vo
     if (!status && x.present) {
       if (carry->op == CUBE_MPI_MEAN)
         mean_divide(carry->dtype, x.acc, carry->size / dtype_size(carry->dtype), n);
-      memcpy(carry->out, x.acc, carry->size);
+      if (!in_place) memcpy(carry->out, x.acc, carry->size);
       carry->reduced = true;
     }
   } else {

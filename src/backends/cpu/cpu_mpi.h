@@ -135,6 +135,12 @@ typedef struct cube_mpi_carry_t {
   cube_mpi_dtype_t dtype;
   cube_mpi_reduce_t op;
   void *out;  // |size| bytes: the world's result, when |reduced|
+  // |out| is this rank's carried bytes in its own slot of the exchange's
+  // |out| (as the core lays them), and the caller keeps that memory, never
+  // freed or reused, when the exchange fails: MPI may still write into it
+  // then. The block is then reduced there (no copy in or out); its bytes
+  // are unspecified unless |reduced|.
+  bool in_place;
   // Out: |whole|: every record came whole (each rank's carried bytes are in
   // its slot, to reduce: cube_mpi_reduce_records); |reduced|: the records
   // were relayed and the sources reduced on the way, the result (a mean
