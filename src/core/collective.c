@@ -336,12 +336,12 @@ static uint8_t *call_records(coll_call_t *call) {
 // Gives back what call_records gave; records an abandoned exchange may
 // still write are left to it (the member keeps none).
 static void call_records_done(coll_call_t *call) {
-  cube_comm_member_t *m = &call->group->members[call->rank];
-  if (call->records_kept && call->records_left) {
-    m->records = NULL;
-    m->records_bytes = 0;
-  }
   if (call->records_kept) {
+    cube_comm_member_t *m = &call->group->members[call->rank];
+    if (call->records_left) {
+      m->records = NULL;
+      m->records_bytes = 0;
+    }
     atomic_store(&m->records_busy, false);
   } else if (!call->records_left) {
     free(call->records);
