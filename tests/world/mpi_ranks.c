@@ -325,10 +325,9 @@ static void exchange(cube_mpi_comm_t *comm) {
 // whole, carried bytes and all; from 4 they are reduced on the way, with
 // the same bits on every rank (sums of floats that are not exact), a mean
 // divided; a rank that carries none, or carries another size, leaves no
-// result on any rank, and the records still arrive.
-static void carry_cases(cube_mpi_comm_t *comm);
-// |g_in_place|: as the core lays them, |mine| is this rank's own slot of the
-// records and the result is reduced where its carried bytes are.
+// result on any rank, and the records still arrive. |g_in_place|: as the
+// core lays them, |mine| is this rank's own slot of the records and the
+// result is reduced where its carried bytes are.
 static bool g_in_place;
 static void carry_one(cube_mpi_comm_t *comm, cube_mpi_dtype_t dtype, cube_mpi_reduce_t op,
                       uint32_t count, int odd_rank, uint32_t odd_count) {
@@ -396,17 +395,11 @@ static void carry_one(cube_mpi_comm_t *comm, cube_mpi_dtype_t dtype, cube_mpi_re
   }
   cube_status_release(s);
 done:
-  if (!g_in_place) free(mine);
-  if (!g_in_place) free(out);
-  free(all);
-}
-
-static void carry(cube_mpi_comm_t *comm) {
-  for (int pass = 0; pass < 2; ++pass) {
-    g_in_place = pass == 1;
-    carry_cases(comm);
+  if (!g_in_place) {
+    free(mine);
+    free(out);
   }
-  printf("PASS carry rank %u\n", g_rank);
+  free(all);
 }
 
 static void carry_cases(cube_mpi_comm_t *comm) {
@@ -435,6 +428,15 @@ static void carry_cases(cube_mpi_comm_t *comm) {
   carry_one(comm, CUBE_MPI_F32, CUBE_MPI_SUM, 16000, (int)g_size - 1, 15999);  // another size
   carry_one(comm, CUBE_MPI_F32, CUBE_MPI_SUM, 16000, 1, 1000);                 // a small one
   carry_one(comm, CUBE_MPI_I32, CUBE_MPI_SUM, 12000, -1, 0);
+}
+
+// Every case copied as before, then in place.
+static void carry(cube_mpi_comm_t *comm) {
+  for (int pass = 0; pass < 2; ++pass) {
+    g_in_place = pass == 1;
+    carry_cases(comm);
+  }
+  printf("PASS carry rank %u\n", g_rank);
 }
 
 // A stale part: rank 1 says so in its record; every rank sees it and none

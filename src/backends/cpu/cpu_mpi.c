@@ -1105,8 +1105,9 @@ bool cube_mpi_relays_records(uint32_t nranks) {
 #define MPI_APART_MIN_BYTES 16384u
 #endif
 #define RDBL_APART (1ull << 63)  // in a message's block word: the slice follows apart
-// Whether a block the caller lets be reduced in place is (exchange_any; a
-// build may set -DCUBE_MPI_CARRY_IN_PLACE=0 to measure the copies).
+// Whether a block is reduced in place when its caller allows it
+// (exchange_any; a build may set -DCUBE_MPI_CARRY_IN_PLACE=0 to measure the
+// copies).
 #ifdef CUBE_MPI_CARRY_IN_PLACE
 #define MPI_CARRY_IN_PLACE (CUBE_MPI_CARRY_IN_PLACE)
 #else
