@@ -214,10 +214,6 @@ static inline const cube_transport_vtable_t *cube_backend_transport(cube_backend
   return transport;
 }
 
-// What each backend's transport is, for cube_transport_query.
-CUBE_INTERNAL void cube_cpu_transport_query(cube_transport_info_t *out_info);
-CUBE_INTERNAL void cube_nccl_transport_query(cube_transport_info_t *out_info);
-
 // Names for messages: "all_reduce", ... (the seed's Collective display).
 static inline const char *cube_top_kind_name(cube_top_kind_t kind) {
   static const char *const names[CUBE_TOP_KIND_COUNT] = {

@@ -158,4 +158,5 @@ const cube_backend_factory_t cube_cpu_backend_factory = {
     .name = "cpu",
     .query = cpu_query,
     .create_device = cpu_create_device,
+    .transport_query = cube_cpu_transport_query,
 };

@@ -259,6 +259,8 @@ struct cube_cpu_device_t {
 // (cpu_transport_inproc.c) offers it as its `world`.
 CUBE_INTERNAL cube_status_t cube_cpu_world_transport(cube_backend_device_t *device,
                                                      const cube_transport_vtable_t **out_world);
+// What the CPU's transport is (the factory's transport_query).
+CUBE_INTERNAL void cube_cpu_transport_query(cube_transport_info_t *out_info);
 
 //===--- The vtable's slots (cpu_device/stream/memory/kernel/graph.c) ---===//
 
