@@ -26,7 +26,7 @@
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/cuda_nccl_api.h"
 #include "bench_common.h"
-#include "core/comm_group.h"
+#include "core/coll/coll_group.h"
 #include "core/server.h"
 #include "cube/cube.h"
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "core/collective.h"
+#include "core/coll/coll_api.h"
 #include "core/graph.h"
 #include "core/host_copy.h"
 #include "core/info.h"

@@ -10,8 +10,11 @@
 //   staging.c info.c kernel_cache.c   host staging and uploads; the info
 //                             block and its cache; compiled kernels
 //   profile.c graph.c         profiling windows and traces; capture and replay
-//   launch.c io.c sync.c handles.c memory.c stream.c kernel.c collective.c
+//   launch.c io.c sync.c handles.c memory.c stream.c kernel.c
 //                             the feature entry points
+//   coll/                     the collectives wing, itself in layers:
+//                             coll_api.c coll_world.c > coll_call.c >
+//                             coll_fused.c > coll_group.c > transport.h
 //   registry.c client.c       the backend registry; clients (the top)
 //
 // A server reaches the device only through the backend vtable
@@ -139,7 +142,7 @@ typedef struct cube_server_hooks_t {
   // thread exits). Lock held.
   void (*thread_stream_opened)(cube_server_t *server);
   // A collective group of this server failed: the destinations it had in
-  // flight claim the failure (collective.c). Called by cube_server_begin
+  // flight claim the failure (core/coll/). Called by cube_server_begin
   // when collectives_failed is set. Lock held.
   void (*collectives_failed)(cube_server_t *server);
 } cube_server_hooks_t;
@@ -211,8 +214,8 @@ struct cube_server_t {
   // kernel store it names (shared by the clients of one directory).
   cube_config_t config;
   struct cube_kstore_t *kernel_store;
-  // A collective group this server is a member of failed (comm_group.c): the
-  // destinations it had in flight claim that at its next call (collective.c,
+  // A collective group this server is a member of failed (coll/coll_group.c): the
+  // destinations it had in flight claim that at its next call (coll/coll_api.c,
   // through the hook below). Set without the lock.
   atomic_bool collectives_failed;
 };
@@ -295,6 +298,19 @@ CUBE_INTERNAL cube_status_t cube_server_refuse_capturing(cube_server_t *server, 
 // progress through tickets).
 CUBE_INTERNAL cube_mm_storage_t cube_server_storage(cube_server_t *server);
 
+// Orders |stream| after the work queued on |after| so far: an event
+// recorded there, waited for here (the device does the waiting, not the
+// host). The one stream-ordering helper: buffers' writers and users
+// (cube_server_order), a collective's ComputeWait::Now (coll_call.c).
+// Lock held.
+CUBE_INTERNAL cube_status_t cube_server_order_streams(cube_server_t *server, uint32_t stream,
+                                                      uint32_t after);
+// Asks, without waiting, whether |stream| has run its work up to |ticket|
+// (the core's progress events): a writer known done needs no event, and a
+// writer whose stream halted at a late failure is settled here, so that the
+// buffers it was writing claim it before anyone reads them. Lock held.
+CUBE_INTERNAL void cube_server_refresh_progress(cube_server_t *server, uint32_t stream,
+                                                uint64_t ticket);
 // A validated binding: the slot and the absolute range. Lock held.
 typedef struct cube_resolved_t {
   cube_slot_t *slot;

@@ -28,7 +28,7 @@
 
 #include "backends/fault/fault.h"
 #include "base/util.h"
-#include "core/comm_group.h"
+#include "core/coll/coll_group.h"
 #include "core/server.h"
 #include "cube/cube.h"
 #include "harness/harness.h"

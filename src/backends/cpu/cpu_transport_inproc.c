@@ -38,7 +38,7 @@
 #include "backends/cpu/cpu_internal.h"
 #include "base/half.h"
 #include "base/util.h"
-#include "core/transport.h"
+#include "core/coll/transport.h"
 
 #define INPROC_MAX_RANKS 64
 #define INPROC_BLOCK 1024  // elements reduced per pass (an accumulator on the stack)

@@ -20,7 +20,7 @@
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/cuda_nccl_api.h"
 #include "base/util.h"
-#include "core/transport.h"
+#include "core/coll/transport.h"
 
 //===--- Loading ---===//
 

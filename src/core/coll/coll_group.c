@@ -1,5 +1,5 @@
-// cubec core — collective groups (see comm_group.h).
-#include "core/comm_group.h"
+// cubec core, collectives wing — collective groups (see coll_group.h).
+#include "core/coll/coll_group.h"
 
 #include <stdio.h>
 #include <stdlib.h>
