@@ -74,8 +74,8 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_id_publish(const char *dir
 // Every other rank: waits until |dir|/|name| appears (at most |timeout_s|
 // seconds; <= 0: CUBE_COLLECTIVE_TIMEOUT_S, default 600), checks it is
 // whole, and answers its id. VALIDATION if it announces another world size
-// than |world_size| or is damaged; GENERIC naming the path and the time
-// waited if it never appeared.
+// than |world_size| or is damaged; TRANSPORT_FAILED naming the path and the
+// time waited if it never appeared (the world cannot be formed in time).
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_id_fetch(const char *dir, const char *name,
                                                                uint32_t world_size,
                                                                double timeout_s,

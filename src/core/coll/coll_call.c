@@ -137,7 +137,7 @@ static void call_fail_local(coll_call_t *call, cube_status_t status) {
 static cube_status_t expect_size(const char *operation, const char *which, uint64_t size,
                                  uint64_t needed) {
   if (size == needed) return CUBE_OK;
-  return cube_status_make(CUBE_STATUS_GENERIC,
+  return cube_status_make(CUBE_STATUS_VALIDATION,
                           "%s: the collective's %s holds %llu bytes where it needs %llu", operation,
                           which, (unsigned long long)size, (unsigned long long)needed);
 }
@@ -175,7 +175,7 @@ static cube_status_t call_validate(coll_call_t *call, const cube_resolved_t *src
   switch (call->kind) {
     case CUBE_TOP_ALL_REDUCE:
       if (s % esize)
-        status = cube_status_make(CUBE_STATUS_GENERIC,
+        status = cube_status_make(CUBE_STATUS_VALIDATION,
                                   "%s: the collective's source holds %llu bytes, not a whole "
                                   "number of %s elements (%u bytes)",
                                   op, (unsigned long long)s, cube_dtype_name(call->dtype), esize);
@@ -194,7 +194,7 @@ static cube_status_t call_validate(coll_call_t *call, const cube_resolved_t *src
     }
     case CUBE_TOP_REDUCE_SCATTER: {
       if (d % esize)
-        status = cube_status_make(CUBE_STATUS_GENERIC,
+        status = cube_status_make(CUBE_STATUS_VALIDATION,
                                   "%s: the collective's destination holds %llu bytes, not a whole "
                                   "number of %s elements (%u bytes)",
                                   op, (unsigned long long)d, cube_dtype_name(call->dtype), esize);
@@ -214,7 +214,7 @@ static cube_status_t call_validate(coll_call_t *call, const cube_resolved_t *src
     case CUBE_TOP_ALL_TO_ALL:
       status = expect_size(op, "destination", d, s);
       if (!status && s % n)
-        status = cube_status_make(CUBE_STATUS_GENERIC,
+        status = cube_status_make(CUBE_STATUS_VALIDATION,
                                   "%s: the collective's source holds %llu bytes, not %u equal "
                                   "chunks (one per rank)",
                                   op, (unsigned long long)s, n);
@@ -372,9 +372,10 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
     }
   }
   if (!call->local && have_src && have_dst && src.slot->home_stream != dst.slot->home_stream) {
-    // The seed's rule (reduce_checked): one collective, one stream.
+    // The seed's rule (reduce_checked): one collective, one stream. (The
+    // seed's message; a caller's mistake, so VALIDATION.)
     call_fail_local(
-        call, cube_status_make(CUBE_STATUS_GENERIC,
+        call, cube_status_make(CUBE_STATUS_VALIDATION,
                                "%s: Source and destination should be on the same "
                                "stream (the source was made on stream %u, the "
                                "destination on stream %u).",
