@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/cpu/cpu_clang.h"
+#include "backends/cpu/split/cpu_clang.h"
 #include "backends/cpu/cpu_internal.h"
 #include "base/util.h"
 

@@ -43,7 +43,7 @@ struct cube_bkernel_t {
   void *library;
   void (*loop)(struct cube__ctx_t *ctx);
   void (*unit)(struct cube__ctx_t *ctx, uint32_t x, uint32_t y, uint32_t z);
-  // The split entry (cpu_split.c): a whole cube as loops over its units, and
+  // The split entry (split/cpu_split.c): a whole cube as loops over its units, and
   // the per-unit storage it needs. NULL when the kernel was not split.
   void (*split)(struct cube__ctx_t *ctx);
   uint64_t (*split_scratch)(uint32_t units);
