@@ -172,6 +172,23 @@ uint64_t cube_write_scope_fail(cube_write_scope_t *scope, cube_status_t error) {
   return id;
 }
 
+//===--- The refusal rule ---===//
+
+uint64_t cube_failure_claim_outputs(cube_claim_t *const *outputs, size_t count,
+                                    cube_status_t error) {
+  size_t named = 0;
+  for (size_t i = 0; i < count; ++i) named += outputs[i] != NULL;
+  if (named == 0 || cube_status_is_ok(error)) return 0;
+  cube_charge_t charge;
+  cube_failure_charge_begin(&charge, error, NULL);
+  for (size_t i = 0; i < count; ++i) {
+    if (outputs[i]) cube_failure_charge(&charge, outputs[i]);
+  }
+  uint64_t id = cube_failure_charge_id(&charge);
+  cube_failure_charge_end(&charge);
+  return id;
+}
+
 //===--- Skips ---===//
 
 void cube_failure_skip_begin(cube_skip_t *skip, const cube_claim_t *carried, const char *what) {

@@ -104,6 +104,23 @@ CUBE_INTERNAL void cube_write_scope_commit(cube_write_scope_t *scope);
 // (retained), or TornDown when memory ran out. Returns the failure's id.
 CUBE_INTERNAL uint64_t cube_write_scope_fail(cube_write_scope_t *scope, cube_status_t error);
 
+//===--- The refusal rule ---===//
+
+// Work that fails at any stage before it writes — an argument or signature
+// check, a count or resource limit, tensor-map validation, compile, dispatch —
+// leaves every output it named claiming one new failure owning |error|
+// (retained): its caller expected those bytes written, and a program (or a
+// library between it and cubec) that ignores the status must not compute on
+// what was there before. Launches, collectives, writes and copies all go
+// through this one call; only a dry run (CUBE_LAUNCH_COMPILE_ONLY) never
+// calls it. Entries of |outputs| may be NULL (a handle that is NULL,
+// foreign or released names no buffer: nothing to claim) or repeat. The
+// root keeps its code, so a refusal still reads as one through the chain.
+// Returns the failure's id, 0 when no output was named. Costs nothing on the
+// success path: it is only called once the work has failed.
+CUBE_INTERNAL uint64_t cube_failure_claim_outputs(cube_claim_t *const *outputs, size_t count,
+                                                  cube_status_t error);
+
 //===--- Skips ---===//
 
 typedef struct cube_skip_t {

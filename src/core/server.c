@@ -353,6 +353,15 @@ cube_status_t cube_server_slot(cube_server_t *server, cube_handle_t handle, cons
   return CUBE_OK;
 }
 
+cube_claim_t *cube_server_claim_of(cube_server_t *server, cube_handle_t handle) {
+  if (handle.bits == 0 || handle_client(handle) != (server->id & 0xffff)) return NULL;
+  uint32_t index = handle_slot(handle);
+  if (index >= server->slot_count || !server->slots[index].live ||
+      server->slots[index].generation != handle_generation(handle))
+    return NULL;
+  return &server->slots[index].claim;
+}
+
 cube_status_t cube_server_resolve(cube_server_t *server, cube_binding_t binding,
                                   const char *operation, const char *what, cube_resolved_t *out) {
   uint32_t index = 0;

@@ -310,6 +310,11 @@ CUBE_INTERNAL cube_status_t cube_server_resolve(cube_server_t *server, cube_bind
 CUBE_INTERNAL cube_status_t cube_server_slot(cube_server_t *server, cube_handle_t handle,
                                              const char *operation, const char *what,
                                              uint32_t *out_index);
+// The claim of the live buffer |handle| names, or NULL when it names none
+// (NULL, foreign, released): what a failed operation's named output claims
+// (cube_failure_claim_outputs). Silent: the operation reports the handle's
+// error itself. Lock held.
+CUBE_INTERNAL cube_claim_t *cube_server_claim_of(cube_server_t *server, cube_handle_t handle);
 // The handle value of slot |index| as it is now.
 CUBE_INTERNAL cube_handle_t cube_server_handle(const cube_server_t *server, uint32_t index);
 // Orders work about to be enqueued on |stream| after what it must follow on
