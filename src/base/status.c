@@ -22,6 +22,7 @@ struct cube_status_s {
   cube_status_t cause;     // owned
   cube_status_t *members;  // owned, SEVERAL only
   size_t member_count;
+  size_t unlisted;  // SEVERAL: distinct failures found but not listed as members
   uint64_t failure_id;
   uint32_t claimed;
   uint64_t size;
@@ -137,7 +138,8 @@ bool cube_status_is_refusal(cube_status_t status) {
     if (node->code == CUBE_STATUS_SEVERAL) {
       // One real failure among refusals is still a real failure, and an
       // empty group refuses nothing.
-      if (node->member_count == 0) return false;
+      // Failures not listed may be anything: not known to be refusals.
+      if (node->member_count == 0 || node->unlisted) return false;
       for (size_t i = 0; i < node->member_count; ++i) {
         if (!cube_status_is_refusal(node->members[i])) return false;
       }
@@ -358,12 +360,12 @@ cube_status_t cube_status_wrap_at(cube_status_t cause, cube_status_code_t code, 
   return node;
 }
 
-cube_status_t cube_status_several(cube_status_t *members, size_t count) {
+cube_status_t cube_status_several_unlisted(cube_status_t *members, size_t count, size_t unlisted) {
   // NULL members are successes: the group holds only failures.
   size_t failures = 0;
   for (size_t i = 0; i < count; ++i) failures += members[i] != NULL;
-  if (count > 0 && failures == 0) return CUBE_OK;
-  if (failures == 1) {
+  if (count > 0 && failures == 0 && unlisted == 0) return CUBE_OK;
+  if (failures == 1 && unlisted == 0) {
     for (size_t i = 0; i < count; ++i) {
       if (members[i]) return members[i];
     }
@@ -384,10 +386,26 @@ cube_status_t cube_status_several(cube_status_t *members, size_t count) {
     if (members[i]) owned[group->member_count++] = members[i];
   }
   group->members = owned;
-  size_t length = (size_t)snprintf(NULL, 0, "%zu failures at once", failures);
+  group->unlisted = unlisted;
+  char text[96];
+  if (unlisted) {
+    snprintf(text, sizeof text, "%zu failures at once (%zu listed, %zu more not listed)",
+             failures + unlisted, failures, unlisted);
+  } else {
+    snprintf(text, sizeof text, "%zu failures at once", failures);
+  }
+  size_t length = strlen(text);
   group->message = malloc(length + 1);
-  if (group->message) snprintf(group->message, length + 1, "%zu failures at once", failures);
+  if (group->message) memcpy(group->message, text, length + 1);
   return group;
+}
+
+cube_status_t cube_status_several(cube_status_t *members, size_t count) {
+  return cube_status_several_unlisted(members, count, 0);
+}
+
+size_t cube_status_unlisted(cube_status_t status) {
+  return status ? status->unlisted : 0;
 }
 
 static cube_status_t cube_status_make_node(cube_status_code_t code, const char *format, ...)

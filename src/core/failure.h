@@ -64,9 +64,14 @@ CUBE_INTERNAL void cube_claim_drop(cube_claim_t *claim);
 // failure, or NULL: work with such an input must not run.
 CUBE_INTERNAL const cube_claim_t *cube_failure_carried(const cube_claim_t *const *inputs,
                                                        size_t count);
-// The claim check of a read, sync, check or get_resource over |count| claims:
-// NULL, one UNWRITTEN (the failure, how many buffers claim it, the chain and
-// the root), or SEVERAL (one member per distinct failure, in the order found).
+// How many distinct failures a claim check lists; more are counted.
+#define CUBE_FAILURE_LISTED 32
+
+// The claim check of a read, sync, check or get_resource over |count| claims
+// (any number): NULL, one UNWRITTEN (the failure, how many buffers claim it,
+// the chain and the root), or SEVERAL (one member per distinct failure, in
+// the order found, up to CUBE_FAILURE_LISTED; cube_status_unlisted counts
+// the distinct failures past those).
 CUBE_INTERNAL cube_status_t cube_failure_check(const cube_claim_t *const *claims, size_t count);
 
 //===--- Write scopes ---===//

@@ -10,22 +10,26 @@
 
 //===--- Writes ---===//
 
-// One write into one destination, in its own write scope: success releases
-// the destination's claim when the write covers the whole buffer, failure
-// leaves the destination claiming the error. Lock held. With |out_wait| on a
-// host-memory device a contiguous write copies straight from |source| and
-// *out_wait is the event the caller waits on, lock released, before
-// |source| may change (NULL when there is none).
-static cube_status_t write_one(cube_server_t *server, uint32_t stream, const cube_copy_desc_t *desc,
-                               const void *source, uint64_t size, cube_bevent_t **out_wait) {
-  cube_resolved_t r;
+// The refusal rule for a write or copy (cube_failure_claim_outputs): refused
+// by an argument check, the destination it named claims the refusal, as a
+// failed write leaves it claiming the failure. Lock held.
+static cube_status_t claim_destination(cube_server_t *server, cube_handle_t destination,
+                                       cube_status_t error) {
+  cube_claim_t *claim = cube_server_claim_of(server, destination);
+  cube_failure_claim_outputs(&claim, 1, error);
+  return error;
+}
+
+// The write's argument checks: the destination, its layout, the sizes.
+static cube_status_t write_checked(cube_server_t *server, const cube_copy_desc_t *desc,
+                                   const void *source, uint64_t size, cube_resolved_t *out) {
   cube_status_t status =
-      cube_server_resolve(server, desc->binding, "cube_write", "the destination", &r);
+      cube_server_resolve(server, desc->binding, "cube_write", "the destination", out);
   if (!cube_status_is_ok(status)) return status;
   uint64_t needed = 0;
   status = cube_validate_copy_desc(desc, "cube_write", &needed);
   if (!cube_status_is_ok(status)) return status;
-  if (desc->rank == 0) needed = r.size;
+  if (desc->rank == 0) needed = out->size;
   if (size != needed) {
     return cube_status_make(CUBE_STATUS_VALIDATION,
                             "cube_write: %llu source bytes for a destination of %llu bytes",
@@ -46,15 +50,28 @@ static cube_status_t write_one(cube_server_t *server, uint32_t stream, const cub
         last = UINT64_MAX;
     }
     uint64_t bytes = 0;
-    if (size > 0 && (!cube_mul_u64(last + 1, desc->elem_size, &bytes) || bytes > r.size)) {
+    if (size > 0 && (!cube_mul_u64(last + 1, desc->elem_size, &bytes) || bytes > out->size)) {
       return cube_status_make(
           CUBE_STATUS_VALIDATION,
           "cube_write: the strided layout reaches past the destination's %llu bytes",
-          (unsigned long long)r.size);
+          (unsigned long long)out->size);
     }
   }
-  if (size == 0) return CUBE_OK;
+  return CUBE_OK;
+}
 
+// One write into one destination, in its own write scope: success releases
+// the destination's claim when the write covers the whole buffer, failure
+// leaves the destination claiming the error. Lock held. With |out_wait| on a
+// host-memory device a contiguous write copies straight from |source| and
+// *out_wait is the event the caller waits on, lock released, before
+// |source| may change (NULL when there is none).
+static cube_status_t write_one(cube_server_t *server, uint32_t stream, const cube_copy_desc_t *desc,
+                               const void *source, uint64_t size, cube_bevent_t **out_wait) {
+  cube_resolved_t r;
+  cube_status_t status = write_checked(server, desc, source, size, &r);
+  if (!cube_status_is_ok(status)) return claim_destination(server, desc->binding.handle, status);
+  if (size == 0) return CUBE_OK;
   // The scope opens: the destination claims the provisional TornDown until
   // the copy is enqueued. A partial write leaves the bytes outside it exactly
   // as stale as they were, so it does not release an earlier claim.
@@ -114,8 +131,13 @@ cube_status_t cube_write(cube_client_t *client, cube_stream_t stream, cube_bindi
   (void)sources;
   uint32_t index = 0;
   cube_status_t status = cube_server_begin(server, stream, "cube_write", &index);
-  if (!cube_status_is_ok(status)) return status;
-  if (cube_status_is_ok(status)) status = cube_server_refuse_capturing(server, index, "cube_write");
+  if (!cube_status_is_ok(status)) {
+    // A bad stream: the destination named still claims the refusal.
+    cube_server_claim_refused(server, &binding.handle, 1, status);
+    return status;
+  }
+  status = cube_server_refuse_capturing(server, index, "cube_write");
+  if (!cube_status_is_ok(status)) claim_destination(server, binding.handle, status);
   cube_bevent_t *wait = NULL;
   if (cube_status_is_ok(status)) status = write_one(server, index, &desc, source, size, &wait);
   cube_server_leave(server);
@@ -138,10 +160,20 @@ cube_status_t cube_write_strided(cube_client_t *client, cube_stream_t stream,
   }
   uint32_t index = 0;
   cube_status_t status = cube_server_begin(server, stream, "cube_write_strided", &index);
-  if (!cube_status_is_ok(status)) return status;
-  if (cube_status_is_ok(status))
-    status = cube_server_refuse_capturing(server, index, "cube_write_strided");
-  if (cube_status_is_ok(status) && count > 0) {
+  const bool entered = cube_status_is_ok(status);
+  if (entered) status = cube_server_refuse_capturing(server, index, "cube_write_strided");
+  if (!cube_status_is_ok(status)) {
+    // Refused as a whole: every destination named claims the refusal.
+    if (entered) cube_server_leave(server);
+    cube_handle_t *handles = count ? malloc(count * sizeof *handles) : NULL;
+    for (size_t i = 0; handles && i < count; ++i) handles[i] = descs[i].binding.handle;
+    if (handles) cube_server_claim_refused(server, handles, count, status);
+    for (size_t i = 0; !handles && i < count; ++i)  // out of host memory: one at a time
+      cube_server_claim_refused(server, &descs[i].binding.handle, 1, status);
+    free(handles);
+    return status;
+  }
+  if (count > 0) {
     // Every descriptor is attempted, whatever happened to the one before:
     // one that stopped early would leave later destinations stale and
     // unclaimed.
@@ -187,8 +219,6 @@ static cube_status_t read_enqueue(cube_server_t *server, uint32_t stream,
   cube_resolved_t r;
   cube_status_t status = cube_server_resolve(server, desc->binding, operation, "the source", &r);
   if (cube_status_is_ok(status)) status = cube_server_refuse_capturing(server, stream, operation);
-  // The bytes are only as good as the work that wrote them.
-  if (cube_status_is_ok(status)) status = cube_server_ensure_written(server, &r.slot, 1);
   if (cube_status_is_ok(status) && desc->rank > CUBE_MAX_RANK) {
     status = cube_status_make(CUBE_STATUS_VALIDATION, "%s: rank %u exceeds %d", operation,
                               desc->rank, CUBE_MAX_RANK);
@@ -220,6 +250,9 @@ static cube_status_t read_enqueue(cube_server_t *server, uint32_t stream,
   if (cube_status_is_ok(status) && size > 0 && !destination) {
     status = cube_status_make(CUBE_STATUS_VALIDATION, "%s: destination is NULL", operation);
   }
+  // The bytes are only as good as the work that wrote them (after the
+  // argument checks: a bad argument is named whatever the buffer holds).
+  if (cube_status_is_ok(status)) status = cube_server_ensure_written(server, &r.slot, 1);
   if (cube_status_is_ok(status) && size > 0) {
     cube_server_tag(server, stream);
     status = cube_server_order(server, stream, r.slot, false);
@@ -446,6 +479,7 @@ cube_status_t cube_copy(cube_client_t *client, cube_stream_t stream, cube_bindin
   cube_server_flush_deferred(server);
   uint32_t index = 0;
   cube_resolved_t src, dst;
+  // Refused by a check below, the destination named claims the refusal.
   status = cube_server_stream(server, stream, "cube_copy", &index);
   if (cube_status_is_ok(status)) status = cube_server_refuse_capturing(server, index, "cube_copy");
   if (cube_status_is_ok(status))
@@ -458,6 +492,7 @@ cube_status_t cube_copy(cube_client_t *client, cube_stream_t stream, cube_bindin
                               (unsigned long long)src.size, (unsigned long long)dst.size);
   }
   if (!cube_status_is_ok(status)) {
+    claim_destination(server, destination.handle, status);
     cube_server_leave(server);
     return status;
   }

@@ -362,6 +362,26 @@ cube_claim_t *cube_server_claim_of(cube_server_t *server, cube_handle_t handle) 
   return &server->slots[index].claim;
 }
 
+void cube_server_claim_refused(cube_server_t *server, const cube_handle_t *handles, size_t count,
+                               cube_status_t error) {
+  if (!server || !handles || count == 0 || cube_status_is_ok(error)) return;
+  pthread_mutex_lock(&server->lock);
+  if (!server->poison) {
+    // One failure for all of them; out of host memory, one per chunk.
+    cube_claim_t *local[CUBE_MAX_BUFFERS];
+    cube_claim_t **claims = count <= CUBE_MAX_BUFFERS ? local : malloc(count * sizeof *claims);
+    const size_t chunk = claims ? count : CUBE_MAX_BUFFERS;
+    if (!claims) claims = local;
+    for (size_t done = 0; done < count; done += chunk) {
+      const size_t n = count - done < chunk ? count - done : chunk;
+      for (size_t i = 0; i < n; ++i) claims[i] = cube_server_claim_of(server, handles[done + i]);
+      cube_failure_claim_outputs(claims, n, error);
+    }
+    if (claims != local) free(claims);
+  }
+  pthread_mutex_unlock(&server->lock);
+}
+
 cube_status_t cube_server_resolve(cube_server_t *server, cube_binding_t binding,
                                   const char *operation, const char *what, cube_resolved_t *out) {
   uint32_t index = 0;
@@ -549,8 +569,21 @@ void cube_server_wait_writers(cube_server_t *server, uint32_t stream,
 cube_status_t cube_server_ensure_written(cube_server_t *server, cube_slot_t *const *slots,
                                          size_t count) {
   (void)server;
-  const cube_claim_t *claims[CUBE_MAX_BUFFERS + 1];
-  if (count > CUBE_MAX_BUFFERS + 1) count = CUBE_MAX_BUFFERS + 1;
-  for (size_t i = 0; i < count; ++i) claims[i] = &slots[i]->claim;
-  return cube_failure_check(claims, count);
+  // Any number of slots: a check that stopped part-way would hand back the
+  // rest unchecked.
+  if (count == 1) {  // a read's check: no array
+    const cube_claim_t *one = slots[0] ? &slots[0]->claim : NULL;
+    return cube_failure_check(&one, 1);
+  }
+  const cube_claim_t *local[CUBE_MAX_BUFFERS + 1] = {0};
+  const cube_claim_t **claims = local;
+  if (count > CUBE_MAX_BUFFERS + 1) claims = malloc(count * sizeof *claims);
+  if (!claims) {
+    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                            "the claim check of %zu buffers: out of host memory", count);
+  }
+  for (size_t i = 0; i < count; ++i) claims[i] = slots[i] ? &slots[i]->claim : NULL;
+  cube_status_t status = cube_failure_check(claims, count);
+  if (claims != local) free(claims);
+  return status;
 }

@@ -315,6 +315,12 @@ CUBE_INTERNAL cube_status_t cube_server_slot(cube_server_t *server, cube_handle_
 // (cube_failure_claim_outputs). Silent: the operation reports the handle's
 // error itself. Lock held.
 CUBE_INTERNAL cube_claim_t *cube_server_claim_of(cube_server_t *server, cube_handle_t handle);
+// The refusal rule for an operation refused before it took the lock for its
+// work (a bad stream, a capture window): each live buffer of |handles| claims
+// |error| (cube_failure_claim_outputs). Takes the lock; a poisoned device,
+// whose every read answers the poison, claims nothing. Lock not held.
+CUBE_INTERNAL void cube_server_claim_refused(cube_server_t *server, const cube_handle_t *handles,
+                                             size_t count, cube_status_t error);
 // The handle value of slot |index| as it is now.
 CUBE_INTERNAL cube_handle_t cube_server_handle(const cube_server_t *server, uint32_t index);
 // Orders work about to be enqueued on |stream| after what it must follow on

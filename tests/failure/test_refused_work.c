@@ -9,6 +9,8 @@
 // refusal at every step (harness: CTH_EXPECT_CLAIMED). Inputs stay clean;
 // a dry run (CUBE_LAUNCH_COMPILE_ONLY) claims nothing; a handle that is NULL,
 // foreign or released names no buffer and claims nothing.
+// Writes and copies refused by an argument check (or a bad stream) claim the
+// destination they named the same way; reads claim nothing.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -313,6 +315,66 @@ static void test_fault_plans_claim_declared_outputs(void **state) {
   }
 }
 
+//===--- Writes and copies ---===//
+
+static void test_refused_writes_claim_their_destination(void **state) {
+  (void)state;
+  fixture_t f;
+  fixture_open(&f, "");
+  float host[64] = {0};
+  expect_claims(&f, cube_write(f.client, S, cube_handle_binding(f.y), host, 60),
+                CUBE_STATUS_VALIDATION, "60 source bytes");
+  expect_claims(&f, cube_write(f.client, S, cube_handle_binding(f.y), NULL, 256),
+                CUBE_STATUS_VALIDATION, "source is NULL");
+  expect_claims(&f, cube_write(f.client, 999, cube_handle_binding(f.y), host, 256),
+                CUBE_STATUS_VALIDATION, "stream 999");
+  expect_claims(&f, cube_write(f.client, S, cube_handle_slice(f.y, 200, 100), host, 100),
+                CUBE_STATUS_VALIDATION, "out of range");
+  cube_copy_desc_t desc = {.binding = cube_handle_binding(f.y), .rank = 2, .elem_size = 4};
+  desc.shape[0] = 8, desc.shape[1] = 8;
+  desc.strides[0] = 100, desc.strides[1] = 1;
+  const void *sources[1] = {host};
+  expect_claims(&f, cube_write_strided(f.client, S, &desc, sources, 1), CUBE_STATUS_VALIDATION,
+                "reaches past");
+  expect_claims(&f, cube_write_strided(f.client, 77, &desc, sources, 1), CUBE_STATUS_VALIDATION,
+                "stream 77");
+  // A destination that names no buffer claims nothing, and nothing else does.
+  cube_handle_t gone = CTH_BUFFER(f.client, 256);
+  cth_release_handle(f.client, gone);
+  CTH_EXPECT_RELEASE(cube_write(f.client, S, cube_handle_binding(gone), host, 256),
+                     CUBE_STATUS_IO_NOT_FOUND, "released");
+  CTH_EXPECT_RELEASE(cube_write(f.client, S, (cube_binding_t){0}, host, 256),
+                     CUBE_STATUS_VALIDATION, "null handle");
+  // A read refused for its arguments claims nothing.
+  CTH_EXPECT_RELEASE(cube_read(f.client, S, cube_handle_binding(f.y), host, 60),
+                     CUBE_STATUS_VALIDATION, "60 destination bytes");
+  CTH_EXPECT_CLEAN(f.client, f.x);
+  CTH_EXPECT_CLEAN(f.client, f.y);
+  fixture_close(&f);
+}
+
+static void test_refused_copies_claim_their_destination(void **state) {
+  (void)state;
+  fixture_t f;
+  fixture_open(&f, "");
+  cube_handle_t small = CTH_BUFFER(f.client, 128);
+  expect_claims(&f, cube_copy(f.client, S, cube_handle_binding(small), cube_handle_binding(f.y)),
+                CUBE_STATUS_VALIDATION, "the source holds 128 bytes");
+  expect_claims(&f, cube_copy(f.client, 55, cube_handle_binding(f.x), cube_handle_binding(f.y)),
+                CUBE_STATUS_VALIDATION, "stream 55");
+  cube_handle_t gone = CTH_BUFFER(f.client, 256);
+  cth_release_handle(f.client, gone);
+  expect_claims(&f, cube_copy(f.client, S, cube_handle_binding(gone), cube_handle_binding(f.y)),
+                CUBE_STATUS_IO_NOT_FOUND, "the source");
+  // The source is only read: it stays clean.
+  CTH_EXPECT_CLEAN(f.client, small);
+  CTH_EXPECT_RELEASE(cube_copy(f.client, S, cube_handle_binding(f.x), cube_handle_binding(gone)),
+                     CUBE_STATUS_IO_NOT_FOUND, "the destination");
+  CTH_EXPECT_CLEAN(f.client, f.x);
+  cth_release_handle(f.client, small);
+  fixture_close(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_argument_check_claims_declared_outputs),
@@ -322,9 +384,10 @@ int main(void) {
       cmocka_unit_test(test_resource_limits_claim_as_a_refusal),
       cmocka_unit_test(test_compile_failure_claims_declared_outputs),
       cmocka_unit_test(test_fault_plans_claim_declared_outputs),
+      cmocka_unit_test(test_refused_writes_claim_their_destination),
+      cmocka_unit_test(test_refused_copies_claim_their_destination),
   };
-  return cth_run_on_every_backend("refused_launches", tests, sizeof tests / sizeof tests[0],
-                                  &g_kind)
+  return cth_run_on_every_backend("refused_work", tests, sizeof tests / sizeof tests[0], &g_kind)
              ? 1
              : 0;
 }
