@@ -115,6 +115,19 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_read(cube_client_t *client, cub
                                                       cube_binding_t binding, void *destination,
                                                       uint64_t size);
 
+// Reads |count| descriptors in one call (each into destinations[i], laid out
+// densely, row-major, sizes[i] bytes: shape[0..rank) * elem_size, or the
+// binding's size for rank 0). The arguments of every descriptor and the claim
+// check over all of them come first: any failure (SEVERAL when distinct ones)
+// reads nothing. Then every copy is enqueued and waited for once. Refused:
+// NULL arrays, a size that does not match its descriptor, destinations that
+// overlap.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_read_strided(cube_client_t *client,
+                                                              cube_stream_t stream,
+                                                              const cube_copy_desc_t *descs,
+                                                              void *const *destinations,
+                                                              const uint64_t *sizes, size_t count);
+
 typedef struct cube_future_t cube_future_t;
 // Asynchronous strided read into |destination| (laid out densely, row-major,
 // shape[0..rank) * elem_size bytes). A future is not thread-safe: calls on
