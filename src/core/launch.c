@@ -626,6 +626,25 @@ cube_status_t cube_launch(cube_client_t *client, cube_stream_t stream, cube_kern
   return status;
 }
 
+cube_status_t cube_launch_claim_outputs(cube_client_t *client, const cube_kernel_args_t *args,
+                                        cube_status_t error) {
+  static const char *const op = "cube_launch_claim_outputs";
+  if (!args) return cube_status_make(CUBE_STATUS_VALIDATION, "%s: args is NULL", op);
+  if (cube_status_is_ok(error))
+    return cube_status_make(CUBE_STATUS_VALIDATION, "%s: error is OK: nothing to claim", op);
+  if (args->buffer_count > CUBE_MAX_BUFFERS || (args->buffer_count && !args->buffers)) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "%s: %zu buffers at %p (a launch takes at most %d)", op,
+                            args->buffer_count, (const void *)args->buffers, CUBE_MAX_BUFFERS);
+  }
+  cube_server_t *server = cube_server_of(client);
+  cube_status_t status = cube_server_enter(server, op);
+  if (!cube_status_is_ok(status)) return status;
+  launch_claim(server, NULL, args, error);
+  cube_server_leave(server);
+  return CUBE_OK;
+}
+
 cube_status_t cube_compile_queued(cube_client_t *client) {
   cube_server_t *server = cube_server_of(client);
   cube_status_t status = cube_server_enter(server, "cube_compile_queued");

@@ -375,6 +375,33 @@ static void test_refused_copies_claim_their_destination(void **state) {
   fixture_close(&f);
 }
 
+// The entry point for layers above the API (the tuner): the declared
+// outputs claim the error given, nothing else does; bad input is named.
+static void test_claim_outputs_for_layers_above_the_api(void **state) {
+  (void)state;
+  fixture_t f;
+  fixture_open(&f, "");
+  cube_status_t why = cube_status_make(CUBE_STATUS_RESOURCE_UNITS, "my library refused it");
+  CTH_OK(cube_launch_claim_outputs(f.client, &f.args, why));
+  CTH_EXPECT_CLAIMED(f.client, f.y, CUBE_STATUS_RESOURCE_UNITS, "my library refused it");
+  CTH_EXPECT_CLEAN(f.client, f.x);
+  fill(&f, f.y);
+  CTH_EXPECT_RELEASE(cube_launch_claim_outputs(f.client, NULL, why), CUBE_STATUS_VALIDATION,
+                     "args is NULL");
+  CTH_EXPECT_RELEASE(cube_launch_claim_outputs(f.client, &f.args, CUBE_OK), CUBE_STATUS_VALIDATION,
+                     "nothing to claim");
+  CTH_EXPECT_RELEASE(cube_launch_claim_outputs(NULL, &f.args, why), CUBE_STATUS_VALIDATION,
+                     "client is NULL");
+  cube_kernel_args_t many = {f.buffers, 17, NULL, 0}, none = {NULL, 2, NULL, 0};
+  CTH_EXPECT_RELEASE(cube_launch_claim_outputs(f.client, &many, why), CUBE_STATUS_VALIDATION,
+                     "17 buffers");
+  CTH_EXPECT_RELEASE(cube_launch_claim_outputs(f.client, &none, why), CUBE_STATUS_VALIDATION,
+                     "at most 16");
+  CTH_EXPECT_CLEAN(f.client, f.y);
+  cube_status_release(why);
+  fixture_close(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_argument_check_claims_declared_outputs),
@@ -386,6 +413,7 @@ int main(void) {
       cmocka_unit_test(test_fault_plans_claim_declared_outputs),
       cmocka_unit_test(test_refused_writes_claim_their_destination),
       cmocka_unit_test(test_refused_copies_claim_their_destination),
+      cmocka_unit_test(test_claim_outputs_for_layers_above_the_api),
   };
   return cth_run_on_every_backend("refused_work", tests, sizeof tests / sizeof tests[0], &g_kind)
              ? 1
