@@ -207,6 +207,15 @@ cube_status_t cube_server_stream_open(cube_server_t *server, bool explicit_strea
     // index got, and a new stream there must not look already past it.
     s->completed = s->ticket;
     s->progress = NULL;
+    // A mode set for this index before the stream existed applies now; a
+    // stream opened here without one allocates in the default mode.
+    const uint8_t pending = server->pending_modes[index];
+    server->pending_modes[index] = 0;
+    if (server->mm) {
+      cube_mm_set_stream_mode(
+          server->mm, index,
+          pending ? (cube_allocation_mode_t)(pending - 1) : CUBE_ALLOCATION_AUTO);
+    }
     *out_index = index;
   }
   return status;
@@ -238,6 +247,8 @@ cube_status_t cube_server_stream_retire(cube_server_t *server, uint32_t index) {
   s->completed = s->ticket;
   s->live = false;
   s->retiring = false;
+  // Its mode goes with it: a later stream at this index starts in the default.
+  if (server->mm) cube_mm_set_stream_mode(server->mm, index, CUBE_ALLOCATION_AUTO);
   pthread_mutex_unlock(&server->lock);
   vt->stream_destroy(server->device, backend);  // drained: never hangs
   pthread_mutex_lock(&server->lock);

@@ -177,6 +177,9 @@ struct cube_server_t {
   cube_logger_t log;  // level and sink from the options or CUBE_LOG (log.h)
   uint64_t properties_hash;
   cube_mm_t *mm;
+  // cube_memory_allocation_mode for a stream index not live yet: 0 none, else
+  // 1 + the mode, applied when a stream opens there (then cleared).
+  uint8_t pending_modes[CUBE_MAX_STREAMS + 1];
   cube_status_t poison;  // non-NULL once the device is poisoned (sticky)
   // Claims and skips on launches (default). Off only to measure what the
   // failure store costs (CUBE_FAILURE_TRACKING=off, bench_failure_store):
