@@ -88,7 +88,18 @@ typedef struct cube_client_options_t {
   cube_log_level_t log_level;
   cube_log_fn_t log;
   void *log_user_data;
+  // CUBE_CLIENT_* flags (0: the defaults).
+  uint32_t flags;
 } cube_client_options_t;
+
+// Lazy binding: cube_handle_create mints the handle at once and reserves its
+// memory at its first use. A reservation that fails then claims the handle
+// (the allocation error travels with it): every later read, sync, check or
+// launch of it answers UNWRITTEN with the out-of-memory root, and each use
+// tries the reservation again. For programs that create buffers far ahead of
+// use. Without it (the default) cube_handle_create reserves at once and
+// answers the error itself.
+#define CUBE_CLIENT_LAZY_BINDING (1u << 0)
 
 CUBE_API void cube_client_options_initialize(cube_client_options_t *out_options);
 // |options| may be NULL for the default device of the default backend.

@@ -393,12 +393,47 @@ void cube_server_claim_refused(cube_server_t *server, const cube_handle_t *handl
   pthread_mutex_unlock(&server->lock);
 }
 
+// Lazy binding: reserves |slot|'s memory at its first use. A reservation
+// that fails claims the handle (unless it claims a failure already), and the
+// use answers that claim: UNWRITTEN with the out-of-memory root. Each later
+// use tries again. Lock held.
+static cube_status_t slot_bind(cube_server_t *server, cube_slot_t *slot, cube_handle_t handle,
+                               const char *operation, const char *what) {
+  cube_mm_slice_t slice = {0};
+  cube_status_t status =
+      cube_server_note(server, cube_mm_reserve(server->mm, slot->size, slot->home_stream, &slice));
+  if (cube_status_is_ok(status)) {
+    slot->slice = slice;
+    slot->unbound = false;
+    return CUBE_OK;
+  }
+  if (!cube_claim_is_set(&slot->claim)) {
+    cube_status_t error = cube_status_wrap(
+        status, cube_status_code(status),
+        "%s: %s (handle 0x%016llx, %llu bytes, bound at first use) has no memory: its "
+        "reservation failed",
+        operation[0] ? operation : "first use", what[0] ? what : "the buffer",
+        (unsigned long long)handle.bits, (unsigned long long)slot->size);
+    cube_claim_t *claim = &slot->claim;
+    cube_failure_claim_outputs(&claim, 1, error);
+    cube_status_release(error);
+  } else {
+    cube_status_release(status);
+  }
+  const cube_claim_t *claim = &slot->claim;
+  return cube_failure_check(&claim, 1);
+}
+
 cube_status_t cube_server_resolve(cube_server_t *server, cube_binding_t binding,
                                   const char *operation, const char *what, cube_resolved_t *out) {
   uint32_t index = 0;
   cube_status_t status = cube_server_slot(server, binding.handle, operation, what, &index);
   if (!cube_status_is_ok(status)) return status;
   cube_slot_t *slot = &server->slots[index];
+  if (slot->unbound) {
+    status = slot_bind(server, slot, binding.handle, operation, what);
+    if (!cube_status_is_ok(status)) return status;
+  }
   uint64_t size = binding.size;
   if (size == CUBE_WHOLE) size = binding.offset <= slot->size ? slot->size - binding.offset : 0;
   uint64_t end = 0;

@@ -84,6 +84,7 @@ typedef struct cube_slot_t {
   uint32_t next_free;
   uint32_t graph_pins;  // captures and graphs using the memory (graph.c)
   bool external;        // the caller's memory (cube_handle_from_host): in no pool
+  bool unbound;         // lazy binding: no memory reserved yet (cube_server_resolve binds)
 } cube_slot_t;
 
 typedef struct cube_compiled_t {
@@ -185,6 +186,7 @@ struct cube_server_t {
   // failure store costs (CUBE_FAILURE_TRACKING=off, bench_failure_store):
   // without it a read can return bytes failed work left stale.
   bool track_failures;
+  bool lazy_binding;  // CUBE_CLIENT_LAZY_BINDING: memory reserved at first use
 
   cube_stream_state_t streams[CUBE_MAX_STREAMS + 1];  // index 0 unused
   cube_thread_stream_t *thread_streams;
