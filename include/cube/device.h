@@ -129,6 +129,17 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_stream_destroy(cube_client_t *c
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_stream_current(cube_client_t *client,
                                                                 cube_stream_t *out_stream);
 
+// The caller's location (C51): each call below records its file:line in the
+// statuses it makes (cube/status.h: CUBE_CALL_SITE).
+#if !defined(CUBE_NO_CALL_SITE) && !defined(CUBE_BUILDING_SHARED)
+#define cube_backend_query(...) CUBE_CALL_SITE(cube_backend_query(__VA_ARGS__))
+#define cube_device_properties(...) CUBE_CALL_SITE(cube_device_properties(__VA_ARGS__))
+#define cube_client_create(...) CUBE_CALL_SITE(cube_client_create(__VA_ARGS__))
+#define cube_stream_create(...) CUBE_CALL_SITE(cube_stream_create(__VA_ARGS__))
+#define cube_stream_destroy(...) CUBE_CALL_SITE(cube_stream_destroy(__VA_ARGS__))
+#define cube_stream_current(...) CUBE_CALL_SITE(cube_stream_current(__VA_ARGS__))
+#endif
+
 #ifdef __cplusplus
 }
 #endif

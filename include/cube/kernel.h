@@ -196,6 +196,15 @@ typedef struct cube_count_selection_t {
 CUBE_API cube_count_selection_t cube_count_selection_new(const cube_client_t *client,
                                                          uint32_t num_cubes);
 
+// The caller's location (C51): each call below records its file:line in the
+// statuses it makes (cube/status.h: CUBE_CALL_SITE).
+#if !defined(CUBE_NO_CALL_SITE) && !defined(CUBE_BUILDING_SHARED)
+#define cube_kernel_create(...) CUBE_CALL_SITE(cube_kernel_create(__VA_ARGS__))
+#define cube_launch(...) CUBE_CALL_SITE(cube_launch(__VA_ARGS__))
+#define cube_launch_claim_outputs(...) CUBE_CALL_SITE(cube_launch_claim_outputs(__VA_ARGS__))
+#define cube_compile_queued(...) CUBE_CALL_SITE(cube_compile_queued(__VA_ARGS__))
+#endif
+
 #ifdef __cplusplus
 }
 #endif

@@ -237,6 +237,34 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_staging_acquire(cube_client_t *
                                                                  uint64_t size, void **out_host);
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_staging_release(cube_client_t *client, void *host);
 
+// The caller's location (C51): each call below records its file:line in the
+// statuses it makes (cube/status.h: CUBE_CALL_SITE).
+#if !defined(CUBE_NO_CALL_SITE) && !defined(CUBE_BUILDING_SHARED)
+#define cube_handle_create(...) CUBE_CALL_SITE(cube_handle_create(__VA_ARGS__))
+#define cube_handle_from_host(...) CUBE_CALL_SITE(cube_handle_from_host(__VA_ARGS__))
+#define cube_handle_create_zeroed(...) CUBE_CALL_SITE(cube_handle_create_zeroed(__VA_ARGS__))
+#define cube_handle_create_from(...) CUBE_CALL_SITE(cube_handle_create_from(__VA_ARGS__))
+#define cube_handle_release(...) CUBE_CALL_SITE(cube_handle_release(__VA_ARGS__))
+#define cube_handle_size(...) CUBE_CALL_SITE(cube_handle_size(__VA_ARGS__))
+#define cube_write(...) CUBE_CALL_SITE(cube_write(__VA_ARGS__))
+#define cube_copy(...) CUBE_CALL_SITE(cube_copy(__VA_ARGS__))
+#define cube_write_strided(...) CUBE_CALL_SITE(cube_write_strided(__VA_ARGS__))
+#define cube_read(...) CUBE_CALL_SITE(cube_read(__VA_ARGS__))
+#define cube_read_strided(...) CUBE_CALL_SITE(cube_read_strided(__VA_ARGS__))
+#define cube_read_async(...) CUBE_CALL_SITE(cube_read_async(__VA_ARGS__))
+#define cube_future_wait(...) CUBE_CALL_SITE(cube_future_wait(__VA_ARGS__))
+#define cube_sync(...) CUBE_CALL_SITE(cube_sync(__VA_ARGS__))
+#define cube_check(...) CUBE_CALL_SITE(cube_check(__VA_ARGS__))
+#define cube_flush(...) CUBE_CALL_SITE(cube_flush(__VA_ARGS__))
+#define cube_get_resource(...) CUBE_CALL_SITE(cube_get_resource(__VA_ARGS__))
+#define cube_memory_allocation_mode(...) CUBE_CALL_SITE(cube_memory_allocation_mode(__VA_ARGS__))
+#define cube_memory_cleanup(...) CUBE_CALL_SITE(cube_memory_cleanup(__VA_ARGS__))
+#define cube_memory_report(...) CUBE_CALL_SITE(cube_memory_report(__VA_ARGS__))
+#define cube_memory_layout(...) CUBE_CALL_SITE(cube_memory_layout(__VA_ARGS__))
+#define cube_staging_acquire(...) CUBE_CALL_SITE(cube_staging_acquire(__VA_ARGS__))
+#define cube_staging_release(...) CUBE_CALL_SITE(cube_staging_release(__VA_ARGS__))
+#endif
+
 #ifdef __cplusplus
 }
 #endif

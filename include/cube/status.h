@@ -121,6 +121,21 @@ CUBE_API size_t cube_status_member_count(cube_status_t status);
 // SEVERAL: how many distinct failures it counts but does not list (0: it
 // lists them all).
 CUBE_API size_t cube_status_unlisted(cube_status_t status);
+// Where the status was asked for (C51): the file of the public call that
+// made this node (its line in |*out_line| when non-NULL), or NULL when it was
+// made outside one (a worker thread, CUBE_NO_CALL_SITE). An UNWRITTEN names
+// the read that asked; its root the launch that failed. cube_status_format
+// and cube_status_fprint print it ("asked at file:line").
+CUBE_API const char *cube_status_call_site(cube_status_t status, int *out_line);
+
+// The macro layer over the API: every public call that returns a status is a
+// macro (in its header) that marks the caller's file and line for the
+// statuses the call makes, then clears the mark. Costs two calls of a few
+// instructions. Define CUBE_NO_CALL_SITE before including cubec's headers to
+// call the functions directly (their addresses are the same either way).
+CUBE_API void cube_call_site_begin(const char *file, int line);
+CUBE_API cube_status_t cube_call_site_end(cube_status_t status);
+#define CUBE_CALL_SITE(call) (cube_call_site_begin(__FILE__, __LINE__), cube_call_site_end(call))
 CUBE_API cube_status_t cube_status_member(cube_status_t status, size_t index);
 // The first node in the chain (or any group member's chain) with |code|.
 CUBE_API cube_status_t cube_status_find(cube_status_t status, cube_status_code_t code);
