@@ -87,6 +87,7 @@ typedef struct cube_slot_t {
   uint32_t next_free;
   uint32_t graph_pins;  // captures and graphs using the memory (graph.c)
   bool external;        // the caller's memory (cube_handle_from_host): in no pool
+  bool unbound;         // lazy binding: no memory reserved yet (cube_server_resolve binds)
 } cube_slot_t;
 
 typedef struct cube_compiled_t {
@@ -180,11 +181,15 @@ struct cube_server_t {
   cube_logger_t log;  // level and sink from the options or CUBE_LOG (log.h)
   uint64_t properties_hash;
   cube_mm_t *mm;
+  // cube_memory_allocation_mode for a stream index not live yet: 0 none, else
+  // 1 + the mode, applied when a stream opens there (then cleared).
+  uint8_t pending_modes[CUBE_MAX_STREAMS + 1];
   cube_status_t poison;  // non-NULL once the device is poisoned (sticky)
   // Claims and skips on launches (default). Off only to measure what the
   // failure store costs (CUBE_FAILURE_TRACKING=off, bench_failure_store):
   // without it a read can return bytes failed work left stale.
   bool track_failures;
+  bool lazy_binding;  // CUBE_CLIENT_LAZY_BINDING: memory reserved at first use
 
   cube_stream_state_t streams[CUBE_MAX_STREAMS + 1];  // index 0 unused
   cube_thread_stream_t *thread_streams;
@@ -326,6 +331,17 @@ CUBE_INTERNAL cube_status_t cube_server_resolve(cube_server_t *server, cube_bind
 CUBE_INTERNAL cube_status_t cube_server_slot(cube_server_t *server, cube_handle_t handle,
                                              const char *operation, const char *what,
                                              uint32_t *out_index);
+// The claim of the live buffer |handle| names, or NULL when it names none
+// (NULL, foreign, released): what a failed operation's named output claims
+// (cube_failure_claim_outputs). Silent: the operation reports the handle's
+// error itself. Lock held.
+CUBE_INTERNAL cube_claim_t *cube_server_claim_of(cube_server_t *server, cube_handle_t handle);
+// The refusal rule for an operation refused before it took the lock for its
+// work (a bad stream, a capture window): each live buffer of |handles| claims
+// |error| (cube_failure_claim_outputs). Takes the lock; a poisoned device,
+// whose every read answers the poison, claims nothing. Lock not held.
+CUBE_INTERNAL void cube_server_claim_refused(cube_server_t *server, const cube_handle_t *handles,
+                                             size_t count, cube_status_t error);
 // The handle value of slot |index| as it is now.
 CUBE_INTERNAL cube_handle_t cube_server_handle(const cube_server_t *server, uint32_t index);
 // Orders work about to be enqueued on |stream| after what it must follow on
