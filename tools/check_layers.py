@@ -40,14 +40,10 @@ BENCH_PENDING = {'bench/bench_collectives.c', 'bench/bench_collectives_mpi.c'}
 # The floor of each layer of src/ (a backend is backends/<name>).
 FLOORS = {'base': 0, 'world': 1, 'core': 2, 'tune': 3, 'backends': 3}
 # Calls that run upward on purpose: the registry reaches the backends (their
-# factories, and the fault decorator that wraps them, house.md); and, until
-# the factory answers cube_transport_query (house.md's first wiring change,
-# issue 28 step a), core/transport.c's two transport queries.
+# factories, each answering its transport's query, and the fault decorator
+# that wraps them, house.md). Nothing else.
 UPWARD = {
     ('src/core/registry.c', '*'),
-    ('src/core/client.c', 'cube_fault_backend_wrap'),
-    ('src/core/transport.c', 'cube_cpu_transport_query'),
-    ('src/core/transport.c', 'cube_nccl_transport_query'),
 }
 
 

@@ -246,7 +246,18 @@ struct cube_cpu_device_t {
   uint64_t stack_max;    // CUBE_CPU_STACK_MAX
   uint64_t cube_memory;  // CUBE_CPU_CUBE_MEMORY
   char libclang[1024];   // CUBE_LIBCLANG ("": the usual names)
+  char mpi_path[1024];   // CUBE_MPI_PATH ("": the usual names; world/mpi.h)
 };
+
+//===--- Transports ---===//
+
+// The CPU transport's world form (cpu_transport_mpi.c): the "mpi" transport,
+// or NO_DEVICE_TRANSPORT without MPI. The in-process transport
+// (cpu_transport_inproc.c) offers it as its `world`.
+CUBE_INTERNAL cube_status_t cube_cpu_world_transport(cube_backend_device_t *device,
+                                                     const cube_transport_vtable_t **out_world);
+// What the CPU's transport is (the factory's transport_query).
+CUBE_INTERNAL void cube_cpu_transport_query(cube_transport_info_t *out_info);
 
 //===--- The vtable's slots ---===//
 //
@@ -275,7 +286,7 @@ typedef enum cube_cpu_task_kind_t {
   CUBE_CPU_TASK_CALLBACK,  // the stream's own from here on (cpu_stream.c)
   CUBE_CPU_TASK_RECORD,
   CUBE_CPU_TASK_WAIT,
-  CUBE_CPU_TASK_TRANSPORT,  // a collective's part: fails late like a dispatch
+  CUBE_CPU_TASK_TRANSPORT,  // a collective's part (cpu_transport_*.c): fails late like a dispatch
 } cube_cpu_task_kind_t;
 
 typedef struct cube_cpu_task_t cube_cpu_task_t;
@@ -352,7 +363,7 @@ CUBE_INTERNAL cube_bgraph_t *cube_cpu_stream_recording(cube_bstream_t *stream, c
                                                        void (*release)(cube_backend_device_t *,
                                                                        cube_bgraph_t *),
                                                        bool replace);
-// A collective's part (cpu_transport.c), run in stream order: |fn(arg, NULL)|
+// A collective's part (cpu_transport_*.c), run in stream order: |fn(arg, NULL)|
 // when the stream reaches it, its failure halting the stream like a
 // dispatch's; on a halted stream |fn(arg, failure)| instead (its answer
 // ignored), so the part can tell the other ranks it will not come. |fn|
