@@ -12,7 +12,10 @@ The floors, in the folders' order (docs/architecture.md, src/core/server.h):
 2. Calls: no .c file calls a function defined in a higher floor, or in
    another layer of its own floor (tune and a backend, two backends), but
    for the arrows the registry owns (UPWARD below).
-3. Circles: in every folder of src/, no two .c files call each other in a
+3. One list: docs/architecture.md and src/core/server.h carry the same
+   layer list ("The layers of the tree, bottom to top" to its last line),
+   word for word.
+4. Circles: in every folder of src/, no two .c files call each other in a
    circle, counting the calls of the folder's header inline helpers at the
    files that use them (tools/core_cycles.py reads .c files only, so a circle
    through cuda_internal.h's helpers escaped it). A backend with subfolders
@@ -204,6 +207,39 @@ def check_calls(files):
     return problems
 
 
+LIST_HEAD = 'The layers of the tree, bottom to top'
+
+
+def layer_list(path, prefix):
+    """The layer list in |path|: its lines from LIST_HEAD to the first empty
+    one, |prefix| (a comment's) taken off; None when it has none."""
+    lines, on = [], False
+    for line in open(os.path.join(ROOT, path), errors='replace').read().split('\n'):
+        text = line[len(prefix):] if line.startswith(prefix) else line
+        text = text.rstrip()
+        if LIST_HEAD in text:
+            on = True
+        if on:
+            if not text.strip() or text.strip().startswith('```'):
+                break
+            lines.append(text.strip())
+    return lines or None
+
+
+def check_layer_lists():
+    doc = layer_list('docs/architecture.md', '')
+    header = layer_list('src/core/server.h', '//')
+    if doc is None or header is None:
+        return ['the layer list ("%s") is missing from %s' %
+                (LIST_HEAD, 'docs/architecture.md' if doc is None else 'src/core/server.h')]
+    if doc != header:
+        for a, b in zip(doc + [''] * len(header), header + [''] * len(doc)):
+            if a != b:
+                return ['docs/architecture.md and src/core/server.h differ in the layer list: '
+                        '"%s" against "%s"' % (a, b)]
+    return []
+
+
 def main():
     files = []
     for top in ('src', 'bench', 'tools', 'examples'):
@@ -212,7 +248,7 @@ def main():
             for f in sorted(filenames):
                 if f.endswith(('.c', '.h')):
                     files.append(os.path.relpath(os.path.join(dirpath, f), ROOT))
-    problems = check_includes(files) + check_calls(files)
+    problems = check_includes(files) + check_calls(files) + check_layer_lists()
     folders = {}
     for p in files:
         if p.startswith('src/'):
