@@ -1,6 +1,16 @@
 // cubec core — the server behind a client (one per device) and the server
 // primitives at the bottom of the core's layers (server.c).
 //
+// The layers of the tree, bottom to top: each includes and calls only those below it
+// (tools/check_layers.py, CI stage "layers"); the registry's factories are the one
+// arrow up, and the core reaches nothing else of a backend but its vtable.
+//   include/cube/        the public API: types and calls, no code
+//   src/base/            status, hashing, clocks, checked arithmetic, half floats
+//   src/world/           process level, no device: rank bootstrap, rendezvous, MPI
+//   src/core/            the server and every rule of the runtime (coll/: the collectives)
+//   src/backends/        the devices behind the vtable: cpu (+ split/), cuda, fault, null
+//   src/tune/            the autotuner, beside the backends: the public API and core/client_info.h
+//
 // The core's files, bottom to top (a file calls only files below it; the
 // layers above reach down, and hooks registered at client creation reach up):
 //   failure.c                 the failure model (claims, write scopes, skips)
