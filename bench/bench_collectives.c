@@ -23,9 +23,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backends/cuda/cuda_internal.h"
+#include "view/cuda.h"
 #include "bench_common.h"
-#include "core/server.h"
+#include "view/core.h"
 #include "cube/cube.h"
 #include "view/collectives.h"
 

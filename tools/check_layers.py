@@ -35,9 +35,6 @@ BACKEND_VIEW_CORE = ['core/backend.h', 'core/config.h', 'core/tensor_map_types.h
                      'core/transport.h', 'core/coll/transport.h']
 # What the tune view (CUBE_TUNE_VIEW) shows of the core.
 TUNE_VIEW_CORE = ['core/client_info.h', 'core/config.h', 'core/cache_dir.h']
-# Benchmarks reach internals through bench/view/ only; these files are still
-# being moved onto it (the collectives' benchmarks, with src/core/coll/).
-BENCH_PENDING = {'bench/bench_collectives.c', 'bench/bench_collectives_mpi.c'}
 
 
 # The floor of each layer of src/ (a backend is backends/<name>).
@@ -73,8 +70,6 @@ def rule_for(path):
             return 'backend ' + name, ['backends/%s/' % name, 'world/', 'base/', 'cube/'] + BACKEND_VIEW_CORE
         return None
     if parts[0] == 'bench':
-        if path in BENCH_PENDING:
-            return None
         if len(parts) > 2 and parts[1] == 'view':
             return None  # the view itself names the internals
         return 'bench', ['view/', 'cube/']
