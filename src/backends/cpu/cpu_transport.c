@@ -37,7 +37,7 @@
 
 #include "backends/cpu/cpu_internal.h"
 #include "backends/cpu/cpu_mpi.h"
-#include "base/half.h"
+#include "base/dtype.h"
 #include "base/util.h"
 #include "core/transport.h"
 
