@@ -201,9 +201,8 @@ static cube_status_t cube_cuda_create_device(uint32_t device_index, const cube_c
                                              cube_backend_device_t **out_device) {
   *out_device = NULL;
   if (config) cube_cuda_nvrtc_prefer(cube_config_text(config, CUBE_CONFIG_NVRTC_PATH, NULL));
-  const char *detail = NULL;
-  const cube_cuda_driver_t *cu = cube_cuda_driver(&detail);
-  if (!cu) return cube_status_make(CUBE_STATUS_UNAVAILABLE, "cuda backend unavailable: %s", detail);
+  const cube_cuda_driver_t *cu = cube_cuda_driver(NULL);
+  if (!cu) return cube_cuda_driver_unavailable();
   int count = 0;
   CUresult result = cu->cuDeviceGetCount(&count);
   if (result != CUDA_SUCCESS)
