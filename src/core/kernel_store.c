@@ -17,6 +17,7 @@
 #define XXH_INLINE_ALL  // header-only: no run-time dependency on libxxhash
 #include <xxhash.h>
 
+#include "base/fs.h"
 #include "core/warn.h"
 
 static const unsigned char kMagic[8] = {'c', 'u', 'b', 'e', 'K', 'C', '1', '\n'};
@@ -238,21 +239,6 @@ static bool read_whole(int fd, unsigned char *out, size_t size) {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     done += (size_t)n;
-  }
-  return true;
-}
-
-static bool write_whole(int fd, const void *bytes, size_t size) {
-  const unsigned char *p = bytes;
-  while (size > 0) {
-    ssize_t n = write(fd, p, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (n == 0) errno = EIO;
-      return false;
-    }
-    p += n;
-    size -= (size_t)n;
   }
   return true;
 }
@@ -605,50 +591,37 @@ static void evict(cube_kstore_t *store) {
 
 //===--- Writing ---===//
 
+// A directory squatting on an entry's name is taken away (the writer then
+// renames once more).
+static void remove_squatter(int dirfd, const char *name) {
+  remove_tree_at(dirfd, name, 0);
+}
+
 void cube_kstore_put(cube_kstore_t *store, const cube_kstore_key_t *key, const char *label,
                      const void *payload, size_t size) {
   if (!cube_kstore_on_disk(store) || key->failed) return;
   if ((uint64_t)size + key->size + CUBE_KSTORE_HEADER_SIZE > CUBE_KSTORE_MAX_ENTRY) return;
-  char name[CUBE_KSTORE_NAME_SIZE], temp[128];
+  char name[CUBE_KSTORE_NAME_SIZE];
   cube_kstore_entry_name(key->bytes, key->size, name);
-  unsigned serial = atomic_fetch_add(&g_serial, 1);
-  snprintf(temp, sizeof temp, ".tmp.%.32s.%ld.%u", name, (long)getpid(), serial);
   unsigned char header[CUBE_KSTORE_HEADER_SIZE];
   cube_kstore_entry_header(key->bytes, key->size, payload, size, now_seconds(), header);
-  const char *step = "create";
-  int fd = openat(store->dir.fd, temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  bool ok = fd >= 0;
+  // The one atomic writer (base/fs.h): its ".tmp." files are what
+  // clean_and_measure takes for a dead writer's leftovers.
+  cube_atomic_file_t file;
+  bool ok = cube_atomic_file_begin(&file, store->dir.fd, name);
   if (ok) {
-    // Locked while written: the cleanup of a later open leaves it alone.
-    step = "lock";
-    ok = flock(fd, LOCK_EX) == 0;
-  }
-  if (ok) {
-    step = "write";
-    ok = write_whole(fd, header, sizeof header) && write_whole(fd, key->bytes, key->size) &&
-         write_whole(fd, payload, size);
-  }
-  if (ok) {
-    step = "fsync";
-    ok = fsync(fd) == 0;
-  }
-  if (ok) {
-    step = "rename";
-    ok = renameat(store->dir.fd, temp, store->dir.fd, name) == 0;
-    if (!ok && (errno == EISDIR || errno == ENOTEMPTY || errno == EEXIST)) {
-      // A directory squats on the name: take it away and try once more.
-      remove_tree_at(store->dir.fd, name, 0);
-      ok = renameat(store->dir.fd, temp, store->dir.fd, name) == 0;
+    file.clear_squatter = remove_squatter;
+    ok = cube_atomic_file_write(&file, header, sizeof header) &&
+         cube_atomic_file_write(&file, key->bytes, key->size) &&
+         cube_atomic_file_write(&file, payload, size);
+    if (ok) {
+      ok = cube_atomic_file_commit(&file);
+    } else {
+      cube_atomic_file_abort(&file);
     }
   }
-  if (ok) {
-    // The rename is durable only once the directory is.
-    step = "fsync the directory";
-    ok = fsync(store->dir.fd) == 0;
-  }
-  int error = errno;
-  if (fd >= 0) close(fd);
-  if (!ok) unlinkat(store->dir.fd, temp, 0);
+  const char *step = file.step;
+  int error = file.error;
   pthread_mutex_lock(&store->lock);
   bool warn = !ok && !store->write_warned;
   if (!ok) store->write_warned = true;
@@ -676,7 +649,7 @@ cube_status_t cube_kstore_scratch_open(cube_kstore_t *store, cube_kstore_scratch
     unsigned serial = atomic_fetch_add(&g_serial, 1);
     snprintf(out_scratch->name, sizeof out_scratch->name, ".tmp.build.%ld.%u.%lx", (long)getpid(),
              serial, (unsigned long)(now_seconds() ^ (uint64_t)(uintptr_t)out_scratch));
-    if (mkdirat(store->dir.fd, out_scratch->name, 0700) == 0) {
+    if (cube_fs_make_private_dir(store->dir.fd, out_scratch->name)) {
       int fd =
           openat(store->dir.fd, out_scratch->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (fd >= 0 && flock(fd, LOCK_EX) == 0) {

@@ -12,11 +12,15 @@
 // Tracing records a timed event pair around every dispatch, replay and copy
 // (not on a recording stream) and writes them as Chrome trace JSON: one
 // slice per kernel and copy, one track per stream, opening in Perfetto.
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "base/fs.h"
 #include "core/profile.h"
 #include "core/server.h"
 
@@ -491,7 +495,21 @@ static void json_string(FILE *f, const char *text) {
 
 static bool write_json(const cube_server_t *server, const char *path, const trace_record_t *records,
                        const uint64_t *starts, const uint64_t *durations, size_t count) {
-  FILE *f = fopen(path, "w");
+  // A regular file (or none yet) is written by the one atomic writer: a
+  // reader never sees half a trace. A device or pipe (/dev/stdout) is
+  // written in place.
+  struct stat info;
+  bool atomic = stat(path, &info) != 0 || S_ISREG(info.st_mode);
+  cube_atomic_file_t file = {.fd = -1};
+  FILE *f = NULL;
+  if (atomic) {
+    int fd = cube_atomic_file_begin(&file, AT_FDCWD, path) ? dup(file.fd) : -1;
+    f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f && fd >= 0) close(fd);
+    if (!f) cube_atomic_file_abort(&file);
+  } else {
+    f = fopen(path, "w");
+  }
   if (!f) return false;
   fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
   fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"");
@@ -527,7 +545,11 @@ static bool write_json(const cube_server_t *server, const char *path, const trac
     fprintf(f, "}}");
   }
   fprintf(f, "\n]}\n");
-  return fclose(f) == 0;
+  bool ok = fclose(f) == 0;
+  if (!atomic) return ok;
+  if (ok) return cube_atomic_file_commit(&file);
+  cube_atomic_file_abort(&file);
+  return false;
 }
 
 // Ends the trace for |env| (CUBE_TRACE) or the caller of cube_trace_stop:
