@@ -107,7 +107,8 @@ enum {
     "every CPU launch runs on its own path and again on fibers, and traps when the bytes it "      \
     "leaves differ (for testing; slow)")                                                           \
   X(CPU_PATH_LOG, "CUBE_CPU_PATH_LOG", SWITCH, 0, 0, 0, 0, NULL,                                   \
-    "print which path each CPU kernel takes (split, plain, fibers) and why, when it loads")        \
+    "log which path each CPU kernel takes (split, plain, fibers) and why, when it loads (at "      \
+    "info, whatever the level unless off)")                                                        \
   X(CPU_STACK_MAX, "CUBE_CPU_STACK_MAX", SIZE, 64 * CUBE_MiB, 64 * CUBE_KiB, CUBE_TiB, 0, NULL,    \
     "the most a CPU kernel's unit may use for its locals (stack, or storage kept across "          \
     "barriers); a kernel needing more is refused when it compiles")                                \
@@ -207,6 +208,13 @@ CUBE_INTERNAL cube_status_t cube_config_load(cube_config_t *out_config);
 CUBE_INTERNAL void cube_config_release(cube_config_t *config);
 // A deep copy (HOST_OUT_OF_MEMORY on out of memory).
 CUBE_INTERNAL cube_status_t cube_config_copy(const cube_config_t *config, cube_config_t *out_copy);
+
+// Reads and parses the one entry |id| from the environment, for code that
+// runs outside a client (the process's logger, the tuner's CUBE_TUNE, the
+// CLI); |out_value| as cube_config_parse_value's (its text the caller's to
+// free). VALIDATION naming the variable when the value cannot be used.
+CUBE_INTERNAL cube_status_t cube_config_load_one(cube_config_id_t id,
+                                                 cube_config_value_t *out_value);
 
 // Parses one value for entry |id| (what cube_config_parse does for each);
 // for tests and the fuzzer. |out_value| is filled only on success.

@@ -25,7 +25,6 @@
 #include "core/server.h"  // the client's process-unique id, read only
 #include "core/tune_cache.h"
 #include "core/tune_internal.h"
-#include "core/warn.h"
 
 #define KEY_WORDS_MAX (CUBE_TUNE_MAX_SIZES + CUBE_TUNE_MAX_EXACT + 2)
 #define DEFAULT_WARMUP 2
@@ -809,11 +808,11 @@ typedef struct decision_t {
   cube_status_t status;  // a poisoned device (the tuning stopped), else OK
 } decision_t;
 
-static void progress_line(bool on, const cube_tune_op_t *op, const char *key, const char *text) {
-  if (!on) return;
-  // One line per key, rewritten in place (\r, erase to the end of line).
-  fprintf(stderr, "\r\033[Kcubec tune %s [%s]: %s", op->name, key, text);
-  fflush(stderr);
+// Each step of a tuning (each candidate timed, the winner), traced at debug
+// level through the client's logger.
+static void progress_line(cube_client_t *client, const cube_tune_op_t *op, const char *key,
+                          const char *text) {
+  CUBE_LOG(&cube_server_of(client)->log, CUBE_LOG_DEBUG, "tune '%s' [%s]: %s", op->name, key, text);
 }
 
 static void tune_key(const cube_tune_op_t *op, cube_client_t *client, const cube_tune_call_t *call,
@@ -858,7 +857,7 @@ static void tune_key(const cube_tune_op_t *op, cube_client_t *client, const cube
     }
     status = CUBE_OK;
   } else {
-    bool progress = isatty(STDERR_FILENO);
+    progress_line(client, op, key_text, "not in the tune cache: tuning");
     cube_tune_exact_t exact;
     key_exact(op, key, &exact);
     for (size_t i = 0; i < op->candidate_count && have_scratch; ++i) {
@@ -870,7 +869,7 @@ static void tune_key(const cube_tune_op_t *op, cube_client_t *client, const cube
       }
       char line[160];
       snprintf(line, sizeof line, "timing %s (%zu/%zu)", c->name, i + 1, op->candidate_count);
-      progress_line(progress, op, key_text, line);
+      progress_line(client, op, key_text, line);
       bool dirty = false;
       if (time_candidate(op, c, client, stream, &scratch, warmup, samples, r, &dirty)) {
         out->status = cube_status_wrap(cube_status_retain(r->status), CUBE_STATUS_DEVICE_POISONED,
@@ -882,8 +881,9 @@ static void tune_key(const cube_tune_op_t *op, cube_client_t *client, const cube
       if (r->outcome == CUBE_TUNE_FAILED) {
         char chain[1024];
         cube_status_format(r->status, chain, sizeof chain);
-        cube_warn("tune '%s' [%s]: candidate '%s' failed and is not used:\n%s", op->name, key_text,
-                  c->name, chain);
+        CUBE_LOG(&cube_server_of(client)->log, CUBE_LOG_WARN,
+                 "tune '%s' [%s]: candidate '%s' failed and is not used:\n%s", op->name, key_text,
+                 c->name, chain);
       }
       if (dirty) {
         // A fresh stream and fresh scratch, so the next candidate inherits
@@ -921,14 +921,14 @@ static void tune_key(const cube_tune_op_t *op, cube_client_t *client, const cube
         if (tuned->results[i].outcome == CUBE_TUNE_NOT_MEASURED) out->winner = (int)i;
       char line[160];
       if (out->winner >= 0) {
-        snprintf(line, sizeof line, "%s %s (%.3f ms)\n", out->measured ? "winner" : "unmeasured",
+        snprintf(line, sizeof line, "%s %s (%.3f ms)", out->measured ? "winner" : "unmeasured",
                  op->candidates[out->winner].name, (double)best * 1e-6);
       } else {
-        snprintf(line, sizeof line, "no candidate ran\n");
+        snprintf(line, sizeof line, "no candidate ran");
       }
-      progress_line(progress, op, key_text, line);
+      progress_line(client, op, key_text, line);
     } else {
-      progress_line(progress, op, key_text, "stopped: device poisoned\n");
+      progress_line(client, op, key_text, "stopped: device poisoned");
     }
     bump(&g_tunings);
   }
@@ -1332,7 +1332,7 @@ void cube_tune_report_release(cube_tune_report_t *report) {
 static cube_status_t mode_from_env(cube_tune_mode_t *out) {
   cube_config_value_t value;
   *out = CUBE_TUNE_CACHED;
-  cube_status_t status = cube_config_parse_value(CUBE_CONFIG_TUNE, getenv("CUBE_TUNE"), &value);
+  cube_status_t status = cube_config_load_one(CUBE_CONFIG_TUNE, &value);
   if (cube_status_is_ok(status)) *out = (cube_tune_mode_t)value.value;
   return status;
 }

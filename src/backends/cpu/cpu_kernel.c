@@ -24,6 +24,7 @@
 #include "backends/cpu/cpu_internal.h"
 #include "backends/cpu/cpu_split.h"
 #include "base/util.h"
+#include "core/log.h"
 #include "cube/dialect.h"
 
 CUBE_INTERNAL extern const char cube_dialect_source[];
@@ -596,14 +597,20 @@ static void kernel_free(cube_bkernel_t *kernel) {
   free(kernel);
 }
 
-// CUBE_CPU_PATH_LOG: the path a kernel takes, and the splitter's note.
-static void log_path(const char *name, const cube_bkernel_t *kernel, bool barrier, bool refused) {
-  fprintf(stderr, "cubec cpu: kernel '%s' %s (%s)\n", name,
-          refused             ? "is refused"
-          : kernel->use_split ? "runs split"
-          : barrier           ? "runs on fibers"
-                              : "runs plain",
-          kernel->split_note != NULL ? kernel->split_note : "no note");
+// The path a kernel takes, and the splitter's note: traced at debug level,
+// and logged (at info, whatever the level) when CUBE_CPU_PATH_LOG asks.
+static void log_path(const cube_cpu_device_t *cpu, const char *name, const cube_bkernel_t *kernel,
+                     bool barrier, bool refused) {
+  const char *path = refused             ? "is refused"
+                     : kernel->use_split ? "runs split"
+                     : barrier           ? "runs on fibers"
+                                         : "runs plain";
+  const char *note = kernel->split_note != NULL ? kernel->split_note : "no note";
+  if (cpu->path_log) {
+    CUBE_LOG_ASKED(cpu->base.log, CUBE_LOG_INFO, "cpu: kernel '%s' %s (%s)", name, path, note);
+  } else {
+    CUBE_LOG(cpu->base.log, CUBE_LOG_DEBUG, "cpu: kernel '%s' %s (%s)", name, path, note);
+  }
 }
 
 cube_status_t cube_cpu_kernel_load(cube_backend_device_t *device,
@@ -637,7 +644,7 @@ cube_status_t cube_cpu_kernel_load(cube_backend_device_t *device,
       kernel->fixed_dim =
           request->cube_dim.x != 0 && request->cube_dim.y != 0 && request->cube_dim.z != 0;
       status = cube_cpu_kernel_limits(cpu, kernel, barrier, &kernel->max_units);
-      if (cpu->path_log) log_path(request->name, kernel, barrier, status != CUBE_OK);
+      log_path(cpu, request->name, kernel, barrier, status != CUBE_OK);
       if (status != CUBE_OK) {
         kernel_free(kernel);
         kernel = NULL;
@@ -660,8 +667,7 @@ cube_status_t cube_cpu_kernel_load(cube_backend_device_t *device,
       }
     }
   }
-  if (cpu->path_log && status == CUBE_OK && !loaded)
-    log_path(request->name, kernel, barrier, false);
+  if (status == CUBE_OK && !loaded) log_path(cpu, request->name, kernel, barrier, false);
   if (status == CUBE_OK) {
     *out_kernel = kernel;
     out_info->io = kernel->io;

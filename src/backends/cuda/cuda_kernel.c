@@ -16,6 +16,7 @@
 
 #include "backends/cuda/cuda_internal.h"
 #include "base/util.h"
+#include "core/log.h"
 
 // The dialect header's text, generated at build time (cmake/embed.cmake).
 extern const char cube_dialect_source[];
@@ -371,6 +372,8 @@ static cube_status_t cube_cuda_build_prepare(cube_cuda_device_t *device,
                             request->name, (int)request->language);
   const char *detail = NULL;
   out_build->rtc = cube_cuda_nvrtc(&detail);
+  CUBE_LOG(device->base.log, CUBE_LOG_DEBUG, "cuda: NVRTC %s%s",
+           out_build->rtc ? "loaded from " : "", out_build->rtc ? out_build->rtc->path : detail);
   if (!out_build->rtc)
     return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
                             "cuda: cannot compile kernel '%s' without NVRTC: %s", request->name,
