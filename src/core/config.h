@@ -151,6 +151,12 @@ enum {
   X(TRACE, "CUBE_TRACE", PATH, 0, 0, 4000, 0, NULL,                                                \
     "trace every client from creation to release and write the Chrome trace to this file (later "  \
     "clients of the process: <stem>.1<ext>, <stem>.2<ext>, ...)")                                  \
+  /* The command-line tool (tools/) */                                                             \
+  X(PLOT_SCRIPT, "CUBE_PLOT_SCRIPT", PATH, 0, 0, 4000, 0, NULL,                                    \
+    "cubec bench --plot: the plot script (default: the source tree's tools/plot_bench.py, else "   \
+    "the installed one)")                                                                          \
+  X(PYTHON, "CUBE_PYTHON", PATH, 0, 0, 1023, 0, NULL,                                              \
+    "cubec bench --plot: the Python interpreter that runs the plot script (default: python3)")     \
   /* Read, not cubec's own */                                                                      \
   X(XDG_CACHE_HOME, "XDG_CACHE_HOME", PATH, 0, 0, 4000,                                            \
     CUBE_CONFIG_ABSOLUTE | CUBE_CONFIG_FOREIGN, NULL,                                              \
