@@ -352,7 +352,7 @@ static cube_status_t trace_begin(cube_server_t *server, bool env) {
   struct cube_profiler_t *p = NULL;
   status = profiler_get(server, operation, &p);
   if (cube_status_is_ok(status) && (env ? p->env_tracing : p->user_tracing)) {
-    status = cube_status_make(CUBE_STATUS_GENERIC, "cube_trace_start: %s is already tracing",
+    status = cube_status_make(CUBE_STATUS_VALIDATION, "cube_trace_start: %s is already tracing",
                               server->name);
   }
   if (cube_status_is_ok(status) && p->tracing) {
@@ -367,8 +367,9 @@ static cube_status_t trace_begin(cube_server_t *server, bool env) {
     return CUBE_OK;
   }
   if (cube_status_is_ok(status) && p->anchor) {
-    status = cube_status_make(CUBE_STATUS_GENERIC, "%s: %s is starting a trace on another thread",
-                              operation, server->name);
+    status =
+        cube_status_make(CUBE_STATUS_VALIDATION, "%s: %s is starting a trace on another thread",
+                         operation, server->name);
   }
   uint32_t index = 0;
   if (cube_status_is_ok(status))
@@ -567,8 +568,8 @@ static cube_status_t trace_end(cube_server_t *server, bool env, const char *json
   size_t count = 0;
   cube_bevent_t *anchor = NULL;
   if (!p || !p->tracing || !(env ? p->env_tracing : p->user_tracing)) {
-    status =
-        cube_status_make(CUBE_STATUS_GENERIC, "%s: %s is not tracing", operation, server->name);
+    status = cube_status_make(CUBE_STATUS_PROFILE_NOT_REGISTERED, "%s: %s is not tracing",
+                              operation, server->name);
   } else {
     size_t first = env ? 0 : p->user_first;
     if (env) {
@@ -620,7 +621,8 @@ static cube_status_t trace_end(cube_server_t *server, bool env, const char *json
   }
   if (cube_status_is_ok(status) && json_path &&
       !write_json(server, json_path, records, starts, durations, count)) {
-    status = cube_status_make(CUBE_STATUS_GENERIC, "%s: cannot write '%s'", operation, json_path);
+    status = cube_status_make(CUBE_STATUS_PROFILE_UNKNOWN, "%s: cannot write '%s'", operation,
+                              json_path);
   }
   if (cube_status_is_ok(status) && summary) print_summary(summary, records, durations, count);
   if (last) {

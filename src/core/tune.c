@@ -611,7 +611,9 @@ static cube_status_t none_can_run(const cube_tune_op_t *op, const char *key, cub
   if (count == 0)
     return cube_status_make(CUBE_STATUS_UNSUPPORTED,
                             "tunable '%s': no candidate is valid for key '%s'", op->name, key);
-  return cube_status_wrap(cube_status_several(errors, count), CUBE_STATUS_GENERIC,
+  // UNSUPPORTED as when none is valid: no candidate serves this key here;
+  // the group says why (a refusal when every candidate refused).
+  return cube_status_wrap(cube_status_several(errors, count), CUBE_STATUS_UNSUPPORTED,
                           "tunable '%s': no candidate can run for key '%s' (%zu tried)", op->name,
                           key, count);
 }

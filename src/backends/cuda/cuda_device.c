@@ -38,6 +38,9 @@ static cube_status_code_t cube_cuda_result_code(CUresult result, cube_cuda_op_t 
       return CUBE_STATUS_PROFILE_UNKNOWN;
     case CUBE_CUDA_OP_SERVER:
     default:
+      // Justified GENERIC: a driver error on a call of no family (stream,
+      // event, sync, graph, context) that is neither sticky (poison) nor out
+      // of memory; the seeds' ServerError::Generic.
       return CUBE_STATUS_GENERIC;
   }
 }
@@ -214,8 +217,8 @@ static cube_status_t cube_cuda_create_device(uint32_t device_index, const cube_c
 
   cube_cuda_device_t *device = calloc(1, sizeof *device);
   if (!device)
-    return cube_status_make(CUBE_STATUS_GENERIC, "cuda: out of host memory creating device %u",
-                            device_index);
+    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                            "cuda: out of host memory creating device %u", device_index);
   device->base.vtable = &cube_cuda_vtable;
   // cuTensorMapEncode* is pure (the same arguments give the same 128 bytes),
   // so the core may keep encoded maps and reuse them.
