@@ -74,6 +74,13 @@ bool cube_dynlib_resolve(cube_dynlib_t *lib, const cube_dynlib_symbol_t *symbols
   return true;
 }
 
+bool cube_dynlib_is_loaded(const char *path) {
+  void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  // The probe took a reference of its own: give it back.
+  if (handle) (void)dlclose(handle);
+  return handle != NULL;
+}
+
 void *cube_dynlib_symbol(const cube_dynlib_t *lib, const char *name) {
   if (!lib->handle || !name) return NULL;
   return dlsym(lib->handle, name);

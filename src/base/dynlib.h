@@ -21,10 +21,12 @@
 #include "base/visibility.h"
 #include "cube/status.h"
 
+#define CUBE_DYNLIB_REASON_SIZE 1024
+
 typedef struct cube_dynlib_t {
-  void *handle;       // NULL while no library is loaded
-  char path[512];     // the name that loaded ("" before)
-  char reason[1024];  // why the last open or resolve failed ("" when none did)
+  void *handle;                          // NULL while no library is loaded
+  char path[512];                        // the name that loaded ("" before)
+  char reason[CUBE_DYNLIB_REASON_SIZE];  // why the last open or resolve failed ("" when none did)
 } cube_dynlib_t;
 
 // One entry of a symbol table: the exported |name| (then |fallback|, when
@@ -55,6 +57,10 @@ CUBE_INTERNAL bool cube_dynlib_open(cube_dynlib_t *lib, const char *override_pat
 // names the symbol (and dlerror's text), and the result is false.
 CUBE_INTERNAL bool cube_dynlib_resolve(cube_dynlib_t *lib, const cube_dynlib_symbol_t *symbols,
                                        size_t count, void *table);
+
+// Whether |path| is loaded in this process already (RTLD_NOLOAD): opening
+// it again would hand back that library, not the file now at |path|.
+CUBE_INTERNAL bool cube_dynlib_is_loaded(const char *path);
 
 // One symbol of the loaded |lib| (data as well as code); NULL if absent.
 CUBE_INTERNAL void *cube_dynlib_symbol(const cube_dynlib_t *lib, const char *name);

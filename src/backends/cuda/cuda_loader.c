@@ -1,4 +1,4 @@
-// cubec CUDA backend — run-time loading of libcuda and NVRTC (NCCL: cuda_nccl.c).
+// cubec CUDA backend — run-time loading of libcuda and NVRTC (NCCL: cuda_transport_nccl.c).
 //
 // Each library is opened once per process (pthread_once) through the one
 // loader (base/dynlib.h) from an ordered list of names, and its X-macro table
