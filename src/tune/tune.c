@@ -570,7 +570,7 @@ static void hydrate_locked(cube_tune_op_t *op, cube_client_t *client, uint64_t d
   char hex[17];
   device_hex(device, hex);
   hydrate_t h = {.op = op, .device = device};
-  if (cube_tune_store_load(hex, op->name, op->version, op->checksum, hydrate_row, &h)) {
+  if (cube_tune_store_load(client, hex, op->name, op->version, op->checksum, hydrate_row, &h)) {
     atomic_fetch_add_explicit(&g_file_entries, h.loaded, memory_order_relaxed);
     if (h.loaded || h.skipped)
       TUNE_INFO(client,
@@ -981,7 +981,7 @@ static bool store_decision(const cube_tune_op_t *op, cube_client_t *client, cons
                          .winner = op->candidates[d->winner].name,
                          .results = results,
                          .tuned_at = (int64_t)time(NULL)};
-  bool stored = cube_tune_store_put(&e, 1);
+  bool stored = cube_tune_store_put(client, &e, 1);
   // A cache that is memory only by design is not a failed store.
   if (stored || cube_tune_store_available()) bump(stored ? &g_stores : &g_store_failures);
   free(results);
@@ -1311,8 +1311,8 @@ cube_status_t cube_tune_report(cube_tune_op_t *op, cube_client_t *client,
     device_hex(key.device, hex);
     size_t capacity = n * 360 + 1;
     char *text = malloc(capacity);
-    if (text && cube_tune_store_results(hex, op->name, op->version, op->checksum, b->report.key,
-                                        text, capacity))
+    if (text && cube_tune_store_results(client, hex, op->name, op->version, op->checksum,
+                                        b->report.key, text, capacity))
       parse_results(text, b);
     free(text);
   }

@@ -512,7 +512,7 @@ static void test_missing_winner_is_retuned(void **state) {
                          .key = key,
                          .winner = "gone",
                          .tuned_at = 1};
-  assert_true(cube_tune_store_put(&e, 1));
+  assert_true(cube_tune_store_put(NULL, &e, 1));
   cube_tune_stats_t before = stats_now();
   CTH_OK(cube_tune_launch(f.op, f.client, CUBE_STREAM_CURRENT, &f.call));
   cube_tune_stats_t after = stats_now();

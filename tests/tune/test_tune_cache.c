@@ -69,7 +69,7 @@ static int child_write(const char *id, int count) {
                            .winner = "w",
                            .results = results,
                            .tuned_at = i};
-    if (!cube_tune_store_put(&e, 1)) failures++;
+    if (!cube_tune_store_put(NULL, &e, 1)) failures++;
   }
   return failures ? 5 : 0;
 }
@@ -276,7 +276,7 @@ static void test_truncated_file_is_set_aside(void **state) {
                                   .results = "a fairly long results text to fill the pages up",
                                   .tuned_at = i};
   }
-  assert_true(cube_tune_store_put(rows, ROWS));
+  assert_true(cube_tune_store_put(NULL, rows, ROWS));
   free(rows);
   cube_tune_store_close();
   struct stat st;
@@ -307,7 +307,7 @@ static void test_damaged_page_is_set_aside_when_read(void **state) {
                                   .results = "a fairly long results text to fill the pages up",
                                   .tuned_at = i};
   }
-  assert_true(cube_tune_store_put(rows, ROWS));
+  assert_true(cube_tune_store_put(NULL, rows, ROWS));
   free(rows);
   cube_tune_store_close();
   // The header and the schema pages stay; every page after them is garbage.
