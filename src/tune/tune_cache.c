@@ -676,8 +676,8 @@ cube_status_t cube_tune_cache_visit(const char *op, const char *key,
                  "tuned_at FROM tune WHERE (?1 IS NULL OR op = ?1) AND (?2 IS NULL OR key = ?2) "
                  "ORDER BY op, device, key",
                  -1, &stmt, NULL) != SQLITE_OK) {
-    status = cube_status_make(CUBE_STATUS_GENERIC, "cube_tune_cache_visit: '%s': %s", g_store.path,
-                              g_sql.sqlite3_errmsg(g_store.db));
+    status = cube_status_make(CUBE_STATUS_UNAVAILABLE, "cube_tune_cache_visit: '%s': %s",
+                              g_store.path, g_sql.sqlite3_errmsg(g_store.db));
   }
   if (cube_status_is_ok(status)) {
     if (op) {
@@ -710,7 +710,7 @@ cube_status_t cube_tune_cache_visit(const char *op, const char *key,
       if (e.device && e.op && e.checksum && e.key && e.winner) more = visit(&e, user);
     }
     if (more && rc != SQLITE_DONE) {
-      status = cube_status_make(CUBE_STATUS_GENERIC, "cube_tune_cache_visit: reading '%s': %s",
+      status = cube_status_make(CUBE_STATUS_UNAVAILABLE, "cube_tune_cache_visit: reading '%s': %s",
                                 g_store.path, g_sql.sqlite3_errmsg(g_store.db));
     }
   }
@@ -731,8 +731,8 @@ cube_status_t cube_tune_cache_clear(const char *op, uint64_t *out_removed) {
   } else if (exec(g_store.db, "BEGIN IMMEDIATE") != SQLITE_OK ||
              g_sql.sqlite3_prepare_v2(g_store.db, "DELETE FROM tune WHERE ?1 IS NULL OR op = ?1",
                                       -1, &stmt, NULL) != SQLITE_OK) {
-    status = cube_status_make(CUBE_STATUS_GENERIC, "cube_tune_cache_clear: '%s': %s", g_store.path,
-                              g_sql.sqlite3_errmsg(g_store.db));
+    status = cube_status_make(CUBE_STATUS_UNAVAILABLE, "cube_tune_cache_clear: '%s': %s",
+                              g_store.path, g_sql.sqlite3_errmsg(g_store.db));
   }
   if (cube_status_is_ok(status)) {
     if (op) {
@@ -745,7 +745,7 @@ cube_status_t cube_tune_cache_clear(const char *op, uint64_t *out_removed) {
       *out_removed = (uint64_t)g_sql.sqlite3_changes(g_store.db);
     if (rc == SQLITE_DONE) rc = exec(g_store.db, "COMMIT");
     if (rc != SQLITE_OK && rc != SQLITE_DONE) {
-      status = cube_status_make(CUBE_STATUS_GENERIC, "cube_tune_cache_clear: '%s': %s",
+      status = cube_status_make(CUBE_STATUS_UNAVAILABLE, "cube_tune_cache_clear: '%s': %s",
                                 g_store.path, g_sql.sqlite3_errmsg(g_store.db));
     }
   }
