@@ -25,8 +25,7 @@ bool cube_dynlib_open(cube_dynlib_t *lib, const char *override_path, const char 
   cube_dynlib_close(lib);
   lib->path[0] = '\0';
   char reasons[sizeof lib->reason] = "";
-  // The configured path first, then the candidates (as ld.so would not:
-  // the configured one may be a full path outside its search).
+  // The configured path first, then the candidates in their order.
   for (size_t i = 0; i <= count && !lib->handle; ++i) {
     const char *name = i == 0 ? override_path : names[i - 1];
     if (!name || !name[0]) continue;
