@@ -656,9 +656,19 @@ cube_status_t cube_tune_cache_path(char *out_path, size_t capacity) {
 }
 
 static cube_status_t memory_only_status(const char *operation) {
-  return cube_status_make(
-      CUBE_STATUS_UNAVAILABLE, "%s: the tune cache is in memory only (no file: %s)", operation,
-      g_sql_lib.handle ? "see the warning above, or CUBE_TUNE_CACHE" : g_sql_lib.reason);
+  if (!g_sql_lib.handle) {
+    // Without SQLite: the loader's reason and how to get one, below.
+    return cube_status_wrap(cube_dynlib_status(&g_sql_lib, "SQLite",
+                                               "install libsqlite3 3.24 or newer (Debian: "
+                                               "libsqlite3-0), or point CUBE_SQLITE_PATH at it"),
+                            CUBE_STATUS_UNAVAILABLE,
+                            "%s: the tune cache is in memory only (no file: %s)", operation,
+                            g_sql_lib.reason);
+  }
+  return cube_status_make(CUBE_STATUS_UNAVAILABLE,
+                          "%s: the tune cache is in memory only (no file: see the warning above, "
+                          "or CUBE_TUNE_CACHE)",
+                          operation);
 }
 
 cube_status_t cube_tune_cache_visit(const char *op, const char *key,

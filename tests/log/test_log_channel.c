@@ -68,6 +68,11 @@ static cube_cube_count_t count_of(const cube_tune_call_t *call, const void *para
   return cube_count_static((uint32_t)((call->sizes[0] + DIM - 1) / DIM), 1, 1);
 }
 
+static bool visit_none(const cube_tune_entry_t *entry, void *user) {
+  (void)entry, (void)user;
+  return true;
+}
+
 // The child's whole run: 0 when every call did what it should.
 static int run_scenario(const scenario_t *s) {
   // An untrusted cache directory (writable by others), a SQLite that is not
@@ -142,6 +147,16 @@ static int run_scenario(const scenario_t *s) {
     rc = 26;
   for (int i = 0; !rc && i < N; ++i)
     if (host[i] != 2.0f * (float)i) rc = 27;
+  // The missing library as a status: UNAVAILABLE, the loader's reason and
+  // the install hint at its root.
+  cube_status_t visit = cube_tune_cache_visit(NULL, NULL, visit_none, NULL);
+  cube_status_t root = cube_status_root(visit);
+  if (!rc && (cube_status_code(visit) != CUBE_STATUS_UNAVAILABLE ||
+              cube_status_code(root) != CUBE_STATUS_UNAVAILABLE ||
+              !strstr(cube_status_message(root), "SQLite is not available: cannot load") ||
+              !strstr(cube_status_message(root), "CUBE_SQLITE_PATH")))
+    rc = 28;
+  cube_status_release(visit);
   cube_tune_op_release(op);
   cube_kernel_release(kernel);
   cube_status_release(cube_handle_release(client, x));
