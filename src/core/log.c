@@ -23,7 +23,7 @@ static cube_log_level_t level_of_choice(uint64_t choice) {
 }
 
 static void process_init(void) {
-  g_process = (cube_logger_t){.level = CUBE_LOG_WARN, .client = "cubec"};
+  g_process = (cube_logger_t){.level = CUBE_LOG_WARN, .client = "process"};
   cube_config_value_t value;
   cube_status_t status = cube_config_load_one(CUBE_CONFIG_LOG, &value);
   // A bad CUBE_LOG is reported by the client that reads it; here it is warn.

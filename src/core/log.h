@@ -53,7 +53,7 @@ CUBE_INTERNAL bool cube_log_level_parse(const char *text, cube_log_level_t *out_
 // The process's logger, for messages no client's call produced (the
 // `cubec cache` tool, a cache opened outside a client, a device made without
 // a client): the level CUBE_LOG gives (warn when unset or unusable), the
-// default sink, named "cubec". Made on first use.
+// default sink, named "process" (`cubec[process] warn: ...`). Made on first use.
 CUBE_INTERNAL const cube_logger_t *cube_log_process(void);
 
 static inline const cube_logger_t *cube_log_or_process(const cube_logger_t *logger) {
