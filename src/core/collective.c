@@ -787,19 +787,6 @@ static void member_claim_inflight(cube_server_t *server, cube_comm_member_t *mem
 
 //===--- Submit and commit ---===//
 
-static cube_status_t fence_into_compute(cube_server_t *server, uint32_t comm, uint32_t compute) {
-  const cube_backend_vtable_t *vt = server->device->vtable;
-  cube_bevent_t *event = NULL;
-  cube_status_t status = cube_server_note(
-      server, vt->event_record(server->device, server->streams[comm].backend, false, &event));
-  if (cube_status_is_ok(status)) {
-    status = cube_server_note(
-        server, vt->event_wait(server->device, server->streams[compute].backend, event));
-    vt->event_release(server->device, event);
-  }
-  return status;
-}
-
 // The transport op of a ready part, from its resolved bindings.
 static cube_top_t call_top(const coll_call_t *call, const cube_resolved_t *src, bool have_src,
                            const cube_resolved_t *dst, bool have_dst) {
@@ -1010,7 +997,7 @@ static void call_commit_locked(coll_call_t *call, cube_status_t enqueued) {
   // compute stream after it can overtake it, and a failure of it is the
   // call's answer (call_run), not the compute stream's.
   if (cube_status_is_ok(status) && call->wait == CUBE_COMPUTE_WAIT_NOW && !call->inline_comm)
-    status = fence_into_compute(server, member->stream, call->stream_index);
+    status = cube_server_order_streams(server, call->stream_index, member->stream);
   if (cube_status_is_ok(status)) {
     // The result is on its way: what the destination claimed before has
     // nothing left to say about it.

@@ -378,8 +378,7 @@ cube_status_t cube_server_resolve(cube_server_t *server, cube_binding_t binding,
   return CUBE_OK;
 }
 
-// |stream| waits on the device for everything |other| has enqueued so far.
-static cube_status_t order_after(cube_server_t *server, uint32_t stream, uint32_t other) {
+cube_status_t cube_server_order_streams(cube_server_t *server, uint32_t stream, uint32_t other) {
   const cube_backend_vtable_t *vt = server->device->vtable;
   cube_bevent_t *event = NULL;
   cube_status_t status = cube_server_note(
@@ -404,7 +403,7 @@ cube_status_t cube_server_order(cube_server_t *server, uint32_t stream, cube_slo
   uint32_t w = slot->write_stream;
   cube_status_t status = CUBE_OK;
   bool after_w = w != stream && stream_pending(server, w, slot->write_ticket);
-  if (after_w) status = order_after(server, stream, w);
+  if (after_w) status = cube_server_order_streams(server, stream, w);
   if (!writes || !cube_status_is_ok(status)) return status;
   // A write also waits for every stream that used the buffer since (each
   // may still be reading it). Most buffers are used by one stream only.
@@ -420,7 +419,7 @@ cube_status_t cube_server_order(cube_server_t *server, uint32_t stream, cube_slo
       uint32_t s = word * 64 + (uint32_t)__builtin_ctzll(bits) + 1;
       if (s != stream && !(after_w && s == w) &&
           stream_pending(server, s, server->streams[s].ticket))
-        status = order_after(server, stream, s);
+        status = cube_server_order_streams(server, stream, s);
     }
   }
   return status;
@@ -441,7 +440,7 @@ bool cube_server_fence(cube_server_t *server, cube_slot_t *slot, uint32_t *out_s
         last = s;
         continue;
       }
-      cube_status_t status = order_after(server, last, s);
+      cube_status_t status = cube_server_order_streams(server, last, s);
       if (cube_status_is_ok(status)) {
         server->streams[last].ticket++;
       } else {

@@ -312,6 +312,12 @@ CUBE_INTERNAL cube_status_t cube_server_slot(cube_server_t *server, cube_handle_
                                              uint32_t *out_index);
 // The handle value of slot |index| as it is now.
 CUBE_INTERNAL cube_handle_t cube_server_handle(const cube_server_t *server, uint32_t index);
+// |stream| waits on the device for everything |other| has enqueued so far
+// (an event recorded on |other|, waited for on |stream|): the one
+// stream-ordering helper (buffers' order, fences, a collective's
+// communicator stream into the compute stream). Lock held.
+CUBE_INTERNAL cube_status_t cube_server_order_streams(cube_server_t *server, uint32_t stream,
+                                                      uint32_t other);
 // Orders work about to be enqueued on |stream| after what it must follow on
 // other streams (device-side waits on events): the last writer of |slot|,
 // and, when the work |writes| it, every stream that used it since. Lock held.
