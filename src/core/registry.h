@@ -19,6 +19,7 @@ CUBE_INTERNAL void cube_registry_query(cube_backend_kind_t kind, cube_backend_in
 // the device and on the wrapper. |out_device| is NULL on failure.
 CUBE_INTERNAL cube_status_t cube_registry_create_device(
     const cube_backend_factory_t *factory, uint32_t device_index, const cube_config_t *config,
-    const char *plan, bool plan_from_environment, const cube_logger_t *log, cube_backend_device_t **out_device);
+    const char *plan, bool plan_from_environment, const cube_logger_t *log,
+    cube_backend_device_t **out_device);
 
 #endif  // CUBE_CORE_REGISTRY_H_
