@@ -241,6 +241,8 @@ cube_status_t cube_comm_id_publish(const char *dir, const char *name, uint32_t w
   if (!ok) {
     char why[512];
     cube_atomic_file_why(&writer, why, sizeof why);
+    // GENERIC as house-world left this file's file-system failures (no
+    // family of the seeds names one); the step and errno are in the message.
     status = cube_status_make(CUBE_STATUS_GENERIC, "%s: writing '%s' failed: %s", kOp, final, why);
   }
   return status;
