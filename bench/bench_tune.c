@@ -233,7 +233,7 @@ static void bench_hydrate(void) {
                             .tuned_at = 1};
   }
   double t0 = now_s();
-  if (!cube_tune_store_put(rows, ENTRIES)) {
+  if (!cube_tune_store_put(NULL, rows, ENTRIES)) {
     fprintf(stderr, "bench_tune: cannot write the tune cache (no SQLite?)\n");
     exit(1);
   }

@@ -31,8 +31,11 @@ ROOT = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.pat
 
 # What the backend view (CMakeLists.txt, CUBE_BACKEND_VIEW) shows of the
 # core; coll/transport.h is where house.md moves transport.h.
-BACKEND_VIEW_CORE = ['core/backend.h', 'core/config.h', 'core/tensor_map_types.h',
+BACKEND_VIEW_CORE = ['core/backend.h', 'core/config.h', 'core/log.h', 'core/tensor_map_types.h',
                      'core/transport.h', 'core/coll/transport.h']
+# What the tools view (CUBE_TOOLS_VIEW) shows of the core: the configuration
+# table, the one reader of the environment.
+TOOLS_VIEW_CORE = ['core/config.h']
 # What the tune view (CUBE_TUNE_VIEW) shows of the core.
 TUNE_VIEW_CORE = ['core/client_info.h', 'core/config.h', 'core/cache_dir.h']
 
@@ -73,8 +76,10 @@ def rule_for(path):
         if len(parts) > 2 and parts[1] == 'view':
             return None  # the view itself names the internals
         return 'bench', ['view/', 'cube/']
-    if parts[0] in ('tools', 'examples'):
-        return parts[0], ['cube/']
+    if parts[0] == 'tools':
+        return 'tools', ['cube/'] + TOOLS_VIEW_CORE
+    if parts[0] == 'examples':
+        return 'examples', ['cube/']
     return None
 
 

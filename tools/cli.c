@@ -210,3 +210,26 @@ bool cli_client_create(const char *command, const cli_common_t *common,
   options.device_index = common->device;
   return cli_report("cube_client_create", cube_client_create(&options, out_client));
 }
+
+bool cli_config_text(cube_config_id_t id, char *out, size_t capacity) {
+  cube_config_value_t value;
+  cube_status_t status = cube_config_load_one(id, &value);
+  bool found = cube_status_is_ok(status) && value.set;
+  cube_status_release(status);
+  if (found && value.text) {
+    snprintf(out, capacity, "%s", value.text);
+  } else if (found && cube_config_entry(id)->kind == CUBE_CONFIG_CHOICE) {
+    // The value is the index of its word in "a|b|c".
+    const char *word = cube_config_entry(id)->choices;
+    for (uint64_t i = 0; i < value.value && word; ++i) {
+      word = strchr(word, '|');
+      if (word) word++;
+    }
+    found = word != NULL;
+    if (found) snprintf(out, capacity, "%.*s", (int)strcspn(word, "|"), word);
+  } else {
+    found = false;
+  }
+  free(value.text);
+  return found;
+}

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/config.h"
 #include "cube/cube.h"
 
 // Exit statuses of every subcommand.
@@ -83,5 +84,11 @@ bool cli_client_create(const char *command, const cli_common_t *common, cube_cli
 bool cli_report(const char *what, cube_status_t status);
 
 const char *cli_backend_name(cube_backend_kind_t kind);
+
+// The environment variable of configuration entry |id| (core/config.h: the
+// one reader of the environment), as text: a path's text or a choice's word,
+// copied into |out|. False when unset, empty or not a value cubec can use
+// (a client created later reports that).
+bool cli_config_text(cube_config_id_t id, char *out, size_t capacity);
 
 #endif  // CUBE_TOOLS_CLI_H_

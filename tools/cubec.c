@@ -638,11 +638,11 @@ static int command_demo(const cli_command_t *self, int argc, char **argv) {
   printf("\n");
   print_cache_line(&before, &after);
   if (traced) {
-    const char *trace_path = getenv("CUBE_TRACE");
+    char trace_path[4096];
+    bool whole = cli_config_text(CUBE_CONFIG_TRACE, trace_path, sizeof trace_path);
     printf("\nper-kernel device time (cube_trace_stop)%s%s%s\n",
-           trace_path && *trace_path ? "; CUBE_TRACE: the whole run goes to " : "",
-           trace_path && *trace_path ? trace_path : "",
-           trace_path && *trace_path ? " at exit" : "");
+           whole ? "; CUBE_TRACE: the whole run goes to " : "", whole ? trace_path : "",
+           whole ? " at exit" : "");
     cli_report("cube_trace_stop", cube_trace_stop(demo.client, NULL, stdout));
   }
   // The failure demo runs after the cache line: a kernel that fails to

@@ -546,9 +546,8 @@ static bool write_csv(const bench_t *b, const char *path) {
 // installed next to this executable (<prefix>/bin/cubec ->
 // <prefix>/share/cubec/plot_bench.py), else the configured install path.
 static const char *plot_script(void) {
-  static char beside[4096];
-  const char *env = getenv("CUBE_PLOT_SCRIPT");
-  if (env && *env) return env;
+  static char beside[4096], chosen[4096];
+  if (cli_config_text(CUBE_CONFIG_PLOT_SCRIPT, chosen, sizeof chosen)) return chosen;
 #ifdef CUBE_PLOT_SCRIPT_SOURCE
   if (access(CUBE_PLOT_SCRIPT_SOURCE, R_OK) == 0) return CUBE_PLOT_SCRIPT_SOURCE;
 #endif
@@ -598,9 +597,9 @@ static bool draw_plot(const char *csv, const char *png) {
     fprintf(stderr, "cubec bench: plot_bench.py not found (set CUBE_PLOT_SCRIPT)\n");
     return false;
   }
-  const char *python = getenv("CUBE_PYTHON");
-  bool chosen = python && *python;
-  if (!chosen) python = "python3";
+  char configured[1024];
+  bool chosen = cli_config_text(CUBE_CONFIG_PYTHON, configured, sizeof configured);
+  const char *python = chosen ? configured : "python3";
   bool fallback = !chosen && access("/usr/bin/python3", X_OK) == 0;
   int rc = run_python(python, script, csv, png, fallback);
   if (rc == 3 && fallback) {

@@ -30,8 +30,8 @@ static void format_time(int64_t unix_seconds, char *out, size_t capacity) {
 }
 
 static const char *mode_name(void) {
-  const char *mode = getenv("CUBE_TUNE");
-  return mode && *mode ? mode : "cached";
+  static char mode[16];
+  return cli_config_text(CUBE_CONFIG_TUNE, mode, sizeof mode) ? mode : "cached";
 }
 
 //===--- cubec tune ---===//

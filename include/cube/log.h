@@ -8,6 +8,17 @@
 //   cubec[cpu:0] warn: cube_client_release: 2 handles still alive ...
 // unless the options give a callback (cube_client_options_t.log), which then
 // receives every message at or above the level instead.
+//
+// This is the only channel: every message cubec prints (a cache directory
+// it will not trust, a damaged cache entry, a library it could not load, a
+// tuning candidate that failed, CUBE_CPU_PATH_LOG's lines) goes through the
+// log of the client whose call produced it, and CUBE_LOG=off (or
+// CUBE_LOG_OFF in the options) silences all of it. What no client's call
+// produced (the `cubec cache` tool) is printed to stderr at CUBE_LOG's level.
+// Levels: warn for what is probably wrong or lost; info for decisions (the
+// backend, each compile, each tuning winner); debug traces them (kernel and
+// tune cache hits and misses, each tuning candidate's timing, the CPU path
+// of each kernel, what the run-time loaders found).
 #ifndef CUBE_LOG_H_
 #define CUBE_LOG_H_
 

@@ -85,7 +85,9 @@ typedef struct cube_status_s *cube_status_t;
   X(PROFILE_NOT_REGISTERED, PROFILE, "no profiling registered")              \
   X(PROFILE_NOT_MEASURED, PROFILE, "profiled window measured nothing")       \
   X(PROFILE_LAUNCH, PROFILE, "launch error during profiling")                \
-  X(PROFILE_SERVER, PROFILE, "execution error during profiling")
+  X(PROFILE_SERVER, PROFILE, "execution error during profiling")             \
+  /* Appended (0.2), so the values above keep their numbers */               \
+  X(CAPACITY, SERVER, "a fixed capacity of the client is used up")
 
 typedef enum cube_status_code_t {
 #define CUBE_X(name, family, text) CUBE_STATUS_##name,

@@ -379,6 +379,8 @@ static cube_status_t cube_status_node_create(cube_status_code_t code, const char
 
 static cube_status_code_t cube_status_checked_code(cube_status_code_t code) {
   assert(cube_status_code_valid(code) && "a failure status needs a failure code");
+  // Justified GENERIC: a failure made with an invalid code (a defect the
+  // assert catches in debug builds) still needs one.
   return cube_status_code_valid(code) ? code : CUBE_STATUS_GENERIC;
 }
 

@@ -329,6 +329,9 @@ struct cube_backend_device_t {
   const cube_backend_vtable_t *vtable;
   cube_device_properties_t properties;
   uint32_t capabilities;  // cube_backend_capability_t bits
+  // The creating client's logger (core/log.h), set by the core once the
+  // device is made; NULL (the process's logger) until then.
+  const struct cube_logger_t *log;
 };
 
 // A backend factory: how the core finds devices.

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/fs.h"
+
 bool cube_cache_dir_where(const cube_config_t *config, char *out_path, size_t capacity, char *why,
                           size_t why_capacity) {
   const char *dir = cube_config_text(config, CUBE_CONFIG_CACHE_DIR, NULL);
@@ -45,26 +47,7 @@ bool cube_cache_dir_where(const cube_config_t *config, char *out_path, size_t ca
 }
 
 bool cube_cache_dir_trusted(int fd, char *why, size_t why_capacity) {
-  struct stat info;
-  if (fstat(fd, &info) != 0) {
-    snprintf(why, why_capacity, "fstat failed: %s", strerror(errno));
-    return false;
-  }
-  if (!S_ISDIR(info.st_mode)) {
-    snprintf(why, why_capacity, "not a directory");
-    return false;
-  }
-  if (info.st_uid != geteuid()) {
-    snprintf(why, why_capacity, "owned by uid %u, not by the caller (uid %u)",
-             (unsigned)info.st_uid, (unsigned)geteuid());
-    return false;
-  }
-  if (info.st_mode & (S_IWGRP | S_IWOTH)) {
-    snprintf(why, why_capacity, "writable by %s (mode %04o)",
-             (info.st_mode & S_IWOTH) ? "others" : "its group", (unsigned)(info.st_mode & 07777));
-    return false;
-  }
-  return true;
+  return cube_fs_owner_only_dir(fd, why, why_capacity);
 }
 
 // A parent the caller did not create: owned by the caller or root, and not
@@ -125,7 +108,7 @@ bool cube_cache_dir_open_path(const char *path, cube_cache_dir_t *out_dir, char 
       // they lead to is checked below. What cubec creates never is one.
       next = openat(fd, component, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       if (next < 0 && errno == ENOENT) {
-        if (mkdirat(fd, component, 0700) != 0 && errno != EEXIST) {
+        if (!cube_fs_make_private_dir(fd, component) && errno != EEXIST) {
           snprintf(reason, sizeof reason, "cannot create it: %s", strerror(errno));
           ok = false;
         } else {

@@ -45,7 +45,7 @@ CUBE_INTERNAL bool cube_cache_dir_open_path(const char *path, cube_cache_dir_t *
 CUBE_INTERNAL void cube_cache_dir_close(cube_cache_dir_t *dir);
 
 // The check on an opened directory: a directory, owned by the caller, not
-// writable by group or others. False with |why| otherwise.
+// writable by group or others (the owner-only policy, base/fs.h). False with |why| otherwise.
 CUBE_INTERNAL bool cube_cache_dir_trusted(int fd, char *why, size_t why_capacity);
 
 #endif  // CUBE_CORE_CACHE_DIR_H_

@@ -47,7 +47,7 @@ cube_status_t cube_cache_walk(cube_cache_action_t action, cube_cache_visit_t vis
   if (!out_report->usable) return CUBE_OK;
   cube_kstore_t *store = NULL;
   // A cap that never evicts: a walk removes only what its action says.
-  status = cube_kstore_open_path(out_report->directory, UINT64_MAX, &store);
+  status = cube_kstore_open_path(out_report->directory, UINT64_MAX, NULL, &store);
   if (!cube_status_is_ok(status)) return status;
   static const cube_kstore_walk_t kWalks[] = {
       [CUBE_CACHE_INFO] = CUBE_KSTORE_WALK_INFO,

@@ -157,8 +157,24 @@ static void thread_uses_note(cube_server_t *server) {
 
 // Why a client runs where it does: the backend asked for, or what decided
 // the default (CUBE_BACKEND, or whether a GPU is there).
+// At debug: what each backend's run-time loader found (the driver library
+// and why it is missing), whichever backend the client runs on.
+static void cube_client_log_loaders(cube_server_t *server) {
+  if (!cube_log_enabled(&server->log, CUBE_LOG_DEBUG)) return;
+  static const cube_backend_kind_t kKinds[] = {CUBE_BACKEND_CPU, CUBE_BACKEND_CUDA};
+  for (size_t i = 0; i < sizeof kKinds / sizeof kKinds[0]; ++i) {
+    cube_backend_info_t info;
+    cube_registry_query(kKinds[i], &info);
+    CUBE_LOG(&server->log, CUBE_LOG_DEBUG, "backend %s: %s, %u device(s)%s%s",
+             info.name ? info.name : "?", info.available ? "available" : "unavailable",
+             info.device_count, info.detail && info.detail[0] ? ": " : "",
+             info.detail ? info.detail : "");
+  }
+}
+
 static void cube_client_log_created(cube_server_t *server, const cube_client_options_t *options,
                                     const char *plan) {
+  cube_client_log_loaders(server);
   if (!cube_log_enabled(&server->log, CUBE_LOG_INFO)) return;
   const cube_device_properties_t *p = &server->device->properties;
   char why[192] = "asked for";
@@ -250,7 +266,7 @@ static cube_status_t client_create(const cube_client_options_t *options, bool pr
   bool faulty = plan && plan[0];
   if (cube_status_is_ok(status)) {
     status = cube_registry_create_device(factory, options->device_index, &config, plan,
-                                         !options->fault_plan, &device);
+                                         !options->fault_plan, &server->log, &device);
   }
   if (cube_status_is_ok(status)) {
     server->device = device;
@@ -270,7 +286,8 @@ static cube_status_t client_create(const cube_client_options_t *options, bool pr
     cube_mm_storage_t storage = cube_server_storage(server);
     status = cube_mm_create(&mm_config, &storage, &server->mm);
     cube_host_copy_configure(&config);
-    if (cube_status_is_ok(status)) status = cube_kstore_acquire(&config, &server->kernel_store);
+    if (cube_status_is_ok(status))
+      status = cube_kstore_acquire(&config, &server->log, &server->kernel_store);
     server->config = config;  // the server owns it from here
     config = (cube_config_t){0};
     server->hooks.flush_deferred = cube_launch_flush_deferred;

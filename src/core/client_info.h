@@ -20,9 +20,9 @@
 CUBE_INTERNAL uint32_t cube_client_id(const cube_client_t *client);
 
 // Says one line at |level| through |client|'s logger (its level and sink;
-// formatted only when the level lets it through). With |client| NULL the
-// line goes to the process's warning channel (cube_warn) whatever |level|
-// says: what a layer says without a client is a warning.
+// formatted only when the level lets it through). With |client| NULL, the
+// process's logger (core/log.h: CUBE_LOG's level, stderr): what no client's
+// call produced.
 CUBE_INTERNAL void cube_client_log(const cube_client_t *client, cube_log_level_t level,
                                    const char *format, ...) CUBE_PRINTF(3, 4);
 

@@ -337,6 +337,13 @@ cube_status_t cube_config_load(cube_config_t *out_config) {
   return cube_config_parse(lookup_environment, NULL, out_config);
 }
 
+cube_status_t cube_config_load_one(cube_config_id_t id, cube_config_value_t *out_value) {
+  *out_value = (cube_config_value_t){0};
+  if ((unsigned)id >= CUBE_CONFIG_COUNT_OF)
+    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_config_load_one: no entry %d", (int)id);
+  return cube_config_parse_value(id, lookup_environment(NULL, kEntries[id].name), out_value);
+}
+
 void cube_config_release(cube_config_t *config) {
   if (!config) return;
   for (int id = 0; id < CUBE_CONFIG_COUNT_OF; ++id) free(config->at[id].text);

@@ -107,7 +107,8 @@ enum {
     "every CPU launch runs on its own path and again on fibers, and traps when the bytes it "      \
     "leaves differ (for testing; slow)")                                                           \
   X(CPU_PATH_LOG, "CUBE_CPU_PATH_LOG", SWITCH, 0, 0, 0, 0, NULL,                                   \
-    "print which path each CPU kernel takes (split, plain, fibers) and why, when it loads")        \
+    "log which path each CPU kernel takes (split, plain, fibers) and why, when it loads (at "      \
+    "info, whatever the level unless off)")                                                        \
   X(CPU_STACK_MAX, "CUBE_CPU_STACK_MAX", SIZE, 64 * CUBE_MiB, 64 * CUBE_KiB, CUBE_TiB, 0, NULL,    \
     "the most a CPU kernel's unit may use for its locals (stack, or storage kept across "          \
     "barriers); a kernel needing more is refused when it compiles")                                \
@@ -159,6 +160,12 @@ enum {
   X(TRACE, "CUBE_TRACE", PATH, 0, 0, 4000, 0, NULL,                                                \
     "trace every client from creation to release and write the Chrome trace to this file (later "  \
     "clients of the process: <stem>.1<ext>, <stem>.2<ext>, ...)")                                  \
+  /* The command-line tool (tools/) */                                                             \
+  X(PLOT_SCRIPT, "CUBE_PLOT_SCRIPT", PATH, 0, 0, 4000, 0, NULL,                                    \
+    "cubec bench --plot: the plot script (default: the source tree's tools/plot_bench.py, else "   \
+    "the installed one)")                                                                          \
+  X(PYTHON, "CUBE_PYTHON", PATH, 0, 0, 1023, 0, NULL,                                              \
+    "cubec bench --plot: the Python interpreter that runs the plot script (default: python3)")     \
   /* Read, not cubec's own */                                                                      \
   X(XDG_CACHE_HOME, "XDG_CACHE_HOME", PATH, 0, 0, 4000,                                            \
     CUBE_CONFIG_ABSOLUTE | CUBE_CONFIG_FOREIGN, NULL,                                              \
@@ -216,6 +223,13 @@ CUBE_INTERNAL cube_status_t cube_config_load(cube_config_t *out_config);
 CUBE_INTERNAL void cube_config_release(cube_config_t *config);
 // A deep copy (HOST_OUT_OF_MEMORY on out of memory).
 CUBE_INTERNAL cube_status_t cube_config_copy(const cube_config_t *config, cube_config_t *out_copy);
+
+// Reads and parses the one entry |id| from the environment, for code that
+// runs outside a client (the process's logger, the tuner's CUBE_TUNE, the
+// CLI); |out_value| as cube_config_parse_value's (its text the caller's to
+// free). VALIDATION naming the variable when the value cannot be used.
+CUBE_INTERNAL cube_status_t cube_config_load_one(cube_config_id_t id,
+                                                 cube_config_value_t *out_value);
 
 // Parses one value for entry |id| (what cube_config_parse does for each);
 // for tests and the fuzzer. |out_value| is filled only on success.

@@ -19,7 +19,7 @@ static cube_status_t slot_add(cube_server_t *server, uint32_t stream_index, uint
                               cube_mm_slice_t slice, bool external, bool unbound, const char *op,
                               cube_handle_t *out_handle) {
   if (server->free_slot == UINT32_MAX && server->slot_count >= CUBE_HANDLE_MAX_SLOTS) {
-    return cube_status_make(CUBE_STATUS_GENERIC,
+    return cube_status_make(CUBE_STATUS_CAPACITY,
                             "%s: the handle table of %s is full (%u slots, live or retired after "
                             "2^24 uses each)",
                             op, server->name, server->slot_count);

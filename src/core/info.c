@@ -180,7 +180,7 @@ cube_status_t cube_info_cache_get(cube_server_t *server, uint32_t stream, const 
         if (!e->pins && (!slot || e->stamp < slot->stamp)) slot = e;
       }
       if (!slot) {
-        return cube_status_make(CUBE_STATUS_GENERIC,
+        return cube_status_make(CUBE_STATUS_CAPACITY,
                                 "launch on stream %u: all %d info-cache entries are read by "
                                 "live graphs; destroy a graph first",
                                 stream, CUBE_INFO_CACHE_ENTRIES);

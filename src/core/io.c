@@ -201,8 +201,11 @@ cube_status_t cube_write_strided(cube_client_t *client, cube_stream_t stream,
     }
     if (failed && failures) status = cube_status_several(failures, failed);
     if (failed && !failures) {
-      status =
-          cube_status_make(CUBE_STATUS_GENERIC, "cube_write_strided: %zu writes failed", failed);
+      // Out of host memory for the list of why: the count is all there is.
+      status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                                "cube_write_strided: %zu writes failed (out of host memory to "
+                                "keep their statuses)",
+                                failed);
     }
     free(failures);
   }

@@ -16,7 +16,7 @@
 #include "base/util.h"
 #include "core/io_sets.h"
 #include "core/kernel_cache.h"
-#include "core/warn.h"
+#include "core/log.h"
 
 // The dialect header's text, generated at build time (cmake/embed.cmake).
 CUBE_INTERNAL extern const char cube_dialect_source[];
@@ -93,17 +93,20 @@ cube_status_t cube_kernel_build(cube_kstore_t *store, cube_backend_device_t *dev
   if (cube_status_is_ok(status) && cube_kstore_on_disk(store)) {
     void *binary = NULL;
     size_t size = 0;
-    if (cube_kstore_get(store, &key, request->name, &binary, &size)) {
+    bool hit = cube_kstore_get(store, &key, request->name, device->log, &binary, &size);
+    CUBE_LOG(device->log, CUBE_LOG_DEBUG, "kernel '%s': on-disk cache %s in '%s'", request->name,
+             hit ? "hit" : "miss", cube_kstore_path(store));
+    if (hit) {
       status = vt->kernel_load(device, request, binary, size, out_kernel, out_info);
       from_disk = cube_status_is_ok(status);
       if (!from_disk && !cube_status_is_device_poisoned(status)) {
         // It verified, so it is what was stored; still it will not load
         // (a library it needs is gone): build it afresh.
         char *text = cube_status_to_string(status);
-        cube_warn(
-            "kernel cache '%s': the entry of kernel '%s' verified but does not load (%s); "
-            "it is removed and the kernel rebuilt",
-            cube_kstore_path(store), request->name, text ? text : "?");
+        CUBE_LOG(device->log, CUBE_LOG_WARN,
+                 "kernel cache '%s': the entry of kernel '%s' verified but does not load (%s); "
+                 "it is removed and the kernel rebuilt",
+                 cube_kstore_path(store), request->name, text ? text : "?");
         free(text);
         cube_status_release(status);
         status = CUBE_OK;
@@ -120,7 +123,8 @@ cube_status_t cube_kernel_build(cube_kstore_t *store, cube_backend_device_t *dev
     if (cube_status_is_ok(status))
       status = vt->kernel_load(device, request, binary, size, out_kernel, out_info);
     // Stored only once it loaded: an entry is a binary that worked.
-    if (cube_status_is_ok(status)) cube_kstore_put(store, &key, request->name, binary, size);
+    if (cube_status_is_ok(status))
+      cube_kstore_put(store, &key, request->name, binary, size, device->log);
     free(binary);
   }
   const char *why = NULL;

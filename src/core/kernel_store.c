@@ -17,7 +17,7 @@
 #define XXH_INLINE_ALL  // header-only: no run-time dependency on libxxhash
 #include <xxhash.h>
 
-#include "core/warn.h"
+#include "base/fs.h"
 
 static const unsigned char kMagic[8] = {'c', 'u', 'b', 'e', 'K', 'C', '1', '\n'};
 
@@ -242,21 +242,6 @@ static bool read_whole(int fd, unsigned char *out, size_t size) {
   return true;
 }
 
-static bool write_whole(int fd, const void *bytes, size_t size) {
-  const unsigned char *p = bytes;
-  while (size > 0) {
-    ssize_t n = write(fd, p, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (n == 0) errno = EIO;
-      return false;
-    }
-    p += n;
-    size -= (size_t)n;
-  }
-  return true;
-}
-
 static uint64_t now_seconds(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -311,7 +296,7 @@ static bool leftover_is_dead(int dirfd, const char *name, const struct stat *inf
 }
 
 // At open: removes dead writers' leftovers and adds up the entries.
-static void clean_and_measure(cube_kstore_t *store) {
+static void clean_and_measure(cube_kstore_t *store, const cube_logger_t *log) {
   // A description of its own: a dup would share the read position.
   int fd = openat(store->dir.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
@@ -336,8 +321,9 @@ static void clean_and_measure(cube_kstore_t *store) {
   closedir(dir);
   store->approx_bytes = bytes;
   if (removed)
-    cube_warn("kernel cache '%s': removed %llu leftover file%s of a writer that died",
-              store->dir.path, (unsigned long long)removed, removed == 1 ? "" : "s");
+    CUBE_LOG(log, CUBE_LOG_WARN,
+             "kernel cache '%s': removed %llu leftover file%s of a writer that died",
+             store->dir.path, (unsigned long long)removed, removed == 1 ? "" : "s");
 }
 
 static cube_kstore_t *store_new(const char *where, uint64_t max_bytes) {
@@ -352,31 +338,32 @@ static cube_kstore_t *store_new(const char *where, uint64_t max_bytes) {
 }
 
 // Opens |path| as the store's directory, or warns and stays in memory.
-static void store_open_dir(cube_kstore_t *store, const char *path) {
+static void store_open_dir(cube_kstore_t *store, const char *path, const cube_logger_t *log) {
   char why[1024];
   if (!cube_cache_dir_open_path(path, &store->dir, why, sizeof why)) {
-    cube_warn(
-        "kernel cache %s; compiled kernels are kept in memory only (point CUBE_CACHE_DIR "
-        "at a directory you own that no one else can write)",
-        why);
+    CUBE_LOG(log, CUBE_LOG_WARN,
+             "kernel cache %s; compiled kernels are kept in memory only (point CUBE_CACHE_DIR "
+             "at a directory you own that no one else can write)",
+             why);
     return;
   }
-  clean_and_measure(store);
+  clean_and_measure(store, log);
 }
 
-cube_status_t cube_kstore_open_path(const char *path, uint64_t max_bytes,
+cube_status_t cube_kstore_open_path(const char *path, uint64_t max_bytes, const cube_logger_t *log,
                                     cube_kstore_t **out_store) {
   *out_store = NULL;
   cube_kstore_t *store = store_new(path ? path : "", max_bytes);
   if (!store)
     return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
                             "opening the kernel cache: out of host memory");
-  if (path && max_bytes > 0) store_open_dir(store, path);
+  if (path && max_bytes > 0) store_open_dir(store, path, log);
   *out_store = store;
   return CUBE_OK;
 }
 
-cube_status_t cube_kstore_acquire(const cube_config_t *config, cube_kstore_t **out_store) {
+cube_status_t cube_kstore_acquire(const cube_config_t *config, const cube_logger_t *log,
+                                  cube_kstore_t **out_store) {
   *out_store = NULL;
   uint64_t max_bytes = cube_config_u64(config, CUBE_CONFIG_CACHE_MAX_BYTES);
   char base[CUBE_CACHE_PATH_MAX], why[512], where[CUBE_CACHE_PATH_MAX] = "";
@@ -404,9 +391,10 @@ cube_status_t cube_kstore_acquire(const cube_config_t *config, cube_kstore_t **o
                                 "opening the kernel cache: out of memory");
     } else {
       if (located) {
-        store_open_dir(store, where);
+        store_open_dir(store, where, log);
       } else if (max_bytes > 0) {
-        cube_warn("kernel cache: %s; compiled kernels are kept in memory only", why);
+        CUBE_LOG(log, CUBE_LOG_WARN, "kernel cache: %s; compiled kernels are kept in memory only",
+                 why);
       }
       store->shared = true;
       store->next = g_registry;
@@ -458,11 +446,11 @@ const char *cube_kstore_path(const cube_kstore_t *store) {
 
 // Takes away whatever sits at an entry's name and is not a usable entry.
 static void discard(cube_kstore_t *store, const char *name, const struct stat *info,
-                    const char *label, const char *why) {
-  cube_warn(
-      "kernel cache '%s': the entry of kernel '%s' (%s) %s; it is removed and the kernel "
-      "rebuilt",
-      store->dir.path, label, name, why);
+                    const char *label, const char *why, const cube_logger_t *log) {
+  CUBE_LOG(log, CUBE_LOG_WARN,
+           "kernel cache '%s': the entry of kernel '%s' (%s) %s; it is removed and the kernel "
+           "rebuilt",
+           store->dir.path, label, name, why);
   if (info) {
     remove_if_same(store->dir.fd, name, info);
   } else {
@@ -471,7 +459,7 @@ static void discard(cube_kstore_t *store, const char *name, const struct stat *i
 }
 
 bool cube_kstore_get(cube_kstore_t *store, const cube_kstore_key_t *key, const char *label,
-                     void **out_payload, size_t *out_size) {
+                     const cube_logger_t *log, void **out_payload, size_t *out_size) {
   *out_payload = NULL;
   *out_size = 0;
   if (!cube_kstore_on_disk(store) || key->failed) return false;
@@ -481,13 +469,13 @@ bool cube_kstore_get(cube_kstore_t *store, const cube_kstore_key_t *key, const c
   int fd = openat(store->dir.fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ELOOP) {
-      discard(store, name, NULL, label, "is a symbolic link");
+      discard(store, name, NULL, label, "is a symbolic link", log);
     } else if (errno != ENOENT) {
       char why[160];
       snprintf(why, sizeof why, "cannot be opened (%s)", strerror(errno));
       struct stat info;
       bool seen = fstatat(store->dir.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0;
-      discard(store, name, seen ? &info : NULL, label, why);
+      discard(store, name, seen ? &info : NULL, label, why, log);
     }
     return false;
   }
@@ -529,7 +517,7 @@ bool cube_kstore_get(cube_kstore_t *store, const cube_kstore_key_t *key, const c
   }
   free(bytes);
   close(fd);
-  if (!hit) discard(store, name, &info, label, why);
+  if (!hit) discard(store, name, &info, label, why, log);
   return hit;
 }
 
@@ -605,50 +593,37 @@ static void evict(cube_kstore_t *store) {
 
 //===--- Writing ---===//
 
+// A directory squatting on an entry's name is taken away (the writer then
+// renames once more).
+static void remove_squatter(int dirfd, const char *name) {
+  remove_tree_at(dirfd, name, 0);
+}
+
 void cube_kstore_put(cube_kstore_t *store, const cube_kstore_key_t *key, const char *label,
-                     const void *payload, size_t size) {
+                     const void *payload, size_t size, const cube_logger_t *log) {
   if (!cube_kstore_on_disk(store) || key->failed) return;
   if ((uint64_t)size + key->size + CUBE_KSTORE_HEADER_SIZE > CUBE_KSTORE_MAX_ENTRY) return;
-  char name[CUBE_KSTORE_NAME_SIZE], temp[128];
+  char name[CUBE_KSTORE_NAME_SIZE];
   cube_kstore_entry_name(key->bytes, key->size, name);
-  unsigned serial = atomic_fetch_add(&g_serial, 1);
-  snprintf(temp, sizeof temp, ".tmp.%.32s.%ld.%u", name, (long)getpid(), serial);
   unsigned char header[CUBE_KSTORE_HEADER_SIZE];
   cube_kstore_entry_header(key->bytes, key->size, payload, size, now_seconds(), header);
-  const char *step = "create";
-  int fd = openat(store->dir.fd, temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  bool ok = fd >= 0;
+  // The one atomic writer (base/fs.h): its ".tmp." files are what
+  // clean_and_measure takes for a dead writer's leftovers.
+  cube_atomic_file_t file;
+  bool ok = cube_atomic_file_begin(&file, store->dir.fd, name);
   if (ok) {
-    // Locked while written: the cleanup of a later open leaves it alone.
-    step = "lock";
-    ok = flock(fd, LOCK_EX) == 0;
-  }
-  if (ok) {
-    step = "write";
-    ok = write_whole(fd, header, sizeof header) && write_whole(fd, key->bytes, key->size) &&
-         write_whole(fd, payload, size);
-  }
-  if (ok) {
-    step = "fsync";
-    ok = fsync(fd) == 0;
-  }
-  if (ok) {
-    step = "rename";
-    ok = renameat(store->dir.fd, temp, store->dir.fd, name) == 0;
-    if (!ok && (errno == EISDIR || errno == ENOTEMPTY || errno == EEXIST)) {
-      // A directory squats on the name: take it away and try once more.
-      remove_tree_at(store->dir.fd, name, 0);
-      ok = renameat(store->dir.fd, temp, store->dir.fd, name) == 0;
+    file.clear_squatter = remove_squatter;
+    ok = cube_atomic_file_write(&file, header, sizeof header) &&
+         cube_atomic_file_write(&file, key->bytes, key->size) &&
+         cube_atomic_file_write(&file, payload, size);
+    if (ok) {
+      ok = cube_atomic_file_commit(&file);
+    } else {
+      cube_atomic_file_abort(&file);
     }
   }
-  if (ok) {
-    // The rename is durable only once the directory is.
-    step = "fsync the directory";
-    ok = fsync(store->dir.fd) == 0;
-  }
-  int error = errno;
-  if (fd >= 0) close(fd);
-  if (!ok) unlinkat(store->dir.fd, temp, 0);
+  const char *step = file.step;
+  int error = file.error;
   pthread_mutex_lock(&store->lock);
   bool warn = !ok && !store->write_warned;
   if (!ok) store->write_warned = true;
@@ -660,10 +635,10 @@ void cube_kstore_put(cube_kstore_t *store, const cube_kstore_key_t *key, const c
   if (over) evict(store);
   pthread_mutex_unlock(&store->lock);
   if (warn)
-    cube_warn(
-        "kernel cache '%s': cannot store kernel '%s' (%s: %s); it stays in memory only "
-        "(further write failures of this cache are not reported)",
-        store->dir.path, label, step, strerror(error));
+    CUBE_LOG(log, CUBE_LOG_WARN,
+             "kernel cache '%s': cannot store kernel '%s' (%s: %s); it stays in memory only "
+             "(further write failures of this cache are not reported)",
+             store->dir.path, label, step, strerror(error));
 }
 
 //===--- Scratch directories ---===//
@@ -676,7 +651,7 @@ cube_status_t cube_kstore_scratch_open(cube_kstore_t *store, cube_kstore_scratch
     unsigned serial = atomic_fetch_add(&g_serial, 1);
     snprintf(out_scratch->name, sizeof out_scratch->name, ".tmp.build.%ld.%u.%lx", (long)getpid(),
              serial, (unsigned long)(now_seconds() ^ (uint64_t)(uintptr_t)out_scratch));
-    if (mkdirat(store->dir.fd, out_scratch->name, 0700) == 0) {
+    if (cube_fs_make_private_dir(store->dir.fd, out_scratch->name)) {
       int fd =
           openat(store->dir.fd, out_scratch->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (fd >= 0 && flock(fd, LOCK_EX) == 0) {

@@ -41,6 +41,7 @@
 
 #include "core/cache_dir.h"
 #include "core/config.h"
+#include "core/log.h"
 
 #define CUBE_KSTORE_SUBDIR "kernels"
 #define CUBE_KSTORE_HEADER_SIZE 96
@@ -95,9 +96,14 @@ typedef struct cube_kstore_t cube_kstore_t;
 // fails for a directory problem (that is a warning, and a store in memory
 // only); HOST_OUT_OF_MEMORY only when out of host memory.
 CUBE_INTERNAL cube_status_t cube_kstore_acquire(const cube_config_t *config,
+                                                const cube_logger_t *log,
                                                 cube_kstore_t **out_store);
+// Every call taking |log| says there what it warns about (a directory not
+// trusted, a damaged entry, a failed write) and, at debug, each hit and
+// miss; NULL: the process's logger.
 // Opens a private store over an explicit directory (tests, the CLI).
 CUBE_INTERNAL cube_status_t cube_kstore_open_path(const char *path, uint64_t max_bytes,
+                                                  const cube_logger_t *log,
                                                   cube_kstore_t **out_store);
 CUBE_INTERNAL void cube_kstore_release(cube_kstore_t *store);
 
@@ -108,10 +114,12 @@ CUBE_INTERNAL const char *cube_kstore_path(const cube_kstore_t *store);
 // A verified payload for |key| (heap, the caller frees it), or false on a
 // miss. A damaged entry is warned about (naming |label|), removed, and a miss.
 CUBE_INTERNAL bool cube_kstore_get(cube_kstore_t *store, const cube_kstore_key_t *key,
-                                   const char *label, void **out_payload, size_t *out_size);
+                                   const char *label, const cube_logger_t *log, void **out_payload,
+                                   size_t *out_size);
 // Stores |payload| under |key|; a failure is a warning (once per store).
 CUBE_INTERNAL void cube_kstore_put(cube_kstore_t *store, const cube_kstore_key_t *key,
-                                   const char *label, const void *payload, size_t size);
+                                   const char *label, const void *payload, size_t size,
+                                   const cube_logger_t *log);
 // Removes |key|'s entry (it verified but the backend would not load it).
 CUBE_INTERNAL void cube_kstore_forget(cube_kstore_t *store, const cube_kstore_key_t *key);
 

@@ -221,7 +221,7 @@ static cube_status_t mm_records_ensure(cube_mm_t *mm) {
     uint32_t capacity = mm->chunk_capacity ? mm->chunk_capacity * 2 : 16;
     mm_block_t **grown = realloc(mm->chunks, capacity * sizeof(*grown));
     if (!grown) {
-      return cube_status_make(CUBE_STATUS_GENERIC,
+      return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
                               "cube_mm_reserve: no host memory for %u slice records",
                               MM_RECORDS_PER_CHUNK);
     }
@@ -230,7 +230,7 @@ static cube_status_t mm_records_ensure(cube_mm_t *mm) {
   }
   mm_block_t *chunk = calloc(MM_RECORDS_PER_CHUNK, sizeof(*chunk));
   if (!chunk) {
-    return cube_status_make(CUBE_STATUS_GENERIC,
+    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
                             "cube_mm_reserve: no host memory for %u slice records",
                             MM_RECORDS_PER_CHUNK);
   }
@@ -635,7 +635,7 @@ static cube_status_t mm_grow(cube_mm_t *mm, uint32_t pool_index, uint64_t padded
       pool->pages = grown;
       pool->page_capacity = capacity;
     } else {
-      status = cube_status_make(CUBE_STATUS_GENERIC,
+      status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
                                 "cube_mm_reserve(size=%" PRIu64
                                 ", stream=%u): no host memory "
                                 "to track page %u of pool %s",
@@ -645,7 +645,7 @@ static cube_status_t mm_grow(cube_mm_t *mm, uint32_t pool_index, uint64_t padded
   if (cube_status_is_ok(status)) {
     page = calloc(1, sizeof(*page));
     if (!page) {
-      status = cube_status_make(CUBE_STATUS_GENERIC,
+      status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
                                 "cube_mm_reserve(size=%" PRIu64
                                 ", stream=%u): no host memory "
                                 "to track a page",
@@ -767,8 +767,8 @@ cube_status_t cube_mm_create(const cube_mm_config_t *config, const cube_mm_stora
   }
   cube_mm_t *mm = calloc(1, sizeof(*mm));
   if (!mm) {
-    return cube_status_make(CUBE_STATUS_GENERIC, "cube_mm_create: no host memory for %zu bytes",
-                            sizeof(*mm));
+    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                            "cube_mm_create: no host memory for %zu bytes", sizeof(*mm));
   }
   mm->config = *config;
   mm->config.max_page_size = max_page;
@@ -932,7 +932,7 @@ cube_status_t cube_mm_reserve(cube_mm_t *mm, uint64_t size, uint32_t stream,
   mm_pool_t *pool = &mm->pools[pool_index];
   cube_status_t status = mm_records_ensure(mm);  // a split needs a spare record
   if (cube_status_is_ok(status) && !mm_stream_get(mm, stream)) {
-    status = cube_status_make(CUBE_STATUS_GENERIC,
+    status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
                               "cube_mm_reserve(size=%" PRIu64
                               ", stream=%u): no host memory to "
                               "track the stream",

@@ -12,11 +12,15 @@
 // Tracing records a timed event pair around every dispatch, replay and copy
 // (not on a recording stream) and writes them as Chrome trace JSON: one
 // slice per kernel and copy, one track per stream, opening in Perfetto.
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "base/fs.h"
 #include "core/profile.h"
 #include "core/server.h"
 
@@ -348,7 +352,7 @@ static cube_status_t trace_begin(cube_server_t *server, bool env) {
   struct cube_profiler_t *p = NULL;
   status = profiler_get(server, operation, &p);
   if (cube_status_is_ok(status) && (env ? p->env_tracing : p->user_tracing)) {
-    status = cube_status_make(CUBE_STATUS_GENERIC, "cube_trace_start: %s is already tracing",
+    status = cube_status_make(CUBE_STATUS_VALIDATION, "cube_trace_start: %s is already tracing",
                               server->name);
   }
   if (cube_status_is_ok(status) && p->tracing) {
@@ -363,8 +367,9 @@ static cube_status_t trace_begin(cube_server_t *server, bool env) {
     return CUBE_OK;
   }
   if (cube_status_is_ok(status) && p->anchor) {
-    status = cube_status_make(CUBE_STATUS_GENERIC, "%s: %s is starting a trace on another thread",
-                              operation, server->name);
+    status =
+        cube_status_make(CUBE_STATUS_VALIDATION, "%s: %s is starting a trace on another thread",
+                         operation, server->name);
   }
   uint32_t index = 0;
   if (cube_status_is_ok(status))
@@ -491,7 +496,21 @@ static void json_string(FILE *f, const char *text) {
 
 static bool write_json(const cube_server_t *server, const char *path, const trace_record_t *records,
                        const uint64_t *starts, const uint64_t *durations, size_t count) {
-  FILE *f = fopen(path, "w");
+  // A regular file (or none yet) is written by the one atomic writer: a
+  // reader never sees half a trace. A device or pipe (/dev/stdout) is
+  // written in place.
+  struct stat info;
+  bool atomic = stat(path, &info) != 0 || S_ISREG(info.st_mode);
+  cube_atomic_file_t file = {.fd = -1};
+  FILE *f = NULL;
+  if (atomic) {
+    int fd = cube_atomic_file_begin(&file, AT_FDCWD, path) ? dup(file.fd) : -1;
+    f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f && fd >= 0) close(fd);
+    if (!f) cube_atomic_file_abort(&file);
+  } else {
+    f = fopen(path, "w");
+  }
   if (!f) return false;
   fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
   fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"");
@@ -527,7 +546,11 @@ static bool write_json(const cube_server_t *server, const char *path, const trac
     fprintf(f, "}}");
   }
   fprintf(f, "\n]}\n");
-  return fclose(f) == 0;
+  bool ok = fclose(f) == 0;
+  if (!atomic) return ok;
+  if (ok) return cube_atomic_file_commit(&file);
+  cube_atomic_file_abort(&file);
+  return false;
 }
 
 // Ends the trace for |env| (CUBE_TRACE) or the caller of cube_trace_stop:
@@ -545,8 +568,8 @@ static cube_status_t trace_end(cube_server_t *server, bool env, const char *json
   size_t count = 0;
   cube_bevent_t *anchor = NULL;
   if (!p || !p->tracing || !(env ? p->env_tracing : p->user_tracing)) {
-    status =
-        cube_status_make(CUBE_STATUS_GENERIC, "%s: %s is not tracing", operation, server->name);
+    status = cube_status_make(CUBE_STATUS_PROFILE_NOT_REGISTERED, "%s: %s is not tracing",
+                              operation, server->name);
   } else {
     size_t first = env ? 0 : p->user_first;
     if (env) {
@@ -598,7 +621,8 @@ static cube_status_t trace_end(cube_server_t *server, bool env, const char *json
   }
   if (cube_status_is_ok(status) && json_path &&
       !write_json(server, json_path, records, starts, durations, count)) {
-    status = cube_status_make(CUBE_STATUS_GENERIC, "%s: cannot write '%s'", operation, json_path);
+    status = cube_status_make(CUBE_STATUS_PROFILE_UNKNOWN, "%s: cannot write '%s'", operation,
+                              json_path);
   }
   if (cube_status_is_ok(status) && summary) print_summary(summary, records, durations, count);
   if (last) {

@@ -56,10 +56,14 @@ void cube_registry_query(cube_backend_kind_t kind, cube_backend_info_t *out_info
 cube_status_t cube_registry_create_device(const cube_backend_factory_t *factory,
                                           uint32_t device_index, const cube_config_t *config,
                                           const char *plan, bool plan_from_environment,
+                                          const cube_logger_t *log,
                                           cube_backend_device_t **out_device) {
   *out_device = NULL;
   cube_backend_device_t *device = NULL;
   cube_status_t status = factory->create_device(device_index, config, &device);
+  // Before a fault wrapper takes it: the device's own messages (the CPU
+  // kernel path) reach the client's logger too.
+  if (cube_status_is_ok(status)) device->log = log;
   if (cube_status_is_ok(status) && plan && plan[0]) {
     status = cube_fault_backend_wrap(device, plan, &device);
     if (!cube_status_is_ok(status)) device = NULL;  // the wrapper destroyed it
@@ -70,7 +74,10 @@ cube_status_t cube_registry_create_device(const cube_backend_factory_t *factory,
                                 plan);
     }
   }
-  if (cube_status_is_ok(status)) *out_device = device;
+  if (cube_status_is_ok(status)) {
+    device->log = log;
+    *out_device = device;
+  }
   return status;
 }
 

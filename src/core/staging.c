@@ -146,7 +146,8 @@ void cube_staging_give_when_done(cube_server_t *server, uint32_t stream, void *h
     status = server->device->vtable->host_callback(server->device, s->backend,
                                                    staging_give_callback, give);
   } else {
-    status = cube_status_make(CUBE_STATUS_GENERIC, "the stream is gone");
+    // Never returned: the block stays out of the pool until teardown.
+    status = cube_status_make(CUBE_STATUS_TORN_DOWN, "the stream is gone");
   }
   pthread_mutex_unlock(&server->lock);
   if (!cube_status_is_ok(status)) {

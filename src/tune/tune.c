@@ -570,7 +570,7 @@ static void hydrate_locked(cube_tune_op_t *op, cube_client_t *client, uint64_t d
   char hex[17];
   device_hex(device, hex);
   hydrate_t h = {.op = op, .device = device};
-  if (cube_tune_store_load(hex, op->name, op->version, op->checksum, hydrate_row, &h)) {
+  if (cube_tune_store_load(client, hex, op->name, op->version, op->checksum, hydrate_row, &h)) {
     atomic_fetch_add_explicit(&g_file_entries, h.loaded, memory_order_relaxed);
     if (h.loaded || h.skipped)
       TUNE_INFO(client,
@@ -617,7 +617,9 @@ static cube_status_t none_can_run(const cube_tune_op_t *op, cube_client_t *clien
     status = cube_status_make(CUBE_STATUS_UNSUPPORTED,
                               "tunable '%s': no candidate is valid for key '%s'", op->name, key);
   } else {
-    status = cube_status_wrap(cube_status_several(errors, count), CUBE_STATUS_GENERIC,
+    // UNSUPPORTED as when none is valid: no candidate serves this key here;
+    // the group says why (a refusal when every candidate refused).
+    status = cube_status_wrap(cube_status_several(errors, count), CUBE_STATUS_UNSUPPORTED,
                               "tunable '%s': no candidate can run for key '%s' (%zu tried)",
                               op->name, key, count);
   }
@@ -818,11 +820,11 @@ typedef struct decision_t {
   cube_status_t status;  // a poisoned device (the tuning stopped), else OK
 } decision_t;
 
-static void progress_line(bool on, const cube_tune_op_t *op, const char *key, const char *text) {
-  if (!on) return;
-  // One line per key, rewritten in place (\r, erase to the end of line).
-  fprintf(stderr, "\r\033[Kcubec tune %s [%s]: %s", op->name, key, text);
-  fflush(stderr);
+// Each step of a tuning (each candidate timed, the winner), traced at debug
+// level through the client's logger.
+static void progress_line(cube_client_t *client, const cube_tune_op_t *op, const char *key,
+                          const char *text) {
+  cube_client_log(client, CUBE_LOG_DEBUG, "tune '%s' [%s]: %s", op->name, key, text);
 }
 
 static void tune_key(const cube_tune_op_t *op, cube_client_t *client, const cube_tune_call_t *call,
@@ -867,7 +869,7 @@ static void tune_key(const cube_tune_op_t *op, cube_client_t *client, const cube
     }
     status = CUBE_OK;
   } else {
-    bool progress = isatty(STDERR_FILENO);
+    progress_line(client, op, key_text, "not in the tune cache: tuning");
     cube_tune_exact_t exact;
     key_exact(op, key, &exact);
     for (size_t i = 0; i < op->candidate_count && have_scratch; ++i) {
@@ -879,7 +881,7 @@ static void tune_key(const cube_tune_op_t *op, cube_client_t *client, const cube
       }
       char line[160];
       snprintf(line, sizeof line, "timing %s (%zu/%zu)", c->name, i + 1, op->candidate_count);
-      progress_line(progress, op, key_text, line);
+      progress_line(client, op, key_text, line);
       bool dirty = false;
       if (time_candidate(op, c, client, stream, &scratch, warmup, samples, r, &dirty)) {
         out->status = cube_status_wrap(cube_status_retain(r->status), CUBE_STATUS_DEVICE_POISONED,
@@ -891,7 +893,7 @@ static void tune_key(const cube_tune_op_t *op, cube_client_t *client, const cube
       if (r->outcome == CUBE_TUNE_FAILED) {
         char chain[1024];
         cube_status_format(r->status, chain, sizeof chain);
-        cube_client_log(NULL, CUBE_LOG_WARN,
+        cube_client_log(client, CUBE_LOG_WARN,
                         "tune '%s' [%s]: candidate '%s' failed and is not used:\n%s", op->name,
                         key_text, c->name, chain);
       }
@@ -931,14 +933,14 @@ static void tune_key(const cube_tune_op_t *op, cube_client_t *client, const cube
         if (tuned->results[i].outcome == CUBE_TUNE_NOT_MEASURED) out->winner = (int)i;
       char line[160];
       if (out->winner >= 0) {
-        snprintf(line, sizeof line, "%s %s (%.3f ms)\n", out->measured ? "winner" : "unmeasured",
+        snprintf(line, sizeof line, "%s %s (%.3f ms)", out->measured ? "winner" : "unmeasured",
                  op->candidates[out->winner].name, (double)best * 1e-6);
       } else {
-        snprintf(line, sizeof line, "no candidate ran\n");
+        snprintf(line, sizeof line, "no candidate ran");
       }
-      progress_line(progress, op, key_text, line);
+      progress_line(client, op, key_text, line);
     } else {
-      progress_line(progress, op, key_text, "stopped: device poisoned\n");
+      progress_line(client, op, key_text, "stopped: device poisoned");
     }
     bump(&g_tunings);
   }
@@ -988,7 +990,7 @@ static bool store_decision(const cube_tune_op_t *op, cube_client_t *client, cons
                          .winner = op->candidates[d->winner].name,
                          .results = results,
                          .tuned_at = (int64_t)time(NULL)};
-  bool stored = cube_tune_store_put(&e, 1);
+  bool stored = cube_tune_store_put(client, &e, 1);
   // A cache that is memory only by design is not a failed store.
   if (stored || cube_tune_store_available()) bump(stored ? &g_stores : &g_store_failures);
   free(results);
@@ -1318,8 +1320,8 @@ cube_status_t cube_tune_report(cube_tune_op_t *op, cube_client_t *client,
     device_hex(key.device, hex);
     size_t capacity = n * 360 + 1;
     char *text = malloc(capacity);
-    if (text && cube_tune_store_results(hex, op->name, op->version, op->checksum, b->report.key,
-                                        text, capacity))
+    if (text && cube_tune_store_results(client, hex, op->name, op->version, op->checksum,
+                                        b->report.key, text, capacity))
       parse_results(text, b);
     free(text);
   }
@@ -1342,7 +1344,7 @@ void cube_tune_report_release(cube_tune_report_t *report) {
 static cube_status_t mode_from_env(cube_tune_mode_t *out) {
   cube_config_value_t value;
   *out = CUBE_TUNE_CACHED;
-  cube_status_t status = cube_config_parse_value(CUBE_CONFIG_TUNE, getenv("CUBE_TUNE"), &value);
+  cube_status_t status = cube_config_load_one(CUBE_CONFIG_TUNE, &value);
   if (cube_status_is_ok(status)) *out = (cube_tune_mode_t)value.value;
   return status;
 }

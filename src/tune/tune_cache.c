@@ -1,7 +1,8 @@
 // cubec tune — the tune cache file (see tune_cache.h).
 //
-// SQLite is loaded with dlopen("libsqlite3.so.0") (CUBE_SQLITE_PATH names
-// another), so one build runs with or without it. Schema (version 1):
+// SQLite is loaded at run time through the one loader, base/dynlib.h
+// ("libsqlite3.so.0"; CUBE_SQLITE_PATH names another), so one build runs
+// with or without it. Schema (version 1):
 //
 //   meta(k TEXT PRIMARY KEY, v TEXT) WITHOUT ROWID   -- schema_version = 1
 //   tune(device, device_name, op, version, checksum, key, winner, results,
@@ -13,7 +14,6 @@
 // (device, op, version, checksum) once, and writes one row per decision.
 #include <errno.h>
 #include <fcntl.h>
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -25,6 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/dynlib.h"
+#include "base/fs.h"
 #include "core/cache_dir.h"
 #include "core/client_info.h"
 #include "core/config.h"
@@ -70,54 +72,63 @@ typedef struct sqlite3_stmt sqlite3_stmt;
   X(void, sqlite3_free, (void *))
 
 typedef struct sqlite_api_t {
-  void *library;
 #define CUBE_X(ret, name, args) ret(*name) args;
   CUBE_SQLITE_SYMBOLS(CUBE_X)
 #undef CUBE_X
 } sqlite_api_t;
 
+static cube_dynlib_t g_sql_lib;  // the library and, when it failed, why
 static sqlite_api_t g_sql;
 static bool g_sql_tried;
-static char g_sql_error[512];
 
-// All or nothing: a library without one of the symbols is not used. Store
+#define CUBE_X(ret, name, args) CUBE_DYNLIB_ENTRY(sqlite_api_t, name, #name, NULL, true),
+static const cube_dynlib_symbol_t kSqliteSymbols[] = {CUBE_SQLITE_SYMBOLS(CUBE_X)};
+#undef CUBE_X
+
+// All or nothing (the one loader, base/dynlib.h), then UPSERT (ON CONFLICT
+// DO UPDATE) needs 3.24.
+static bool sqlite_accept(cube_dynlib_t *lib, void *context) {
+  sqlite_api_t *api = context;
+  if (!cube_dynlib_resolve(lib, kSqliteSymbols, sizeof kSqliteSymbols / sizeof kSqliteSymbols[0],
+                           api))
+    return false;
+  int version = api->sqlite3_libversion_number();
+  if (version >= 3024000) return true;
+  cube_dynlib_set_reason(lib, "%s is SQLite %d, older than 3.24", lib->path, version);
+  memset(api, 0, sizeof *api);
+  return false;
+}
+
+// Loads |name| (CUBE_SQLITE_PATH's, else the default soname) once. Store
 // lock held.
 static bool sqlite_load(const char *name) {
-  if (g_sql_tried) return g_sql.library != NULL;
+  if (g_sql_tried) return g_sql_lib.handle != NULL;
   g_sql_tried = true;
-  void *library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-  if (!library) {
-    const char *error = dlerror();
-    snprintf(g_sql_error, sizeof g_sql_error, "cannot load %s (%s)", name,
-             error ? error : "dlopen failed");
+  const char *const names[] = {name};
+  if (!cube_dynlib_open(&g_sql_lib, NULL, names, 1, sqlite_accept, &g_sql)) {
+    char why[CUBE_DYNLIB_REASON_SIZE];
+    snprintf(why, sizeof why, "%s", g_sql_lib.reason);
+    cube_dynlib_set_reason(&g_sql_lib, "cannot load %s (%.900s)", name, why);
     return false;
   }
-  sqlite_api_t api = {.library = library};
-  const char *missing = NULL;
-#define CUBE_X(ret, symbol, args)                      \
-  if (!missing) {                                      \
-    *(void **)(&api.symbol) = dlsym(library, #symbol); \
-    if (!api.symbol) missing = #symbol;                \
-  }
-  CUBE_SQLITE_SYMBOLS(CUBE_X)
-#undef CUBE_X
-  if (missing) {
-    snprintf(g_sql_error, sizeof g_sql_error, "%s has no %s", name, missing);
-    dlclose(library);
-    return false;
-  }
-  // UPSERT (ON CONFLICT DO UPDATE) is 3.24.
-  if (api.sqlite3_libversion_number() < 3024000) {
-    snprintf(g_sql_error, sizeof g_sql_error, "%s is SQLite %d, older than 3.24", name,
-             api.sqlite3_libversion_number());
-    dlclose(library);
-    return false;
-  }
-  g_sql = api;
   return true;
 }
 
 //===--- Messages ---===//
+
+// The client whose call holds the store lock (NULL: none, the process):
+// what the store warns about reaches that client's log.
+static const cube_client_t *g_caller;
+
+static void store_warn(const char *format, ...) CUBE_PRINTF(1, 2);
+static void store_warn(const char *format, ...) {
+  char text[1024];
+  va_list ap;
+  va_start(ap, format);
+  vsnprintf(text, sizeof text, format, ap);
+  va_end(ap);
+  cube_client_log(g_caller, CUBE_LOG_WARN, "%s", text);
+}
 
 // snprintf that may truncate (paths in messages): said once, not at every call.
 static void say(char *out, size_t capacity, const char *format, ...) CUBE_PRINTF(3, 4);
@@ -169,10 +180,10 @@ static bool tune_cache_location(const cube_config_t *config, char *out, size_t c
   // The directory is trusted: nobody else can put a file there. What is
   // there must still be a plain file of ours (SQLite opens it by path, with
   // SQLITE_OPEN_NOFOLLOW).
-  struct stat st;
-  if (ok && lstat(out, &st) == 0 &&
-      (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)))) {
-    say(why, why_capacity, "'%s' is not a regular file of this user writable only by it", out);
+  char refused[256];
+  if (ok && !cube_fs_owner_only_file(out, refused, sizeof refused)) {
+    say(why, why_capacity, "'%s' is not a regular file of this user writable only by it (%s)", out,
+        refused);
     ok = false;
   }
   return ok;
@@ -335,8 +346,8 @@ static void set_aside(const char *path, const char *kind, const char *why) {
            tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
            (long)getpid());
   if (rename(path, aside) != 0) {
-    cube_client_log(NULL, CUBE_LOG_WARN, "tune cache: '%s' is %s (%s) and cannot be set aside: %s",
-                    path, kind, why, strerror(errno));
+    store_warn("tune cache: '%s' is %s (%s) and cannot be set aside: %s", path, kind, why,
+               strerror(errno));
     return;
   }
   // A stale WAL must not be replayed into the fresh file.
@@ -345,9 +356,8 @@ static void set_aside(const char *path, const char *kind, const char *why) {
   if (rename(from, to) != 0 && errno != ENOENT) unlink(from);
   snprintf(from, sizeof from, "%s-shm", path);
   unlink(from);
-  cube_client_log(NULL, CUBE_LOG_WARN,
-                  "tune cache: '%s' is %s (%s); set aside as '%s', starting a fresh one", path,
-                  kind, why, aside);
+  store_warn("tune cache: '%s' is %s (%s); set aside as '%s', starting a fresh one", path, kind,
+             why, aside);
 }
 
 static void store_finalize_locked(void) {
@@ -389,7 +399,7 @@ static bool store_open_file_locked(void) {
   }
   if (lock_fd >= 0) close(lock_fd);  // closing releases the lock
   if (verdict != VERDICT_OK) {
-    cube_client_log(NULL, CUBE_LOG_WARN, "tune cache: memory only: %s", why);
+    store_warn("tune cache: memory only: %s", why);
     return false;
   }
   static const char kSelectRows[] = "SELECT key, winner FROM tune WHERE set_id = ?1";
@@ -404,8 +414,7 @@ static bool store_open_file_locked(void) {
       g_sql.sqlite3_prepare_v2(db, kSelectResults, -1, &g_store.select_results, NULL) !=
           SQLITE_OK ||
       g_sql.sqlite3_prepare_v2(db, kUpsert, -1, &g_store.upsert, NULL) != SQLITE_OK) {
-    cube_client_log(NULL, CUBE_LOG_WARN, "tune cache: memory only: '%s': %s", g_store.path,
-                    g_sql.sqlite3_errmsg(db));
+    store_warn("tune cache: memory only: '%s': %s", g_store.path, g_sql.sqlite3_errmsg(db));
     store_close_locked();
     return false;
   }
@@ -430,17 +439,18 @@ static bool store_ready_locked(void) {
   if (!cube_status_is_ok(status)) {
     cube_status_format(status, why, sizeof why);
     cube_status_release(status);
-    cube_client_log(NULL, CUBE_LOG_WARN, "tune cache: memory only: %s", why);
+    store_warn("tune cache: memory only: %s", why);
     return false;
   }
   bool ok = sqlite_load(cube_config_text(&config, CUBE_CONFIG_SQLITE_PATH, "libsqlite3.so.0"));
+  if (ok)
+    cube_client_log(g_caller, CUBE_LOG_DEBUG, "tune cache: SQLite loaded from %s", g_sql_lib.path);
   if (!ok) {
-    cube_client_log(NULL, CUBE_LOG_WARN, "tune cache: memory only: %s", g_sql_error);
+    store_warn("tune cache: memory only: %s", g_sql_lib.reason);
   } else if (!tune_cache_location(&config, g_store.path, sizeof g_store.path, why, sizeof why)) {
     g_store.path[0] = '\0';
     // Asked for in so many words: no warning.
-    if (strncmp(why, "CUBE_TUNE_CACHE=", 16) != 0)
-      cube_client_log(NULL, CUBE_LOG_WARN, "tune cache: memory only: %s", why);
+    if (strncmp(why, "CUBE_TUNE_CACHE=", 16) != 0) store_warn("tune cache: memory only: %s", why);
     ok = false;
   }
   cube_config_release(&config);
@@ -453,8 +463,7 @@ static void store_after_error_locked(int rc, const char *what) {
   if (!g_store.db) return;
   const char *message = g_sql.sqlite3_errmsg(g_store.db);
   if (!is_corrupt_code(rc)) {
-    cube_client_log(NULL, CUBE_LOG_WARN, "tune cache: %s of '%s' failed: %s", what, g_store.path,
-                    message);
+    store_warn("tune cache: %s of '%s' failed: %s", what, g_store.path, message);
     return;
   }
   char why[512];
@@ -524,10 +533,11 @@ static long long set_id(const char *device, const char *op, uint32_t version,
   return (long long)cube_hash128_final(&s).low;
 }
 
-bool cube_tune_store_load(const char *device, const char *op, uint32_t version,
-                          const char *checksum, void (*row)(const char *, const char *, void *),
-                          void *user) {
+bool cube_tune_store_load(const cube_client_t *client, const char *device, const char *op,
+                          uint32_t version, const char *checksum,
+                          void (*row)(const char *, const char *, void *), void *user) {
   pthread_mutex_lock(&g_store.lock);
+  g_caller = client;
   bool ok = store_ready_locked();
   long long id = set_id(device, op, version, checksum);
   for (int attempt = 0; ok && attempt < 2; ++attempt) {
@@ -544,14 +554,18 @@ bool cube_tune_store_load(const char *device, const char *op, uint32_t version,
     store_after_error_locked(rc, "reading");
     ok = g_store.db != NULL && is_corrupt_code(rc);  // a fresh file: read it (empty) again
   }
+  bool loaded = ok && g_store.db != NULL;
+  g_caller = NULL;
   pthread_mutex_unlock(&g_store.lock);
-  return ok && g_store.db != NULL;
+  return loaded;
 }
 
-bool cube_tune_store_results(const char *device, const char *op, uint32_t version,
-                             const char *checksum, const char *key, char *out, size_t capacity) {
+bool cube_tune_store_results(const cube_client_t *client, const char *device, const char *op,
+                             uint32_t version, const char *checksum, const char *key, char *out,
+                             size_t capacity) {
   if (capacity) out[0] = '\0';
   pthread_mutex_lock(&g_store.lock);
+  g_caller = client;
   bool found = false;
   if (store_ready_locked()) {
     sqlite3_stmt *stmt = g_store.select_results;
@@ -566,12 +580,15 @@ bool cube_tune_store_results(const char *device, const char *op, uint32_t versio
     g_sql.sqlite3_reset(stmt);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) store_after_error_locked(rc, "reading");
   }
+  g_caller = NULL;
   pthread_mutex_unlock(&g_store.lock);
   return found;
 }
 
-bool cube_tune_store_put(const cube_tune_entry_t *entries, size_t count) {
+bool cube_tune_store_put(const cube_client_t *client, const cube_tune_entry_t *entries,
+                         size_t count) {
   pthread_mutex_lock(&g_store.lock);
+  g_caller = client;
   bool ok = store_ready_locked();
   int rc = SQLITE_OK;
   // BUSY past the 5 s timeout (a writer holding the file that long) gets
@@ -609,11 +626,11 @@ bool cube_tune_store_put(const cube_tune_entry_t *entries, size_t count) {
     }
   }
   if (ok && rc != SQLITE_OK) {
-    cube_client_log(NULL, CUBE_LOG_WARN,
-                    "tune cache: writing '%s' failed: %s (the decision stays in memory)",
-                    g_store.path, g_sql.sqlite3_errmsg(g_store.db));
+    store_warn("tune cache: writing '%s' failed: %s (the decision stays in memory)", g_store.path,
+               g_sql.sqlite3_errmsg(g_store.db));
     ok = false;
   }
+  g_caller = NULL;
   pthread_mutex_unlock(&g_store.lock);
   return ok && rc == SQLITE_OK;
 }
@@ -639,9 +656,19 @@ cube_status_t cube_tune_cache_path(char *out_path, size_t capacity) {
 }
 
 static cube_status_t memory_only_status(const char *operation) {
-  return cube_status_make(
-      CUBE_STATUS_UNAVAILABLE, "%s: the tune cache is in memory only (no file: %s)", operation,
-      g_sql.library ? "see the warning above, or CUBE_TUNE_CACHE" : g_sql_error);
+  if (!g_sql_lib.handle) {
+    // Without SQLite: the loader's reason and how to get one, below.
+    return cube_status_wrap(cube_dynlib_status(&g_sql_lib, "SQLite",
+                                               "install libsqlite3 3.24 or newer (Debian: "
+                                               "libsqlite3-0), or point CUBE_SQLITE_PATH at it"),
+                            CUBE_STATUS_UNAVAILABLE,
+                            "%s: the tune cache is in memory only (no file: %s)", operation,
+                            g_sql_lib.reason);
+  }
+  return cube_status_make(CUBE_STATUS_UNAVAILABLE,
+                          "%s: the tune cache is in memory only (no file: see the warning above, "
+                          "or CUBE_TUNE_CACHE)",
+                          operation);
 }
 
 cube_status_t cube_tune_cache_visit(const char *op, const char *key,
@@ -659,8 +686,8 @@ cube_status_t cube_tune_cache_visit(const char *op, const char *key,
                  "tuned_at FROM tune WHERE (?1 IS NULL OR op = ?1) AND (?2 IS NULL OR key = ?2) "
                  "ORDER BY op, device, key",
                  -1, &stmt, NULL) != SQLITE_OK) {
-    status = cube_status_make(CUBE_STATUS_GENERIC, "cube_tune_cache_visit: '%s': %s", g_store.path,
-                              g_sql.sqlite3_errmsg(g_store.db));
+    status = cube_status_make(CUBE_STATUS_UNAVAILABLE, "cube_tune_cache_visit: '%s': %s",
+                              g_store.path, g_sql.sqlite3_errmsg(g_store.db));
   }
   if (cube_status_is_ok(status)) {
     if (op) {
@@ -693,7 +720,7 @@ cube_status_t cube_tune_cache_visit(const char *op, const char *key,
       if (e.device && e.op && e.checksum && e.key && e.winner) more = visit(&e, user);
     }
     if (more && rc != SQLITE_DONE) {
-      status = cube_status_make(CUBE_STATUS_GENERIC, "cube_tune_cache_visit: reading '%s': %s",
+      status = cube_status_make(CUBE_STATUS_UNAVAILABLE, "cube_tune_cache_visit: reading '%s': %s",
                                 g_store.path, g_sql.sqlite3_errmsg(g_store.db));
     }
   }
@@ -714,8 +741,8 @@ cube_status_t cube_tune_cache_clear(const char *op, uint64_t *out_removed) {
   } else if (exec(g_store.db, "BEGIN IMMEDIATE") != SQLITE_OK ||
              g_sql.sqlite3_prepare_v2(g_store.db, "DELETE FROM tune WHERE ?1 IS NULL OR op = ?1",
                                       -1, &stmt, NULL) != SQLITE_OK) {
-    status = cube_status_make(CUBE_STATUS_GENERIC, "cube_tune_cache_clear: '%s': %s", g_store.path,
-                              g_sql.sqlite3_errmsg(g_store.db));
+    status = cube_status_make(CUBE_STATUS_UNAVAILABLE, "cube_tune_cache_clear: '%s': %s",
+                              g_store.path, g_sql.sqlite3_errmsg(g_store.db));
   }
   if (cube_status_is_ok(status)) {
     if (op) {
@@ -728,7 +755,7 @@ cube_status_t cube_tune_cache_clear(const char *op, uint64_t *out_removed) {
       *out_removed = (uint64_t)g_sql.sqlite3_changes(g_store.db);
     if (rc == SQLITE_DONE) rc = exec(g_store.db, "COMMIT");
     if (rc != SQLITE_OK && rc != SQLITE_DONE) {
-      status = cube_status_make(CUBE_STATUS_GENERIC, "cube_tune_cache_clear: '%s': %s",
+      status = cube_status_make(CUBE_STATUS_UNAVAILABLE, "cube_tune_cache_clear: '%s': %s",
                                 g_store.path, g_sql.sqlite3_errmsg(g_store.db));
     }
   }

@@ -18,18 +18,21 @@
 
 #define CUBE_TUNE_SCHEMA_VERSION 1
 
+// |client| (NULL: none) is whose log hears what the store warns about (a
+// file set aside, a write that failed, memory only and why) during the call.
 // Rows of (device, op, version, checksum): |row| gets each key and winner.
 // Answers false (and calls nothing) when there is no store.
 CUBE_INTERNAL bool cube_tune_store_load(
-    const char *device, const char *op, uint32_t version, const char *checksum,
-    void (*row)(const char *key, const char *winner, void *user), void *user);
+    const cube_client_t *client, const char *device, const char *op, uint32_t version,
+    const char *checksum, void (*row)(const char *key, const char *winner, void *user), void *user);
 // The stored results text of one decision into |out| ("" when none).
-CUBE_INTERNAL bool cube_tune_store_results(const char *device, const char *op, uint32_t version,
-                                           const char *checksum, const char *key, char *out,
-                                           size_t capacity);
+CUBE_INTERNAL bool cube_tune_store_results(const cube_client_t *client, const char *device,
+                                           const char *op, uint32_t version, const char *checksum,
+                                           const char *key, char *out, size_t capacity);
 // Writes (or overwrites) decisions in one transaction. A store that cannot
 // take them answers false after a warning; the caller keeps them in memory.
-CUBE_INTERNAL bool cube_tune_store_put(const cube_tune_entry_t *entries, size_t count);
+CUBE_INTERNAL bool cube_tune_store_put(const cube_client_t *client,
+                                       const cube_tune_entry_t *entries, size_t count);
 // Whether a store is open (opening it if it was not tried yet).
 CUBE_INTERNAL bool cube_tune_store_available(void);
 // Closes the store; the next use opens it again from the environment

@@ -8,7 +8,6 @@
 // goes through a function pointer of the wrong type.
 #include "world/mpi.h"
 
-#include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -18,6 +17,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/dtype.h"
+#include "base/dynlib.h"
 #include "base/util.h"
 #include "world/bootstrap.h"
 #include "world/provider.h"
@@ -91,13 +92,11 @@ static struct {
   // Loading (once, under load_lock; |loaded| read without it after).
   pthread_mutex_t load_lock;
   atomic_bool loaded;
-  void *library;
-  const char *path;
+  cube_dynlib_t lib;  // the library, and why it is missing (base/dynlib.h)
   mpi_family_t family;
   mpi_ompi_t o;
   mpi_mpich_t m;
   mpi_consts_t c;
-  char detail[768];
   // Initialization (under init_lock).
   pthread_mutex_t init_lock;
   bool initialized;
@@ -197,49 +196,42 @@ static int m_op_create(mpi_user_fn fn, mpi_h *out) {
 
 //===--- Loading ---===//
 
-static bool resolve_ompi(void *lib) {
-  bool ok = true;
-#define RESOLVE_O(ret, name, op, mp)       \
-  {                                        \
-    void *fn = dlsym(lib, #name);          \
-    ok = ok && fn != NULL;                 \
-    memcpy(&g_mpi.o.name, &fn, sizeof fn); \
-  }
-  MPI_ENTRIES(RESOLVE_O)
-#undef RESOLVE_O
-  static const struct {
-    mpi_h *slot;
-    const char *symbol;
-  } kGlobals[] = {
-      {&g_mpi.c.world, "ompi_mpi_comm_world"}, {&g_mpi.c.errors_return, "ompi_mpi_errors_return"},
-      {&g_mpi.c.byte, "ompi_mpi_byte"},        {&g_mpi.c.f32, "ompi_mpi_float"},
-      {&g_mpi.c.f64, "ompi_mpi_double"},       {&g_mpi.c.i8, "ompi_mpi_int8_t"},
-      {&g_mpi.c.i32, "ompi_mpi_int32_t"},      {&g_mpi.c.i64, "ompi_mpi_int64_t"},
-      {&g_mpi.c.u8, "ompi_mpi_uint8_t"},       {&g_mpi.c.u16, "ompi_mpi_uint16_t"},
-      {&g_mpi.c.u32, "ompi_mpi_uint32_t"},     {&g_mpi.c.u64, "ompi_mpi_uint64_t"},
-      {&g_mpi.c.sum, "ompi_mpi_op_sum"},       {&g_mpi.c.max, "ompi_mpi_op_max"},
-      {&g_mpi.c.min, "ompi_mpi_op_min"},       {&g_mpi.c.prod, "ompi_mpi_op_prod"},
-  };
-  for (size_t i = 0; i < sizeof kGlobals / sizeof kGlobals[0]; ++i) {
-    kGlobals[i].slot->p = dlsym(lib, kGlobals[i].symbol);
-    ok = ok && kGlobals[i].slot->p != NULL;
-  }
+#define MPI_ENTRY_O(ret, name, op, mp) CUBE_DYNLIB_ENTRY(mpi_ompi_t, name, #name, NULL, true),
+#define MPI_ENTRY_M(ret, name, op, mp) CUBE_DYNLIB_ENTRY(mpi_mpich_t, name, #name, NULL, true),
+static const cube_dynlib_symbol_t kOmpiEntries[] = {MPI_ENTRIES(MPI_ENTRY_O)};
+static const cube_dynlib_symbol_t kMpichEntries[] = {MPI_ENTRIES(MPI_ENTRY_M)};
+#undef MPI_ENTRY_O
+#undef MPI_ENTRY_M
+// Open MPI's predefined objects are exported data (stored as mpi_h.p).
+#define MPI_GLOBAL(field, symbol) CUBE_DYNLIB_ENTRY(mpi_consts_t, field, symbol, NULL, true)
+static const cube_dynlib_symbol_t kOmpiGlobals[] = {
+    MPI_GLOBAL(world, "ompi_mpi_comm_world"), MPI_GLOBAL(errors_return, "ompi_mpi_errors_return"),
+    MPI_GLOBAL(byte, "ompi_mpi_byte"),        MPI_GLOBAL(f32, "ompi_mpi_float"),
+    MPI_GLOBAL(f64, "ompi_mpi_double"),       MPI_GLOBAL(i8, "ompi_mpi_int8_t"),
+    MPI_GLOBAL(i32, "ompi_mpi_int32_t"),      MPI_GLOBAL(i64, "ompi_mpi_int64_t"),
+    MPI_GLOBAL(u8, "ompi_mpi_uint8_t"),       MPI_GLOBAL(u16, "ompi_mpi_uint16_t"),
+    MPI_GLOBAL(u32, "ompi_mpi_uint32_t"),     MPI_GLOBAL(u64, "ompi_mpi_uint64_t"),
+    MPI_GLOBAL(sum, "ompi_mpi_op_sum"),       MPI_GLOBAL(max, "ompi_mpi_op_max"),
+    MPI_GLOBAL(min, "ompi_mpi_op_min"),       MPI_GLOBAL(prod, "ompi_mpi_op_prod"),
+};
+#undef MPI_GLOBAL
+
+static bool resolve_ompi(cube_dynlib_t *lib) {
+  if (!cube_dynlib_resolve(lib, kOmpiEntries, sizeof kOmpiEntries / sizeof kOmpiEntries[0],
+                           &g_mpi.o) ||
+      !cube_dynlib_resolve(lib, kOmpiGlobals, sizeof kOmpiGlobals / sizeof kOmpiGlobals[0],
+                           &g_mpi.c))
+    return false;
   g_mpi.c.in_place = (void *)1;  // Open MPI's MPI_IN_PLACE
   g_mpi.c.status_ignore = NULL;
   g_mpi.c.any_source = -1;
-  return ok;
+  return true;
 }
 
-static bool resolve_mpich(void *lib) {
-  bool ok = true;
-#define RESOLVE_M(ret, name, op, mp)       \
-  {                                        \
-    void *fn = dlsym(lib, #name);          \
-    ok = ok && fn != NULL;                 \
-    memcpy(&g_mpi.m.name, &fn, sizeof fn); \
-  }
-  MPI_ENTRIES(RESOLVE_M)
-#undef RESOLVE_M
+static bool resolve_mpich(cube_dynlib_t *lib) {
+  if (!cube_dynlib_resolve(lib, kMpichEntries, sizeof kMpichEntries / sizeof kMpichEntries[0],
+                           &g_mpi.m))
+    return false;
   // MPICH's mpi.h (4.0, the ABI of libmpi.so.12 shared by its family).
   g_mpi.c.world.i = 0x44000000;
   g_mpi.c.errors_return.i = 0x54000001;
@@ -260,50 +252,39 @@ static bool resolve_mpich(void *lib) {
   g_mpi.c.in_place = (void *)(intptr_t)-1;  // MPICH's MPI_IN_PLACE
   g_mpi.c.status_ignore = (void *)1;        // MPICH's MPI_STATUS_IGNORE
   g_mpi.c.any_source = -2;
-  return ok;
+  return true;
+}
+
+// A candidate is used when its family's whole table resolves (Open MPI
+// exports its predefined objects; MPICH's are constants).
+static bool mpi_accept(cube_dynlib_t *lib, void *context) {
+  (void)context;
+  bool ompi = cube_dynlib_symbol(lib, "ompi_mpi_comm_world") != NULL;
+  if (ompi ? resolve_ompi(lib) : resolve_mpich(lib)) {
+    g_mpi.family = ompi ? FAMILY_OMPI : FAMILY_MPICH;
+    return true;
+  }
+  char why[CUBE_DYNLIB_REASON_SIZE];
+  snprintf(why, sizeof why, "%s", lib->reason);
+  cube_dynlib_set_reason(lib, "%.900s (not an MPI-3 library)", why);
+  memset(&g_mpi.o, 0, sizeof g_mpi.o);
+  memset(&g_mpi.m, 0, sizeof g_mpi.m);
+  memset(&g_mpi.c, 0, sizeof g_mpi.c);
+  return false;
 }
 
 static void mpi_load(const char *path) {
-  static char own_path[1024];  // g_mpi.path may point here for the process
-  const char *names[4] = {NULL, "libmpi.so.40", "libmpich.so.12", "libmpi.so.12"};
-  if (path && path[0]) {
-    snprintf(own_path, sizeof own_path, "%s", path);
-    names[0] = own_path;
-  }
-  char why[512] = "";
-  size_t used = 0;
-  for (size_t i = 0; i < 4 && !g_mpi.library; ++i) {
-    if (!names[i]) continue;
-    void *lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-      const char *e = dlerror();
-      int n = snprintf(why + used, sizeof why - used, "%s%s", used ? "; " : "", e ? e : names[i]);
-      if (n > 0 && (size_t)n < sizeof why - used) used += (size_t)n;
-      continue;
-    }
-    // Open MPI exports its predefined objects; MPICH's are constants.
-    bool ompi = dlsym(lib, "ompi_mpi_comm_world") != NULL;
-    bool ok = ompi ? resolve_ompi(lib) : resolve_mpich(lib);
-    if (!ok) {
-      int n = snprintf(why + used, sizeof why - used, "%s%s: missing an MPI-3 entry point",
-                       used ? "; " : "", names[i]);
-      if (n > 0 && (size_t)n < sizeof why - used) used += (size_t)n;
-      memset(&g_mpi.o, 0, sizeof g_mpi.o);
-      memset(&g_mpi.m, 0, sizeof g_mpi.m);
-      dlclose(lib);
-      continue;
-    }
-    g_mpi.library = lib;
-    g_mpi.path = names[i];
-    g_mpi.family = ompi ? FAMILY_OMPI : FAMILY_MPICH;
-  }
-  if (g_mpi.library) {
-    snprintf(g_mpi.detail, sizeof g_mpi.detail, "%s (%s)", g_mpi.path,
-             IS_OMPI ? "Open MPI" : "MPICH family");
+  static const char *const names[] = {"libmpi.so.40", "libmpich.so.12", "libmpi.so.12"};
+  cube_dynlib_t *lib = &g_mpi.lib;
+  if (cube_dynlib_open(lib, path, names, 3, mpi_accept, NULL)) {
+    // Loaded, the detail names the library and its family.
+    cube_dynlib_set_reason(lib, "%s (%s)", lib->path, IS_OMPI ? "Open MPI" : "MPICH family");
   } else {
-    snprintf(g_mpi.detail, sizeof g_mpi.detail,
-             "cannot load MPI (CUBE_MPI_PATH, libmpi.so.40, libmpich.so.12, libmpi.so.12): %s",
-             why);
+    char why[CUBE_DYNLIB_REASON_SIZE];
+    snprintf(why, sizeof why, "%s", lib->reason);
+    cube_dynlib_set_reason(
+        lib, "cannot load MPI (CUBE_MPI_PATH, libmpi.so.40, libmpich.so.12, libmpi.so.12): %.900s",
+        why);
   }
 }
 
@@ -316,8 +297,8 @@ bool cube_mpi_available(const char *path, const char **out_detail) {
     }
     pthread_mutex_unlock(&g_mpi.load_lock);
   }
-  if (out_detail) *out_detail = g_mpi.detail;
-  return g_mpi.library != NULL;
+  if (out_detail) *out_detail = g_mpi.lib.reason;
+  return g_mpi.lib.handle != NULL;
 }
 
 const char *cube_mpi_family(void) {
@@ -328,77 +309,24 @@ const char *cube_mpi_family(void) {
 static cube_status_t mpi_error(int code, const char *what) {
   char text[512] = "";
   int len = 0;
-  bool ok = g_mpi.library && (IS_OMPI ? g_mpi.o.MPI_Error_string(code, text, &len)
-                                      : g_mpi.m.MPI_Error_string(code, text, &len)) == 0;
+  bool ok = g_mpi.lib.handle && (IS_OMPI ? g_mpi.o.MPI_Error_string(code, text, &len)
+                                         : g_mpi.m.MPI_Error_string(code, text, &len)) == 0;
   return cube_status_make(CUBE_STATUS_TRANSPORT_FAILED, "mpi: %s failed: %s (MPI error %d)", what,
                           ok ? text : "unknown error", code);
 }
 
 //===--- f16 / bf16 reductions (MPI has neither type) ---===//
 
-static float f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-  if (exp == 0) {
-    if (man == 0) {
-      bits = sign;
-    } else {  // subnormal: normalize
-      int e = -1;
-      do {
-        man <<= 1;
-        e++;
-      } while (!(man & 0x400));
-      bits = sign | (uint32_t)(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | man << 13;
-  } else {
-    bits = sign | (exp + 112) << 23 | man << 13;
-  }
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
-static uint16_t f32_to_f16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000;
-  uint32_t absx = x & 0x7fffffffu;
-  if (absx >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
-  if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);  // rounds to infinity
-  if (absx < 0x38800000u) {                                   // subnormal or zero
-    float a;
-    memcpy(&a, &absx, 4);
-    return (uint16_t)(sign | (uint32_t)lrintf(a * 16777216.0f));  // 2^24, round to even
-  }
-  uint32_t mant_odd = (absx >> 13) & 1;
-  absx += 0xc8000fffu + mant_odd;  // rebias (-112 << 23) and round to nearest even
-  return (uint16_t)(sign | (absx >> 13));
-}
-
-static float bf16_to_f32(uint16_t h) {
-  uint32_t bits = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
-static uint16_t f32_to_bf16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);  // quiet NaN
-  x += 0x7fffu + ((x >> 16) & 1);
-  return (uint16_t)(x >> 16);
-}
-
+// The conversions are base/dtype.h's (the dialect's own code): one
+// implementation for kernels, the in-process transport and these.
 #define HALF_OP(fmt, name, expr)                                                     \
   static void half_##fmt##_##name(void *in, void *inout, int *len, void *datatype) { \
     (void)datatype;                                                                  \
     const uint16_t *a = in;                                                          \
     uint16_t *b = inout;                                                             \
     for (int i = 0; i < *len; ++i) {                                                 \
-      float x = fmt##_to_f32(a[i]), y = fmt##_to_f32(b[i]);                          \
-      b[i] = f32_to_##fmt(expr);                                                     \
+      float x = cube_##fmt##_to_f32(a[i]), y = cube_##fmt##_to_f32(b[i]);            \
+      b[i] = cube_f32_to_##fmt(expr);                                                \
     }                                                                                \
   }
 HALF_OP(f16, sum, x + y)
@@ -453,14 +381,14 @@ typedef struct mpi_t_entries_t {
 // Writes |set| (when not NULL) to libnbc's algorithm, then reads it into
 // |out_value| (when not NULL): whether MPI_T did both.
 static bool libnbc_algorithm(const int *set, int *out_value) {
-  if (!IS_OMPI || !g_mpi.library) return false;
+  if (!IS_OMPI || !g_mpi.lib.handle) return false;
   static const char *const kNames[] = {
       "MPI_T_init_thread", "MPI_T_finalize",   "MPI_T_cvar_get_index",   "MPI_T_cvar_handle_alloc",
       "MPI_T_cvar_read",   "MPI_T_cvar_write", "MPI_T_cvar_handle_free",
   };
   void *fns[sizeof kNames / sizeof kNames[0]];
   for (size_t i = 0; i < sizeof kNames / sizeof kNames[0]; ++i) {
-    fns[i] = dlsym(g_mpi.library, kNames[i]);
+    fns[i] = cube_dynlib_symbol(&g_mpi.lib, kNames[i]);
     if (!fns[i]) return false;
   }
   mpi_t_entries_t t;
@@ -771,7 +699,7 @@ cube_status_t cube_mpi_comm_create(uint32_t nranks, uint32_t rank, uint64_t dead
                             "mpi: this process is rank %u of %u in MPI's world, but joins as rank "
                             "%u of %u (a program started by another MPI's launcher, or without "
                             "one, is a world of 1 per process; use the mpirun of %s)",
-                            world_rank, world_size, rank, nranks, g_mpi.detail);
+                            world_rank, world_size, rank, nranks, g_mpi.lib.reason);
   }
   cube_mpi_comm_t *comm = calloc(1, sizeof *comm);
   if (!comm) return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "mpi: out of host memory");
@@ -948,10 +876,10 @@ static void mean_divide(cube_mpi_dtype_t dtype, void *buffer, uint64_t count, ui
       MEAN_LOOP(double, x / (double)n);
       break;
     case CUBE_MPI_F16:
-      MEAN_LOOP(uint16_t, f32_to_f16(f16_to_f32(x) / (float)n));
+      MEAN_LOOP(uint16_t, cube_f32_to_f16(cube_f16_to_f32(x) / (float)n));
       break;
     case CUBE_MPI_BF16:
-      MEAN_LOOP(uint16_t, f32_to_bf16(bf16_to_f32(x) / (float)n));
+      MEAN_LOOP(uint16_t, cube_f32_to_bf16(cube_bf16_to_f32(x) / (float)n));
       break;
     case CUBE_MPI_I8:
       MEAN_LOOP(int8_t, x / (int32_t)n);

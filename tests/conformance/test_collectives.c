@@ -24,7 +24,7 @@
 
 #include <cmocka.h>
 
-#include "base/half.h"
+#include "base/dtype.h"
 #include "cube/cube.h"
 #include "harness/harness.h"
 

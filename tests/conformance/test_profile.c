@@ -255,9 +255,10 @@ static void test_chrome_trace_and_summary(void **state) {
   fixture_t f;
   fixture_open(&f);
   CTH_OK(spin(&f, f.spin, 1));
-  CTH_EXPECT_RELEASE(cube_trace_stop_json(f.client, NULL), CUBE_STATUS_GENERIC, "not tracing");
+  CTH_EXPECT_RELEASE(cube_trace_stop_json(f.client, NULL), CUBE_STATUS_PROFILE_NOT_REGISTERED,
+                     "not tracing");
   CTH_OK(cube_trace_start(f.client));
-  CTH_EXPECT_RELEASE(cube_trace_start(f.client), CUBE_STATUS_GENERIC, "already tracing");
+  CTH_EXPECT_RELEASE(cube_trace_start(f.client), CUBE_STATUS_VALIDATION, "already tracing");
   cube_stream_t other = 0;
   CTH_OK(cube_stream_create(f.client, &other));
   for (int i = 0; i < 5; ++i) CTH_OK(spin(&f, f.spin, 1000));
@@ -296,7 +297,8 @@ static void test_chrome_trace_and_summary(void **state) {
   free(json);
   free(table);
   // Stopped: launches are not traced any more, and tracing starts again.
-  CTH_EXPECT_RELEASE(cube_trace_stop(f.client, NULL, NULL), CUBE_STATUS_GENERIC, "not tracing");
+  CTH_EXPECT_RELEASE(cube_trace_stop(f.client, NULL, NULL), CUBE_STATUS_PROFILE_NOT_REGISTERED,
+                     "not tracing");
   CTH_OK(cube_trace_start(f.client));
   CTH_OK(spin(&f, f.spin, 1));
   CTH_OK(cube_trace_stop(f.client, NULL, NULL));

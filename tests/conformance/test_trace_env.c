@@ -89,7 +89,7 @@ static void test_any_client_is_traced(void **state) {
   // The API's own trace runs beside CUBE_TRACE: its summary covers what
   // came after its start.
   CTH_OK(cube_trace_start(client));
-  CTH_EXPECT_RELEASE(cube_trace_start(client), CUBE_STATUS_GENERIC, "already tracing");
+  CTH_EXPECT_RELEASE(cube_trace_start(client), CUBE_STATUS_VALIDATION, "already tracing");
   workload(client);
   char summary[4096] = {0};
   FILE *out = fmemopen(summary, sizeof summary - 1, "w");

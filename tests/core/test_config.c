@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <ftw.h>
+#include <sys/stat.h>
+
 #include <cmocka.h>
 
 #include "core/config.h"
@@ -201,6 +204,144 @@ static void docs_name_every_entry(void **state) {
   }
 }
 
+//===--- Every variable the code names is in the table ---===//
+
+// The repository root, from this file's path (tests/core/test_config.c).
+static void repository_root(char *out, size_t capacity) {
+  snprintf(out, capacity, "%s", __FILE__);
+  for (int i = 0; i < 3; ++i) {
+    char *slash = strrchr(out, '/');
+    assert_non_null(slash);
+    *slash = '\0';
+  }
+}
+
+typedef struct names_t {
+  char names[256][64];
+  size_t count;
+} names_t;
+
+static bool names_has(const names_t *n, const char *name) {
+  for (size_t i = 0; i < n->count; ++i)
+    if (strcmp(n->names[i], name) == 0) return true;
+  return false;
+}
+
+static void names_add(names_t *n, const char *name, size_t length) {
+  if (length >= sizeof n->names[0] || n->count == sizeof n->names / sizeof n->names[0]) return;
+  char copy[64];
+  memcpy(copy, name, length);
+  copy[length] = '\0';
+  if (!names_has(n, copy)) memcpy(n->names[n->count++], copy, length + 1);
+}
+
+static char *slurp(const char *path) {
+  FILE *file = fopen(path, "r");
+  if (!file) return NULL;
+  fseek(file, 0, SEEK_END);
+  long size = ftell(file);
+  fseek(file, 0, SEEK_SET);
+  char *text = malloc((size_t)size + 1);
+  size_t n = text ? fread(text, 1, (size_t)size, file) : 0;
+  fclose(file);
+  if (text) text[n] = '\0';
+  return text;
+}
+
+static size_t name_length(const char *p) {
+  size_t n = 0;
+  while ((p[n] >= 'A' && p[n] <= 'Z') || (p[n] >= '0' && p[n] <= '9') || p[n] == '_') n++;
+  return n;
+}
+
+// What the walk gathers: string literals that are exactly a CUBE_ name (or
+// "CUBE_NAME=..."), the macros the public headers define, and the files
+// that call getenv.
+static names_t g_quoted, g_defined;
+static char g_getenv_files[16][256];
+static size_t g_getenv_count;
+static size_t g_root_length;
+
+static int visit(const char *path, const struct stat *info, int kind, struct FTW *ftw) {
+  (void)info, (void)ftw;
+  size_t length = strlen(path);
+  if (kind != FTW_F || length < 2 || path[length - 2] != '.' ||
+      (path[length - 1] != 'c' && path[length - 1] != 'h'))
+    return 0;
+  char *text = slurp(path);
+  if (!text) return 0;
+  bool header = strstr(path, "/include/cube/") != NULL;
+  for (const char *p = text; (p = strstr(p, "CUBE_")) != NULL; ++p) {
+    size_t n = name_length(p);
+    if (header) {
+      // "#define CUBE_X" (any spaces): a macro of the public API.
+      const char *q = p;
+      while (q > text && (q[-1] == ' ' || q[-1] == '\t')) q--;
+      if (q - text >= 6 && strncmp(q - 6, "define", 6) == 0) names_add(&g_defined, p, n);
+    } else if (n > 5 && p > text && p[-1] == '"' && (p[n] == '"' || p[n] == '=')) {
+      names_add(&g_quoted, p, n);
+    }
+  }
+  if (!header && strstr(text, "getenv(") && g_getenv_count < 16)
+    snprintf(g_getenv_files[g_getenv_count++], sizeof g_getenv_files[0], "%s",
+             path + g_root_length);
+  free(text);
+  return 0;
+}
+
+// Every CUBE_* variable src/ and tools/ name is in the configuration table
+// and in docs/config.md, and only the configuration module reads the
+// environment. Two named exceptions, both house-world's design: the
+// launcher's per-process variables (CUBE_RANK, CUBE_WORLD_SIZE,
+// CUBE_LOCAL_RANK, documented in docs/config.md but not configuration) and
+// their one reader, src/world/bootstrap.c.
+static void code_names_only_table_variables(void **state) {
+  (void)state;
+  char root[4096], path[4200];
+  repository_root(root, sizeof root);
+  g_root_length = strlen(root) + 1;
+  static const char *const kDirs[] = {"src", "tools", "include/cube"};
+  for (size_t i = 0; i < sizeof kDirs / sizeof kDirs[0]; ++i) {
+    snprintf(path, sizeof path, "%s/%s", root, kDirs[i]);
+    assert_int_equal(nftw(path, visit, 16, FTW_PHYS), 0);
+  }
+  snprintf(path, sizeof path, "%s/docs/config.md", root);
+  char *docs = slurp(path);
+  assert_non_null(docs);
+  static const char *const kLauncher[] = {"CUBE_RANK", "CUBE_WORLD_SIZE", "CUBE_LOCAL_RANK"};
+  size_t checked = 0;
+  for (size_t i = 0; i < g_quoted.count; ++i) {
+    const char *name = g_quoted.names[i];
+    // The dialect's macros (CUBE_KERNEL, CUBE_DIM_X, CUBE__EXPORT) are code.
+    if (names_has(&g_defined, name) || strncmp(name, "CUBE__", 6) == 0) continue;
+    char needle[80];
+    snprintf(needle, sizeof needle, "`%s`", name);
+    if (!strstr(docs, needle))
+      fail_msg("%s is named in src/ or tools/ but not in docs/config.md", name);
+    bool launcher = false;
+    for (size_t l = 0; l < sizeof kLauncher / sizeof kLauncher[0]; ++l)
+      launcher = launcher || strcmp(name, kLauncher[l]) == 0;
+    bool known = launcher;
+    for (int id = 0; id < CUBE_CONFIG_COUNT_OF && !known; ++id)
+      known = strcmp(name, cube_config_entry((cube_config_id_t)id)->name) == 0;
+    if (!known) fail_msg("%s is named in src/ or tools/ but not in the configuration table", name);
+    checked++;
+  }
+  free(docs);
+  // The walk saw the variables it should (a walk that found nothing would
+  // pass everything).
+  assert_true(names_has(&g_quoted, "CUBE_TRACE") && names_has(&g_quoted, "CUBE_PLOT_SCRIPT"));
+  assert_true(names_has(&g_defined, "CUBE_KERNEL"));
+  assert_true(checked >= 10);
+  for (size_t i = 0; i < g_getenv_count; ++i) {
+    if (strcmp(g_getenv_files[i], "src/core/config.c") != 0 &&
+        strcmp(g_getenv_files[i], "src/world/bootstrap.c") != 0)
+      fail_msg("%s calls getenv: read the environment through the configuration table",
+               g_getenv_files[i]);
+  }
+  assert_true(g_getenv_count >= 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(size_parser),
@@ -209,6 +350,7 @@ int main(void) {
       cmocka_unit_test(switches_choices_and_text),
       cmocka_unit_test(copy_is_deep),
       cmocka_unit_test(docs_name_every_entry),
+      cmocka_unit_test(code_names_only_table_variables),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,7 +24,7 @@
 #include <cmocka.h>
 
 #include "core/kernel_store.h"
-#include "core/warn.h"
+#include "core/log.h"
 #include "cube/cube.h"
 #include "harness/harness.h"
 
@@ -118,7 +118,7 @@ static void only_new_entry(const char *except, char *out, size_t capacity) {
 
 static cube_kstore_report_t verify_all(void) {
   cube_kstore_t *store = NULL;
-  assert_true(cube_status_consume_ok(cube_kstore_open_path(g_kernels, 1ull << 30, &store)));
+  assert_true(cube_status_consume_ok(cube_kstore_open_path(g_kernels, 1ull << 30, NULL, &store)));
   cube_kstore_report_t report;
   cube_kstore_walk(store, CUBE_KSTORE_WALK_VERIFY, NULL, NULL, &report);
   cube_kstore_release(store);
@@ -142,14 +142,14 @@ static void check_recovers(damage_fn_t damage, void *arg, const char *needle) {
   char a[600], b[600];
   populate(a, b, sizeof a);
   damage(a, b, arg);
-  uint64_t warnings = cube_warn_count();
+  uint64_t warnings = cube_log_warn_count();
   cube_kernel_cache_stats_t before, after;
   cube_kernel_cache_stats(&before);
   run_kernel(0);
   cube_kernel_cache_stats(&after);
   char last[1024];
-  cube_warn_last(last, sizeof last);
-  if (cube_warn_count() <= warnings) fail_msg("no warning (expected one about '%s')", needle);
+  cube_log_warn_last(last, sizeof last);
+  if (cube_log_warn_count() <= warnings) fail_msg("no warning (expected one about '%s')", needle);
   if (!strstr(last, needle)) fail_msg("warning '%s' does not say '%s'", last, needle);
   assert_int_equal(after.compiled, before.compiled + 1);  // rebuilt, not loaded
   assert_int_equal(after.disk_hits, before.disk_hits);
@@ -281,9 +281,9 @@ static void stale_temp_file_removed(void **state) {
   struct timespec old[2] = {{.tv_sec = time(NULL) - 3600}, {.tv_sec = time(NULL) - 3600}};
   assert_int_equal(utimensat(AT_FDCWD, stale, old, 0), 0);
   assert_int_equal(utimensat(AT_FDCWD, build, old, 0), 0);
-  uint64_t warnings = cube_warn_count();
+  uint64_t warnings = cube_log_warn_count();
   run_kernel(0);
-  assert_true(cube_warn_count() > warnings);
+  assert_true(cube_log_warn_count() > warnings);
   struct stat info;
   assert_int_not_equal(lstat(stale, &info), 0);
   assert_int_not_equal(lstat(build, &info), 0);
@@ -293,14 +293,14 @@ static void stale_temp_file_removed(void **state) {
 // The directory is refused: a warning, the kernel compiled and run right,
 // and nothing written there.
 static void expect_memory_only(const char *needle) {
-  uint64_t warnings = cube_warn_count();
+  uint64_t warnings = cube_log_warn_count();
   cube_kernel_cache_stats_t before, after;
   cube_kernel_cache_stats(&before);
   run_kernel(0);
   cube_kernel_cache_stats(&after);
   char last[1024];
-  cube_warn_last(last, sizeof last);
-  if (cube_warn_count() <= warnings) fail_msg("no warning (expected '%s')", needle);
+  cube_log_warn_last(last, sizeof last);
+  if (cube_log_warn_count() <= warnings) fail_msg("no warning (expected '%s')", needle);
   if (!strstr(last, needle)) fail_msg("warning '%s' does not say '%s'", last, needle);
   assert_int_equal(after.compiled, before.compiled + 1);
 }
@@ -362,9 +362,9 @@ static void uncreatable_cache_is_a_warning_not_a_refusal(void **state) {
   setenv("CUBE_CACHE_DIR", g_root, 1);
   // CUBE_CACHE_MAX_BYTES=0: memory only on purpose, no warning, no files.
   setenv("CUBE_CACHE_MAX_BYTES", "0", 1);
-  uint64_t warnings = cube_warn_count();
+  uint64_t warnings = cube_log_warn_count();
   run_kernel(0);
-  assert_int_equal(cube_warn_count(), warnings);
+  assert_int_equal(cube_log_warn_count(), warnings);
   struct stat info;
   assert_int_not_equal(stat(g_kernels, &info), 0);
   unsetenv("CUBE_CACHE_MAX_BYTES");

@@ -25,7 +25,7 @@
 
 #include "core/cache_dir.h"
 #include "core/kernel_store.h"
-#include "core/warn.h"
+#include "core/log.h"
 
 #define PAYLOAD_SIZE (5 * 4096 + 123)
 
@@ -76,7 +76,7 @@ static unsigned char *make_payload(uint32_t seed) {
 
 static cube_kstore_t *open_store(void) {
   cube_kstore_t *store = NULL;
-  assert_true(cube_status_consume_ok(cube_kstore_open_path(g_dir, 1ull << 30, &store)));
+  assert_true(cube_status_consume_ok(cube_kstore_open_path(g_dir, 1ull << 30, NULL, &store)));
   return store;
 }
 
@@ -96,7 +96,7 @@ static void put_entry(const char *name, uint32_t seed) {
   cube_kstore_key_t key;
   make_key(&key, name);
   unsigned char *payload = make_payload(seed);
-  cube_kstore_put(store, &key, name, payload, PAYLOAD_SIZE);
+  cube_kstore_put(store, &key, name, payload, PAYLOAD_SIZE, NULL);
   free(payload);
   cube_kstore_key_free(&key);
   cube_kstore_release(store);
@@ -110,7 +110,7 @@ static bool get_entry(const char *name, uint32_t seed) {
   make_key(&key, name);
   void *payload = NULL;
   size_t size = 0;
-  bool hit = cube_kstore_get(store, &key, name, &payload, &size);
+  bool hit = cube_kstore_get(store, &key, name, NULL, &payload, &size);
   if (hit) {
     unsigned char *expected = make_payload(seed);
     assert_int_equal(size, PAYLOAD_SIZE);
@@ -125,8 +125,9 @@ static bool get_entry(const char *name, uint32_t seed) {
 
 static void expect_warning(uint64_t before, const char *needle) {
   char last[1024];
-  cube_warn_last(last, sizeof last);
-  if (cube_warn_count() <= before) fail_msg("no warning given (expected one about '%s')", needle);
+  cube_log_warn_last(last, sizeof last);
+  if (cube_log_warn_count() <= before)
+    fail_msg("no warning given (expected one about '%s')", needle);
   if (!strstr(last, needle)) fail_msg("warning '%s' does not mention '%s'", last, needle);
 }
 
@@ -145,11 +146,11 @@ static void round_trip_and_file_mode(void **state) {
   make_key(&key, "a");
   assert_int_equal(info.st_size, CUBE_KSTORE_HEADER_SIZE + key.size + PAYLOAD_SIZE);
   cube_kstore_key_free(&key);
-  uint64_t before = cube_warn_count();
+  uint64_t before = cube_log_warn_count();
   assert_true(get_entry("a", 1));
-  assert_int_equal(cube_warn_count(), before);  // a good entry is silent
+  assert_int_equal(cube_log_warn_count(), before);  // a good entry is silent
   assert_false(get_entry("missing", 1));
-  assert_int_equal(cube_warn_count(), before);  // so is a plain miss
+  assert_int_equal(cube_log_warn_count(), before);  // so is a plain miss
   struct stat dir;
   assert_int_equal(stat(g_dir, &dir), 0);
   assert_int_equal(dir.st_mode & 0777, 0700);
@@ -184,15 +185,15 @@ static void check_recovery(damage_fn_t damage, void *arg, const char *needle) {
   char path[512];
   entry_path("a", path, sizeof path);
   damage(path, arg);
-  uint64_t before = cube_warn_count();
+  uint64_t before = cube_log_warn_count();
   assert_false(get_entry("a", 1));
   expect_warning(before, needle);
   struct stat info;
   if (lstat(path, &info) == 0) fail_msg("the damaged entry at %s was not removed", path);
   put_entry("a", 1);  // the rebuild
-  before = cube_warn_count();
+  before = cube_log_warn_count();
   assert_true(get_entry("a", 1));
-  assert_int_equal(cube_warn_count(), before);
+  assert_int_equal(cube_log_warn_count(), before);
   assert_true(get_entry("b", 2));  // the neighbour is untouched
 }
 
@@ -347,7 +348,7 @@ static void stale_leftovers_are_removed_live_ones_kept(void **state) {
   fputs("int x;", f);
   fclose(f);
   make_old(build);
-  uint64_t before = cube_warn_count();
+  uint64_t before = cube_log_warn_count();
   cube_kstore_t *store = open_store();
   expect_warning(before, "leftover");
   struct stat info;
@@ -374,7 +375,7 @@ static void scratch_lives_in_the_store_and_goes(void **state) {
   // A second open while the compile runs does not take it away (locked).
   make_old(scratch.path);
   cube_kstore_t *other = NULL;
-  assert_true(cube_status_consume_ok(cube_kstore_open_path(g_dir, 1ull << 30, &other)));
+  assert_true(cube_status_consume_ok(cube_kstore_open_path(g_dir, 1ull << 30, NULL, &other)));
   struct stat info;
   assert_int_equal(stat(scratch.path, &info), 0);
   cube_kstore_release(other);
@@ -385,7 +386,7 @@ static void scratch_lives_in_the_store_and_goes(void **state) {
   cube_kstore_release(store);
 
   // In memory only, a private directory elsewhere.
-  assert_true(cube_status_consume_ok(cube_kstore_open_path(NULL, 0, &store)));
+  assert_true(cube_status_consume_ok(cube_kstore_open_path(NULL, 0, NULL, &store)));
   assert_false(cube_kstore_on_disk(store));
   assert_true(cube_status_consume_ok(cube_kstore_scratch_open(store, &scratch)));
   assert_int_equal(stat(scratch.path, &info), 0);
@@ -401,17 +402,17 @@ static void scratch_lives_in_the_store_and_goes(void **state) {
 // A store over g_dir must refuse the directory (warning |needle|), keep
 // working in memory only, and write nothing there.
 static void expect_memory_only(const char *needle) {
-  uint64_t before = cube_warn_count();
+  uint64_t before = cube_log_warn_count();
   cube_kstore_t *store = open_store();
   expect_warning(before, needle);
   assert_false(cube_kstore_on_disk(store));
   cube_kstore_key_t key;
   make_key(&key, "a");
   unsigned char *payload = make_payload(1);
-  cube_kstore_put(store, &key, "a", payload, PAYLOAD_SIZE);  // no-op, no crash
+  cube_kstore_put(store, &key, "a", payload, PAYLOAD_SIZE, NULL);  // no-op, no crash
   void *out = NULL;
   size_t size = 0;
-  assert_false(cube_kstore_get(store, &key, "a", &out, &size));
+  assert_false(cube_kstore_get(store, &key, "a", NULL, &out, &size));
   free(payload);
   cube_kstore_key_free(&key);
   cube_kstore_release(store);
@@ -502,20 +503,20 @@ static void unwritable_cache_is_one_warning(void **state) {
   struct rlimit small = {.rlim_cur = 1000, .rlim_max = saved.rlim_max};
   void (*previous)(int) = signal(SIGXFSZ, SIG_IGN);
   assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
-  uint64_t before = cube_warn_count();
+  uint64_t before = cube_log_warn_count();
   unsigned char *payload = make_payload(1);
   for (int i = 0; i < 3; ++i) {
     char name[8];
     snprintf(name, sizeof name, "w%d", i);
     cube_kstore_key_t key;
     make_key(&key, name);
-    cube_kstore_put(store, &key, name, payload, PAYLOAD_SIZE);
+    cube_kstore_put(store, &key, name, payload, PAYLOAD_SIZE, NULL);
     cube_kstore_key_free(&key);
   }
   assert_int_equal(setrlimit(RLIMIT_FSIZE, &saved), 0);
   signal(SIGXFSZ, previous);
   free(payload);
-  assert_int_equal(cube_warn_count(), before + 1);  // once per store, not per kernel
+  assert_int_equal(cube_log_warn_count(), before + 1);  // once per store, not per kernel
   expect_warning(before, "cannot store kernel 'w0' (write");
   cube_kstore_report_t report;
   cube_kstore_walk(store, CUBE_KSTORE_WALK_INFO, NULL, NULL, &report);
@@ -534,12 +535,12 @@ static void least_recently_used_evicted_past_the_cap(void **state) {
   char name[16];
   for (int i = 0; i < 4; ++i) {
     cube_kstore_t *store = NULL;
-    assert_true(cube_status_consume_ok(cube_kstore_open_path(g_dir, cap, &store)));
+    assert_true(cube_status_consume_ok(cube_kstore_open_path(g_dir, cap, NULL, &store)));
     snprintf(name, sizeof name, "k%d", i);
     cube_kstore_key_t key;
     make_key(&key, name);
     unsigned char *payload = make_payload((uint32_t)i);
-    cube_kstore_put(store, &key, name, payload, PAYLOAD_SIZE);
+    cube_kstore_put(store, &key, name, payload, PAYLOAD_SIZE, NULL);
     free(payload);
     cube_kstore_key_free(&key);
     cube_kstore_release(store);
@@ -552,13 +553,13 @@ static void least_recently_used_evicted_past_the_cap(void **state) {
   // k0 is used: it becomes the youngest.
   assert_true(get_entry("k0", 0));
   cube_kstore_t *store = NULL;
-  assert_true(cube_status_consume_ok(cube_kstore_open_path(g_dir, cap, &store)));
+  assert_true(cube_status_consume_ok(cube_kstore_open_path(g_dir, cap, NULL, &store)));
   for (int i = 4; i < 6; ++i) {
     snprintf(name, sizeof name, "k%d", i);
     cube_kstore_key_t key;
     make_key(&key, name);
     unsigned char *payload = make_payload((uint32_t)i);
-    cube_kstore_put(store, &key, name, payload, PAYLOAD_SIZE);
+    cube_kstore_put(store, &key, name, payload, PAYLOAD_SIZE, NULL);
     free(payload);
     cube_kstore_key_free(&key);
   }
@@ -617,7 +618,8 @@ static void processes_share_one_directory(void **state) {
       int bad = 0;
       for (int r = 0; r < kRounds; ++r) {
         cube_kstore_t *store = NULL;
-        if (!cube_status_consume_ok(cube_kstore_open_path(g_dir, 1ull << 30, &store))) _exit(2);
+        if (!cube_status_consume_ok(cube_kstore_open_path(g_dir, 1ull << 30, NULL, &store)))
+          _exit(2);
         for (int k = 0; k < kKeys; ++k) {
           char name[16];
           snprintf(name, sizeof name, "k%d", (k + p + r) % kKeys);
@@ -626,14 +628,14 @@ static void processes_share_one_directory(void **state) {
           make_key(&key, name);
           void *out = NULL;
           size_t size = 0;
-          if (cube_kstore_get(store, &key, name, &out, &size)) {
+          if (cube_kstore_get(store, &key, name, NULL, &out, &size)) {
             unsigned char *expected = make_payload(seed);
             if (size != PAYLOAD_SIZE || memcmp(out, expected, size) != 0) bad++;
             free(expected);
             free(out);
           } else {
             unsigned char *payload = make_payload(seed);
-            cube_kstore_put(store, &key, name, payload, PAYLOAD_SIZE);
+            cube_kstore_put(store, &key, name, payload, PAYLOAD_SIZE, NULL);
             free(payload);
           }
           cube_kstore_key_free(&key);

@@ -45,7 +45,7 @@ static int group_setup(void **state) {
   setenv("CUBE_CACHE_DIR", g_cache_dir, 1);
   char kernels[300];
   snprintf(kernels, sizeof kernels, "%s/kernels", g_cache_dir);
-  cube_status_t status = cube_kstore_open_path(kernels, 1ull << 30, &g_store);
+  cube_status_t status = cube_kstore_open_path(kernels, 1ull << 30, NULL, &g_store);
   if (!cube_status_consume_ok(status) || !cube_kstore_on_disk(g_store)) return -1;
   return 0;
 }

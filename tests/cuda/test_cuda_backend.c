@@ -103,7 +103,8 @@ static int group_setup(void **state) {
   setenv("CUBE_CACHE_DIR", g_cache_dir, 1);
   char kernels[300];
   snprintf(kernels, sizeof kernels, "%s/kernels", g_cache_dir);
-  if (!cube_status_consume_ok(cube_kstore_open_path(kernels, 1ull << 30, &g_store))) return -1;
+  if (!cube_status_consume_ok(cube_kstore_open_path(kernels, 1ull << 30, NULL, &g_store)))
+    return -1;
   cube_status_t status = cube_cuda_backend_factory.create_device(0, NULL, &g_device);
   if (status) {
     cube_status_fprint(status, stderr);

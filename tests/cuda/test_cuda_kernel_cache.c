@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "core/warn.h"
+#include "core/log.h"
 #include "cuda/cuda_test.h"
 #include "cube/cube.h"
 #include "harness/harness.h"
@@ -97,11 +97,11 @@ static void newest_entry(const char *except, char *out, size_t capacity) {
 }
 
 static void expect_rebuilt(const char *needle) {
-  uint64_t warnings = cube_warn_count();
+  uint64_t warnings = cube_log_warn_count();
   assert_false(run_kernel(0));  // rebuilt, not loaded
   char last[1024];
-  cube_warn_last(last, sizeof last);
-  assert_true(cube_warn_count() > warnings);
+  cube_log_warn_last(last, sizeof last);
+  assert_true(cube_log_warn_count() > warnings);
   if (!strstr(last, needle)) fail_msg("warning '%s' does not say '%s'", last, needle);
   assert_true(run_kernel(0));  // and the rebuilt entry loads
 }

@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "tune/tune_cache.h"
-#include "core/warn.h"
+#include "core/log.h"
 #include "tune/tune_internal.h"
 #include "tune/tune_fixture.h"
 
@@ -210,7 +210,7 @@ static void test_refused_candidate_is_dropped(void **state) {
   const tfx_kind_t kinds[] = {TFX_FAST, TFX_MID, TFX_SLOW};
   f.op = tfx_op(&f, "tt_refused", kinds, 3, false);
   tfx_data(&f, TFX_N);
-  uint64_t warnings = cube_warn_count();
+  uint64_t warnings = cube_log_warn_count();
   CTH_OK(cube_tune_launch(f.op, f.client, CUBE_STREAM_CURRENT, &f.call));
   assert_true(tfx_check(&f, 1));
   cube_tune_report_t *r = report_of(&f);
@@ -222,7 +222,7 @@ static void test_refused_candidate_is_dropped(void **state) {
   assert_true(r->stored);
   cube_tune_report_release(r);
   // A refusal is expected, not a defect: no warning.
-  assert_int_equal(cube_warn_count(), warnings);
+  assert_int_equal(cube_log_warn_count(), warnings);
   tfx_close(&f);
 }
 
@@ -234,7 +234,7 @@ static void test_failing_candidate_is_reported_with_its_chain(void **state) {
   const tfx_kind_t kinds[] = {TFX_FAST, TFX_MID, TFX_SLOW};
   f.op = tfx_op(&f, "tt_failing", kinds, 3, false);
   tfx_data(&f, TFX_N);
-  uint64_t warnings = cube_warn_count();
+  uint64_t warnings = cube_log_warn_count();
   CTH_OK(cube_tune_launch(f.op, f.client, CUBE_STREAM_CURRENT, &f.call));
   // The failure stayed in the scratch buffers: the caller's y reads fine.
   assert_true(tfx_check(&f, 1));
@@ -245,9 +245,9 @@ static void test_failing_candidate_is_reported_with_its_chain(void **state) {
   assert_true(cth_status_contains(fast->status, "injected fault: dispatch call #1"));
   assert_string_equal(r->winner, "mid");
   cube_tune_report_release(r);
-  assert_int_equal(cube_warn_count(), warnings + 1);
+  assert_int_equal(cube_log_warn_count(), warnings + 1);
   char last[1024];
-  cube_warn_last(last, sizeof last);
+  cube_log_warn_last(last, sizeof last);
   assert_non_null(strstr(last, "candidate 'fast' failed"));
   assert_non_null(strstr(last, "injected fault: dispatch call #1"));
   tfx_close(&f);
@@ -521,7 +521,7 @@ static void test_missing_winner_is_retuned(void **state) {
                          .key = key,
                          .winner = "gone",
                          .tuned_at = 1};
-  assert_true(cube_tune_store_put(&e, 1));
+  assert_true(cube_tune_store_put(NULL, &e, 1));
   cube_tune_stats_t before = stats_now();
   CTH_OK(cube_tune_launch(f.op, f.client, CUBE_STREAM_CURRENT, &f.call));
   cube_tune_stats_t after = stats_now();

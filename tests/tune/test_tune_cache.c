@@ -20,7 +20,7 @@
 #include <cmocka.h>
 
 #include "tune/tune_cache.h"
-#include "core/warn.h"
+#include "core/log.h"
 #include "tune/tune_internal.h"
 #include "tune/tune_fixture.h"
 
@@ -69,7 +69,7 @@ static int child_write(const char *id, int count) {
                            .winner = "w",
                            .results = results,
                            .tuned_at = i};
-    if (!cube_tune_store_put(&e, 1)) failures++;
+    if (!cube_tune_store_put(NULL, &e, 1)) failures++;
   }
   return failures ? 5 : 0;
 }
@@ -229,12 +229,12 @@ static void test_two_writers_lose_and_corrupt_nothing(void **state) {
     assert_int_equal(WEXITSTATUS(status), 0);
   }
   // Opened afresh: the quick check passes (no set-aside), every row is there.
-  uint64_t warnings = cube_warn_count();
+  uint64_t warnings = cube_log_warn_count();
   cube_tune_store_close();
   assert_int_equal(rows_of("tc_writer"), 2 * COUNT);
   assert_int_equal(rows_of("tc_writer_tune_a"), 1);
   assert_int_equal(rows_of("tc_writer_tune_b"), 1);
-  assert_int_equal(cube_warn_count(), warnings);
+  assert_int_equal(cube_log_warn_count(), warnings);
   assert_int_equal(set_aside_count("corrupt"), 0);
 }
 
@@ -247,11 +247,11 @@ static void test_garbage_file_is_set_aside(void **state) {
   char garbage[8192];
   cth_fill_pattern(garbage, sizeof garbage, 7);
   write_file(g_path, garbage, sizeof garbage);
-  uint64_t warnings = cube_warn_count();
+  uint64_t warnings = cube_log_warn_count();
   assert_true(tune_here("tc_garbage"));  // the call succeeds and the fresh file stores
-  assert_int_equal(cube_warn_count(), warnings + 1);
+  assert_int_equal(cube_log_warn_count(), warnings + 1);
   char last[1024];
-  cube_warn_last(last, sizeof last);
+  cube_log_warn_last(last, sizeof last);
   assert_non_null(strstr(last, "is corrupt"));
   assert_non_null(strstr(last, "set aside as"));
   assert_int_equal(set_aside_count("corrupt"), 1);
@@ -276,16 +276,16 @@ static void test_truncated_file_is_set_aside(void **state) {
                                   .results = "a fairly long results text to fill the pages up",
                                   .tuned_at = i};
   }
-  assert_true(cube_tune_store_put(rows, ROWS));
+  assert_true(cube_tune_store_put(NULL, rows, ROWS));
   free(rows);
   cube_tune_store_close();
   struct stat st;
   assert_int_equal(stat(g_path, &st), 0);
   assert_true(st.st_size > 8 * 4096);
   assert_int_equal(truncate(g_path, st.st_size / 2), 0);
-  uint64_t warnings = cube_warn_count();
+  uint64_t warnings = cube_log_warn_count();
   assert_true(tune_here("tc_trunc_after"));
-  assert_true(cube_warn_count() > warnings);
+  assert_true(cube_log_warn_count() > warnings);
   assert_int_equal(set_aside_count("corrupt"), 1);
   assert_int_equal(rows_of("tc_trunc"), 0);  // a fresh file
 }
@@ -307,7 +307,7 @@ static void test_damaged_page_is_set_aside_when_read(void **state) {
                                   .results = "a fairly long results text to fill the pages up",
                                   .tuned_at = i};
   }
-  assert_true(cube_tune_store_put(rows, ROWS));
+  assert_true(cube_tune_store_put(NULL, rows, ROWS));
   free(rows);
   cube_tune_store_close();
   // The header and the schema pages stay; every page after them is garbage.
@@ -322,9 +322,9 @@ static void test_damaged_page_is_set_aside_when_read(void **state) {
     assert_int_equal(fwrite(garbage, 1, sizeof garbage, f), sizeof garbage);
   }
   assert_int_equal(fclose(f), 0);
-  uint64_t warnings = cube_warn_count();
+  uint64_t warnings = cube_log_warn_count();
   assert_true(tune_here("tc_page_after"));  // opened fine, failed when read: set aside
-  assert_true(cube_warn_count() > warnings);
+  assert_true(cube_log_warn_count() > warnings);
   assert_int_equal(set_aside_count("corrupt"), 1);
   assert_int_equal(rows_of("tc_page"), 0);
   assert_int_equal(rows_of("tc_page_after"), 1);
@@ -335,9 +335,9 @@ static void test_empty_file_is_simply_used(void **state) {
   need_file();
   write_file(g_path, "", 0);
   cube_tune_store_close();
-  uint64_t warnings = cube_warn_count();
+  uint64_t warnings = cube_log_warn_count();
   assert_true(tune_here("tc_empty"));
-  assert_int_equal(cube_warn_count(), warnings);
+  assert_int_equal(cube_log_warn_count(), warnings);
 }
 
 static void test_other_schema_version_is_set_aside(void **state) {
@@ -346,11 +346,11 @@ static void test_other_schema_version_is_set_aside(void **state) {
   assert_true(tune_here("tc_version"));
   assert_true(cube_tune_store_exec("UPDATE meta SET v = '99' WHERE k = 'schema_version'"));
   cube_tune_store_close();
-  uint64_t warnings = cube_warn_count();
+  uint64_t warnings = cube_log_warn_count();
   assert_int_equal(rows_of("tc_version"), 0);  // opening set it aside
-  assert_int_equal(cube_warn_count(), warnings + 1);
+  assert_int_equal(cube_log_warn_count(), warnings + 1);
   char last[1024];
-  cube_warn_last(last, sizeof last);
+  cube_log_warn_last(last, sizeof last);
   assert_non_null(strstr(last, "schema version 99"));
   assert_int_equal(set_aside_count("foreign"), 1);
   assert_true(tune_here("tc_version"));  // and tuning goes on, into the fresh file
@@ -364,7 +364,7 @@ static void test_other_application_database_is_set_aside(void **state) {
   cube_tune_store_close();
   assert_int_equal(rows_of("tc_app"), 0);
   char last[1024];
-  cube_warn_last(last, sizeof last);
+  cube_log_warn_last(last, sizeof last);
   assert_non_null(strstr(last, "another application (application_id 42)"));
   assert_int_equal(set_aside_count("foreign"), 1);
 }
@@ -397,19 +397,19 @@ static void test_unsafe_directory_means_memory_only(void **state) {
   snprintf(path, sizeof path, "%s/tune.sqlite", dir);
   setenv("CUBE_TUNE_CACHE", path, 1);
   cube_tune_store_close();
-  uint64_t warnings = cube_warn_count();
+  uint64_t warnings = cube_log_warn_count();
   assert_false(tune_here("tc_unsafe"));  // ran, not stored
-  assert_int_equal(cube_warn_count(), warnings + 1);
+  assert_int_equal(cube_log_warn_count(), warnings + 1);
   char last[1024];
-  cube_warn_last(last, sizeof last);
+  cube_log_warn_last(last, sizeof last);
   assert_non_null(strstr(last, "writable by"));
   assert_int_equal(access(path, F_OK), -1);
   // Asked for in so many words: memory only, silently.
   setenv("CUBE_TUNE_CACHE", "off", 1);
   cube_tune_store_close();
-  warnings = cube_warn_count();
+  warnings = cube_log_warn_count();
   assert_false(tune_here("tc_off"));
-  assert_int_equal(cube_warn_count(), warnings);
+  assert_int_equal(cube_log_warn_count(), warnings);
   char where[64] = "x";
   CTH_OK(cube_tune_cache_path(where, sizeof where));
   assert_string_equal(where, "");

@@ -105,7 +105,8 @@ static cube_status_t cpu_create_device(uint32_t device_index, const cube_config_
   if (status == CUBE_OK) {
     cpu = calloc(1, sizeof(*cpu));
     if (cpu == NULL) {
-      status = cube_status_make(CUBE_STATUS_GENERIC, "cpu create_device: out of host memory");
+      status =
+          cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "cpu create_device: out of host memory");
     }
   }
   if (status == CUBE_OK) {

@@ -536,15 +536,15 @@ cube_status_t cube_cpu_pool_initialize(cube_cpu_device_t *device, uint32_t worke
     pool->threads = calloc(workers, sizeof(*pool->threads));
     pool->execs = calloc(workers, sizeof(*pool->execs));
     if (pool->threads == NULL || pool->execs == NULL) {
-      status = cube_status_make(CUBE_STATUS_GENERIC, "cpu worker pool of %u threads: out of memory",
-                                workers);
+      status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                                "cpu worker pool of %u threads: out of memory", workers);
     }
   }
   for (uint32_t i = 0; i < workers && status == CUBE_OK; ++i) {
     status = cube_cpu_exec_initialize(device, &pool->execs[i]);
     worker_arg_t *arg = status == CUBE_OK ? malloc(sizeof(*arg)) : NULL;
     if (status == CUBE_OK && arg == NULL) {
-      status = cube_status_make(CUBE_STATUS_GENERIC, "cpu worker %u: out of memory", i);
+      status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "cpu worker %u: out of memory", i);
     }
     if (status == CUBE_OK) {
       arg->pool = pool;
@@ -552,8 +552,10 @@ cube_status_t cube_cpu_pool_initialize(cube_cpu_device_t *device, uint32_t worke
       int rc = pthread_create(&pool->threads[i], NULL, worker_main, arg);
       if (rc != 0) {
         free(arg);
-        status = cube_status_make(CUBE_STATUS_GENERIC, "cpu worker %u of %u: pthread_create: %s", i,
-                                  workers, strerror(rc));
+        // The system is out of threads or memory for one (EAGAIN).
+        status =
+            cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                             "cpu worker %u of %u: pthread_create: %s", i, workers, strerror(rc));
       }
     }
     if (status == CUBE_OK) {

@@ -84,12 +84,13 @@ cube_status_t cube_cpu_capture_begin(cube_backend_device_t *device, cube_bstream
   cube_status_t status = CUBE_OK;
   cube_bgraph_t *graph = NULL;
   if (cube_cpu_stream_recording(stream, NULL, NULL, false) != NULL) {
-    status = cube_status_make(CUBE_STATUS_GENERIC,
+    status = cube_status_make(CUBE_STATUS_CAPTURE_STATE,
                               "cpu capture_begin: the stream is already recording a graph");
   } else {
     graph = calloc(1, sizeof *graph);
     if (graph == NULL)
-      status = cube_status_make(CUBE_STATUS_GENERIC, "cpu capture_begin: out of host memory");
+      status =
+          cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "cpu capture_begin: out of host memory");
   }
   if (status == CUBE_OK) {
     atomic_init(&graph->refs, 1);
@@ -104,7 +105,8 @@ cube_status_t cube_cpu_capture_end(cube_backend_device_t *device, cube_bstream_t
   (void)device;
   *out_graph = cube_cpu_stream_recording(stream, NULL, NULL, true);
   if (*out_graph != NULL) return CUBE_OK;
-  return cube_status_make(CUBE_STATUS_GENERIC, "cpu capture_end: the stream is not recording");
+  return cube_status_make(CUBE_STATUS_CAPTURE_STATE,
+                          "cpu capture_end: the stream is not recording");
 }
 
 cube_status_t cube_cpu_graph_replay(cube_backend_device_t *device, cube_bstream_t *stream,

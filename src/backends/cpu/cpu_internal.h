@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "base/dynlib.h"
 #include "core/backend.h"
 
 #define CUBE_CPU_MAX_RANK 8
@@ -40,7 +41,7 @@ struct cube_bkernel_t {
   // the loaded library; NULL for an object built without one.
   const uint32_t *signature;
   const char *signature_names;
-  void *library;
+  cube_dynlib_t library;  // the kernel's object, loaded
   void (*loop)(struct cube__ctx_t *ctx);
   void (*unit)(struct cube__ctx_t *ctx, uint32_t x, uint32_t y, uint32_t z);
   // The split entry (split/cpu_split.c): a whole cube as loops over its units, and

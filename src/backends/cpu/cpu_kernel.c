@@ -9,7 +9,6 @@
 // -march=native compiles for. An object is loaded from the bytes it was
 // given (a memory file, else a private copy), never from a path another
 // process could change.
-#include <dlfcn.h>
 #include <errno.h>
 #include <sys/mman.h>
 #include <fcntl.h>
@@ -24,6 +23,7 @@
 #include "backends/cpu/cpu_internal.h"
 #include "backends/cpu/split/cpu_split.h"
 #include "base/util.h"
+#include "core/log.h"
 #include "cube/dialect.h"
 
 CUBE_INTERNAL extern const char cube_dialect_source[];
@@ -450,72 +450,74 @@ static bool write_all(int fd, const void *bytes, size_t size) {
   return true;
 }
 
-// dlopens exactly |bytes|. Through a memory file (kept open while the library
-// is loaded, so no other load can meet the same /proc/self/fd name), else a
-// private copy (mkstemp, 0600, unlinked once loaded).
-static void *open_library(const char *name, const void *bytes, size_t size, const char *tmpdir,
-                          int *out_memfd, char *out_error, size_t error_capacity) {
+// Loads exactly |bytes| into |library| (the one loader, base/dynlib.h).
+// Through a memory file (kept open while the library is loaded, so no other
+// load can meet the same /proc/self/fd name), else a private copy (mkstemp,
+// 0600, unlinked once loaded). False with the reason in |out_error|.
+static bool open_library(const char *name, const void *bytes, size_t size, const char *tmpdir,
+                         cube_dynlib_t *library, int *out_memfd, char *out_error,
+                         size_t error_capacity) {
   *out_memfd = -1;
   char path[64];
-  void *library = NULL;
+  bool loaded = false;
   int fd = memfd_create(name, MFD_CLOEXEC);
   if (fd >= 0) {
     snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-    (void)dlerror();  // what dlerror says below is about these calls
+    const char *const names[] = {path};
     // A name still loaded (an unloaded kernel's library kept by the loader)
     // would hand back that library: then take the private copy instead.
-    void *stale = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-    if (stale) {
-      dlclose(stale);
-    } else if (write_all(fd, bytes, size)) {
-      library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-      if (library) *out_memfd = fd;
+    bool refused = false;
+    if (!cube_dynlib_is_loaded(path) && write_all(fd, bytes, size)) {
+      loaded = cube_dynlib_open(library, NULL, names, 1, NULL, NULL);
+      refused = !loaded;
+      if (loaded) *out_memfd = fd;
     }
-    if (!library) {
-      const char *error = dlerror();
-      snprintf(out_error, error_capacity, "%s", error ? error : "cannot write a memory file");
+    if (!loaded) {
+      snprintf(out_error, error_capacity, "%s",
+               refused ? library->reason : "cannot write a memory file");
       close(fd);
-      if (error) return NULL;  // the loader said no: a copy would fare no better
+      if (refused) return false;  // the loader said no: a copy would fare no better
     }
   }
-  if (!library) {
+  if (!loaded) {
     const char *tmp = tmpdir[0] ? tmpdir : "/tmp";
     char copy[4096 + 32];
     snprintf(copy, sizeof copy, "%s/cubec-kernel-XXXXXX", tmp);
     int copy_fd = mkstemp(copy);
     bool written = copy_fd >= 0 && write_all(copy_fd, bytes, size);
     if (copy_fd >= 0) close(copy_fd);
-    if (written) library = dlopen(copy, RTLD_NOW | RTLD_LOCAL);
-    if (!library) {
-      const char *error = written ? dlerror() : NULL;
+    const char *const names[] = {copy};
+    if (written) loaded = cube_dynlib_open(library, NULL, names, 1, NULL, NULL);
+    if (!loaded) {
       snprintf(out_error, error_capacity, "%s",
-               error ? error : "cannot write a private copy of the object");
+               written ? library->reason : "cannot write a private copy of the object");
     }
     if (copy_fd >= 0) unlink(copy);
   }
-  return library;
+  return loaded;
 }
 
 // Loads |bytes| into a fresh kernel.
 static cube_status_t load_kernel(const cube_cpu_device_t *cpu, const void *bytes, size_t size,
                                  const char *name, const char *key, cube_bkernel_t **out_kernel) {
   cube_status_t status = CUBE_OK;
-  char symbol[512], error[512] = "";
+  char symbol[512], error[CUBE_DYNLIB_REASON_SIZE] = "";
   int memfd = -1;
-  void *library = open_library(name, bytes, size, cpu->tmpdir, &memfd, error, sizeof error);
+  cube_dynlib_t library = {0};
+  bool loaded = open_library(name, bytes, size, cpu->tmpdir, &library, &memfd, error, sizeof error);
   void *loop = NULL, *unit = NULL;
   const char *io = NULL;
-  if (library == NULL) {
+  if (!loaded) {
     status =
         cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
                          "cpu compile of kernel '%s': cannot load its object: %s", name, error);
   } else {
     snprintf(symbol, sizeof(symbol), "%s__cube_loop", name);
-    loop = dlsym(library, symbol);
+    loop = cube_dynlib_symbol(&library, symbol);
     snprintf(symbol, sizeof(symbol), "%s__cube_unit", name);
-    unit = dlsym(library, symbol);
+    unit = cube_dynlib_symbol(&library, symbol);
     snprintf(symbol, sizeof(symbol), "%s__cube_io", name);
-    io = dlsym(library, symbol);
+    io = cube_dynlib_symbol(&library, symbol);
     if (loop == NULL || unit == NULL || io == NULL) {
       status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
                                 "cpu compile of kernel '%s': entry point '%s' not found (the "
@@ -538,31 +540,31 @@ static cube_status_t load_kernel(const cube_cpu_device_t *cpu, const void *bytes
   if (status == CUBE_OK) {
     atomic_init(&kernel->refs, 1);
     snprintf(kernel->key, sizeof(kernel->key), "%s", key);
-    kernel->library = library;
+    kernel->library = library;  // the handle moves into the kernel
     kernel->memfd = memfd;
     char mark[300];
     snprintf(mark, sizeof(mark), "%s__cube_no_barrier", name);
-    kernel->no_barrier = dlsym(library, mark) != NULL;
+    kernel->no_barrier = cube_dynlib_symbol(&library, mark) != NULL;
     snprintf(mark, sizeof(mark), "%s__cube_sig", name);
-    kernel->signature = dlsym(library, mark);
+    kernel->signature = cube_dynlib_symbol(&library, mark);
     snprintf(mark, sizeof(mark), "%s__cube_sig_names", name);
-    kernel->signature_names = dlsym(library, mark);
+    kernel->signature_names = cube_dynlib_symbol(&library, mark);
     *(void **)&kernel->loop = loop;
     *(void **)&kernel->unit = unit;
     // The split entry and its storage size come together or not at all.
     snprintf(mark, sizeof(mark), "%s__cube_split", name);
-    void *split = dlsym(library, mark);
+    void *split = cube_dynlib_symbol(&library, mark);
     snprintf(mark, sizeof(mark), "%s__cube_split_scratch", name);
-    void *scratch = dlsym(library, mark);
+    void *scratch = cube_dynlib_symbol(&library, mark);
     if (split != NULL && scratch != NULL) {
       *(void **)&kernel->split = split;
       *(void **)&kernel->split_scratch = scratch;
     }
     snprintf(mark, sizeof(mark), "%s__cube_split_note", name);
-    const char *note = dlsym(library, mark);
+    const char *note = cube_dynlib_symbol(&library, mark);
     kernel->split_note = strdup(note != NULL ? note : "not split: no note in the object");
     snprintf(mark, sizeof(mark), "%s__cube_stack", name);
-    const unsigned long long *stack = dlsym(library, mark);
+    const unsigned long long *stack = cube_dynlib_symbol(&library, mark);
     kernel->stack_unit = stack != NULL ? stack[0] : UINT64_MAX;
     kernel->stack_loop = stack != NULL ? stack[1] : UINT64_MAX;
     kernel->stack_split = stack != NULL ? stack[2] : UINT64_MAX;
@@ -573,7 +575,7 @@ static cube_status_t load_kernel(const cube_cpu_device_t *cpu, const void *bytes
       free(kernel->io);
       free(kernel);
     }
-    if (library != NULL) dlclose(library);
+    cube_dynlib_close(&library);
     if (memfd >= 0) close(memfd);
   }
   return status;
@@ -587,7 +589,7 @@ static cube_bkernel_t *map_find(cube_cpu_device_t *device, const char *key) {
 }
 
 static void kernel_free(cube_bkernel_t *kernel) {
-  dlclose(kernel->library);
+  cube_dynlib_close(&kernel->library);
   // Only now: while the library was loaded its /proc/self/fd name was in use.
   if (kernel->memfd >= 0) close(kernel->memfd);
   free(kernel->split_note);
@@ -596,14 +598,20 @@ static void kernel_free(cube_bkernel_t *kernel) {
   free(kernel);
 }
 
-// CUBE_CPU_PATH_LOG: the path a kernel takes, and the splitter's note.
-static void log_path(const char *name, const cube_bkernel_t *kernel, bool barrier, bool refused) {
-  fprintf(stderr, "cubec cpu: kernel '%s' %s (%s)\n", name,
-          refused             ? "is refused"
-          : kernel->use_split ? "runs split"
-          : barrier           ? "runs on fibers"
-                              : "runs plain",
-          kernel->split_note != NULL ? kernel->split_note : "no note");
+// The path a kernel takes, and the splitter's note: traced at debug level,
+// and logged (at info, whatever the level) when CUBE_CPU_PATH_LOG asks.
+static void log_path(const cube_cpu_device_t *cpu, const char *name, const cube_bkernel_t *kernel,
+                     bool barrier, bool refused) {
+  const char *path = refused             ? "is refused"
+                     : kernel->use_split ? "runs split"
+                     : barrier           ? "runs on fibers"
+                                         : "runs plain";
+  const char *note = kernel->split_note != NULL ? kernel->split_note : "no note";
+  if (cpu->path_log) {
+    CUBE_LOG_ASKED(cpu->base.log, CUBE_LOG_INFO, "cpu: kernel '%s' %s (%s)", name, path, note);
+  } else {
+    CUBE_LOG(cpu->base.log, CUBE_LOG_DEBUG, "cpu: kernel '%s' %s (%s)", name, path, note);
+  }
 }
 
 cube_status_t cube_cpu_kernel_load(cube_backend_device_t *device,
@@ -637,7 +645,7 @@ cube_status_t cube_cpu_kernel_load(cube_backend_device_t *device,
       kernel->fixed_dim =
           request->cube_dim.x != 0 && request->cube_dim.y != 0 && request->cube_dim.z != 0;
       status = cube_cpu_kernel_limits(cpu, kernel, barrier, &kernel->max_units);
-      if (cpu->path_log) log_path(request->name, kernel, barrier, status != CUBE_OK);
+      log_path(cpu, request->name, kernel, barrier, status != CUBE_OK);
       if (status != CUBE_OK) {
         kernel_free(kernel);
         kernel = NULL;
@@ -660,8 +668,7 @@ cube_status_t cube_cpu_kernel_load(cube_backend_device_t *device,
       }
     }
   }
-  if (cpu->path_log && status == CUBE_OK && !loaded)
-    log_path(request->name, kernel, barrier, false);
+  if (status == CUBE_OK && !loaded) log_path(cpu, request->name, kernel, barrier, false);
   if (status == CUBE_OK) {
     *out_kernel = kernel;
     out_info->io = kernel->io;

@@ -123,6 +123,9 @@ static cube_status_t task_run(cube_bstream_t *stream, cube_cpu_task_t *task) {
       // Work this stream waited for failed: what follows here would read
       // what that work left. The stream halts with the other's failure.
       if (task->u.event->failure) {
+        // Justified GENERIC: a hop only; the root (the failed work) carries
+        // the code a caller acts on (SKIPPED would read as a skipped
+        // collective part).
         status = cube_status_wrap(cube_status_retain(task->u.event->failure), CUBE_STATUS_GENERIC,
                                   "cpu stream: work it waited for on another stream failed");
       }
@@ -271,7 +274,8 @@ cube_status_t cube_cpu_stream_create(cube_backend_device_t *device, cube_bstream
   cube_status_t status = CUBE_OK;
   cube_bstream_t *stream = calloc(1, sizeof(*stream));
   if (stream == NULL) {
-    status = cube_status_make(CUBE_STATUS_GENERIC, "cpu stream_create: out of host memory");
+    status =
+        cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "cpu stream_create: out of host memory");
   }
   if (status == CUBE_OK) {
     stream->device = cpu;
@@ -283,8 +287,9 @@ cube_status_t cube_cpu_stream_create(cube_backend_device_t *device, cube_bstream
     pthread_cond_init(&stream->drained, NULL);
     int rc = pthread_create(&stream->thread, NULL, stream_main, stream);
     if (rc != 0) {
-      status = cube_status_make(CUBE_STATUS_GENERIC, "cpu stream_create: pthread_create: %s",
-                                strerror(rc));
+      // The system is out of threads or memory for one (EAGAIN).
+      status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                                "cpu stream_create: pthread_create: %s", strerror(rc));
       pthread_cond_destroy(&stream->drained);
       pthread_cond_destroy(&stream->work);
       pthread_mutex_destroy(&stream->lock);
@@ -377,7 +382,8 @@ cube_status_t cube_cpu_event_record(cube_backend_device_t *device, cube_bstream_
   cube_cpu_task_t *task = event != NULL ? task_begin(stream, CUBE_CPU_TASK_RECORD) : NULL;
   if (task == NULL) {
     free(event);
-    status = cube_status_make(CUBE_STATUS_GENERIC, "cpu event_record: out of host memory");
+    status =
+        cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "cpu event_record: out of host memory");
   } else {
     atomic_init(&event->refs, 2);  // the caller's and the queued marker's
     atomic_init(&event->done, false);
@@ -408,7 +414,7 @@ cube_status_t cube_cpu_event_wait(cube_backend_device_t *device, cube_bstream_t 
   if (atomic_load(&event->done) && event->failure == CUBE_OK) return status;
   cube_cpu_task_t *task = task_begin(stream, CUBE_CPU_TASK_WAIT);
   if (task == NULL) {
-    status = cube_status_make(CUBE_STATUS_GENERIC, "cpu event_wait: out of host memory");
+    status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "cpu event_wait: out of host memory");
   } else {
     atomic_fetch_add(&event->refs, 1);
     task->u.event = event;
@@ -462,7 +468,8 @@ cube_status_t cube_cpu_host_callback(cube_backend_device_t *device, cube_bstream
   cube_status_t status = CUBE_OK;
   cube_cpu_task_t *task = task_begin(stream, CUBE_CPU_TASK_CALLBACK);
   if (task == NULL) {
-    status = cube_status_make(CUBE_STATUS_GENERIC, "cpu host_callback: out of host memory");
+    status =
+        cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "cpu host_callback: out of host memory");
   } else {
     task->u.callback.fn = fn;
     task->u.callback.arg = arg;

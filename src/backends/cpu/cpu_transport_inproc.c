@@ -36,7 +36,7 @@
 #include <stdio.h>
 
 #include "backends/cpu/cpu_internal.h"
-#include "base/half.h"
+#include "base/dtype.h"
 #include "base/util.h"
 #include "core/coll/transport.h"
 

@@ -290,13 +290,12 @@ typedef struct ncclUniqueId {
 #define CUBE_CUDA_PFN_FIELD(field, required, symbol, fallback, ret, params) ret(*field) params;
 
 typedef struct cube_cuda_driver_t {
-  void *library;
-  const char *path;  // the name that loaded (static storage)
+  void *library;     // the dlopen handle (benchmarks look up extra entry points)
+  const char *path;  // the name that loaded (the loader's handle holds it)
   CUBE_CUDA_DRIVER_SYMBOLS(CUBE_CUDA_PFN_FIELD)
 } cube_cuda_driver_t;
 
 typedef struct cube_cuda_nvrtc_t {
-  void *library;
   const char *path;
   int version_major;
   int version_minor;
@@ -304,9 +303,11 @@ typedef struct cube_cuda_nvrtc_t {
 } cube_cuda_nvrtc_t;
 
 // Loads libcuda (libcuda.so.1, then libcuda.so) and runs cuInit(0), once per
-// process (thread-safe). Returns the table, or NULL with |*out_detail| (static
-// storage) saying which library or call failed and why.
+// process (thread-safe). Returns the table, or NULL with |*out_detail| (the
+// loader's handle, process lifetime) saying which library or call failed and why.
 CUBE_INTERNAL const cube_cuda_driver_t *cube_cuda_driver(const char **out_detail);
+// UNAVAILABLE, with the reason cube_cuda_driver gave and an install hint.
+CUBE_INTERNAL CUBE_MUST_USE_RESULT cube_status_t cube_cuda_driver_unavailable(void);
 // Loads NVRTC once: the preferred path (below), else libnvrtc.so.13, .12,
 // unversioned.
 CUBE_INTERNAL const cube_cuda_nvrtc_t *cube_cuda_nvrtc(const char **out_detail);

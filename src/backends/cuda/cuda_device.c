@@ -133,9 +133,8 @@ static cube_status_t cube_cuda_create_device(uint32_t device_index, const cube_c
                                              cube_backend_device_t **out_device) {
   *out_device = NULL;
   if (config) cube_cuda_nvrtc_prefer(cube_config_text(config, CUBE_CONFIG_NVRTC_PATH, NULL));
-  const char *detail = NULL;
-  const cube_cuda_driver_t *cu = cube_cuda_driver(&detail);
-  if (!cu) return cube_status_make(CUBE_STATUS_UNAVAILABLE, "cuda backend unavailable: %s", detail);
+  const cube_cuda_driver_t *cu = cube_cuda_driver(NULL);
+  if (!cu) return cube_cuda_driver_unavailable();
   int count = 0;
   CUresult result = cu->cuDeviceGetCount(&count);
   if (result != CUDA_SUCCESS)
@@ -147,8 +146,8 @@ static cube_status_t cube_cuda_create_device(uint32_t device_index, const cube_c
 
   cube_cuda_device_t *device = calloc(1, sizeof *device);
   if (!device)
-    return cube_status_make(CUBE_STATUS_GENERIC, "cuda: out of host memory creating device %u",
-                            device_index);
+    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                            "cuda: out of host memory creating device %u", device_index);
   device->base.vtable = &cube_cuda_vtable;
   // cuTensorMapEncode* is pure (the same arguments give the same 128 bytes),
   // so the core may keep encoded maps and reuse them.

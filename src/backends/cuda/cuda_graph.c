@@ -34,8 +34,8 @@ static cube_status_t cube_cuda_graph_check_nodes(cube_cuda_device_t *device, CUg
   if (count == 0) return CUBE_OK;
   CUgraphNode *nodes = calloc(count, sizeof *nodes);
   if (!nodes)
-    return cube_status_make(CUBE_STATUS_GENERIC, "cuda: out of host memory for %zu graph nodes",
-                            count);
+    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                            "cuda: out of host memory for %zu graph nodes", count);
   cube_status_t status = CUBE_OK;
   result = device->cu->cuGraphGetNodes(graph, nodes, &count);
   if (result != CUDA_SUCCESS)
@@ -47,7 +47,7 @@ static cube_status_t cube_cuda_graph_check_nodes(cube_cuda_device_t *device, CUg
       status =
           cube_cuda_error(device, result, CUBE_CUDA_OP_SERVER, "cuGraphNodeGetType(node %zu)", i);
     else if (type == CU_GRAPH_NODE_TYPE_MEM_ALLOC)
-      status = cube_status_make(CUBE_STATUS_GENERIC,
+      status = cube_status_make(CUBE_STATUS_CAPTURE_FAILED,
                                 "cuda: graph holds memory-allocation nodes (node %zu of %zu); "
                                 "captured work must not allocate",
                                 i, count);
@@ -81,7 +81,8 @@ cube_status_t cube_cuda_capture_end(cube_backend_device_t *base, cube_bstream_t 
   if (!status) {
     wrapped = calloc(1, sizeof *wrapped);
     if (!wrapped)
-      status = cube_status_make(CUBE_STATUS_GENERIC, "cuda: out of host memory for a graph");
+      status =
+          cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "cuda: out of host memory for a graph");
   }
   if (status) {
     if (exec) (void)device->cu->cuGraphExecDestroy(exec);

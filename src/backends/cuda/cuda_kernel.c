@@ -16,6 +16,7 @@
 
 #include "backends/cuda/cuda_internal.h"
 #include "base/util.h"
+#include "core/log.h"
 
 // The dialect header's text, generated at build time (cmake/embed.cmake).
 extern const char cube_dialect_source[];
@@ -51,7 +52,8 @@ static cube_status_t cube_cuda_options_build(const cube_cuda_device_t *device,
   if (request->options && request->options[0]) {
     out_options->storage = strdup(request->options);
     if (!out_options->storage)
-      return cube_status_make(CUBE_STATUS_GENERIC, "cuda: out of host memory for options");
+      return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                              "cuda: out of host memory for options");
     char *cursor = out_options->storage;
     while (*cursor) {
       while (*cursor == ' ' || *cursor == '\t' || *cursor == '\n') *cursor++ = '\0';
@@ -169,7 +171,7 @@ static cube_status_t cube_cuda_nvrtc_compile(const cube_cuda_nvrtc_t *rtc,
     if (!status) {
       image = malloc(size + 1);
       if (!image)
-        status = cube_status_make(CUBE_STATUS_GENERIC,
+        status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
                                   "cuda: out of host memory for a %zu-byte kernel image", size);
     }
     if (!status) {
@@ -280,7 +282,7 @@ static cube_status_t cube_cuda_load(cube_cuda_device_t *device,
                                     cube_bkernel_t **out_kernel) {
   *out_kernel = NULL;
   cube_bkernel_t *kernel = calloc(1, sizeof *kernel);
-  if (!kernel) return cube_status_make(CUBE_STATUS_GENERIC, "cuda: out of host memory");
+  if (!kernel) return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "cuda: out of host memory");
   kernel->language = request->language;
   atomic_init(&kernel->dynamic_shared_limit, 48u * 1024u);
   cube_status_t status = CUBE_OK;
@@ -337,7 +339,8 @@ static cube_status_t cube_cuda_load(cube_cuda_device_t *device,
       status = cube_cuda_read_io(device, kernel, request->name);
     } else {
       kernel->io = strdup("");
-      if (!kernel->io) status = cube_status_make(CUBE_STATUS_GENERIC, "cuda: out of host memory");
+      if (!kernel->io)
+        status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "cuda: out of host memory");
     }
   }
   if (status) {
@@ -371,6 +374,8 @@ static cube_status_t cube_cuda_build_prepare(cube_cuda_device_t *device,
                             request->name, (int)request->language);
   const char *detail = NULL;
   out_build->rtc = cube_cuda_nvrtc(&detail);
+  CUBE_LOG(device->base.log, CUBE_LOG_DEBUG, "cuda: NVRTC %s%s",
+           out_build->rtc ? "loaded from " : "", out_build->rtc ? out_build->rtc->path : detail);
   if (!out_build->rtc)
     return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
                             "cuda: cannot compile kernel '%s' without NVRTC: %s", request->name,
@@ -379,7 +384,7 @@ static cube_status_t cube_cuda_build_prepare(cube_cuda_device_t *device,
   if (!status) {
     out_build->text = cube_cuda_program_text(request);
     if (!out_build->text)
-      status = cube_status_make(CUBE_STATUS_GENERIC, "cuda: out of host memory");
+      status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "cuda: out of host memory");
   }
   if (status) cube_cuda_build_free(out_build);
   return status;

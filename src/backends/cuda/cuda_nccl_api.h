@@ -86,15 +86,14 @@ typedef struct cube_nccl_config_t {
 // clang-format on
 
 typedef struct cube_nccl_api_t {
-  void *library;
-  const char *path;
-  int version;  // ncclGetVersion's code: 22803 for 2.28.3
+  const char *path;  // the name that loaded (the loader's handle holds it)
+  int version;       // ncclGetVersion's code: 22803 for 2.28.3
   CUBE_NCCL_TRANSPORT_SYMBOLS(CUBE_CUDA_PFN_FIELD)
 } cube_nccl_api_t;
 
 // Loads NCCL once per process (libnccl.so.2, then libnccl.so);
-// NULL with |*out_detail| (static) saying why when it is absent, misses a
-// required entry, or is not version 2.x.
+// NULL with |*out_detail| (the loader's handle, process lifetime) saying why when it is absent,
+// misses a required entry, or is not version 2.x.
 CUBE_INTERNAL const cube_nccl_api_t *cube_nccl_api(const char **out_detail);
 
 #endif  // CUBE_BACKENDS_CUDA_CUDA_NCCL_API_H_

@@ -41,6 +41,9 @@ static cube_status_code_t cube_cuda_result_code(CUresult result, cube_cuda_op_t 
       return CUBE_STATUS_PROFILE_UNKNOWN;
     case CUBE_CUDA_OP_SERVER:
     default:
+      // Justified GENERIC: a driver error on a call of no family (stream,
+      // event, sync, graph, context) that is neither sticky (poison) nor out
+      // of memory; the seeds' ServerError::Generic.
       return CUBE_STATUS_GENERIC;
   }
 }

@@ -82,7 +82,9 @@ static cube_status_t cube_cuda_event_acquire(cube_cuda_device_t *device, bool ti
     return CUBE_OK;
   }
   event = calloc(1, sizeof *event);
-  if (!event) return cube_status_make(CUBE_STATUS_GENERIC, "cuda: out of host memory for an event");
+  if (!event)
+    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                            "cuda: out of host memory for an event");
   unsigned flags = timed ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING;
   CUresult result = device->cu->cuEventCreate(&event->event, flags);
   if (result != CUDA_SUCCESS) {

@@ -10,7 +10,6 @@
 // is the context NCCL's runtime uses. NVLink multicast is left as the
 // environment says (NCCL_NVLS_ENABLE is never set here) and no multicast
 // object is ever made.
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,71 +18,56 @@
 
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/cuda_nccl_api.h"
+#include "base/dynlib.h"
 #include "base/util.h"
 #include "core/coll/transport.h"
 
 //===--- Loading ---===//
 
 static pthread_once_t nccl_once = PTHREAD_ONCE_INIT;
+static cube_dynlib_t nccl_lib;
 static cube_nccl_api_t nccl_table;
 static const cube_nccl_api_t *nccl_loaded;
-static char nccl_detail[1024];
 
-#define NCCL_RESOLVE_ENTRY(field, required, symbol, fallback, ret, params) \
-  do {                                                                     \
-    void *fn = dlsym(table->library, symbol);                              \
-    if (!fn && (required) && !missing) missing = symbol;                   \
-    memcpy(&table->field, &fn, sizeof fn);                                 \
-  } while (0);
+#define NCCL_ENTRY(field, required, symbol, fallback, ret, params) \
+  CUBE_DYNLIB_ENTRY(cube_nccl_api_t, field, symbol, fallback, required),
+static const cube_dynlib_symbol_t kNcclSymbols[] = {CUBE_NCCL_TRANSPORT_SYMBOLS(NCCL_ENTRY)};
 
-static void nccl_load(void) {
-  const char *names[3] = {NULL, "libnccl.so.2", "libnccl.so"};
-  cube_nccl_api_t *table = &nccl_table;
-  char why[768] = "";
-  size_t used = 0;
-  for (size_t i = 0; i < 3 && !table->library; ++i) {
-    if (!names[i]) continue;
-    table->library = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (table->library) {
-      table->path = names[i];
-    } else if (used < sizeof why) {
-      const char *error = dlerror();
-      int n = snprintf(why + used, sizeof why - used, "%s%s", used ? "; " : "",
-                       error ? error : names[i]);
-      if (n > 0) used += (size_t)n;
-    }
-  }
-  if (!table->library) {
-    snprintf(nccl_detail, sizeof nccl_detail, "cannot load NCCL (libnccl.so.2, libnccl.so): %s",
-             why);
-    return;
-  }
-  const char *missing = NULL;
-  CUBE_NCCL_TRANSPORT_SYMBOLS(NCCL_RESOLVE_ENTRY)
+// Resolves the table and checks the major version before anything uses it.
+static bool nccl_accept(cube_dynlib_t *lib, void *context) {
+  cube_nccl_api_t *table = context;
+  if (!cube_dynlib_resolve(lib, kNcclSymbols, sizeof kNcclSymbols / sizeof kNcclSymbols[0], table))
+    return false;
   int version = 0;
-  if (missing) {
-    snprintf(nccl_detail, sizeof nccl_detail, "%s: missing entry point %s (NCCL too old?)",
-             table->path, missing);
-  } else if (table->ncclGetVersion(&version) != ncclSuccess || version / 10000 != 2) {
+  if (table->ncclGetVersion(&version) != ncclSuccess || version / 10000 != 2) {
     // Only the major version is checked: built against 2.28.9's header, this
     // runs on the H200's 2.28.3 (codes are X*10000+Y*100+Z since 2.9).
-    snprintf(nccl_detail, sizeof nccl_detail, "%s: NCCL version code %d is not 2.x", table->path,
-             version);
-    missing = "version";
-  }
-  if (missing) {
-    dlclose(table->library);
+    cube_dynlib_set_reason(lib, "%s: NCCL version code %d is not 2.x", lib->path, version);
     memset(table, 0, sizeof *table);
-    return;
+    return false;
   }
   table->version = version;
-  snprintf(nccl_detail, sizeof nccl_detail, "%s", table->path);
+  return true;
+}
+
+static void nccl_load(void) {
+  static const char *const names[] = {"libnccl.so.2", "libnccl.so"};
+  cube_nccl_api_t *table = &nccl_table;
+  if (!cube_dynlib_open(&nccl_lib, NULL, names, 2, nccl_accept, table)) {
+    char why[sizeof nccl_lib.reason];
+    snprintf(why, sizeof why, "%s", nccl_lib.reason);
+    cube_dynlib_set_reason(&nccl_lib, "cannot load NCCL (libnccl.so.2, libnccl.so): %.900s", why);
+    return;
+  }
+  table->path = nccl_lib.path;
+  // Loaded, the detail names the library (cube_transport_query shows it).
+  cube_dynlib_set_reason(&nccl_lib, "%s", nccl_lib.path);
   nccl_loaded = table;
 }
 
 const cube_nccl_api_t *cube_nccl_api(const char **out_detail) {
   pthread_once(&nccl_once, nccl_load);
-  if (out_detail) *out_detail = nccl_detail;
+  if (out_detail) *out_detail = nccl_lib.reason;
   return nccl_loaded;
 }
 

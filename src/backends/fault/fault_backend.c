@@ -274,6 +274,9 @@ static cube_status_code_t cube_fault_code(cube_fault_kind_t kind, cube_fault_err
         case CUBE_FAULT_COPY:
           return CUBE_STATUS_IO_UNKNOWN;
         default:
+          // Justified GENERIC: a driver error on a call of no family (stream,
+          // event, sync, graph), as the CUDA backend reports one
+          // (cube_cuda_result_code); docs/faults.md's table.
           return CUBE_STATUS_GENERIC;
       }
     case CUBE_FAULT_ERROR_POISON:
@@ -434,7 +437,8 @@ cube_status_t cube_fault_stream_create(cube_backend_device_t *device, cube_bstre
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_STREAM);
   cube_fault_stream_t *s = status ? NULL : calloc(1, sizeof *s);
   if (!status && !s) {
-    status = cube_status_make(CUBE_STATUS_GENERIC, "fault stream_create: out of host memory");
+    status =
+        cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "fault stream_create: out of host memory");
   }
   if (!status) status = cube_fault_fwd_stream_create(device, &s->inner);
   if (!status) {
@@ -496,7 +500,9 @@ cube_status_t cube_fault_stream_adopt(cube_backend_device_t *device, cube_bstrea
                                       cube_bstream_t **out_stream) {
   (void)device;
   cube_fault_stream_t *s = calloc(1, sizeof *s);
-  if (!s) return cube_status_make(CUBE_STATUS_GENERIC, "fault stream_adopt: out of host memory");
+  if (!s)
+    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                            "fault stream_adopt: out of host memory");
   s->inner = inner;
   pthread_mutex_init(&s->lock, NULL);
   *out_stream = (cube_bstream_t *)(void *)s;
@@ -519,7 +525,8 @@ cube_status_t cube_fault_event_record(cube_backend_device_t *device, cube_bstrea
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_EVENT);
   cube_fault_event_t *e = status ? NULL : calloc(1, sizeof *e);
   if (!status && !e) {
-    status = cube_status_make(CUBE_STATUS_GENERIC, "fault event_record: out of host memory");
+    status =
+        cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "fault event_record: out of host memory");
   }
   if (!status) status = cube_fault_fwd_event_record(device, inner_stream(stream), timed, &e->inner);
   if (!status) {
@@ -538,6 +545,8 @@ cube_status_t cube_fault_event_wait(cube_backend_device_t *device, cube_bstream_
   if (!status) status = cube_fault_fwd_event_wait(device, inner_stream(stream), e->inner);
   if (!status && e->failure) {
     // What follows on |stream| would read what the failed work left.
+    // Justified GENERIC: a hop only; the root (the failed work) carries the
+    // code a caller acts on (SKIPPED would read as a skipped collective part).
     stream_halt(stream, cube_status_wrap(cube_status_retain(e->failure), CUBE_STATUS_GENERIC,
                                          "fault stream: work it waited for on another stream "
                                          "failed"));
@@ -888,7 +897,8 @@ cube_status_t cube_fault_backend_wrap(cube_backend_device_t *inner, const char *
     }
   }
   if (!status && pthread_mutex_init(&fault->lock, NULL) != 0) {
-    status = cube_status_make(CUBE_STATUS_GENERIC, "fault backend: pthread_mutex_init failed");
+    status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                              "fault backend: pthread_mutex_init failed");
   }
   if (!status) {
     fault->header.vtable = &cube_fault_vtable;

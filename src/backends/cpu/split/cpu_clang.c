@@ -2,12 +2,13 @@
 // kernel body built from it (see cpu_clang.h).
 #include "backends/cpu/split/cpu_clang.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "base/dynlib.h"
 
 //===--- The slice of libclang's C API used here (ABI-stable) ---===//
 
@@ -90,13 +91,18 @@ enum { CX_TYPE_INCOMPLETE_ARRAY = 114, CX_TYPE_VARIABLE_ARRAY = 115 };
   X(CXCursor, clang_getCursorSemanticParent, (CXCursor))                                          \
   X(CXString, clang_getClangVersion, (void))
 
-static struct {
+typedef struct lc_t {
 #define CLANG_FIELD(ret, name, args) ret(*name) args;
   CLANG_FUNCTIONS(CLANG_FIELD)
 #undef CLANG_FIELD
-  void *library;
+  cube_dynlib_t library;  // the one loader's handle (base/dynlib.h)
   char version[128];
-} lc;
+} lc_t;
+static lc_t lc;
+
+#define CLANG_ENTRY(ret, name, args) CUBE_DYNLIB_ENTRY(lc_t, name, #name, NULL, true),
+static const cube_dynlib_symbol_t kClangSymbols[] = {CLANG_FUNCTIONS(CLANG_ENTRY)};
+#undef CLANG_ENTRY
 
 static pthread_once_t lc_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t lc_path_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -108,38 +114,28 @@ void cube_clang_configure(const char *path) {
   pthread_mutex_unlock(&lc_path_lock);
 }
 
+// All or nothing: a libclang without one of the entry points is not used.
+static bool lc_accept(cube_dynlib_t *library, void *context) {
+  return cube_dynlib_resolve(library, kClangSymbols, sizeof kClangSymbols / sizeof kClangSymbols[0],
+                             context);
+}
+
 static void lc_load(void) {
-  const char *names[] = {NULL,
-                         "libclang.so.1",
-                         "libclang-19.so.1",
-                         "libclang-18.so.1",
-                         "libclang-17.so.1",
-                         "libclang-16.so.1",
-                         "libclang-15.so.1",
-                         "libclang-14.so.1",
-                         "libclang.so"};
+  static const char *const names[] = {"libclang.so.1",    "libclang-19.so.1", "libclang-18.so.1",
+                                      "libclang-17.so.1", "libclang-16.so.1", "libclang-15.so.1",
+                                      "libclang-14.so.1", "libclang.so"};
   pthread_mutex_lock(&lc_path_lock);
   char configured[1024];
   snprintf(configured, sizeof configured, "%s", lc_path);
   pthread_mutex_unlock(&lc_path_lock);
-  names[0] = configured[0] != '\0' ? configured : NULL;
   // CUBE_LIBCLANG=none: run as on a machine without libclang.
-  if (names[0] != NULL && strcmp(names[0], "none") == 0) return;
-  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && lc.library == NULL; ++i) {
-    if (names[i] != NULL) lc.library = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-  }
-  if (lc.library == NULL) return;
-  bool complete = true;
-#define CLANG_LOOKUP(ret, name, args)            \
-  *(void **)&lc.name = dlsym(lc.library, #name); \
-  complete = complete && lc.name != NULL;
-  CLANG_FUNCTIONS(CLANG_LOOKUP)
-#undef CLANG_LOOKUP
-  if (!complete) {
-    dlclose(lc.library);
-    lc.library = NULL;
+  if (strcmp(configured, "none") == 0) {
+    cube_dynlib_set_reason(&lc.library, "CUBE_LIBCLANG=none");
     return;
   }
+  if (!cube_dynlib_open(&lc.library, configured, names, sizeof names / sizeof names[0], lc_accept,
+                        &lc))
+    return;
   CXString version = lc.clang_getClangVersion();
   snprintf(lc.version, sizeof(lc.version), "%s", lc.clang_getCString(version));
   lc.clang_disposeString(version);
@@ -147,8 +143,13 @@ static void lc_load(void) {
 
 bool cube_clang_available(const char **out_version) {
   pthread_once(&lc_once, lc_load);
-  if (out_version != NULL) *out_version = lc.library != NULL ? lc.version : "";
-  return lc.library != NULL;
+  if (out_version != NULL) *out_version = lc.library.handle != NULL ? lc.version : "";
+  return lc.library.handle != NULL;
+}
+
+const char *cube_clang_why_not(void) {
+  pthread_once(&lc_once, lc_load);
+  return lc.library.handle != NULL ? "" : lc.library.reason;
 }
 
 //===--- Building the tree ---===//
@@ -441,7 +442,10 @@ bool cube_clang_parse(const char *prelude, const char *source, const char *name,
   memset(out_ast, 0, sizeof(*out_ast));
   out_ast->body = -1;
   if (!cube_clang_available(NULL)) {
-    ast_fail(out_ast, "libclang is not installed (Debian: libclang1-14 or later)");
+    // The loader's reason, so the split note (and CUBE_CPU_PATH_LOG) says
+    // which libraries were tried and why each failed.
+    ast_fail(out_ast, "libclang is not available: %.600s (Debian: libclang1-14 or later)",
+             cube_clang_why_not());
     return false;
   }
   static const char main_text[] = "#include \"" PRELUDE_FILE "\"\n#include \"" KERNEL_FILE "\"\n";

@@ -126,6 +126,9 @@ CUBE_INTERNAL void cube_clang_configure(const char *path);
 // Whether libclang could be loaded (tries once per process). |out_version|
 // (may be NULL) receives its version string, "" when absent.
 CUBE_INTERNAL bool cube_clang_available(const char **out_version);
+// Why libclang is not available (every candidate's reason, or
+// "CUBE_LIBCLANG=none"); "" when it is.
+CUBE_INTERNAL const char *cube_clang_why_not(void);
 
 // Parses |source| (the kernel's text) behind |prelude| with the -D/-U/-I
 // words of |options| (may be NULL), and builds the tree of kernel |name|'s

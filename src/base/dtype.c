@@ -1,10 +1,11 @@
-// cubec core — what every transport shares: element types and their names.
-// (cube_transport_query asks the backend factories: registry.c.)
-#include "core/coll/transport.h"
+// cubec base — element types and their conversions (dtype.h).
+//
+// The conversion bodies are the dialect's own (include/cube/dialect.h,
+// "Reduced precision"), included here so the host and the kernels cannot
+// drift apart.
+#include "base/dtype.h"
 
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
+#include "cube/dialect.h"
 
 uint32_t cube_dtype_size(cube_dtype_t dtype) {
   switch (dtype) {
@@ -39,4 +40,29 @@ const char *cube_dtype_name(cube_dtype_t dtype) {
 const char *cube_reduce_op_name(cube_reduce_op_t op) {
   static const char *const names[CUBE_REDUCE_OP_COUNT] = {"sum", "mean", "max", "min", "prod"};
   return (unsigned)op < CUBE_REDUCE_OP_COUNT ? names[op] : "unknown";
+}
+
+uint16_t cube_f16_from_f32(float value) {
+  return cube__f32_to_f16(value).bits;
+}
+float cube_f16_to_f32(uint16_t bits) {
+  return cube__f16_to_f32(cube__f16_of(bits));
+}
+uint16_t cube_bf16_from_f32(float value) {
+  return cube__f32_to_bf16(value).bits;
+}
+float cube_bf16_to_f32(uint16_t bits) {
+  return cube__bf16_to_f32(cube__bf16_of(bits));
+}
+uint8_t cube_e4m3_from_f32(float value) {
+  return cube__f32_to_e4m3(value).bits;
+}
+float cube_e4m3_to_f32(uint8_t bits) {
+  return cube__e4m3_to_f32(cube__e4m3_of(bits));
+}
+uint8_t cube_e5m2_from_f32(float value) {
+  return cube__f32_to_e5m2(value).bits;
+}
+float cube_e5m2_to_f32(uint8_t bits) {
+  return cube__e5m2_to_f32(cube__e5m2_of(bits));
 }
