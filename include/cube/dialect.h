@@ -2477,8 +2477,22 @@ static inline void cube__tma_check_map(cube__ctx_t *ctx, const cube__tmap_t *m, 
   if (m->rank != rank) ctx->trap(ctx, "TMA: the copy's rank is not the map's rank");
 }
 
-// Checks the shared-memory range of a copy; returns its offset in the
-// cube's shared memory.
+// One past the last shared-memory byte a swizzled box of |bytes| at
+// |offset| touches: the swizzle keeps every 16-byte chunk in its 128-byte
+// row but may move the chunks of a partial last row up to that row's end.
+static inline uint64_t cube__tma_swizzled_end(uint32_t span, uint64_t offset, uint64_t bytes) {
+  uint64_t end = offset + bytes;
+  if (!span || bytes == 0) return end;
+  uint64_t row = (end - 1) & ~(uint64_t)127;  // the last row the box reaches
+  for (uint64_t chunk = row > offset ? row : offset; chunk < end; chunk += 16) {
+    uint64_t moved = cube__tma_swizzle(span, chunk) + 16;
+    if (moved > end) end = moved;
+  }
+  return end;
+}
+
+// Checks the shared-memory range of a copy, where the swizzle puts its
+// bytes; returns its offset in the cube's shared memory.
 static inline uint64_t cube__tma_smem(cube__ctx_t *ctx, const cube__tmap_t *m, const void *smem,
                                       uint64_t bytes) {
   const uintptr_t p = (uintptr_t)smem, arena = (uintptr_t)ctx->shared;
@@ -2490,6 +2504,10 @@ static inline uint64_t cube__tma_smem(cube__ctx_t *ctx, const cube__tmap_t *m, c
     ctx->trap(ctx,
               "TMA: the shared-memory box is not aligned (128 bytes; 256, 512 or 1024 with "
               "32, 64 or 128-byte swizzle)");
+  if (cube__tma_swizzled_end(m->swizzle_span, offset, bytes) > ctx->shared_size)
+    ctx->trap(ctx,
+              "TMA: the swizzle moves part of the box's last 128-byte row past the end of the "
+              "cube's shared memory");
   return offset;
 }
 

@@ -293,6 +293,58 @@ static void tiled_store_drops_what_lies_outside(void **state) {
   free(ctx.shared);
 }
 
+// Issue 34: a 128B-swizzled box that ends exactly at the end of shared
+// memory (a 1168-byte arena, the box's 144 bytes at 1024) has a partial last
+// 128-byte row whose chunk the swizzle moves 16 bytes past the arena: the
+// copy traps instead of writing there (ASan saw the heap corruption).
+static void swizzled_box_at_the_arena_end_traps(void **state) {
+  (void)state;
+  enum { ARENA_END = 1168, ROWS = 9, INNER = 8 };  // 9 rows of 8 f16: 144 bytes
+  uint16_t data[16 * INNER];
+  for (int i = 0; i < 16 * INNER; ++i) data[i] = (uint16_t)(i + 1);
+  const uint64_t shape[2] = {16, INNER};
+  const uint32_t tile[2] = {ROWS, INNER};
+  cube_tensor_map_desc_t d = cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_F16, 2, shape, NULL, tile);
+  d.swizzle = CUBE_TENSOR_MAP_SWIZZLE_128B;
+  cube__tmap_t map = encode(&d, data, sizeof data);
+  cube__ctx_t ctx;
+  memset(&ctx, 0, sizeof ctx);
+  void *arena = NULL;
+  assert_int_equal(posix_memalign(&arena, 1024, ARENA_END), 0);
+  memset(arena, 0xcd, ARENA_END);
+  ctx.shared = arena;
+  ctx.shared_size = ARENA_END;
+  ctx.trap = test_trap;
+  cube__ctx_t *cube__ctx = &ctx;
+  uint64_t bar[1];
+  uint16_t *box = (uint16_t *)(ctx.shared + 1024);
+  if (setjmp(trap_jump) == 0) {
+    MBAR_INIT(bar, 1);
+    TMA_LOAD_2D(box, &map, bar, 0, 0);
+    free(arena);
+    fail_msg("the swizzled load wrote past the arena without trapping");
+  }
+  assert_non_null(strstr(trap_text, "swizzle"));
+  // The store reads the same bytes: it traps as well.
+  trap_text[0] = '\0';
+  if (setjmp(trap_jump) == 0) {
+    TMA_STORE_2D(&map, box, 0, 0);
+    free(arena);
+    fail_msg("the swizzled store read past the arena without trapping");
+  }
+  assert_non_null(strstr(trap_text, "swizzle"));
+  // One row less (128 bytes, whole rows only) fits and moves nothing out.
+  cube_tensor_map_desc_t d8 = d;
+  d8.tile[0] = 8;
+  cube__tmap_t map8 = encode(&d8, data, sizeof data);
+  if (setjmp(trap_jump)) fail_msg("trapped: %s", trap_text);
+  MBAR_INIT(bar, 1);
+  MBAR_ARRIVE_EXPECT_TX(bar, 8 * INNER * 2);
+  TMA_LOAD_2D(box, &map8, bar, 0, 0);
+  MBAR_WAIT(bar, 0);
+  free(arena);
+}
+
 //===--- Im2col ---===//
 
 // NHWC f32 2 x 5 x 6 x 8, a 3x3 convolution with padding 1: the column for
@@ -487,6 +539,7 @@ int main(void) {
       cmocka_unit_test(tiled_load_swizzles_like_the_hardware),
       cmocka_unit_test(tiled_ranks_1_and_5_round_trip),
       cmocka_unit_test(tiled_store_drops_what_lies_outside),
+      cmocka_unit_test(swizzled_box_at_the_arena_end_traps),
       cmocka_unit_test(im2col_load_walks_the_pixel_box),
       cmocka_unit_test(mbarrier_phases_flip_on_arrivals_and_bytes),
       cmocka_unit_test(misuse_traps_with_a_reason),
