@@ -2460,10 +2460,19 @@ static inline uint64_t cube__tma_swizzle(uint32_t span, uint64_t offset) {
   return offset ^ (((offset >> 7) & mask) << 4);
 }
 
+// What a load puts where the box lies outside the tensor: zeros, or the
+// TMA unit's NaN, 0x7FF7 in every 16 bits (an f32 reads 0x7FF77FF7 on the
+// H200, as on other sm_90+ parts): a NaN at every float width the fill
+// applies to (f16, bf16, f32/tf32, f64), sign clear.
 static inline void cube__tma_fill(const cube__tmap_t *m, unsigned char *out) {
-  memset(out, m->oob_nan ? 0xff : 0, m->elem_bytes);
-  // A quiet NaN of the element's width, sign clear (little-endian).
-  if (m->oob_nan) out[m->elem_bytes - 1] = 0x7f;
+  if (!m->oob_nan) {
+    memset(out, 0, m->elem_bytes);
+    return;
+  }
+  for (uint32_t b = 0; b + 1 < m->elem_bytes; b += 2) {  // little-endian halves
+    out[b] = 0xf7;
+    out[b + 1] = 0x7f;
+  }
 }
 
 // Checks a map before anything is read from it.

@@ -100,9 +100,13 @@ static void tiled_2d_case(cube_tensor_map_oob_fill_t fill, int32_t y0, int32_t x
       int gy = y0 + y, gx = x0 + x;
       float got = box[y * TX + x];
       if (gy < 0 || gy >= H || gx < 0 || gx >= W) {
-        if (fill == CUBE_TENSOR_MAP_OOB_NAN)
+        if (fill == CUBE_TENSOR_MAP_OOB_NAN) {
+          // The TMA unit's NaN, bit for bit (issue 34: the CPU wrote 0x7FFFFFFF).
+          uint32_t bits;
+          memcpy(&bits, &got, sizeof bits);
           assert_true(isnan(got));
-        else
+          assert_int_equal(bits, 0x7FF77FF7u);
+        } else
           assert_true(got == 0.0f);
       } else {
         assert_true(got == data[gy * W + gx]);
@@ -123,6 +127,42 @@ static void tiled_load_fills_out_of_bounds_with_zero(void **state) {
 static void tiled_load_fills_out_of_bounds_with_nan(void **state) {
   (void)state;
   tiled_2d_case(CUBE_TENSOR_MAP_OOB_NAN, 40, -20);
+}
+
+// The NaN fill of every float width it applies to is 0x7FF7 in every 16
+// bits: f16 and bf16 0x7FF7, f64 0x7FF77FF77FF77FF7.
+static void nan_fill_is_the_tma_units_pattern_at_every_width(void **state) {
+  (void)state;
+  const cube_tensor_map_dtype_t types[] = {CUBE_TENSOR_MAP_DTYPE_F16, CUBE_TENSOR_MAP_DTYPE_BF16,
+                                           CUBE_TENSOR_MAP_DTYPE_F32, CUBE_TENSOR_MAP_DTYPE_TF32,
+                                           CUBE_TENSOR_MAP_DTYPE_F64};
+  for (size_t t = 0; t < sizeof types / sizeof types[0]; ++t) {
+    const uint32_t eb = cube_tensor_map_dtype_size(types[t]);
+    const uint32_t inner = 16 / eb;  // one 16-byte row
+    unsigned char data[16 * 16];
+    memset(data, 0x11, sizeof data);
+    const uint64_t shape[2] = {16, inner};
+    const uint32_t tile[2] = {2, inner};
+    cube_tensor_map_desc_t d = cube_tensor_map_tiled(types[t], 2, shape, NULL, tile);
+    d.oob_fill = CUBE_TENSOR_MAP_OOB_NAN;
+    cube__tmap_t map = encode(&d, data, 16 * 16);
+    cube__ctx_t ctx = make_ctx();
+    cube__ctx_t *cube__ctx = &ctx;
+    uint64_t cube__shoff = 0;
+    SHARED_ALIGNED(unsigned char, box, 32, 128);
+    SHARED(uint64_t, bar, 1);
+    if (setjmp(trap_jump)) fail_msg("trapped: %s", trap_text);
+    MBAR_INIT(bar, 1);
+    MBAR_ARRIVE_EXPECT_TX(bar, 32);
+    TMA_LOAD_2D(box, &map, bar, 15, 0);  // row 15 inside, row 16 outside
+    MBAR_WAIT(bar, 0);
+    for (int i = 0; i < 16; ++i) assert_int_equal(box[i], 0x11);
+    for (int i = 16; i < 32; i += 2) {
+      assert_int_equal(box[i], 0xf7);
+      assert_int_equal(box[i + 1], 0x7f);
+    }
+    free(ctx.shared);
+  }
 }
 
 // A 3-D u16 tensor with a padded pitch, element strides (3, 2, -) and a
@@ -535,6 +575,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(tiled_load_fills_out_of_bounds_with_zero),
       cmocka_unit_test(tiled_load_fills_out_of_bounds_with_nan),
+      cmocka_unit_test(nan_fill_is_the_tma_units_pattern_at_every_width),
       cmocka_unit_test(tiled_load_honours_element_strides),
       cmocka_unit_test(tiled_load_swizzles_like_the_hardware),
       cmocka_unit_test(tiled_ranks_1_and_5_round_trip),
