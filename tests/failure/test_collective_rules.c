@@ -15,7 +15,6 @@
 // - argument errors (sizes per expect_size, types, mismatched parts,
 //   different streams, broadcast sources) settle the destination and reach
 //   the other ranks as REMOTE_FAILURE.
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -663,35 +662,6 @@ static void test_released_member(void **state) {
 
 //===--- Issue 34 ---===//
 
-// A hung part (fault plan `hang` on one client): reading a destination,
-// with no sync_collective first, answers within the deadline plus slack on
-// both ranks (it waited ten times the deadline: 20 s for 2 s).
-static void test_reading_a_hung_destination_answers_at_the_deadline(void **state) {
-  (void)state;
-  setenv("CUBE_COLLECTIVE_TIMEOUT_S", "1", 1);
-  ranks_t r;
-  ranks_make(&r, 2, true);
-  CTH_OK(cube_fault_set_plan(cube_server_of(r.c[1])->device, "transport:1:hang"));
-  CTH_OK(cube_collective_group_begin());
-  for (size_t i = 0; i < 2; ++i) {
-    CTH_OK(cube_all_reduce(r.c[i], S, cube_handle_binding(r.src[i]), cube_handle_binding(r.dst[i]),
-                           CUBE_DTYPE_F32, CUBE_REDUCE_SUM, r.c, 2, CUBE_COMPUTE_WAIT_AT_SYNC));
-  }
-  CTH_OK(cube_collective_group_end());
-  const uint64_t start = cube_now_ns();
-  for (size_t k = 0; k < 2; ++k) {
-    size_t i = 1 - k;  // the hung rank first
-    float out[ELEMS];
-    CTH_EXPECT_RELEASE(read_back(r.c[i], r.dst[i], out), CUBE_STATUS_UNWRITTEN, NULL);
-    double seconds = (double)(cube_now_ns() - start) * 1e-9;
-    if (seconds > 2.5)
-      fail_msg("rank %zu's destination answered after %.1f s (deadline 1 s)", i, seconds);
-  }
-  CTH_OK(cube_fault_set_plan(cube_server_of(r.c[1])->device, kQuiet));
-  ranks_free(&r);
-  setenv("CUBE_COLLECTIVE_TIMEOUT_S", "30", 1);
-}
-
 // A group of a client behind a fault plan and one without: both transports
 // are named "inproc" and the group used one member's for both (SIGSEGV).
 // Transports are compared by identity: the mix is refused, naming both.
@@ -715,10 +685,11 @@ static void test_group_mixing_a_fault_plan_is_refused(void **state) {
                         CUBE_DTYPE_F32, CUBE_REDUCE_SUM, g, 2, CUBE_COMPUTE_WAIT_NOW),
         CUBE_STATUS_VALIDATION, "mixes transports");
   }
-  // Nothing was claimed: the destinations read what they held.
+  // Each refused call (one from each client) claimed its destination with
+  // the refusal: a collective's argument errors settle, so no peer waits.
   for (int i = 0; i < 2; ++i) {
     float out[ELEMS];
-    CTH_OK(read_back(c[i], dst[i], out));
+    CTH_EXPECT_RELEASE(read_back(c[i], dst[i], out), CUBE_STATUS_UNWRITTEN, "mixes transports");
     cth_release_handle(c[i], src[i]);
     cth_release_handle(c[i], dst[i]);
     cube_client_release(c[i]);
@@ -737,7 +708,6 @@ static const struct CMUnitTest kTests[] = {
     cmocka_unit_test(test_argument_errors_settle_and_travel),
     cmocka_unit_test(test_bad_arguments),
     cmocka_unit_test(test_released_member),
-    cmocka_unit_test(test_reading_a_hung_destination_answers_at_the_deadline),
     cmocka_unit_test(test_group_mixing_a_fault_plan_is_refused),
 };
 
