@@ -664,6 +664,64 @@ static void test_released_member(void **state) {
 
 //===--- Issue 34 ---===//
 
+// A hung part (fault plan `hang`): reading a destination, with no
+// sync_collective first, answers within the deadline plus slack — in a
+// group of one client (no peer times out: it waited ten times the deadline,
+// 20 s for 2 s) and on both ranks of a pair.
+static void test_reading_a_hung_destination_of_one_client(void **state) {
+  (void)state;
+  setenv("CUBE_COLLECTIVE_TIMEOUT_S", "1", 1);
+  ranks_t r;
+  ranks_make(&r, 1, true);
+  CTH_OK(cube_fault_set_plan(cube_server_of(r.c[0])->device, "transport:1:hang"));
+  for (int wait = 0; wait < 2; ++wait) {
+    CTH_OK(cube_all_reduce(r.c[0], S, cube_handle_binding(r.src[0]), cube_handle_binding(r.dst[0]),
+                           CUBE_DTYPE_F32, CUBE_REDUCE_SUM, r.c, 1,
+                           wait ? CUBE_COMPUTE_WAIT_NOW : CUBE_COMPUTE_WAIT_AT_SYNC));
+    const uint64_t start = cube_now_ns();
+    float out[ELEMS];
+    CTH_EXPECT_RELEASE(read_back(r.c[0], r.dst[0], out), CUBE_STATUS_UNWRITTEN, NULL);
+    double seconds = (double)(cube_now_ns() - start) * 1e-9;
+    if (seconds > 2.5) fail_msg("the destination answered after %.1f s (deadline 1 s)", seconds);
+    // The group failed (the hung part aborted it): taken, then a new one,
+    // hung again.
+    cube_status_t s = cube_sync_collective(r.c[0], S);
+    assert_non_null(s);
+    cube_status_release(s);
+    CTH_OK(cube_comm_init(r.c, 1));
+    CTH_OK(cube_fault_set_plan(cube_server_of(r.c[0])->device, "transport:1:hang"));
+  }
+  CTH_OK(cube_fault_set_plan(cube_server_of(r.c[0])->device, kQuiet));
+  ranks_free(&r);
+  setenv("CUBE_COLLECTIVE_TIMEOUT_S", "30", 1);
+}
+
+static void test_reading_a_hung_destination_answers_at_the_deadline(void **state) {
+  (void)state;
+  setenv("CUBE_COLLECTIVE_TIMEOUT_S", "1", 1);
+  ranks_t r;
+  ranks_make(&r, 2, true);
+  CTH_OK(cube_fault_set_plan(cube_server_of(r.c[1])->device, "transport:1:hang"));
+  CTH_OK(cube_collective_group_begin());
+  for (size_t i = 0; i < 2; ++i) {
+    CTH_OK(cube_all_reduce(r.c[i], S, cube_handle_binding(r.src[i]), cube_handle_binding(r.dst[i]),
+                           CUBE_DTYPE_F32, CUBE_REDUCE_SUM, r.c, 2, CUBE_COMPUTE_WAIT_AT_SYNC));
+  }
+  CTH_OK(cube_collective_group_end());
+  const uint64_t start = cube_now_ns();
+  for (size_t k = 0; k < 2; ++k) {
+    size_t i = 1 - k;  // the hung rank first
+    float out[ELEMS];
+    CTH_EXPECT_RELEASE(read_back(r.c[i], r.dst[i], out), CUBE_STATUS_UNWRITTEN, NULL);
+    double seconds = (double)(cube_now_ns() - start) * 1e-9;
+    if (seconds > 2.5)
+      fail_msg("rank %zu's destination answered after %.1f s (deadline 1 s)", i, seconds);
+  }
+  CTH_OK(cube_fault_set_plan(cube_server_of(r.c[1])->device, kQuiet));
+  ranks_free(&r);
+  setenv("CUBE_COLLECTIVE_TIMEOUT_S", "30", 1);
+}
+
 // A group of a client behind a fault plan and one without: both transports
 // are named "inproc" and the group used one member's for both (SIGSEGV).
 // Transports are compared by identity: the mix is refused, naming both.
@@ -747,6 +805,8 @@ static const struct CMUnitTest kTests[] = {
     cmocka_unit_test(test_argument_errors_settle_and_travel),
     cmocka_unit_test(test_bad_arguments),
     cmocka_unit_test(test_released_member),
+    cmocka_unit_test(test_reading_a_hung_destination_of_one_client),
+    cmocka_unit_test(test_reading_a_hung_destination_answers_at_the_deadline),
     cmocka_unit_test(test_group_mixing_a_fault_plan_is_refused),
     cmocka_unit_test(test_thread_exit_frees_its_group_call),
 };
