@@ -283,7 +283,8 @@ cube_status_t cube_comm_id_fetch(const char *dir, const char *name, uint32_t wor
                             name);
   double limit = timeout_seconds(timeout_s);
   uint64_t start = cube_now_ns();
-  uint64_t deadline = start + (uint64_t)(limit * 1e9);
+  // Saturating: 1e11 s, 1e300 or infinity wait (the product overflowed).
+  uint64_t deadline = cube_deadline_after_s(start, limit);
   uint8_t file[WORLD_FILE_BYTES];
   uint64_t pause_ns = 1000000;  // 1 ms, growing to 50 ms: bounded, not busy
   int last_errno = 0;

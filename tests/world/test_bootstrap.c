@@ -1,6 +1,7 @@
 // Rank discovery from each launcher's environment, in the documented order,
 // and the rendezvous file that carries a world's unique id
 // (include/cube/world.h).
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -269,6 +270,39 @@ static void damaged_or_foreign_files_are_refused(void **state) {
                      "not a cubec rendezvous file");
 }
 
+// Issue 34: a huge timeout (1e11 s, 1e300, infinity) gave up at once: the
+// deadline overflowed converting to nanoseconds. It waits for the file.
+static void fetch_with_a_huge_timeout_waits(void **state) {
+  (void)state;
+  const double timeouts[] = {1e11, 1e300, INFINITY};
+  for (int t = 0; t < 3; ++t) {
+    char name[32];
+    snprintf(name, sizeof name, "huge-%d", t);
+    cube_comm_id_t id;
+    fill_id(&id, (uint8_t)(7 + t));
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+      struct timespec pause = {0, 200000000};
+      nanosleep(&pause, NULL);
+      cube_status_t st = cube_comm_id_publish(g_dir, name, 2, &id);
+      _exit(st ? 1 : 0);
+    }
+    cube_comm_id_t got;
+    uint64_t start = cube_now_ns();
+    cube_status_t st = cube_comm_id_fetch(g_dir, name, 2, timeouts[t], &got);
+    if (st) {
+      char *text = cube_status_to_string(st);
+      fail_msg("timeout %g: %s", timeouts[t], text);
+    }
+    assert_true(cube_now_ns() - start >= 150000000ull);
+    assert_memory_equal(id.bytes, got.bytes, CUBE_COMM_ID_BYTES);
+    int wstatus = 0;
+    assert_int_equal(waitpid(child, &wstatus, 0), child);
+    assert_true(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+  }
+}
+
 static void bad_arguments(void **state) {
   (void)state;
   cube_comm_id_t id;
@@ -315,6 +349,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(fetch_gives_up_at_the_deadline, make_dir, remove_dir),
       cmocka_unit_test_setup_teardown(damaged_or_foreign_files_are_refused, make_dir, remove_dir),
       cmocka_unit_test_setup_teardown(bad_arguments, make_dir, remove_dir),
+      cmocka_unit_test_setup_teardown(fetch_with_a_huge_timeout_waits, make_dir, remove_dir),
   };
   return cmocka_run_group_tests_name("world.bootstrap", tests, NULL, NULL);
 }
