@@ -112,8 +112,10 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_id_create(cube_client_t *c
                                                                 cube_comm_id_t *out_id);
 // Joins |client| to the world of |id| as |rank| of |world_size|. Collective:
 // every rank calls it, within the deadline of each other. VALIDATION for an
-// id of another transport or world size; TRANSPORT_FAILED when the world
-// cannot be formed in time.
+// id of another transport or world size, or one damaged on its way (the id
+// is sealed: every rank must get the bytes rank 0's cube_comm_id_create
+// made, unchanged); TRANSPORT_FAILED when the world cannot be formed in
+// time.
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_init_rank(cube_client_t *client,
                                                                 const cube_comm_id_t *id,
                                                                 uint32_t rank, uint32_t world_size,
