@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/tune_cache.h"
+#include "tune/tune_cache.h"
 #include "cube/cube.h"
 
 static char g_dir[] = "/tmp/cube-fuzz-tune-XXXXXX";

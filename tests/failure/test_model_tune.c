@@ -31,7 +31,7 @@
 #include <cmocka.h>
 
 #include "base/util.h"
-#include "core/tune_cache.h"
+#include "tune/tune_cache.h"
 #include "cube/cube.h"
 #include "harness/harness.h"
 
