@@ -72,8 +72,9 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_id_publish(const char *dir
                                                                  uint32_t world_size,
                                                                  const cube_comm_id_t *id);
 // Every other rank: waits until |dir|/|name| appears (at most |timeout_s|
-// seconds; <= 0: CUBE_COLLECTIVE_TIMEOUT_S, default 600), checks it is
-// whole, and answers its id. VALIDATION if it announces another world size
+// seconds; <= 0: CUBE_COLLECTIVE_TIMEOUT_S, default 600; 1e9 s or more,
+// infinity or NaN: VALIDATION naming the value, never an early give-up),
+// checks it is whole, and answers its id. VALIDATION if it announces another world size
 // than |world_size| or is damaged; GENERIC naming the path and the time
 // waited if it never appeared.
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_id_fetch(const char *dir, const char *name,

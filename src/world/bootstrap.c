@@ -284,7 +284,10 @@ cube_status_t cube_world_id_fetch(const char *dir, const char *name, uint32_t wo
   static const char kOp[] = "cube_comm_id_fetch";
   if (!out_id) return cube_status_make(CUBE_STATUS_VALIDATION, "%s: out_id is NULL", kOp);
   if (!(timeout_s > 0 && timeout_s < 1e9))
-    return cube_status_make(CUBE_STATUS_VALIDATION, "%s: a deadline of %g s", kOp, timeout_s);
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "%s: a deadline of %g s (a positive number of seconds below 1e9; 0 "
+                            "for CUBE_COLLECTIVE_TIMEOUT_S)",
+                            kOp, timeout_s);
   if (!name_ok(name)) {
     return cube_status_make(CUBE_STATUS_VALIDATION, "%s: '%s' is not a rendezvous name", kOp,
                             name ? name : "(null)");
