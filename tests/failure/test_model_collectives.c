@@ -612,7 +612,7 @@ static bool run_program(run_t *r, const program_t *p, size_t *out_at) {
   // A hanging set hangs one rank's part; a mixed one injects nothing.
   char plan[64];
   uint32_t fault_rank = p->fault_rank;
-  snprintf(plan, sizeof plan, "%s", r->hang ? "transport:1+:hang" : p->plan);
+  snprintf(plan, sizeof plan, "%s", r->hang ? "transport:1+:hang" : r->mixed ? kQuiet : p->plan);
   if (r->mixed && fault_rank == r->plain) fault_rank = (fault_rank + 1) % n;
   CTH_OK(cube_fault_set_plan(cube_server_of(r->c[fault_rank])->device, plan));
   if (r->mixed) r->mixed_programs++;
