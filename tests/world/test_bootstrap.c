@@ -339,36 +339,6 @@ static void a_world_past_the_limit_names_it(void **state) {
   unsetenv("CUBE_WORLD_SIZE");
 }
 
-// Issue 34: cube_comm_init_rank took a malformed id (NCCL answered OK to a
-// damaged token): the id is sealed, and a damaged one is refused with
-// VALIDATION before the transport sees it. Needs a world transport (MPI
-// for CPU clients): skipped without one.
-static void a_damaged_id_is_refused(void **state) {
-  (void)state;
-  cube_client_t *client = CTH_CLIENT(CUBE_BACKEND_CPU, "");
-  cube_comm_id_t id;
-  cube_status_t st = cube_comm_id_create(client, 1, &id);
-  if (cube_status_code(st) == CUBE_STATUS_NO_DEVICE_TRANSPORT) {
-    cube_status_release(st);
-    cube_client_release(client);
-    skip();
-  }
-  CTH_OK(st);
-  const size_t offsets[] = {40, 100, 159, 160, 175};  // the token, the seal
-  for (size_t i = 0; i < sizeof offsets / sizeof offsets[0]; ++i) {
-    cube_comm_id_t bad = id;
-    bad.bytes[offsets[i]] ^= 0x5a;
-    cube_comm_t *comm = NULL;
-    CTH_EXPECT_RELEASE(cube_comm_init_rank(client, &bad, 0, 1, &comm), CUBE_STATUS_VALIDATION,
-                       "the id is damaged");
-    assert_null(comm);
-  }
-  cube_comm_t *comm = NULL;
-  CTH_OK(cube_comm_init_rank(client, &id, 0, 1, &comm));
-  cube_comm_release(comm);
-  cube_client_release(client);
-}
-
 static void bad_arguments(void **state) {
   (void)state;
   cube_comm_id_t id;
@@ -446,7 +416,6 @@ int main(void) {
       cmocka_unit_test_setup_teardown(bad_arguments, make_dir, remove_dir),
       cmocka_unit_test_setup_teardown(fetch_with_a_huge_timeout_waits, make_dir, remove_dir),
       cmocka_unit_test_setup(a_world_past_the_limit_names_it, clear_env),
-      cmocka_unit_test_setup(a_damaged_id_is_refused, clear_env),
       cmocka_unit_test_setup_teardown(rendezvous_provider, make_dir, remove_dir),
   };
   return cmocka_run_group_tests_name("world.bootstrap", tests, NULL, NULL);

@@ -199,7 +199,9 @@ static void run_case(backend_t *b, const sweep_case_t *c, result_t *r) {
   uint64_t box = cube_tensor_map_box_bytes(d);
   r->bytes = c->store ? c->tensor_bytes : image_bytes(c);
   r->image = calloc(1, r->bytes ? r->bytes : 1);
-  unsigned char *host = malloc(c->tensor_bytes);
+  // The host side of both writes: the tensor, then the sentinel over the
+  // output (a load's image may be larger than the tensor).
+  unsigned char *host = malloc(c->tensor_bytes > r->bytes ? c->tensor_bytes : r->bytes);
   for (uint64_t i = 0; i < c->tensor_bytes; ++i) host[i] = tensor_byte(i);
   cube_handle_t src = {0}, out = {0};
   cube_status_t st = cube_handle_create(b->client, S, c->tensor_bytes, &src);
