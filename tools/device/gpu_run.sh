@@ -39,6 +39,8 @@ step build
 export CUBE_CACHE_DIR="$PWD/build-gpu/kernel-cache"
 if [ "$phase" = tma-sweep ]; then
   step tma-sweep
+  # (--interleave adds the interleaved cases, which only CUDA runs: see the
+  # tool's header before trusting it with the GPU.)
   timeout 500 ./build-gpu/tests/tma_sweep ${quick:+--quick} >"$out/tma_sweep.log" 2>&1
   echo "tma_sweep rc=$?"
   grep -E "^tma_sweep:" "$out/tma_sweep.log"
