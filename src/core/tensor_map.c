@@ -453,15 +453,9 @@ static const char *emulation_refusal(const cube_tensor_map_desc_t *desc) {
 cube_status_t cube_tensor_map_refusal(const cube_tensor_map_desc_t *desc,
                                       const cube_device_properties_t *props, bool emulated,
                                       const char *kernel, uint32_t index) {
-  // The CPU backend copies in the dialect: it has no hardware to miss, only
-  // what its copies cannot do exactly.
-  if (emulated) {
-    const char *why = emulation_refusal(desc);
-    if (!why) return CUBE_OK;
-    return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
-                            "launch of '%s': tensor map %u: cpu: tensor map refused: %s", kernel,
-                            index, why);
-  }
+  // The CPU backend copies in the dialect: it has no hardware to miss (what
+  // its copies cannot do exactly is refused after the rules, in prepare).
+  if (emulated) return CUBE_OK;
   if (!props->supports_tma) {
     return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
                             "launch of '%s': tensor map %u: this device has no TMA (%s, compute "
@@ -532,6 +526,14 @@ cube_status_t cube_tensor_map_prepare(const cube_tensor_map_desc_t *desc, uint64
                             sizeof message)) {
     return cube_status_make(CUBE_STATUS_LAUNCH_UNKNOWN, "launch of '%s': tensor map %u: %s", kernel,
                             index, message);
+  }
+  // After the rules, so a malformed map answers as it does on CUDA; before
+  // any encode, so a dry run finds it too.
+  const char *why = emulated ? emulation_refusal(desc) : NULL;
+  if (why) {
+    return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                            "launch of '%s': tensor map %u: cpu: tensor map refused: %s", kernel,
+                            index, why);
   }
   cube_tensor_map_convert(desc, address, out_request);
   return CUBE_OK;

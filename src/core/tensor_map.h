@@ -40,9 +40,10 @@ CUBE_INTERNAL bool cube_tensor_map_check(const cube_tensor_map_desc_t *desc, uin
 
 // The device refusals (COMPILE_REFUSED, a refusal): no TMA on this device,
 // im2col-wide below compute capability 10.0. CUBE_OK otherwise. A backend
-// that copies tensor maps itself (|emulated|: the CPU) is refused what its
-// copies cannot realise exactly (interleave, the 128B atom swizzles,
-// im2col-wide, packed fp4), so a dry run finds it too.
+// that copies tensor maps itself (|emulated|: the CPU) is refused nothing
+// here; cube_tensor_map_prepare refuses, after the rules, what its copies
+// cannot realise exactly (interleave, the 128B atom swizzles, im2col-wide,
+// packed fp4), so a dry run finds it too.
 CUBE_INTERNAL cube_status_t cube_tensor_map_refusal(const cube_tensor_map_desc_t *desc,
                                                     const cube_device_properties_t *props,
                                                     bool emulated, const char *kernel,
@@ -56,7 +57,8 @@ CUBE_INTERNAL void cube_tensor_map_convert(const cube_tensor_map_desc_t *desc, u
 
 // Refusal, pre-check and conversion of the map at argument |index| of a
 // launch of |kernel|: LAUNCH_UNKNOWN "launch of 'k': tensor map i: <rule>"
-// for a malformed map, COMPILE_REFUSED for a device refusal.
+// for a malformed map, COMPILE_REFUSED for a device refusal (and, after the
+// rules, for what an emulating backend cannot copy exactly).
 CUBE_INTERNAL cube_status_t cube_tensor_map_prepare(const cube_tensor_map_desc_t *desc,
                                                     uint64_t address, uint64_t binding_size,
                                                     const cube_device_properties_t *props,

@@ -192,12 +192,14 @@ static uint64_t swizzle_end(uint32_t span, uint64_t offset, uint64_t bytes) {
 // for what the CPU cannot copy or a store past the tensor's edge,
 // LAUNCH_UNKNOWN for a broken rule, OK.
 static cube_status_code_t expect_at_launch(const run_t *r, const launch_t *l) {
+  // The source map first (the rules, then what the CPU cannot copy), then
+  // the stored one's edge.
   const cube_tensor_map_desc_t *d = &l->desc;
-  if (d->swizzle > CUBE_TENSOR_MAP_SWIZZLE_128B) return CUBE_STATUS_COMPILE_REFUSED;
   const cube_device_properties_t *props = cube_client_properties(r->client);
   char message[160];
   if (cube_tensor_map_check(d, 1u << 20, BYTES, props, CUBE_TMAP_PRECHECK, message, sizeof message))
     return CUBE_STATUS_LAUNCH_UNKNOWN;
+  if (d->swizzle > CUBE_TENSOR_MAP_SWIZZLE_128B) return CUBE_STATUS_COMPILE_REFUSED;
   const uint32_t eb = cube_tensor_map_dtype_size(d->dtype);
   if ((d->shape[1] * eb) % 16 != 0) return CUBE_STATUS_COMPILE_REFUSED;
   return CUBE_STATUS_OK;
