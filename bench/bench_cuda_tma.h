@@ -188,7 +188,7 @@ static void bench_tma_encode(cube_client_t *client, const cube_cuda_driver_t *cu
   for (int rep = 0; rep < repeats; ++rep) {
     double t0 = now_s();
     for (int i = 0; i < batch; ++i) {
-      CHECK(cube_tensor_map_launch(device, NULL, "bench", &args, &xa, sizes, true, &maps));
+      CHECK(cube_tensor_map_launch(device, NULL, "bench", &args, &xa, sizes, 0, true, &maps));
     }
     c[rep] = (now_s() - t0) / batch * 1e6;
     t0 = now_s();

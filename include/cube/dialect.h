@@ -2460,10 +2460,19 @@ static inline uint64_t cube__tma_swizzle(uint32_t span, uint64_t offset) {
   return offset ^ (((offset >> 7) & mask) << 4);
 }
 
+// What a load puts where the box lies outside the tensor: zeros, or the
+// TMA unit's NaN, 0x7FF7 in every 16 bits (an f32 reads 0x7FF77FF7 on the
+// H200, as on other sm_90+ parts): a NaN at every float width the fill
+// applies to (f16, bf16, f32/tf32, f64), sign clear.
 static inline void cube__tma_fill(const cube__tmap_t *m, unsigned char *out) {
-  memset(out, m->oob_nan ? 0xff : 0, m->elem_bytes);
-  // A quiet NaN of the element's width, sign clear (little-endian).
-  if (m->oob_nan) out[m->elem_bytes - 1] = 0x7f;
+  if (!m->oob_nan) {
+    memset(out, 0, m->elem_bytes);
+    return;
+  }
+  for (uint32_t b = 0; b + 1 < m->elem_bytes; b += 2) {  // little-endian halves
+    out[b] = 0xf7;
+    out[b + 1] = 0x7f;
+  }
 }
 
 // Checks a map before anything is read from it.
@@ -2477,8 +2486,22 @@ static inline void cube__tma_check_map(cube__ctx_t *ctx, const cube__tmap_t *m, 
   if (m->rank != rank) ctx->trap(ctx, "TMA: the copy's rank is not the map's rank");
 }
 
-// Checks the shared-memory range of a copy; returns its offset in the
-// cube's shared memory.
+// One past the last shared-memory byte a swizzled box of |bytes| at
+// |offset| touches: the swizzle keeps every 16-byte chunk in its 128-byte
+// row but may move the chunks of a partial last row up to that row's end.
+static inline uint64_t cube__tma_swizzled_end(uint32_t span, uint64_t offset, uint64_t bytes) {
+  uint64_t end = offset + bytes;
+  if (!span || bytes == 0) return end;
+  uint64_t row = (end - 1) & ~(uint64_t)127;  // the last row the box reaches
+  for (uint64_t chunk = row > offset ? row : offset; chunk < end; chunk += 16) {
+    uint64_t moved = cube__tma_swizzle(span, chunk) + 16;
+    if (moved > end) end = moved;
+  }
+  return end;
+}
+
+// Checks the shared-memory range of a copy, where the swizzle puts its
+// bytes; returns its offset in the cube's shared memory.
 static inline uint64_t cube__tma_smem(cube__ctx_t *ctx, const cube__tmap_t *m, const void *smem,
                                       uint64_t bytes) {
   const uintptr_t p = (uintptr_t)smem, arena = (uintptr_t)ctx->shared;
@@ -2490,6 +2513,10 @@ static inline uint64_t cube__tma_smem(cube__ctx_t *ctx, const cube__tmap_t *m, c
     ctx->trap(ctx,
               "TMA: the shared-memory box is not aligned (128 bytes; 256, 512 or 1024 with "
               "32, 64 or 128-byte swizzle)");
+  if (cube__tma_swizzled_end(m->swizzle_span, offset, bytes) > ctx->shared_size)
+    ctx->trap(ctx,
+              "TMA: the swizzle moves part of the box's last 128-byte row past the end of the "
+              "cube's shared memory");
   return offset;
 }
 

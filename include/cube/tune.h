@@ -90,7 +90,8 @@ typedef void (*cube_tune_key_fn_t)(const cube_tune_call_t *call, const void *op_
 
 typedef struct cube_tune_candidate_t {
   // Unique within the operation ([A-Za-z0-9_.+-], at most 63 bytes): the
-  // tune cache stores the winner by name, so reordering candidates keeps it.
+  // tune cache stores the winner by name and keys the set by its sorted
+  // names, so reordering candidates keeps it (a changed set tunes again).
   const char *name;
 
   // A kernel candidate: |kernel| over count(call, param) cubes (the call's
@@ -262,7 +263,7 @@ typedef struct cube_tune_entry_t {
   const char *device_name;  // for people
   const char *op;
   uint32_t version;
-  const char *checksum;  // of the candidate set (names in order, version, cubec version)
+  const char *checksum;  // of the candidate set (names sorted, version, cubec version)
   const char *key;
   const char *winner;
   const char *results;  // one line per candidate: name outcome samples median_ns min_ns note

@@ -72,10 +72,12 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_id_publish(const char *dir
                                                                  uint32_t world_size,
                                                                  const cube_comm_id_t *id);
 // Every other rank: waits until |dir|/|name| appears (at most |timeout_s|
-// seconds; <= 0: CUBE_COLLECTIVE_TIMEOUT_S, default 600), checks it is
-// whole, and answers its id. VALIDATION if it announces another world size
-// than |world_size| or is damaged; TRANSPORT_FAILED naming the path and the
-// time waited if it never appeared (the world cannot be formed in time).
+// seconds; <= 0: CUBE_COLLECTIVE_TIMEOUT_S, default 600; 1e9 s or more,
+// infinity or NaN: VALIDATION naming the value, never an early give-up),
+// checks it is whole, and answers its id. VALIDATION if it announces another
+// world size than |world_size| or is damaged; TRANSPORT_FAILED naming the
+// path and the time waited if it never appeared (the world cannot be formed
+// in time).
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_id_fetch(const char *dir, const char *name,
                                                                uint32_t world_size,
                                                                double timeout_s,
@@ -112,8 +114,10 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_id_create(cube_client_t *c
                                                                 cube_comm_id_t *out_id);
 // Joins |client| to the world of |id| as |rank| of |world_size|. Collective:
 // every rank calls it, within the deadline of each other. VALIDATION for an
-// id of another transport or world size; TRANSPORT_FAILED when the world
-// cannot be formed in time.
+// id of another transport or world size, or one damaged on its way (the id
+// is sealed: every rank must get the bytes rank 0's cube_comm_id_create
+// made, unchanged); TRANSPORT_FAILED when the world cannot be formed in
+// time.
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_init_rank(cube_client_t *client,
                                                                 const cube_comm_id_t *id,
                                                                 uint32_t rank, uint32_t world_size,

@@ -123,6 +123,14 @@ uint64_t cube_now_ns(void) {
   return (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
 }
 
+uint64_t cube_deadline_after_s(uint64_t now_ns, double seconds) {
+  if (!(seconds > 0)) return now_ns;  // zero, negative or NaN
+  const double room = (double)(UINT64_MAX - now_ns);
+  const double ns = seconds * 1e9;  // +inf for huge or infinite seconds
+  if (!(ns < room)) return UINT64_MAX;
+  return now_ns + (uint64_t)ns;
+}
+
 //===--- Overflow-checked arithmetic ---===//
 
 bool cube_mul_u64(uint64_t a, uint64_t b, uint64_t *out) {

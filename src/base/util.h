@@ -48,6 +48,11 @@ CUBE_INTERNAL bool cube_hash128_equal(cube_hash128_t a, cube_hash128_t b);
 
 // Monotonic nanoseconds since an unspecified point (CLOCK_MONOTONIC).
 CUBE_INTERNAL uint64_t cube_now_ns(void);
+// The moment |seconds| after |now_ns|: UINT64_MAX (never) for a wait too
+// long to count in nanoseconds (1e11 s, 1e300, infinity), |now_ns| for zero,
+// negative or NaN. The one seconds-to-deadline conversion: a double past
+// 2^64 ns converted directly is undefined (it gave deadlines in the past).
+CUBE_INTERNAL uint64_t cube_deadline_after_s(uint64_t now_ns, double seconds);
 
 //===--- Overflow-checked arithmetic ---===//
 

@@ -208,8 +208,12 @@ static cube_status_t check_text(const cube_config_entry_t *entry, const char *te
   switch (entry->kind) {
     case CUBE_CONFIG_PATH:
       if (!is_printable(text)) return refuse(entry, text, "a path may not hold control characters");
+      if ((entry->flags & CUBE_CONFIG_OFF) && strcmp(text, "off") == 0) return CUBE_OK;
       if ((entry->flags & CUBE_CONFIG_ABSOLUTE) && text[0] != '/')
-        return refuse(entry, text, "must be an absolute path (starting with '/')");
+        return refuse(entry, text,
+                      (entry->flags & CUBE_CONFIG_OFF)
+                          ? "must be an absolute path (starting with '/') or off"
+                          : "must be an absolute path (starting with '/')");
       return CUBE_OK;
     case CUBE_CONFIG_WORD:
       if (!all_of(text, "._+-", false))

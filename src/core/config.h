@@ -49,6 +49,8 @@ enum {
   // Not cubec's own variable (HOME, XDG_CACHE_HOME, CUDA_HOME): a value that
   // cannot be used is ignored (read as unset), as the XDG spec asks.
   CUBE_CONFIG_FOREIGN = 4,
+  // With ABSOLUTE: the word "off" is accepted as well (CUBE_TUNE_CACHE).
+  CUBE_CONFIG_OFF = 8,
 };
 
 // X(ID, NAME, KIND, DEFAULT, MIN, MAX, FLAGS, CHOICES, DOC)
@@ -145,7 +147,7 @@ enum {
     "how tunable operations pick a candidate: cached (tune a key once, keep the winner in the "    \
     "tune cache), off (the first valid candidate), full (retune every key once), test (one "       \
     "sample, no warm-up, memory only)")                                                            \
-  X(TUNE_CACHE, "CUBE_TUNE_CACHE", PATH, 0, 0, 4000, 0, NULL,                                      \
+  X(TUNE_CACHE, "CUBE_TUNE_CACHE", PATH, 0, 0, 4000, CUBE_CONFIG_ABSOLUTE | CUBE_CONFIG_OFF, NULL, \
     "the tune cache file, an absolute path (default: tune.sqlite in the cache directory); off: "   \
     "memory only")                                                                                 \
   X(SQLITE_PATH, "CUBE_SQLITE_PATH", PATH, 0, 0, 1023, 0, NULL,                                    \

@@ -333,6 +333,14 @@ static bool launch_skip(launch_t *l) {
 
 // 4. The dispatch, in its write scope: outputs claim TornDown until it is
 // enqueued; a failure on the way claims them with the real error.
+// Bit i: the launch writes argument i (its resolved IO).
+static uint32_t launch_writes(const launch_t *l) {
+  uint32_t writes = 0;
+  for (size_t i = 0; i < l->n && i < 32; ++i)
+    if (l->io[i] & IO_W) writes |= 1u << i;
+  return writes;
+}
+
 static cube_status_t launch_dispatch(launch_t *l) {
   cube_server_t *server = l->server;
   const uint32_t stream = l->stream;
@@ -371,7 +379,7 @@ static cube_status_t launch_dispatch(launch_t *l) {
     status = cube_server_note_in(
         server,
         cube_tensor_map_launch(server->device, &server->tmap_cache, l->kernel->name, l->args,
-                               addresses, l->lengths, true, &maps),
+                               addresses, l->lengths, launch_writes(l), true, &maps),
         CUBE_STATUS_FAMILY_LAUNCH);
   }
   uint64_t dynamic_address = 0;
@@ -475,7 +483,7 @@ static cube_status_t launch_body(launch_t *l) {
       for (size_t i = 0; i < l->n; ++i) addresses[i] = l->resolved[i].address;
       cube_launch_maps_t maps;
       status = cube_tensor_map_launch(l->server->device, NULL, l->kernel->name, l->args, addresses,
-                                      l->lengths, false, &maps);
+                                      l->lengths, launch_writes(l), false, &maps);
     }
     return status;
   }

@@ -435,10 +435,26 @@ static const char *format_name(cube_tensor_map_format_t format) {
   }
 }
 
+// What a backend that copies tensor maps itself (the CPU's dialect) cannot
+// realise exactly, or NULL. Judged here, from the descriptor alone, so a dry
+// run finds it as the launch does (the CPU's encode refuses the same).
+static const char *emulation_refusal(const cube_tensor_map_desc_t *desc) {
+  if (desc->format == CUBE_TENSOR_MAP_IM2COL_WIDE)
+    return "im2col-wide (the sm_100 instruction) has no CPU realisation";
+  if (desc->interleave != CUBE_TENSOR_MAP_INTERLEAVE_NONE)
+    return "interleaved layouts (NC/8HWC8, NC/16HWC16) have no exact CPU realisation";
+  if (desc->swizzle > CUBE_TENSOR_MAP_SWIZZLE_128B)
+    return "the 128B swizzles with 32B or 64B atoms have no exact CPU realisation";
+  if (desc->dtype == CUBE_TENSOR_MAP_DTYPE_E2M1X2)
+    return "packed fp4 (16U4_ALIGN8B) has no exact CPU realisation";
+  return NULL;
+}
+
 cube_status_t cube_tensor_map_refusal(const cube_tensor_map_desc_t *desc,
                                       const cube_device_properties_t *props, bool emulated,
                                       const char *kernel, uint32_t index) {
-  // The CPU backend copies in the dialect: it has no hardware to miss.
+  // The CPU backend copies in the dialect: it has no hardware to miss (what
+  // its copies cannot do exactly is refused after the rules, in prepare).
   if (emulated) return CUBE_OK;
   if (!props->supports_tma) {
     return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
@@ -511,6 +527,14 @@ cube_status_t cube_tensor_map_prepare(const cube_tensor_map_desc_t *desc, uint64
     return cube_status_make(CUBE_STATUS_LAUNCH_UNKNOWN, "launch of '%s': tensor map %u: %s", kernel,
                             index, message);
   }
+  // After the rules, so a malformed map answers as it does on CUDA; before
+  // any encode, so a dry run finds it too.
+  const char *why = emulated ? emulation_refusal(desc) : NULL;
+  if (why) {
+    return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                            "launch of '%s': tensor map %u: cpu: tensor map refused: %s", kernel,
+                            index, why);
+  }
   cube_tensor_map_convert(desc, address, out_request);
   return CUBE_OK;
 }
@@ -529,10 +553,44 @@ cube_status_t cube_tensor_map_explain(cube_status_t error, const cube_tensor_map
     return cube_status_wrap(error, CUBE_STATUS_LAUNCH_UNKNOWN, "launch of '%s': tensor map %u: %s",
                             kernel, index, message);
   }
-  return cube_status_wrap(error, CUBE_STATUS_LAUNCH_UNKNOWN,
-                          "launch of '%s': tensor map %u (%s, rank %u, %s): the driver refused it",
+  // Every rule cubec knows holds and the driver still refuses: this map
+  // cannot run here (a refusal, which an autotuner drops), named by the
+  // fields the driver judged.
+  return cube_status_wrap(error, CUBE_STATUS_COMPILE_REFUSED,
+                          "launch of '%s': tensor map %u (%s, rank %u, %s): the driver refused to "
+                          "encode it (interleave %d, swizzle %d, OOB fill %d, innermost tile %u, "
+                          "innermost extent %llu): a rule of the driver's that cubec does not "
+                          "check",
                           kernel, index, format_name(desc->format), desc->rank,
-                          cube_tensor_map_dtype_name(desc->dtype));
+                          cube_tensor_map_dtype_name(desc->dtype), (int)desc->interleave,
+                          (int)desc->swizzle, (int)desc->oob_fill,
+                          desc->rank ? desc->tile[desc->rank - 1] : 0,
+                          (unsigned long long)(desc->rank ? desc->shape[desc->rank - 1] : 0));
+}
+
+// A map a launch stores through: the TMA unit clips a store at the 16-byte
+// granule of the global address, not at the element (an H100 writes up to
+// the next 16-byte boundary past the inner extent, triton#11583; the H200
+// wrote column 45 of a 45-wide u32 tensor, issue 34). A written map whose
+// innermost extent is not a multiple of 16 bytes would write past the
+// tensor into its row's padding: refused on every backend, so the CPU
+// answers as the GPU must.
+static cube_status_t store_refusal(const cube_tensor_map_desc_t *desc, const char *kernel,
+                                   uint32_t index) {
+  const dtype_info_t *info = dtype_info(desc->dtype);
+  if (!info || desc->format != CUBE_TENSOR_MAP_TILED || desc->rank < 1 ||
+      desc->rank > CUBE_TENSOR_MAP_MAX_RANK)
+    return CUBE_OK;  // the rules answer these
+  uint64_t inner = desc->shape[desc->rank - 1];
+  uint64_t bytes = elements_bytes(info, inner);
+  if (bytes % 16 == 0) return CUBE_OK;
+  return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                          "launch of '%s': tensor map %u: the kernel stores through it and its "
+                          "innermost extent (%llu %s elements, %llu bytes) is not a multiple of "
+                          "16 bytes: the TMA unit clips stores at 16 bytes and would write past "
+                          "the tensor (pass it as TENSOR_MAP_IN, or pad the extent)",
+                          kernel, index, (unsigned long long)inner, info->name,
+                          (unsigned long long)bytes);
 }
 
 //===--- A launch's maps ---===//
@@ -589,17 +647,22 @@ static const cube_tmap_cache_entry_t *cache_find(const cube_tmap_cache_t *cache,
 
 cube_status_t cube_tensor_map_launch(cube_backend_device_t *device, cube_tmap_cache_t *cache,
                                      const char *kernel, const cube_kernel_args_t *args,
-                                     const uint64_t *addresses, const uint64_t *sizes, bool encode,
-                                     cube_launch_maps_t *out) {
+                                     const uint64_t *addresses, const uint64_t *sizes,
+                                     uint32_t writes, bool encode, cube_launch_maps_t *out) {
   const bool emulated = (device->capabilities & CUBE_BACKEND_CAP_TENSOR_MAP_EMULATED) != 0;
+  const bool pure = (device->capabilities & CUBE_BACKEND_CAP_TENSOR_MAP_PURE) != 0;
   const cube_device_properties_t *props = &device->properties;
-  if (!(device->capabilities & CUBE_BACKEND_CAP_TENSOR_MAP_PURE) || !encode) cache = NULL;
+  if (!pure || !encode) cache = NULL;
   out->mask = 0;
   out->count = 0;
   cube_status_t status = CUBE_OK;
   for (size_t i = 0; i < args->buffer_count && cube_status_is_ok(status); ++i) {
     const cube_tensor_map_desc_t *desc = args->buffers[i].tensor_map;
     if (!desc) continue;
+    if (i < 32 && (writes & (1u << i))) {
+      status = store_refusal(desc, kernel, (uint32_t)i);
+      if (!cube_status_is_ok(status)) continue;
+    }
     // The same map again: the rules passed and the encode gave these bytes.
     const cube_tmap_cache_entry_t *kept =
         cache ? cache_find(cache, desc, addresses[i], sizes[i]) : NULL;
@@ -612,7 +675,20 @@ cube_status_t cube_tensor_map_launch(cube_backend_device_t *device, cube_tmap_ca
     cube_tmap_encode_t request;
     status = cube_tensor_map_prepare(desc, addresses[i], sizes[i], props, emulated, kernel,
                                      (uint32_t)i, &request);
-    if (!cube_status_is_ok(status) || !encode) continue;
+    if (!cube_status_is_ok(status)) continue;
+    if (!encode) {
+      // A dry run answers what the launch would: where the encode is a pure
+      // host call (CPU, CUDA) it runs into scratch, so a map the driver
+      // refuses is refused here too; behind the fault backend (whose plan
+      // counts encodes) nothing is called.
+      if (!pure) continue;
+      cube_tmap_t scratch;
+      status = device->vtable->tensor_map_encode(device, &request, &scratch);
+      if (!cube_status_is_ok(status))
+        status = cube_tensor_map_explain(status, desc, addresses[i], sizes[i], props, kernel,
+                                         (uint32_t)i);
+      continue;
+    }
     status = device->vtable->tensor_map_encode(device, &request, &out->maps[out->count]);
     if (!cube_status_is_ok(status)) {
       status =

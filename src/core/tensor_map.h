@@ -41,7 +41,9 @@ CUBE_INTERNAL bool cube_tensor_map_check(const cube_tensor_map_desc_t *desc, uin
 // The device refusals (COMPILE_REFUSED, a refusal): no TMA on this device,
 // im2col-wide below compute capability 10.0. CUBE_OK otherwise. A backend
 // that copies tensor maps itself (|emulated|: the CPU) is refused nothing
-// here; its encode refuses what it cannot realise exactly.
+// here; cube_tensor_map_prepare refuses, after the rules, what its copies
+// cannot realise exactly (interleave, the 128B atom swizzles, im2col-wide,
+// packed fp4), so a dry run finds it too.
 CUBE_INTERNAL cube_status_t cube_tensor_map_refusal(const cube_tensor_map_desc_t *desc,
                                                     const cube_device_properties_t *props,
                                                     bool emulated, const char *kernel,
@@ -55,7 +57,8 @@ CUBE_INTERNAL void cube_tensor_map_convert(const cube_tensor_map_desc_t *desc, u
 
 // Refusal, pre-check and conversion of the map at argument |index| of a
 // launch of |kernel|: LAUNCH_UNKNOWN "launch of 'k': tensor map i: <rule>"
-// for a malformed map, COMPILE_REFUSED for a device refusal.
+// for a malformed map, COMPILE_REFUSED for a device refusal (and, after the
+// rules, for what an emulating backend cannot copy exactly).
 CUBE_INTERNAL cube_status_t cube_tensor_map_prepare(const cube_tensor_map_desc_t *desc,
                                                     uint64_t address, uint64_t binding_size,
                                                     const cube_device_properties_t *props,
@@ -65,8 +68,9 @@ CUBE_INTERNAL cube_status_t cube_tensor_map_prepare(const cube_tensor_map_desc_t
 
 // After the backend's encode failed with |error| (taken): a refusal or a
 // poisoned device is returned as is; otherwise the explanation pass names
-// the cause (LAUNCH_UNKNOWN with |error| as its cause), or |error| is
-// returned prefixed with the launch and the map.
+// the cause (LAUNCH_UNKNOWN with |error| as its cause), or, when no rule
+// fires, the map is refused (COMPILE_REFUSED naming its fields, |error| the
+// cause): the driver will not encode it.
 CUBE_INTERNAL cube_status_t cube_tensor_map_explain(cube_status_t error,
                                                     const cube_tensor_map_desc_t *desc,
                                                     uint64_t address, uint64_t binding_size,
@@ -93,15 +97,19 @@ CUBE_INTERNAL cube_status_t cube_tensor_map_match(const char *kernel, const char
 // Prepares every map of a launch of |kernel| on |device| (arguments at
 // |addresses|, bindings of |sizes| bytes) and, when |encode|, encodes them
 // through the backend into |out|; a driver refusal is explained
-// (cube_tensor_map_explain). A dry run passes |encode| false: the checks,
-// no map. |cache| (NULL: none) keeps encoded maps where the device's encode
-// is pure (CUBE_BACKEND_CAP_TENSOR_MAP_PURE). The caller notes the status
-// (poison) and claims the outputs.
+// (cube_tensor_map_explain). Bit i of |writes| says the launch writes
+// argument i: a tiled map stored through must have an innermost extent of
+// whole 16-byte granules (the TMA unit clips stores at 16 bytes), else
+// COMPILE_REFUSED. A dry run passes |encode| false: the checks, and the
+// encode into scratch where it is pure, no map. |cache| (NULL: none) keeps encoded maps where the
+// device's encode is pure (CUBE_BACKEND_CAP_TENSOR_MAP_PURE). The caller notes the status (poison)
+// and claims the outputs.
 CUBE_INTERNAL cube_status_t cube_tensor_map_launch(cube_backend_device_t *device,
                                                    cube_tmap_cache_t *cache, const char *kernel,
                                                    const cube_kernel_args_t *args,
                                                    const uint64_t *addresses, const uint64_t *sizes,
-                                                   bool encode, cube_launch_maps_t *out);
+                                                   uint32_t writes, bool encode,
+                                                   cube_launch_maps_t *out);
 
 // The largest box cubec lets a map move in one copy on |props| (bytes): a
 // multiprocessor's shared memory (the opt-in per cube + 1 KiB). The H200

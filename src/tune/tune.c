@@ -1423,8 +1423,15 @@ static cube_status_t desc_check(const cube_tune_op_desc_t *d) {
   return CUBE_OK;
 }
 
+static int name_order(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 // What a stored decision is only valid for: this cubec, the operation's
-// version, its candidates (names, in order) and how keys are made.
+// version, its candidates and how keys are made. The candidates count as a
+// set (their names sorted): the winner is stored by name, so reordering the
+// candidates keeps it (tune.h's promise); adding, removing or renaming one
+// tunes again.
 static void checksum_compute(cube_tune_op_t *op) {
   cube_hash128_state_t s;
   cube_hash128_init(&s);
@@ -1435,8 +1442,12 @@ static void checksum_compute(cube_tune_op_t *op) {
            op->anchor.base, op->anchor.min, op->anchor.max);
   cube_hash128_update(&s, head, strlen(head) + 1);
   cube_hash128_update(&s, op->name, strlen(op->name) + 1);
-  for (size_t i = 0; i < op->candidate_count; ++i)
-    cube_hash128_update(&s, op->candidates[i].name, strlen(op->candidates[i].name) + 1);
+  const char *names[CUBE_TUNE_MAX_CANDIDATES];
+  size_t count = op->candidate_count < CUBE_TUNE_MAX_CANDIDATES ? op->candidate_count
+                                                                : CUBE_TUNE_MAX_CANDIDATES;
+  for (size_t i = 0; i < count; ++i) names[i] = op->candidates[i].name;
+  qsort(names, count, sizeof names[0], name_order);
+  for (size_t i = 0; i < count; ++i) cube_hash128_update(&s, names[i], strlen(names[i]) + 1);
   for (uint32_t i = 0; i < op->size_count; ++i)
     cube_hash128_update(&s, op->size_names[i], strlen(op->size_names[i]) + 1);
   cube_hash128_update(&s, ";", 1);

@@ -277,7 +277,10 @@ cube_status_t cube_world_id_fetch(const char *dir, const char *name, uint32_t wo
   static const char kOp[] = "cube_comm_id_fetch";
   if (!out_id) return cube_status_make(CUBE_STATUS_VALIDATION, "%s: out_id is NULL", kOp);
   if (!(timeout_s > 0 && timeout_s < 1e9))
-    return cube_status_make(CUBE_STATUS_VALIDATION, "%s: a deadline of %g s", kOp, timeout_s);
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "%s: a deadline of %g s (a positive number of seconds below 1e9; 0 "
+                            "for CUBE_COLLECTIVE_TIMEOUT_S)",
+                            kOp, timeout_s);
   if (!name_ok(name)) {
     return cube_status_make(CUBE_STATUS_VALIDATION, "%s: '%s' is not a rendezvous name", kOp,
                             name ? name : "(null)");
@@ -293,7 +296,8 @@ cube_status_t cube_world_id_fetch(const char *dir, const char *name, uint32_t wo
                             name);
   double limit = timeout_s;
   uint64_t start = cube_now_ns();
-  uint64_t deadline = start + (uint64_t)(limit * 1e9);
+  // Saturating: 1e11 s, 1e300 or infinity wait (the product overflowed).
+  uint64_t deadline = cube_deadline_after_s(start, limit);
   uint8_t file[WORLD_FILE_BYTES];
   uint64_t pause_ns = 1000000;  // 1 ms, growing to 50 ms: bounded, not busy
   int last_errno = 0;

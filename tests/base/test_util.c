@@ -2,6 +2,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,12 +94,29 @@ static void checked_arithmetic(void **state) {
   assert_int_equal(out, 7);
 }
 
+// Issue 34: a huge wait (1e11 s, 1e300, infinity) gave a deadline in the
+// past (the product overflowed converting to nanoseconds).
+static void deadline_after_seconds_saturates(void **state) {
+  (void)state;
+  const uint64_t now = 1000;
+  assert_true(cube_deadline_after_s(now, 1e11) == UINT64_MAX);
+  assert_true(cube_deadline_after_s(now, 1e300) == UINT64_MAX);
+  assert_true(cube_deadline_after_s(now, INFINITY) == UINT64_MAX);
+  assert_true(cube_deadline_after_s(UINT64_MAX - 10, 1.0) == UINT64_MAX);
+  assert_true(cube_deadline_after_s(now, 1.5) == now + 1500000000ull);
+  assert_true(cube_deadline_after_s(now, 1e9) == now + 1000000000000000000ull);
+  assert_true(cube_deadline_after_s(now, 0) == now);
+  assert_true(cube_deadline_after_s(now, -5) == now);
+  assert_true(cube_deadline_after_s(now, NAN) == now);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(hash_is_deterministic_and_split_independent),
       cmocka_unit_test(hash_separates_close_inputs),
       cmocka_unit_test(hash_hex_is_32_lowercase_digits),
       cmocka_unit_test(clock_is_monotonic),
+      cmocka_unit_test(deadline_after_seconds_saturates),
       cmocka_unit_test(checked_arithmetic),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

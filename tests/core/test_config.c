@@ -134,6 +134,11 @@ static void switches_choices_and_text(void **state) {
   expect_refused("CUBE_BACKEND", "gpu", "one of auto,cpu,cuda");
   expect_refused("CUBE_CACHE_DIR", "relative/dir", "absolute path");
   expect_refused("CUBE_CACHE_DIR", "/a\nb", "control characters");
+  // Issue 34: the tune cache is an absolute path or off (docs/config.md).
+  expect_refused("CUBE_TUNE_CACHE", "tune.sqlite", "absolute path (starting with '/') or off");
+  expect_refused("CUBE_TUNE_CACHE", "Off", "absolute path");
+  accepted(CUBE_CONFIG_TUNE_CACHE, "off");
+  accepted(CUBE_CONFIG_TUNE_CACHE, "/tmp/tune.sqlite");
   expect_refused("CUBE_CPU_MARCH", "native;rm", "one word");
   expect_refused("CUBE_CC", "gcc `id`", "no shell characters");
   expect_refused("CUBE_CC", "gcc;id", "no shell characters");

@@ -117,6 +117,10 @@ static void reported_values(void **state) {
       {"CUBE_CPU_FIBER_STACK", "18446744073709551615"},
       {"CUBE_CPU_FIBER_STACK", "1g"},
       {"CUBE_STAGING_CHUNK", "1"},
+      // Issue 34: a relative tune cache was accepted here and fell back to
+      // memory later with a warning.
+      {"CUBE_TUNE_CACHE", "tune.sqlite"},
+      {"CUBE_TUNE_CACHE", "./cache/tune.sqlite"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
     setenv(cases[i][0], cases[i][1], 1);

@@ -675,9 +675,13 @@ static void explanation_without_a_rule_reports_the_driver_error(void **state) {
   cube_status_t driver = cube_status_make(
       CUBE_STATUS_LAUNCH_UNKNOWN, "cuTensorMapEncodeTiled answered CUDA_ERROR_INVALID_VALUE");
   cube_status_t st = cube_tensor_map_explain(driver, &d, ADDRESS, BINDING, &p, "copy", 3);
-  assert_int_equal(cube_status_code(st), CUBE_STATUS_LAUNCH_UNKNOWN);
-  assert_string_equal(cube_status_message(st),
-                      "launch of 'copy': tensor map 3 (tiled, rank 2, f32): the driver refused it");
+  // Issue 34: a refusal naming the fields the driver judged (was
+  // LAUNCH_UNKNOWN "the driver refused it").
+  assert_int_equal(cube_status_code(st), CUBE_STATUS_COMPILE_REFUSED);
+  assert_true(cube_status_is_refusal(st));
+  assert_non_null(strstr(cube_status_message(st),
+                         "launch of 'copy': tensor map 3 (tiled, rank 2, f32): the driver refused "
+                         "to encode it (interleave 0, swizzle 0, OOB fill 0, innermost tile"));
   assert_string_equal(cube_status_message(cube_status_root(st)),
                       "cuTensorMapEncodeTiled answered CUDA_ERROR_INVALID_VALUE");
   cube_status_release(st);

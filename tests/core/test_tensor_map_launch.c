@@ -20,6 +20,7 @@
 #include "cube/cube.h"
 #include "harness/harness.h"
 #include "harness/tma_kernels.h"
+#include "harness/tma_padded_store.h"
 
 static const cube_stream_t S = CUBE_STREAM_CURRENT;
 enum { H = 40, W = 100 };  // not a multiple of the box: the last boxes hang off the far edges
@@ -191,16 +192,16 @@ static void encode_failure_claims_the_written_buffers(void **state) {
   fixture_open(&f, "tensor_map:2:launch");
   cube_tensor_map_desc_t d = map2d();
   cube_status_t st = launch_scale(&f, &d, &d, CUBE_LAUNCH_EXECUTE);
-  assert_int_equal(cube_status_code(st), CUBE_STATUS_LAUNCH_UNKNOWN);
-  assert_string_equal(cube_status_message(st),
-                      "launch of 'tma_scale2d': tensor map 1 (tiled, rank 2, f32): the driver "
-                      "refused it");
+  assert_int_equal(cube_status_code(st), CUBE_STATUS_COMPILE_REFUSED);
+  assert_true(cth_status_contains(st,
+                                  "launch of 'tma_scale2d': tensor map 1 (tiled, rank 2, f32): "
+                                  "the driver refused to encode it"));
   assert_true(cth_status_contains(cube_status_root(st), "injected fault: tensor_map call #2"));
   cube_status_release(st);
   float out[H * W];
   st = cube_read(f.client, S, cube_handle_binding(f.dst), out, sizeof out);
   assert_int_equal(cube_status_code(st), CUBE_STATUS_UNWRITTEN);
-  assert_true(cth_status_contains(st, "the driver refused it"));
+  assert_true(cth_status_contains(st, "the driver refused to encode it"));
   cube_status_release(st);
   CTH_OK(cube_read(f.client, S, cube_handle_binding(f.src), out, sizeof out));
   // The next launch encodes (calls 3 and 4) and lands: the claim goes.
@@ -394,6 +395,57 @@ static void kernel_declaration_decides_a_maps_io(void **state) {
   fixture_close(&f);
 }
 
+//===--- Issue 34 ---===//
+
+// A store whose tensor ends mid-granule would write its row's padding on the
+// GPU: refused on the CPU too (dry run and launch alike); a whole-granule
+// width stores exactly and leaves the padding alone.
+static void store_into_padded_rows_never_writes_the_padding(void **state) {
+  (void)state;
+  cube_client_t *client = CTH_CLIENT(CUBE_BACKEND_CPU, "");
+  tma_padded_store_case(client, 44);
+  tma_padded_store_case(client, 45);
+  cube_client_release(client);
+}
+
+// A dry run finds every refusal the real launch gives (docs/tune.md): the
+// CPU's interleave, 128B-atom swizzle and packed fp4 refusals (the dry run
+// answered OK, the launch COMPILE_REFUSED).
+static void dry_run_finds_every_refusal_the_launch_gives(void **state) {
+  (void)state;
+  for (int c = 0; c < 3; ++c) {
+    fixture_t f;
+    fixture_open(&f, "");
+    cube_tensor_map_desc_t d = map2d();
+    if (c == 0) {
+      // NC/4HWC4 f32: 16 bytes innermost, every rule holds.
+      const uint64_t shape[3] = {2, 8, 4};
+      const uint32_t tile[3] = {2, 8, 4};
+      d = cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_F32, 3, shape, NULL, tile);
+      d.interleave = CUBE_TENSOR_MAP_INTERLEAVE_16B;
+    }
+    if (c == 1) d.swizzle = CUBE_TENSOR_MAP_SWIZZLE_128B_ATOM_32B;
+    if (c == 2) {
+      // Packed fp4, rows of 128 bytes: every rule holds.
+      const uint64_t shape[2] = {40, 128};
+      const uint32_t tile[2] = {16, 128};
+      d = cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_E2M1X2, 2, shape, NULL, tile);
+    }
+    cube_status_t dry = launch_scale(&f, &d, &d, CUBE_LAUNCH_COMPILE_ONLY);
+    cube_status_t real = launch_scale(&f, &d, &d, CUBE_LAUNCH_EXECUTE);
+    if (cube_status_code(real) != CUBE_STATUS_COMPILE_REFUSED) {
+      char *text = cube_status_to_string(real);
+      fail_msg("case %d: the launch answered %s", c, text);
+    }
+    assert_non_null(strstr(cube_status_message(real), "cpu: tensor map refused"));
+    assert_int_equal(cube_status_code(dry), cube_status_code(real));
+    assert_string_equal(cube_status_message(dry), cube_status_message(real));
+    cube_status_release(dry);
+    cube_status_release(real);
+    fixture_close(&f);
+  }
+}
+
 //===--- Graphs ---===//
 
 // A captured TMA launch replays its maps (the CPU graph keeps its copies).
@@ -434,6 +486,8 @@ int main(void) {
       cmocka_unit_test(failed_input_behind_a_map_skips_the_launch),
       cmocka_unit_test(kernel_declaration_decides_a_maps_io),
       cmocka_unit_test(captured_tma_launch_replays),
+      cmocka_unit_test(store_into_padded_rows_never_writes_the_padding),
+      cmocka_unit_test(dry_run_finds_every_refusal_the_launch_gives),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -100,9 +100,13 @@ static void tiled_2d_case(cube_tensor_map_oob_fill_t fill, int32_t y0, int32_t x
       int gy = y0 + y, gx = x0 + x;
       float got = box[y * TX + x];
       if (gy < 0 || gy >= H || gx < 0 || gx >= W) {
-        if (fill == CUBE_TENSOR_MAP_OOB_NAN)
+        if (fill == CUBE_TENSOR_MAP_OOB_NAN) {
+          // The TMA unit's NaN, bit for bit (issue 34: the CPU wrote 0x7FFFFFFF).
+          uint32_t bits;
+          memcpy(&bits, &got, sizeof bits);
           assert_true(isnan(got));
-        else
+          assert_int_equal(bits, 0x7FF77FF7u);
+        } else
           assert_true(got == 0.0f);
       } else {
         assert_true(got == data[gy * W + gx]);
@@ -123,6 +127,42 @@ static void tiled_load_fills_out_of_bounds_with_zero(void **state) {
 static void tiled_load_fills_out_of_bounds_with_nan(void **state) {
   (void)state;
   tiled_2d_case(CUBE_TENSOR_MAP_OOB_NAN, 40, -20);
+}
+
+// The NaN fill of every float width it applies to is 0x7FF7 in every 16
+// bits: f16 and bf16 0x7FF7, f64 0x7FF77FF77FF77FF7.
+static void nan_fill_is_the_tma_units_pattern_at_every_width(void **state) {
+  (void)state;
+  const cube_tensor_map_dtype_t types[] = {CUBE_TENSOR_MAP_DTYPE_F16, CUBE_TENSOR_MAP_DTYPE_BF16,
+                                           CUBE_TENSOR_MAP_DTYPE_F32, CUBE_TENSOR_MAP_DTYPE_TF32,
+                                           CUBE_TENSOR_MAP_DTYPE_F64};
+  for (size_t t = 0; t < sizeof types / sizeof types[0]; ++t) {
+    const uint32_t eb = cube_tensor_map_dtype_size(types[t]);
+    const uint32_t inner = 16 / eb;  // one 16-byte row
+    unsigned char data[16 * 16];
+    memset(data, 0x11, sizeof data);
+    const uint64_t shape[2] = {16, inner};
+    const uint32_t tile[2] = {2, inner};
+    cube_tensor_map_desc_t d = cube_tensor_map_tiled(types[t], 2, shape, NULL, tile);
+    d.oob_fill = CUBE_TENSOR_MAP_OOB_NAN;
+    cube__tmap_t map = encode(&d, data, 16 * 16);
+    cube__ctx_t ctx = make_ctx();
+    cube__ctx_t *cube__ctx = &ctx;
+    uint64_t cube__shoff = 0;
+    SHARED_ALIGNED(unsigned char, box, 32, 128);
+    SHARED(uint64_t, bar, 1);
+    if (setjmp(trap_jump)) fail_msg("trapped: %s", trap_text);
+    MBAR_INIT(bar, 1);
+    MBAR_ARRIVE_EXPECT_TX(bar, 32);
+    TMA_LOAD_2D(box, &map, bar, 15, 0);  // row 15 inside, row 16 outside
+    MBAR_WAIT(bar, 0);
+    for (int i = 0; i < 16; ++i) assert_int_equal(box[i], 0x11);
+    for (int i = 16; i < 32; i += 2) {
+      assert_int_equal(box[i], 0xf7);
+      assert_int_equal(box[i + 1], 0x7f);
+    }
+    free(ctx.shared);
+  }
 }
 
 // A 3-D u16 tensor with a padded pitch, element strides (3, 2, -) and a
@@ -291,6 +331,58 @@ static void tiled_store_drops_what_lies_outside(void **state) {
     }
   free(data);
   free(ctx.shared);
+}
+
+// Issue 34: a 128B-swizzled box that ends exactly at the end of shared
+// memory (a 1168-byte arena, the box's 144 bytes at 1024) has a partial last
+// 128-byte row whose chunk the swizzle moves 16 bytes past the arena: the
+// copy traps instead of writing there (ASan saw the heap corruption).
+static void swizzled_box_at_the_arena_end_traps(void **state) {
+  (void)state;
+  enum { ARENA_END = 1168, ROWS = 9, INNER = 8 };  // 9 rows of 8 f16: 144 bytes
+  uint16_t data[16 * INNER];
+  for (int i = 0; i < 16 * INNER; ++i) data[i] = (uint16_t)(i + 1);
+  const uint64_t shape[2] = {16, INNER};
+  const uint32_t tile[2] = {ROWS, INNER};
+  cube_tensor_map_desc_t d = cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_F16, 2, shape, NULL, tile);
+  d.swizzle = CUBE_TENSOR_MAP_SWIZZLE_128B;
+  cube__tmap_t map = encode(&d, data, sizeof data);
+  cube__ctx_t ctx;
+  memset(&ctx, 0, sizeof ctx);
+  void *arena = NULL;
+  assert_int_equal(posix_memalign(&arena, 1024, ARENA_END), 0);
+  memset(arena, 0xcd, ARENA_END);
+  ctx.shared = arena;
+  ctx.shared_size = ARENA_END;
+  ctx.trap = test_trap;
+  cube__ctx_t *cube__ctx = &ctx;
+  uint64_t bar[1];
+  uint16_t *box = (uint16_t *)(ctx.shared + 1024);
+  if (setjmp(trap_jump) == 0) {
+    MBAR_INIT(bar, 1);
+    TMA_LOAD_2D(box, &map, bar, 0, 0);
+    free(arena);
+    fail_msg("the swizzled load wrote past the arena without trapping");
+  }
+  assert_non_null(strstr(trap_text, "swizzle"));
+  // The store reads the same bytes: it traps as well.
+  trap_text[0] = '\0';
+  if (setjmp(trap_jump) == 0) {
+    TMA_STORE_2D(&map, box, 0, 0);
+    free(arena);
+    fail_msg("the swizzled store read past the arena without trapping");
+  }
+  assert_non_null(strstr(trap_text, "swizzle"));
+  // One row less (128 bytes, whole rows only) fits and moves nothing out.
+  cube_tensor_map_desc_t d8 = d;
+  d8.tile[0] = 8;
+  cube__tmap_t map8 = encode(&d8, data, sizeof data);
+  if (setjmp(trap_jump)) fail_msg("trapped: %s", trap_text);
+  MBAR_INIT(bar, 1);
+  MBAR_ARRIVE_EXPECT_TX(bar, 8 * INNER * 2);
+  TMA_LOAD_2D(box, &map8, bar, 0, 0);
+  MBAR_WAIT(bar, 0);
+  free(arena);
 }
 
 //===--- Im2col ---===//
@@ -483,10 +575,12 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(tiled_load_fills_out_of_bounds_with_zero),
       cmocka_unit_test(tiled_load_fills_out_of_bounds_with_nan),
+      cmocka_unit_test(nan_fill_is_the_tma_units_pattern_at_every_width),
       cmocka_unit_test(tiled_load_honours_element_strides),
       cmocka_unit_test(tiled_load_swizzles_like_the_hardware),
       cmocka_unit_test(tiled_ranks_1_and_5_round_trip),
       cmocka_unit_test(tiled_store_drops_what_lies_outside),
+      cmocka_unit_test(swizzled_box_at_the_arena_end_traps),
       cmocka_unit_test(im2col_load_walks_the_pixel_box),
       cmocka_unit_test(mbarrier_phases_flip_on_arrivals_and_bytes),
       cmocka_unit_test(misuse_traps_with_a_reason),

@@ -244,6 +244,45 @@ static void test_async_error_fails_the_group(void **state) {
   setenv("CUBE_COLLECTIVE_TIMEOUT_S", "30", 1);
 }
 
+// Issue 34: a part a fault plan hangs (`transport:1:hang`) ran on NCCL as if
+// nothing held it, and sync_collective answered OK at once. Held, it blocks
+// the communicator's stream: sync_collective waits, then reports the hang
+// at the deadline (plus slack), the destination claims it, the group fails
+// and comm_init makes a working one.
+static void test_hung_part_is_waited_for_and_reported(void **state) {
+  (void)state;
+  setenv("CUBE_COLLECTIVE_TIMEOUT_S", "2", 1);
+  cube_client_t *client = cuda_client(0, kQuiet);
+  CTH_OK(cube_comm_init(&client, 1));
+  cube_handle_t src = CTH_BUFFER(client, 4096), dst = CTH_BUFFER(client, 4096);
+  float v[1024], out[1024];
+  for (int i = 0; i < 1024; ++i) v[i] = (float)i;
+  CTH_OK(cube_write(client, S, cube_handle_binding(src), v, sizeof v));
+  CTH_OK(cube_fault_set_plan(cube_server_of(client)->device, "transport:1:hang"));
+  CTH_OK(all_reduce_1(client, src, dst, CUBE_DTYPE_F32, CUBE_COMPUTE_WAIT_AT_SYNC));
+  uint64_t start = cube_now_ns();
+  cube_status_t s = cube_sync_collective(client, S);
+  double seconds = (double)(cube_now_ns() - start) * 1e-9;
+  if (cube_status_is_ok(s)) fail_msg("sync_collective answered OK with the part hung");
+  assert_false(cube_status_is_device_poisoned(s));
+  cube_status_release(s);
+  if (seconds < 1.5 || seconds > 6.0)
+    fail_msg("sync_collective answered after %.2f s (deadline 2 s)", seconds);
+  start = cube_now_ns();
+  CTH_EXPECT_RELEASE(cube_read(client, S, cube_handle_binding(dst), out, sizeof out),
+                     CUBE_STATUS_UNWRITTEN, NULL);
+  assert_true((double)(cube_now_ns() - start) * 1e-9 < 4.0);
+  CTH_OK(cube_fault_set_plan(cube_server_of(client)->device, kQuiet));
+  CTH_OK(cube_comm_init(&client, 1));
+  CTH_OK(all_reduce_1(client, src, dst, CUBE_DTYPE_F32, CUBE_COMPUTE_WAIT_NOW));
+  CTH_OK(cube_read(client, S, cube_handle_binding(dst), out, sizeof out));
+  assert_memory_equal(out, v, sizeof v);
+  cth_release_handle(client, src);
+  cth_release_handle(client, dst);
+  cube_client_release(client);
+  setenv("CUBE_COLLECTIVE_TIMEOUT_S", "30", 1);
+}
+
 //===--- Two GPUs and more ---===//
 
 // A send/recv pair through its own communicator, and a remote stale source
@@ -323,6 +362,7 @@ int main(void) {
       cmocka_unit_test(test_ordered_against_compute),
       cmocka_unit_test(test_claimed_source_makes_no_nccl_call),
       cmocka_unit_test(test_async_error_fails_the_group),
+      cmocka_unit_test(test_hung_part_is_waited_for_and_reported),
       cmocka_unit_test(test_two_gpus),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -21,6 +21,7 @@
 #include "cuda/cuda_test.h"
 #include "harness/harness.h"
 #include "harness/tma_kernels.h"
+#include "harness/tma_padded_store.h"
 
 static const cube_stream_t S = CUBE_STREAM_CURRENT;
 
@@ -435,9 +436,10 @@ static void encode_failure_on_cuda_claims_the_outputs(void **state) {
   cube_kernel_args_t launch = {args, 2, NULL, 0};
   CTH_EXPECT_RELEASE(
       cube_launch(client, S, k, cube_count_static(3, 3, 1), &launch, CUBE_LAUNCH_EXECUTE),
-      CUBE_STATUS_LAUNCH_UNKNOWN, "tensor map 1 (tiled, rank 2, f32): the driver refused it");
+      CUBE_STATUS_COMPILE_REFUSED,
+      "tensor map 1 (tiled, rank 2, f32): the driver refused to encode it");
   CTH_EXPECT_RELEASE(cube_read(client, S, cube_handle_binding(dst), zeros, sizeof zeros),
-                     CUBE_STATUS_UNWRITTEN, "the driver refused it");
+                     CUBE_STATUS_UNWRITTEN, "the driver refused to encode it");
   CTH_OK(cube_read(client, S, cube_handle_binding(src), zeros, sizeof zeros));
   cth_release_handle(client, src);
   cth_release_handle(client, dst);
@@ -501,6 +503,17 @@ static void no_tma_is_refused(void **state) {
   cube_client_release(client);
 }
 
+// Issue 34: the H200 wrote column 45 of a 45-wide u32 tensor in rows of 48
+// (the TMA unit clips stores at 16 bytes). A whole-granule width leaves the
+// padding untouched; the mid-granule one is refused as on the CPU.
+static void store_into_padded_rows_never_writes_the_padding_on_cuda(void **state) {
+  (void)state;
+  cube_client_t *client = gpu();
+  tma_padded_store_case(client, 44);
+  tma_padded_store_case(client, 45);
+  cube_client_release(client);
+}
+
 int main(void) {
   if (!cuda_test_available()) return 77;
   cube_client_t *probe = gpu();
@@ -519,6 +532,7 @@ int main(void) {
       cmocka_unit_test(load_store_kernel_matches_the_cpu),
       cmocka_unit_test(encode_failure_on_cuda_claims_the_outputs),
       cmocka_unit_test(captured_tma_launch_replays_on_cuda),
+      cmocka_unit_test(store_into_padded_rows_never_writes_the_padding_on_cuda),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -28,6 +28,7 @@
 
 #include "backends/fault/fault.h"
 #include "base/util.h"
+#include "core/coll/coll_api.h"
 #include "core/coll/coll_group.h"
 #include "core/server.h"
 #include "cube/cube.h"
@@ -661,6 +662,137 @@ static void test_released_member(void **state) {
   assert_int_equal(cube_comm_group_count(), before);
 }
 
+//===--- Issue 34 ---===//
+
+// A hung part (fault plan `hang`): reading a destination, with no
+// sync_collective first, answers within the deadline plus slack — in a
+// group of one client (no peer times out: it waited ten times the deadline,
+// 20 s for 2 s) and on both ranks of a pair.
+static void test_reading_a_hung_destination_of_one_client(void **state) {
+  (void)state;
+  setenv("CUBE_COLLECTIVE_TIMEOUT_S", "1", 1);
+  ranks_t r;
+  ranks_make(&r, 1, true);
+  CTH_OK(cube_fault_set_plan(cube_server_of(r.c[0])->device, "transport:1:hang"));
+  for (int wait = 0; wait < 2; ++wait) {
+    CTH_OK(cube_all_reduce(r.c[0], S, cube_handle_binding(r.src[0]), cube_handle_binding(r.dst[0]),
+                           CUBE_DTYPE_F32, CUBE_REDUCE_SUM, r.c, 1,
+                           wait ? CUBE_COMPUTE_WAIT_NOW : CUBE_COMPUTE_WAIT_AT_SYNC));
+    const uint64_t start = cube_now_ns();
+    float out[ELEMS];
+    CTH_EXPECT_RELEASE(read_back(r.c[0], r.dst[0], out), CUBE_STATUS_UNWRITTEN, NULL);
+    double seconds = (double)(cube_now_ns() - start) * 1e-9;
+    if (seconds > 2.5) fail_msg("the destination answered after %.1f s (deadline 1 s)", seconds);
+    // The group failed (the hung part aborted it): taken, then a new one,
+    // hung again.
+    cube_status_t s = cube_sync_collective(r.c[0], S);
+    assert_non_null(s);
+    cube_status_release(s);
+    CTH_OK(cube_comm_init(r.c, 1));
+    CTH_OK(cube_fault_set_plan(cube_server_of(r.c[0])->device, "transport:1:hang"));
+  }
+  CTH_OK(cube_fault_set_plan(cube_server_of(r.c[0])->device, kQuiet));
+  ranks_free(&r);
+  setenv("CUBE_COLLECTIVE_TIMEOUT_S", "30", 1);
+}
+
+static void test_reading_a_hung_destination_answers_at_the_deadline(void **state) {
+  (void)state;
+  setenv("CUBE_COLLECTIVE_TIMEOUT_S", "1", 1);
+  ranks_t r;
+  ranks_make(&r, 2, true);
+  CTH_OK(cube_fault_set_plan(cube_server_of(r.c[1])->device, "transport:1:hang"));
+  CTH_OK(cube_collective_group_begin());
+  for (size_t i = 0; i < 2; ++i) {
+    CTH_OK(cube_all_reduce(r.c[i], S, cube_handle_binding(r.src[i]), cube_handle_binding(r.dst[i]),
+                           CUBE_DTYPE_F32, CUBE_REDUCE_SUM, r.c, 2, CUBE_COMPUTE_WAIT_AT_SYNC));
+  }
+  CTH_OK(cube_collective_group_end());
+  const uint64_t start = cube_now_ns();
+  for (size_t k = 0; k < 2; ++k) {
+    size_t i = 1 - k;  // the hung rank first
+    float out[ELEMS];
+    CTH_EXPECT_RELEASE(read_back(r.c[i], r.dst[i], out), CUBE_STATUS_UNWRITTEN, NULL);
+    double seconds = (double)(cube_now_ns() - start) * 1e-9;
+    if (seconds > 2.5)
+      fail_msg("rank %zu's destination answered after %.1f s (deadline 1 s)", i, seconds);
+  }
+  CTH_OK(cube_fault_set_plan(cube_server_of(r.c[1])->device, kQuiet));
+  ranks_free(&r);
+  setenv("CUBE_COLLECTIVE_TIMEOUT_S", "30", 1);
+}
+
+// A group of a client behind a fault plan and one without: both transports
+// are named "inproc" and the group used one member's for both (SIGSEGV).
+// Transports are compared by identity: the mix is refused, naming both.
+static void test_group_mixing_a_fault_plan_is_refused(void **state) {
+  (void)state;
+  cube_client_t *c[2] = {CTH_CLIENT(CUBE_BACKEND_CPU, kQuiet), CTH_CLIENT(CUBE_BACKEND_CPU, "")};
+  cube_handle_t src[2], dst[2];
+  for (int i = 0; i < 2; ++i) {
+    src[i] = CTH_BUFFER(c[i], ELEMS * 4);
+    dst[i] = CTH_BUFFER(c[i], ELEMS * 4);
+    float v[ELEMS];
+    for (int e = 0; e < ELEMS; ++e) v[e] = 1.0f;
+    CTH_OK(cube_write(c[i], S, cube_handle_binding(src[i]), v, sizeof v));
+    CTH_OK(cube_write(c[i], S, cube_handle_binding(dst[i]), v, sizeof v));
+  }
+  for (int order = 0; order < 2; ++order) {
+    cube_client_t *g[2] = {c[order], c[1 - order]};
+    CTH_EXPECT_RELEASE(cube_comm_init(g, 2), CUBE_STATUS_VALIDATION, "mixes transports");
+    CTH_EXPECT_RELEASE(
+        cube_all_reduce(g[0], S, cube_handle_binding(src[order]), cube_handle_binding(dst[order]),
+                        CUBE_DTYPE_F32, CUBE_REDUCE_SUM, g, 2, CUBE_COMPUTE_WAIT_NOW),
+        CUBE_STATUS_VALIDATION, "mixes transports");
+  }
+  // Each refused call (one from each client) claimed its destination with
+  // the refusal: a collective's argument errors settle, so no peer waits.
+  for (int i = 0; i < 2; ++i) {
+    float out[ELEMS];
+    CTH_EXPECT_RELEASE(read_back(c[i], dst[i], out), CUBE_STATUS_UNWRITTEN, "mixes transports");
+    cth_release_handle(c[i], src[i]);
+    cth_release_handle(c[i], dst[i]);
+    cube_client_release(c[i]);
+  }
+}
+
+// A thread that exits with a group call it opened still open (and one that
+// closed its group call: the records it keeps for the next) leaves nothing
+// behind: its records are freed at its exit (ASan saw ~1.8 KB leak).
+static void *open_group_and_exit(void *arg) {
+  ranks_t *r = arg;
+  CTH_OK(cube_collective_group_begin());
+  for (size_t i = 0; i < r->n; ++i) {
+    CTH_OK(cube_all_reduce(r->c[i], S, cube_handle_binding(r->src[i]),
+                           cube_handle_binding(r->dst[i]), CUBE_DTYPE_F32, CUBE_REDUCE_SUM, r->c,
+                           r->n, CUBE_COMPUTE_WAIT_AT_SYNC));
+  }
+  return NULL;  // no group_end
+}
+
+static void *group_call_and_exit(void *arg) {
+  CTH_OK(all_reduce_group(arg));
+  return NULL;
+}
+
+static void test_thread_exit_frees_its_group_call(void **state) {
+  (void)state;
+  ranks_t r;
+  ranks_make(&r, 2, true);
+  const int64_t before = cube_collective_threads_holding_records();
+  for (int k = 0; k < 2; ++k) {
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, k ? group_call_and_exit : open_group_and_exit, &r),
+                     0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(cube_collective_threads_holding_records(), before);
+  }
+  // The group is unharmed: nothing of the abandoned call was posted.
+  CTH_OK(all_reduce_group(&r));
+  expect_sum(&r);
+  ranks_free(&r);
+}
+
 static const struct CMUnitTest kTests[] = {
     cmocka_unit_test(test_no_transport_before_any_buffer),
     cmocka_unit_test(test_claimed_source_makes_zero_transport_calls),
@@ -673,6 +805,10 @@ static const struct CMUnitTest kTests[] = {
     cmocka_unit_test(test_argument_errors_settle_and_travel),
     cmocka_unit_test(test_bad_arguments),
     cmocka_unit_test(test_released_member),
+    cmocka_unit_test(test_reading_a_hung_destination_of_one_client),
+    cmocka_unit_test(test_reading_a_hung_destination_answers_at_the_deadline),
+    cmocka_unit_test(test_group_mixing_a_fault_plan_is_refused),
+    cmocka_unit_test(test_thread_exit_frees_its_group_call),
 };
 
 int main(void) {

@@ -12,11 +12,21 @@
 // answers UNWRITTEN, never bytes; an open one either. Nobody may hang: the
 // deadline is 5 s and a program that takes longer than 20 s is a violation.
 //
+// Issue 34 widened it: some sets of clients mix one client made without a
+// fault plan into the fault-wrapped others (every collective over the whole
+// group, and comm_init, is refused with VALIDATION "mixes transports" and
+// moves nothing: it crashed); some programs run each rank's call on a
+// thread of its own instead of one thread's group call; and some sets (at
+// most 12 a run, made with a 1 s deadline) hang one rank's part (fault plan
+// `hang`): every operation, reads included, must answer within the deadline
+// plus slack. The counts of each kind are printed.
+//
 // Seeded: the base seed is printed; CUBE_TEST_SEED overrides it and
 // CUBE_MODEL_COLLECTIVES_PROGRAMS the number of programs (10,000 by default;
 // 2,000 under ASan, 300 under TSan). A failing program is printed with its
 // plan.
 #include <inttypes.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -70,6 +80,7 @@ typedef struct program_t {
   uint64_t seed;
   uint32_t n;
   uint32_t fault_rank;
+  bool threads;  // each rank's call on its own thread (no group call)
   char plan[64];
   size_t count;
   op_t ops[MAX_OPS];
@@ -93,7 +104,13 @@ typedef struct run_t {
   bool group_failed, group_unknown;
   bool pairs_failed, pairs_unknown;
   bool uncertain;  // results since a fault fired may be claimed late
+  // A set mixing client |plain| (no fault plan) into fault-wrapped ones.
+  bool mixed;
+  uint32_t plain;
+  // A set made with a 1 s deadline whose programs hang one rank's part.
+  bool hang;
   uint64_t reads, claimed_reads, faults, collectives;
+  uint64_t mixed_programs, threaded_programs, hang_programs, slowest_op_ns;
   char why[512];
 } run_t;
 
@@ -103,6 +120,7 @@ static void gen_program(uint64_t seed, uint32_t n, program_t *p) {
   p->seed = seed;
   p->n = n;
   p->fault_rank = cth_rand_below(&st, n);
+  p->threads = cth_rand_below(&st, 4) == 0;
   uint32_t k = 1 + cth_rand_below(&st, 6);
   switch (cth_rand_below(&st, 8)) {
     case 0:
@@ -151,8 +169,8 @@ static void gen_program(uint64_t seed, uint32_t n, program_t *p) {
 }
 
 static void print_program(const program_t *p, FILE *out) {
-  fprintf(out, "program seed %" PRIu64 ", %u ranks, plan '%s' on rank %u, %zu ops:\n", p->seed,
-          p->n, p->plan, p->fault_rank, p->count);
+  fprintf(out, "program seed %" PRIu64 ", %u ranks, plan '%s' on rank %u, %zu ops%s:\n", p->seed,
+          p->n, p->plan, p->fault_rank, p->count, p->threads ? ", ranks on threads" : "");
   for (size_t i = 0; i < p->count; ++i) {
     const op_t *op = &p->ops[i];
     fprintf(out, "  %2zu: %-14s rank %u buf %s root %u\n", i, kOpNames[op->kind], op->rank,
@@ -233,9 +251,51 @@ static void all_release(cube_status_t *st, uint32_t n) {
   for (uint32_t i = 0; i < n; ++i) cube_status_release(st[i]);
 }
 
-// Runs one collective over every rank in a group call and updates the
-// model. Returns false on a violation.
-static bool run_collective(run_t *r, uint32_t n, const op_t *op) {
+// One rank's call of a collective (|threaded|: its own thread, no group
+// call around it).
+typedef struct rank_call_t {
+  run_t *r;
+  uint32_t n, q, sbuf, dbuf;
+  const op_t *op;
+  cube_status_t status;
+} rank_call_t;
+
+static cube_status_t rank_call(run_t *r, uint32_t n, uint32_t q, const op_t *op, uint32_t sbuf,
+                               uint32_t dbuf) {
+  cube_client_t *me = r->c[q];
+  cube_binding_t s = cube_handle_binding(r->h[q][sbuf]), d = cube_handle_binding(r->h[q][dbuf]);
+  cube_status_t st;
+  switch (op->kind) {
+    case OP_ALL_REDUCE:
+      return cube_all_reduce(me, S, s, d, CUBE_DTYPE_F32, CUBE_REDUCE_SUM, r->c, n,
+                             CUBE_COMPUTE_WAIT_AT_SYNC);
+    case OP_ALL_GATHER:
+      return cube_all_gather(me, S, s, d, r->c, n, CUBE_COMPUTE_WAIT_NOW);
+    case OP_REDUCE_SCATTER:
+      return cube_reduce_scatter(me, S, s, d, CUBE_DTYPE_F32, CUBE_REDUCE_SUM, r->c, n,
+                                 CUBE_COMPUTE_WAIT_AT_SYNC);
+    case OP_BROADCAST:
+      return cube_broadcast(me, S, q == op->root ? s : CUBE_NO_BINDING, d, r->c[op->root], r->c, n,
+                            CUBE_COMPUTE_WAIT_NOW);
+    case OP_ALL_TO_ALL:
+      return cube_all_to_all(me, S, s, d, r->c, n, CUBE_COMPUTE_WAIT_NOW);
+    default:
+      st = cube_send(me, S, s, r->c[(q + 1) % n], CUBE_COMPUTE_WAIT_AT_SYNC);
+      if (!st) st = cube_recv(me, S, d, r->c[(q + n - 1) % n], CUBE_COMPUTE_WAIT_AT_SYNC);
+      return st;
+  }
+}
+
+static void *rank_thread(void *arg) {
+  rank_call_t *c = arg;
+  c->status = rank_call(c->r, c->n, c->q, c->op, c->sbuf, c->dbuf);
+  return NULL;
+}
+
+// Runs one collective over every rank in a group call (or, for a threaded
+// program, each rank's call on its own thread) and updates the model.
+// Returns false on a violation.
+static bool run_collective(run_t *r, uint32_t n, const op_t *op, bool threads) {
   uint32_t sbuf, dbuf;
   switch (op->kind) {
     case OP_ALL_REDUCE:
@@ -291,36 +351,27 @@ static bool run_collective(run_t *r, uint32_t n, const op_t *op) {
   }
   uint64_t before = injected_total(r, n);
   cube_status_t st[MAX_RANKS] = {0};
-  cube_status_t group_status = cube_collective_group_begin();
-  for (uint32_t q = 0; q < n && !group_status; ++q) {
-    cube_client_t *me = r->c[q];
-    cube_binding_t s = cube_handle_binding(r->h[q][sbuf]), d = cube_handle_binding(r->h[q][dbuf]);
-    switch (op->kind) {
-      case OP_ALL_REDUCE:
-        st[q] = cube_all_reduce(me, S, s, d, CUBE_DTYPE_F32, CUBE_REDUCE_SUM, r->c, n,
-                                CUBE_COMPUTE_WAIT_AT_SYNC);
-        break;
-      case OP_ALL_GATHER:
-        st[q] = cube_all_gather(me, S, s, d, r->c, n, CUBE_COMPUTE_WAIT_NOW);
-        break;
-      case OP_REDUCE_SCATTER:
-        st[q] = cube_reduce_scatter(me, S, s, d, CUBE_DTYPE_F32, CUBE_REDUCE_SUM, r->c, n,
-                                    CUBE_COMPUTE_WAIT_AT_SYNC);
-        break;
-      case OP_BROADCAST:
-        st[q] = cube_broadcast(me, S, q == op->root ? s : CUBE_NO_BINDING, d, r->c[op->root], r->c,
-                               n, CUBE_COMPUTE_WAIT_NOW);
-        break;
-      case OP_ALL_TO_ALL:
-        st[q] = cube_all_to_all(me, S, s, d, r->c, n, CUBE_COMPUTE_WAIT_NOW);
-        break;
-      default:
-        st[q] = cube_send(me, S, s, r->c[(q + 1) % n], CUBE_COMPUTE_WAIT_AT_SYNC);
-        if (!st[q]) st[q] = cube_recv(me, S, d, r->c[(q + n - 1) % n], CUBE_COMPUTE_WAIT_AT_SYNC);
-        break;
+  cube_status_t ended = CUBE_OK;
+  // A send/recv ring on threads would wait in a circle: it stays a group call.
+  if (threads && op->kind != OP_SENDRECV) {
+    rank_call_t calls[MAX_RANKS];
+    pthread_t tids[MAX_RANKS];
+    for (uint32_t q = 0; q < n; ++q) {
+      calls[q] = (rank_call_t){.r = r, .n = n, .q = q, .op = op, .sbuf = sbuf, .dbuf = dbuf};
+      assert_int_equal(pthread_create(&tids[q], NULL, rank_thread, &calls[q]), 0);
     }
+    cube_status_t failures[MAX_RANKS];
+    size_t failed_count = 0;
+    for (uint32_t q = 0; q < n; ++q) {
+      assert_int_equal(pthread_join(tids[q], NULL), 0);
+      if (calls[q].status) failures[failed_count++] = calls[q].status;
+    }
+    if (failed_count) ended = cube_status_several(failures, failed_count);
+  } else {
+    cube_status_t group_status = cube_collective_group_begin();
+    for (uint32_t q = 0; q < n && !group_status; ++q) st[q] = rank_call(r, n, q, op, sbuf, dbuf);
+    ended = group_status ? group_status : cube_collective_group_end();
   }
-  cube_status_t ended = group_status ? group_status : cube_collective_group_end();
   bool fault = injected_total(r, n) != before;
   if (getenv("CUBE_MODEL_COLLECTIVES_TRACE")) {
     char *text = cube_status_to_string(ended);
@@ -328,12 +379,31 @@ static bool run_collective(run_t *r, uint32_t n, const op_t *op) {
     free(text);
   }
   r->collectives++;
+  bool ok = true;
+  bool pairs = op->kind == OP_SENDRECV;
+  if (r->mixed) {
+    // The whole group mixes transports: refused before anything moves. A
+    // ring's pairs between two fault-wrapped clients are of one transport:
+    // those run (their destinations are left open).
+    if (!pairs && !cube_status_find(ended, CUBE_STATUS_VALIDATION)) {
+      char *text = cube_status_to_string(ended);
+      snprintf(r->why, sizeof r->why, "%s over a group mixing transports answered %s",
+               kOpNames[op->kind], text ? text : "OK");
+      free(text);
+      ok = false;
+    }
+    // Each rank's refused call claimed its destination with the refusal;
+    // of a ring, the pairs with the plain client did, the others landed.
+    for (uint32_t q = 0; q < n; ++q)
+      settle_dst(r, q, dbuf, want[q], dlen, pairs ? M_OPEN : M_CLAIMED);
+    cube_status_release(ended);
+    all_release(st, n);
+    return ok;
+  }
   if (fault) {
     r->faults++;
     r->uncertain = true;
   }
-  bool ok = true;
-  bool pairs = op->kind == OP_SENDRECV;
   bool *failed = pairs ? &r->pairs_failed : &r->group_failed;
   bool *unknown = pairs ? &r->pairs_unknown : &r->group_unknown;
   if (fault) *unknown = true;
@@ -461,6 +531,14 @@ static bool exec_op(run_t *r, const program_t *p, const op_t *op) {
       return true;
     }
     case OP_REINIT: {
+      if (r->mixed) {
+        cube_status_t st = cube_comm_init(r->c, n);
+        bool refused = cube_status_code(st) == CUBE_STATUS_VALIDATION &&
+                       cth_status_contains(st, "mixes transports");
+        cube_status_release(st);
+        if (!refused) snprintf(r->why, sizeof r->why, "comm_init of a mixed group was not refused");
+        return refused;
+      }
       if (!r->group_failed && !r->group_unknown && !r->pairs_failed && !r->pairs_unknown)
         return true;
       uint64_t before = injected_total(r, n);
@@ -478,7 +556,7 @@ static bool exec_op(run_t *r, const program_t *p, const op_t *op) {
       return true;
     }
     default:
-      return run_collective(r, n, op);
+      return run_collective(r, n, op, p->threads);
   }
 }
 
@@ -487,11 +565,23 @@ static bool exec_op(run_t *r, const program_t *p, const op_t *op) {
 static bool run_program(run_t *r, const program_t *p, size_t *out_at) {
   uint32_t n = p->n;
   for (uint32_t q = 0; q < n; ++q) {
-    CTH_OK(cube_fault_set_plan(cube_server_of(r->c[q])->device, kQuiet));
+    if (!(r->mixed && q == r->plain))
+      CTH_OK(cube_fault_set_plan(cube_server_of(r->c[q])->device, kQuiet));
   }
   // A fresh group (the last program may have failed it, or its pairs): the
-  // old communicators' streams drain as they go.
+  // old communicators' streams drain as they go. A mixed group is refused.
   cube_status_t st = cube_comm_init(r->c, n);
+  if (r->mixed) {
+    bool refused = cube_status_code(st) == CUBE_STATUS_VALIDATION &&
+                   cth_status_contains(st, "mixes transports");
+    cube_status_release(st);
+    st = CUBE_OK;
+    if (!refused) {
+      snprintf(r->why, sizeof r->why, "comm_init of a group mixing transports was not refused");
+      *out_at = 0;
+      return false;
+    }
+  }
   if (st) {
     char *text = cube_status_to_string(st);
     snprintf(r->why, sizeof r->why, "comm_init at the start failed: %s", text ? text : "");
@@ -519,12 +609,32 @@ static bool run_program(run_t *r, const program_t *p, size_t *out_at) {
       memcpy(r->m[q][b].v, v, len * 4);
     }
   }
-  CTH_OK(cube_fault_set_plan(cube_server_of(r->c[p->fault_rank])->device, p->plan));
+  // A hanging set hangs one rank's part; a mixed one injects nothing.
+  char plan[64];
+  uint32_t fault_rank = p->fault_rank;
+  snprintf(plan, sizeof plan, "%s", r->hang ? "transport:1+:hang" : r->mixed ? kQuiet : p->plan);
+  if (r->mixed && fault_rank == r->plain) fault_rank = (fault_rank + 1) % n;
+  CTH_OK(cube_fault_set_plan(cube_server_of(r->c[fault_rank])->device, plan));
+  if (r->mixed) r->mixed_programs++;
+  if (r->hang) r->hang_programs++;
+  if (p->threads) r->threaded_programs++;
   // A communicator plan strikes at a rebuild: fail the group first.
-  if (strncmp(p->plan, "comm:", 5) == 0) r->group_unknown = r->pairs_unknown = true;
+  if (strncmp(plan, "comm:", 5) == 0) r->group_unknown = r->pairs_unknown = true;
   uint64_t start = cube_now_ns();
   for (size_t i = 0; i < p->count; ++i) {
+    uint64_t op_start = cube_now_ns();
     if (!exec_op(r, p, &p->ops[i])) {
+      *out_at = i;
+      return false;
+    }
+    uint64_t took = cube_now_ns() - op_start;
+    if (took > r->slowest_op_ns) r->slowest_op_ns = took;
+    // A hung part: every operation answers within the 1 s deadline plus
+    // slack (a wait, a read, a sync; a deadline each, in turn).
+    if (r->hang && took > UINT64_C(3500000000)) {
+      snprintf(r->why, sizeof r->why,
+               "%s took %.1f s with a hung part (deadline 1 s): something waited past it",
+               kOpNames[p->ops[i].kind], (double)took * 1e-9);
       *out_at = i;
       return false;
     }
@@ -546,12 +656,23 @@ static bool run_program(run_t *r, const program_t *p, size_t *out_at) {
   return true;
 }
 
-static void set_make(run_t *r, uint32_t n) {
+// A set of |n| fault-wrapped clients; |mixed|: client |plain| without a
+// fault plan; |hang|: made with a 1 s deadline, for hanging programs.
+static void set_make_kind(run_t *r, uint32_t n, bool mixed, uint32_t plain, bool hang) {
   memset(r->c, 0, sizeof r->c);
+  r->mixed = mixed;
+  r->plain = plain;
+  r->hang = hang;
+  if (hang) setenv("CUBE_COLLECTIVE_TIMEOUT_S", "1", 1);
   for (uint32_t q = 0; q < n; ++q) {
-    r->c[q] = CTH_CLIENT(CUBE_BACKEND_CPU, kQuiet);
+    r->c[q] = CTH_CLIENT(CUBE_BACKEND_CPU, mixed && q == plain ? "" : kQuiet);
     for (uint32_t b = 0; b < NBUF; ++b) r->h[q][b] = CTH_BUFFER(r->c[q], buf_len(b, n) * 4);
   }
+  if (hang) setenv("CUBE_COLLECTIVE_TIMEOUT_S", "5", 1);
+}
+
+static void set_make(run_t *r, uint32_t n) {
+  set_make_kind(r, n, false, 0, false);
 }
 
 static void set_free(run_t *r, uint32_t n) {
@@ -608,10 +729,18 @@ static void test_model_collectives(void **state) {
     return;
   }
   uint64_t st = base;
+  uint32_t hang_sets = 0;
   for (uint64_t done = 0; done < programs;) {
     uint32_t n = 2 + cth_rand_below(&st, 3);
-    set_make(&run, n);
-    for (int k = 0; k < PROGRAMS_PER_SET && done < programs; ++k, ++done) {
+    // One set in 8 mixes a client without a fault plan in; one in 16 (at
+    // most 6 a run, one program each: every hang costs a deadline) hangs.
+    // (The second set always hangs: every run has one.)
+    uint32_t kind = cth_rand_below(&st, 16);
+    bool mixed = kind < 2, hang = (kind == 2 || done == PROGRAMS_PER_SET) && hang_sets < 6;
+    hang_sets += hang;
+    set_make_kind(&run, n, mixed, cth_rand_below(&st, n), hang);
+    int per_set = hang ? 1 : PROGRAMS_PER_SET;
+    for (int k = 0; k < per_set && done < programs; ++k, ++done) {
       program_t p;
       gen_program(base + done, n, &p);
       size_t at = 0;
@@ -625,9 +754,13 @@ static void test_model_collectives(void **state) {
     set_free(&run, n);
     if (violations >= 3) break;
   }
-  printf("model_collectives: %" PRIu64 " collectives, %" PRIu64 " reads (%" PRIu64
-         " of claimed buffers), %" PRIu64 " faults seen, %" PRIu64 " violations, %.1f s\n",
-         run.collectives, run.reads, run.claimed_reads, run.faults, violations,
+  printf("model_collectives: %" PRIu64 " programs (%" PRIu64
+         " on a group mixing a client without "
+         "a fault plan, %" PRIu64 " with ranks on threads, %" PRIu64 " hanging a part), %" PRIu64
+         " collectives, %" PRIu64 " reads (%" PRIu64 " of claimed buffers), %" PRIu64
+         " faults seen, slowest operation %.2f s, %" PRIu64 " violations, %.1f s\n",
+         programs, run.mixed_programs, run.threaded_programs, run.hang_programs, run.collectives,
+         run.reads, run.claimed_reads, run.faults, (double)run.slowest_op_ns * 1e-9, violations,
          (double)(cube_now_ns() - start) * 1e-9);
   assert_int_equal(violations, 0);
 }

@@ -539,14 +539,39 @@ static void test_other_version_does_not_share_decisions(void **state) {
   store_fast_winner("tt_version");
   tfx_t f;
   tfx_open(&f, g_kind, "");
-  // Same name, candidates in another order: another checksum.
-  const tfx_kind_t kinds[] = {TFX_FAST, TFX_MID, TFX_SLOW};
-  f.op = tfx_op(&f, "tt_version", kinds, 3, false);
+  // Same name, one candidate fewer: another set, another checksum.
+  const tfx_kind_t kinds[] = {TFX_FAST, TFX_SLOW};
+  f.op = tfx_op(&f, "tt_version", kinds, 2, false);
   tfx_data(&f, TFX_N);
   cube_tune_stats_t before = stats_now();
   CTH_OK(cube_tune_launch(f.op, f.client, CUBE_STREAM_CURRENT, &f.call));
   cube_tune_stats_t after = stats_now();
   assert_int_equal(after.tunings - before.tunings, 1);
+  tfx_close(&f);
+}
+
+// Issue 34: tune.h promises that reordering a tuned operation's candidates
+// keeps the stored winner (it is stored by name); the call tuned again.
+static void test_reordered_candidates_keep_the_stored_winner(void **state) {
+  (void)state;
+  need_file();
+  store_fast_winner("tt_reorder");
+  cube_tune_store_close();  // as a fresh process
+  tfx_t f;
+  tfx_open(&f, g_kind, "");
+  const tfx_kind_t kinds[] = {TFX_FAST, TFX_MID, TFX_SLOW};
+  f.op = tfx_op(&f, "tt_reorder", kinds, 3, false);
+  tfx_data(&f, TFX_N);
+  cube_tune_stats_t before = stats_now();
+  CTH_OK(cube_tune_launch(f.op, f.client, CUBE_STREAM_CURRENT, &f.call));
+  cube_tune_stats_t after = stats_now();
+  assert_int_equal(after.tunings - before.tunings, 0);
+  assert_int_equal(after.benchmark_launches - before.benchmark_launches, 0);
+  assert_int_equal(after.file_hits - before.file_hits, 1);
+  assert_true(tfx_check(&f, 1));
+  cube_tune_report_t *r = report_of(&f);
+  expect_winner(r, "fast");
+  cube_tune_report_release(r);
   tfx_close(&f);
 }
 
@@ -819,6 +844,7 @@ int main(void) {
       cmocka_unit_test_setup(test_cached_winner_refused_at_dispatch_is_retuned, setup),
       cmocka_unit_test_setup(test_missing_winner_is_retuned, setup),
       cmocka_unit_test_setup(test_other_version_does_not_share_decisions, setup),
+      cmocka_unit_test_setup(test_reordered_candidates_keep_the_stored_winner, setup),
       cmocka_unit_test_setup_teardown(test_mode_off_runs_first_valid_without_timing, setup,
                                       teardown_all),
       cmocka_unit_test_setup_teardown(test_mode_test_is_one_sample_and_memory_only, setup,

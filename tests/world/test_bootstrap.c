@@ -1,6 +1,7 @@
 // Rank discovery from each launcher's environment, in the documented order,
 // and the rendezvous file that carries a world's unique id
 // (include/cube/world.h).
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -272,6 +273,72 @@ static void damaged_or_foreign_files_are_refused(void **state) {
                      "not a cubec rendezvous file");
 }
 
+// Issue 34: a huge timeout (1e11 s, 1e300, infinity) gave up at once: the
+// deadline overflowed converting to nanoseconds. It is refused with
+// VALIDATION naming the value (seconds below 1e9), or waits for the file;
+// it never gives up early.
+static void fetch_with_a_huge_timeout_waits(void **state) {
+  (void)state;
+  const double timeouts[] = {1e11, 1e300, INFINITY};
+  for (int t = 0; t < 3; ++t) {
+    char name[32];
+    snprintf(name, sizeof name, "huge-%d", t);
+    cube_comm_id_t id;
+    fill_id(&id, (uint8_t)(7 + t));
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+      struct timespec pause = {0, 200000000};
+      nanosleep(&pause, NULL);
+      cube_status_t st = cube_comm_id_publish(g_dir, name, 2, &id);
+      _exit(st ? 1 : 0);
+    }
+    cube_comm_id_t got;
+    uint64_t start = cube_now_ns();
+    cube_status_t st = cube_comm_id_fetch(g_dir, name, 2, timeouts[t], &got);
+    if (cube_status_code(st) == CUBE_STATUS_VALIDATION) {
+      assert_true(cth_status_contains(st, "a deadline of"));
+      assert_true(cth_status_contains(st, "below 1e9"));
+      cube_status_release(st);
+    } else {
+      if (st) {
+        char *text = cube_status_to_string(st);
+        fail_msg("timeout %g: %s", timeouts[t], text);
+      }
+      assert_true(cube_now_ns() - start >= 150000000ull);
+      assert_memory_equal(id.bytes, got.bytes, CUBE_COMM_ID_BYTES);
+    }
+    int wstatus = 0;
+    assert_int_equal(waitpid(child, &wstatus, 0), child);
+    assert_true(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+  }
+}
+
+// Issue 34: CUBE_WORLD_SIZE=100 on a CUDA world was refused without naming
+// the limit; it is named before any backend is asked (so here, without a
+// GPU, too), on every backend.
+static void a_world_past_the_limit_names_it(void **state) {
+  (void)state;
+  setenv("CUBE_RANK", "3", 1);
+  setenv("CUBE_WORLD_SIZE", "100", 1);
+  const cube_backend_kind_t kinds[] = {CUBE_BACKEND_CUDA, CUBE_BACKEND_CPU};
+  for (int k = 0; k < 2; ++k) {
+    cube_comm_env_options_t options;
+    cube_comm_env_options_initialize(&options);
+    options.backend = kinds[k];
+    cube_client_t *client = NULL;
+    cube_comm_t *comm = NULL;
+    cube_status_t st = CTH_EXPECT(cube_comm_init_env(&options, &client, &comm),
+                                  CUBE_STATUS_VALIDATION, "a world of 100 ranks");
+    assert_true(cth_status_contains(st, "1 to 64 ranks"));
+    cube_status_release(st);
+    assert_null(client);
+    assert_null(comm);
+  }
+  unsetenv("CUBE_RANK");
+  unsetenv("CUBE_WORLD_SIZE");
+}
+
 static void bad_arguments(void **state) {
   (void)state;
   cube_comm_id_t id;
@@ -347,6 +414,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(fetch_gives_up_at_the_deadline, make_dir, remove_dir),
       cmocka_unit_test_setup_teardown(damaged_or_foreign_files_are_refused, make_dir, remove_dir),
       cmocka_unit_test_setup_teardown(bad_arguments, make_dir, remove_dir),
+      cmocka_unit_test_setup_teardown(fetch_with_a_huge_timeout_waits, make_dir, remove_dir),
+      cmocka_unit_test_setup(a_world_past_the_limit_names_it, clear_env),
       cmocka_unit_test_setup_teardown(rendezvous_provider, make_dir, remove_dir),
   };
   return cmocka_run_group_tests_name("world.bootstrap", tests, NULL, NULL);

@@ -4,9 +4,12 @@
 # PyTorch), the CLI sweep, the single-GPU pass of the multi-GPU script, and
 # the conformance suite under compute-sanitizer memcheck. Logs under $OUT
 # (or build-gpu/logs). Run from the repository root on the GPU machine:
-#   bash tools/device/gpu_run.sh [quick] [tests|bench|all]
+#   bash tools/device/gpu_run.sh [quick] [tests|bench|all|tma-sweep]
 # "tests" stops after the suite and the CLI; "bench" skips the suite (the
-# build is kept between calls while the machine stays warm).
+# build is kept between calls while the machine stays warm); "tma-sweep"
+# builds and runs only the differential tensor-map sweep (every case on CUDA
+# and on the CPU, compared byte for byte, padding included: the case count
+# and the mismatches, tools/device/tma_sweep.c), and the TMA tests.
 set -uo pipefail
 out="${OUT:-build-gpu/logs}"
 quick=""
@@ -14,8 +17,8 @@ phase=all
 for a in "$@"; do
   case "$a" in
   quick) quick=1 ;;
-  tests | bench | all) phase="$a" ;;
-  *) echo "gpu_run.sh: unknown argument '$a' (quick, tests, bench or all)"; exit 2 ;;
+  tests | bench | all | tma-sweep) phase="$a" ;;
+  *) echo "gpu_run.sh: unknown argument '$a' (quick, tests, bench, all or tma-sweep)"; exit 2 ;;
   esac
 done
 mkdir -p "$out"
@@ -34,6 +37,19 @@ step build
   cmake --build build-gpu -j"$(nproc)" -- -k) >"$out/build.log" 2>&1 ||
   { grep -E 'error|Error' "$out/build.log" | head -40; }
 export CUBE_CACHE_DIR="$PWD/build-gpu/kernel-cache"
+if [ "$phase" = tma-sweep ]; then
+  step tma-sweep
+  # (--interleave adds the interleaved cases, which only CUDA runs: see the
+  # tool's header before trusting it with the GPU.)
+  timeout 500 ./build-gpu/tests/tma_sweep ${quick:+--quick} >"$out/tma_sweep.log" 2>&1
+  echo "tma_sweep rc=$?"
+  grep -E "^tma_sweep:" "$out/tma_sweep.log"
+  grep -E "MISMATCH" "$out/tma_sweep.log" | head -40
+  timeout 200 ctest --test-dir build-gpu -R "tma|tensor_map" --output-on-failure >"$out/ctest_tma.log" 2>&1
+  grep -E "tests passed|\*\*\*|Failed|Skipped" "$out/ctest_tma.log" | head -20
+  grep -B2 -A14 -E "FAILED  \]|ERROR   \]" "$out/ctest_tma.log" | head -60
+  exit 0
+fi
 if [ "$phase" != bench ]; then
 step ctest
 timeout 300 ctest --test-dir build-gpu -j8 --output-on-failure --timeout 280 >"$out/ctest.log" 2>&1

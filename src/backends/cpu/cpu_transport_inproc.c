@@ -490,15 +490,25 @@ static cube_status_t inproc_transfer_run(inproc_task_t *task, cube_status_t drop
 }
 
 // A part held by a fault plan's hang: it never arrives, and fails once the
-// comm is aborted (or after ten deadlines, so a forgotten test still ends).
+// comm is aborted or, at the deadline (CUBE_COLLECTIVE_TIMEOUT_S), aborts the
+// comm itself, as a watchdog would a hung device part: a group of one rank
+// has no peer whose wait would time out, and a reader of its destination
+// waited ten deadlines (issue 34).
 static cube_status_t inproc_hold(inproc_task_t *task) {
   inproc_exchange_t *exchange = task->comm->exchange;
-  uint64_t limit = cube_now_ns() + 10 * task->comm->timeout_ns;
+  uint64_t limit = cube_now_ns() + task->comm->timeout_ns;
+  bool timed_out = false;
   pthread_mutex_lock(&exchange->lock);
-  while (!exchange->aborted) {
-    bool timed_out = false;
+  while (!exchange->aborted && !timed_out)
     inproc_sleep_until(&exchange->changed, &exchange->lock, limit, &timed_out);
-    if (timed_out) break;
+  if (!exchange->aborted) {
+    inproc_fail_locked(
+        exchange,
+        cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
+                         "inproc %s #%llu: rank %u's part hung past the deadline of %.3f s "
+                         "(CUBE_COLLECTIVE_TIMEOUT_S): the communicator is aborted",
+                         cube_top_kind_name(task->op.kind), (unsigned long long)task->seq,
+                         task->comm->rank, (double)task->comm->timeout_ns * 1e-9));
   }
   pthread_mutex_unlock(&exchange->lock);
   return cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,

@@ -79,6 +79,17 @@ typedef struct nccl_comm_t {
   uint32_t rank, nranks;
   uint64_t timeout_ns;  // CUBE_COLLECTIVE_TIMEOUT_S of the client that made it
   bool aborted;         // the core calls abort under the member's lock: no race with submit
+  // Parts a fault plan's hang holds (op->hold): a host function on the
+  // comm's stream that blocks it until the comm is aborted or the deadline
+  // passes, then fails the comm (hold_failure, reported by poll): the
+  // stream, and whoever waits on it, waits as for a hung device part, never
+  // past the deadline (issue 34: the part was run, sync answered OK).
+  pthread_mutex_t hold_lock;
+  pthread_cond_t hold_changed;
+  bool hold_ready;  // lock and condition made
+  bool hold_ended;  // aborted or destroyed: the holds return
+  uint32_t holds;   // host functions queued or running
+  cube_status_t hold_failure;
   // World groups (issue 11): the status records' device buffer and pinned
   // host staging, made at the first exchange, kept until the comm goes.
   CUdeviceptr xdev;
@@ -229,6 +240,53 @@ static cube_status_t nccl_comm_create(cube_backend_device_t *base, const cube_tu
   return status;
 }
 
+// The host function of a held part: runs on CUDA's callback thread (no
+// CUDA call allowed there), blocking the comm's stream.
+static void nccl_hold_run(void *arg) {
+  nccl_comm_t *comm = arg;
+  uint64_t deadline = cube_deadline_after_s(cube_now_ns(), (double)comm->timeout_ns * 1e-9);
+  pthread_mutex_lock(&comm->hold_lock);
+  while (!comm->hold_ended && cube_now_ns() < deadline) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 50000000;  // re-check the monotonic deadline every 50 ms
+    if (until.tv_nsec >= 1000000000) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000;
+    }
+    (void)pthread_cond_timedwait(&comm->hold_changed, &comm->hold_lock, &until);
+  }
+  if (!comm->hold_ended && !comm->hold_failure) {
+    comm->hold_failure = cube_status_make(
+        CUBE_STATUS_TRANSPORT_FAILED,
+        "nccl on cuda:%u (rank %u of %u): a part hung (injected) past the deadline of %.3f s "
+        "(CUBE_COLLECTIVE_TIMEOUT_S)",
+        comm->device->index, comm->rank, comm->nranks, (double)comm->timeout_ns * 1e-9);
+  }
+  comm->holds--;
+  pthread_cond_broadcast(&comm->hold_changed);
+  pthread_mutex_unlock(&comm->hold_lock);
+}
+
+// Ends every hold of |comm| (aborted or going) and, |wait|, waits for their
+// host functions to return (they touch |comm|).
+static void nccl_hold_end(nccl_comm_t *comm, bool wait) {
+  if (!comm->hold_ready) return;
+  pthread_mutex_lock(&comm->hold_lock);
+  comm->hold_ended = true;
+  pthread_cond_broadcast(&comm->hold_changed);
+  while (wait && comm->holds > 0) pthread_cond_wait(&comm->hold_changed, &comm->hold_lock);
+  pthread_mutex_unlock(&comm->hold_lock);
+}
+
+static cube_status_t nccl_hold_failure(nccl_comm_t *comm) {
+  if (!comm->hold_ready) return CUBE_OK;
+  pthread_mutex_lock(&comm->hold_lock);
+  cube_status_t failure = comm->hold_failure ? cube_status_retain(comm->hold_failure) : CUBE_OK;
+  pthread_mutex_unlock(&comm->hold_lock);
+  return failure;
+}
+
 // The comm's state: NULL and |*out_ready| false while NCCL still works in
 // the background (init, or an enqueue), an error once it failed.
 static cube_status_t nccl_state(nccl_comm_t *comm, bool *out_ready) {
@@ -239,7 +297,9 @@ static cube_status_t nccl_state(nccl_comm_t *comm, bool *out_ready) {
                             "nccl communicator of cuda:%u (rank %u of %u) was aborted",
                             comm->device->index, comm->rank, comm->nranks);
   }
-  cube_status_t status = cube_cuda_enter(comm->device, CUBE_CUDA_OP_SERVER);
+  cube_status_t status = nccl_hold_failure(comm);
+  if (status) return status;
+  status = cube_cuda_enter(comm->device, CUBE_CUDA_OP_SERVER);
   if (status) return status;
   ncclResult_t state = ncclSuccess;
   ncclResult_t result = nccl->ncclCommGetAsyncError(comm->comm, &state);
@@ -269,6 +329,30 @@ static cube_status_t nccl_submit(cube_backend_device_t *base, cube_tcomm_t *tcom
   cube_status_t status = cube_cuda_enter(cube_cuda_device(base), CUBE_CUDA_OP_SERVER);
   if (status) return status;
   CUstream stream = cube_cuda_stream(bstream);
+  if (op->hold) {
+    // Held: the part never runs; its stream blocks (see nccl_hold_run).
+    if (!comm->hold_ready) {
+      if (pthread_mutex_init(&comm->hold_lock, NULL) != 0)
+        return cube_status_make(CUBE_STATUS_GENERIC, "nccl submit: pthread_mutex_init failed");
+      if (pthread_cond_init(&comm->hold_changed, NULL) != 0) {
+        pthread_mutex_destroy(&comm->hold_lock);
+        return cube_status_make(CUBE_STATUS_GENERIC, "nccl submit: pthread_cond_init failed");
+      }
+      comm->hold_ready = true;
+    }
+    pthread_mutex_lock(&comm->hold_lock);
+    comm->holds++;
+    pthread_mutex_unlock(&comm->hold_lock);
+    CUresult held = comm->device->cu->cuLaunchHostFunc(stream, nccl_hold_run, comm);
+    if (held != CUDA_SUCCESS) {
+      pthread_mutex_lock(&comm->hold_lock);
+      comm->holds--;
+      pthread_mutex_unlock(&comm->hold_lock);
+      return cube_cuda_error(comm->device, held, CUBE_CUDA_OP_SERVER,
+                             "cuLaunchHostFunc (a held %s part)", cube_top_kind_name(op->kind));
+    }
+    return CUBE_OK;
+  }
   const void *send = (const void *)(uintptr_t)op->send;
   void *recv = (void *)(uintptr_t)op->recv;
   size_t count = (size_t)op->count;
@@ -335,6 +419,7 @@ static void nccl_abort(cube_backend_device_t *base, cube_tcomm_t *tcomm) {
   nccl_comm_t *comm = nccl_cast(tcomm);
   if (comm->aborted) return;
   comm->aborted = true;
+  nccl_hold_end(comm, false);  // a held part returns: its stream goes on
   cube_status_release(cube_cuda_enter(comm->device, CUBE_CUDA_OP_SERVER));
   // Frees the communicator and makes its kernels give up waiting for peers.
   (void)cube_nccl_api(NULL)->ncclCommAbort(comm->comm);
@@ -369,6 +454,13 @@ static void nccl_comm_destroy(cube_backend_device_t *base, cube_tcomm_t *tcomm) 
     // An aborted comm's records are left: a kernel of it may still write.
     if (clean && comm->xdev) (void)comm->device->cu->cuMemFree(comm->xdev);
     if (clean && comm->xhost) (void)comm->device->cu->cuMemFreeHost(comm->xhost);
+  }
+  // Held parts' host functions read the comm: they return before it goes.
+  nccl_hold_end(comm, true);
+  if (comm->hold_ready) {
+    cube_status_release(comm->hold_failure);
+    pthread_cond_destroy(&comm->hold_changed);
+    pthread_mutex_destroy(&comm->hold_lock);
   }
   free(comm);
 }

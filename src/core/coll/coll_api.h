@@ -14,5 +14,8 @@ CUBE_INTERNAL void cube_collective_groups_failed(cube_server_t *server);
 // communicators are aborted, their streams drained). No lock held; before
 // the server's streams go.
 CUBE_INTERNAL void cube_collective_server_release(cube_server_t *server);
+// How many live threads hold group-call records (freed when each exits,
+// even with a group call left open). For tests.
+CUBE_INTERNAL int64_t cube_collective_threads_holding_records(void);
 
 #endif  // CUBE_CORE_COLL_COLL_API_H_

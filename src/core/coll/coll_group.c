@@ -72,10 +72,18 @@ static cube_status_t group_sort(cube_client_t *const *clients, size_t count, con
                               "(%s)",
                               operation, server->name);
     }
-    if (first && strcmp(first->name, transport->name) != 0) {
+    // By identity, not name: a client behind a fault plan has a decorated
+    // transport of the same name, and the group drives every member through
+    // one vtable (mixed, the decorator took a plain device: SIGSEGV).
+    if (first && first != transport) {
+      bool same_name = strcmp(first->name, transport->name) == 0;
       return cube_status_make(
-          CUBE_STATUS_VALIDATION, "%s: the group mixes transports (%s for %s, %s for %s)",
-          operation, first->name, cube_server_of(clients[0])->name, transport->name, server->name);
+          CUBE_STATUS_VALIDATION, "%s: the group mixes transports (%s for %s, %s%s for %s)%s",
+          operation, first->name, cube_server_of(clients[0])->name, same_name ? "another " : "",
+          transport->name, server->name,
+          same_name ? ": one member is behind a fault plan and another is not (give every member "
+                      "a plan, or none)"
+                    : "");
     }
     first = first ? first : transport;
     pairs[2 * i] = cube_comm_member_key(server, transport);

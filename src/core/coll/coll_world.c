@@ -13,7 +13,9 @@
 //
 // The id (cube_comm_id_t, 256 bytes): "CUBEWID1", the world size (u32 LE),
 // the transport's name (16 bytes, NUL padded), then the transport's token
-// (cube_tuid_t, 128 bytes) at offset 32.
+// (cube_tuid_t, 128 bytes) at offset 32, then a seal (XXH3-128 of bytes
+// 0..159) at offset 160: an id damaged on its way to a rank is refused, not
+// handed to NCCL (which took a malformed token and answered OK).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,16 @@
 #define ID_MAGIC "CUBEWID1"
 #define ID_NAME_OFFSET 12
 #define ID_UID_OFFSET 32
+#define ID_SEAL_OFFSET (ID_UID_OFFSET + CUBE_TRANSPORT_UID_BYTES)
+_Static_assert(ID_SEAL_OFFSET + 16 <= CUBE_COMM_ID_BYTES, "the seal fits in the id");
+
+static void id_seal(const cube_comm_id_t *id, uint8_t out_seal[16]) {
+  cube_hash128_t h = cube_hash128(id->bytes, ID_SEAL_OFFSET);
+  for (int i = 0; i < 8; ++i) {
+    out_seal[i] = (uint8_t)(h.low >> (8 * i));
+    out_seal[8 + i] = (uint8_t)(h.high >> (8 * i));
+  }
+}
 
 static cube_status_t world_transport(cube_server_t *server, const char *operation,
                                      const cube_transport_vtable_t **out_world) {
@@ -76,6 +88,7 @@ cube_status_t cube_comm_id_create(cube_client_t *client, uint32_t world_size,
   for (int i = 0; i < 4; ++i) out_id->bytes[8 + i] = (uint8_t)(world_size >> (8 * i));
   snprintf((char *)out_id->bytes + ID_NAME_OFFSET, 16, "%s", world->name);
   memcpy(out_id->bytes + ID_UID_OFFSET, uid.bytes, sizeof uid.bytes);
+  id_seal(out_id, out_id->bytes + ID_SEAL_OFFSET);
   return CUBE_OK;
 }
 
@@ -102,6 +115,21 @@ cube_status_t cube_comm_init_rank(cube_client_t *client, const cube_comm_id_t *i
   if (memcmp(id->bytes, ID_MAGIC, 8) != 0) {
     return cube_status_make(CUBE_STATUS_VALIDATION,
                             "%s: the id was not made by cube_comm_id_create", kOp);
+  }
+  uint8_t seal[16];
+  id_seal(id, seal);
+  if (memcmp(seal, id->bytes + ID_SEAL_OFFSET, sizeof seal) != 0) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "%s: the id is damaged (its seal does not match its bytes): hand every "
+                            "rank the %d bytes cube_comm_id_create made, unchanged",
+                            kOp, CUBE_COMM_ID_BYTES);
+  }
+  bool token = false;
+  for (size_t i = 0; i < CUBE_TRANSPORT_UID_BYTES && !token; ++i)
+    token = id->bytes[ID_UID_OFFSET + i] != 0;
+  if (!token) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "%s: the id holds no transport token (all zero)", kOp);
   }
   if (announced != world_size) {
     return cube_status_make(CUBE_STATUS_VALIDATION,
@@ -205,6 +233,14 @@ cube_status_t cube_comm_init_env(const cube_comm_env_options_t *options, cube_cl
   cube_rank_env_t env;
   cube_status_t status = cube_rank_env_discover(&env);
   if (status) return status;
+  // Named before any backend is asked (a CUDA world of 100 was refused
+  // without the limit).
+  if (env.world_size > CUBE_COMM_MAX_RANKS) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "%s: the launcher (%s) makes a world of %u ranks; a cubec world holds "
+                            "1 to %d ranks",
+                            kOp, env.source_name, env.world_size, CUBE_COMM_MAX_RANKS);
+  }
   cube_backend_kind_t kind =
       opts.backend == CUBE_BACKEND_DEFAULT ? cube_backend_default() : opts.backend;
   uint32_t device = 0;
