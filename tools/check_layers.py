@@ -77,6 +77,10 @@ def rule_for(path):
             return None  # the view itself names the internals
         return 'bench', ['view/', 'cube/']
     if parts[0] == 'tools':
+        if len(parts) > 2 and parts[1] == 'device':
+            # Device probes (the tensor-map sweep) compare internals with the
+            # hardware, like the bench view.
+            return 'tools/device', ['cube/', 'core/tensor_map.h', 'core/tensor_map_types.h'] + TOOLS_VIEW_CORE
         return 'tools', ['cube/'] + TOOLS_VIEW_CORE
     if parts[0] == 'examples':
         return 'examples', ['cube/']
