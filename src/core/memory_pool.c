@@ -120,6 +120,7 @@ struct cube_mm_t {
 typedef struct mm_passthrough_t {
   struct mm_passthrough_t *next;
   uint64_t address, size;
+  uint32_t owner;   // live: the stream it was reserved on (per-stream reports)
   uint32_t stream;  // retired: the stream that used it last,
   uint64_t ticket;  // and the ticket that work reaches
 } mm_passthrough_t;
@@ -860,7 +861,7 @@ static cube_status_t mm_passthrough_reserve(cube_mm_t *mm, uint64_t size, uint32
         size);
   }
   mm_passthrough_sweep(mm);
-  mm_passthrough_t *entry = malloc(sizeof *entry);
+  mm_passthrough_t *entry = mm_stream_get(mm, stream) ? malloc(sizeof *entry) : NULL;
   if (!entry) {
     return cube_status_make(CUBE_STATUS_IO_OUT_OF_MEMORY,
                             "cube_mm_reserve(size=%" PRIu64 "): no host memory (pass-through)",
@@ -880,10 +881,14 @@ static cube_status_t mm_passthrough_reserve(cube_mm_t *mm, uint64_t size, uint32
     return cube_status_with_size(status, size);
   }
   entry->size = size;
+  entry->owner = stream;
   entry->next = mm->passthrough;
   mm->passthrough = entry;
   mm->reserved += size;
   mm->in_use += size;
+  mm_stream_t *owner = mm_stream_lookup(mm, stream);
+  owner->in_use += size;
+  owner->in_use_peak = mm_max(owner->in_use_peak, owner->in_use);
   mm->reserved_peak = mm_max(mm->reserved_peak, mm->reserved);
   mm->in_use_peak = mm_max(mm->in_use_peak, mm->in_use);
   *out_slice = (cube_mm_slice_t){.address = entry->address,
@@ -903,6 +908,8 @@ static void mm_passthrough_free(cube_mm_t *mm, const cube_mm_slice_t *slice, uin
     if (entry->address != slice->address) continue;
     *link = entry->next;
     mm->in_use -= entry->size;
+    mm_stream_t *owner = mm_stream_lookup(mm, entry->owner);
+    if (owner) owner->in_use -= entry->size;
     entry->stream = stream;
     entry->ticket = ticket;
     entry->next = mm->retired;

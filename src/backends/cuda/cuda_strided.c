@@ -125,7 +125,10 @@ static bool layout_injective(uint32_t rank, const uint64_t *shape, const uint64_
 static void layout_text(const cube_bcopy_t *copy, char *text, size_t capacity) {
   size_t used = 0;
   text[0] = '\0';
-  for (uint32_t d = 0; d < copy->rank && d < CUBE_MAX_RANK && used < capacity; ++d) {
+  // A rank past the maximum is refused before any dimension is read: the
+  // caller's arrays may hold fewer entries than |rank| claims.
+  if (copy->rank > CUBE_MAX_RANK) return;
+  for (uint32_t d = 0; d < copy->rank && used < capacity; ++d) {
     int n = snprintf(text + used, capacity - used, "%s%llu:%llu", d ? " " : "",
                      (unsigned long long)copy->shape[d], (unsigned long long)copy->strides[d]);
     if (n > 0) used += (size_t)n;
