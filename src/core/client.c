@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "core/interop.h"
 #include "core/collective.h"
 #include "core/graph.h"
 #include "core/host_copy.h"
@@ -260,6 +261,7 @@ static cube_status_t client_create(const cube_client_options_t *options, bool pr
     if (server->id == 0) server->id = atomic_fetch_add(&next_client_id, 1) & 0xffff;
     snprintf(server->name, sizeof server->name, faulty ? "fault(%s):%u" : "%s:%u", factory->name,
              options->device_index);
+    server->device_index = options->device_index;
     server->properties_hash = cube_device_properties_hash(&server->device->properties);
     server->free_slot = UINT32_MAX;
     server->track_failures = cube_config_u64(&config, CUBE_CONFIG_FAILURE_TRACKING) != 0;
@@ -348,7 +350,8 @@ void cube_client_release(cube_client_t *client) {
     vt->stream_destroy(server->device, s->backend);  // drains; never hangs on poison
     s->live = false;
   }
-  cube_graph_teardown(server);  // the streams drained: no replay is running
+  cube_graph_teardown(server);    // the streams drained: no replay is running
+  cube_interop_teardown(server);  // imports' release callbacks, on a live device
   cube_profile_teardown(server);
   for (uint32_t i = 0; i < server->slot_count; ++i) cube_claim_drop(&server->slots[i].claim);
   cube_info_cache_clear(server);

@@ -323,6 +323,7 @@ cube_status_t cube_read(cube_client_t *client, cube_stream_t stream, cube_bindin
     if (cube_status_is_ok(status) || read_answers_claim(server, binding, &status)) break;
     if (cube_status_is_device_poisoned(status)) break;
   }
+  cube_server_run_due(server);  // imports whose last use this read waited for
   return status;
 }
 
