@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "core/nvtx.h"
 #include "core/interop.h"
 #include "core/collective.h"
 #include "core/graph.h"
@@ -262,6 +263,11 @@ static cube_status_t client_create(const cube_client_options_t *options, bool pr
     snprintf(server->name, sizeof server->name, faulty ? "fault(%s):%u" : "%s:%u", factory->name,
              options->device_index);
     server->device_index = options->device_index;
+    // NVTX: the tool is loaded on the first client's creation, if one is
+    // named and CUBE_NVTX is on; nothing is loaded otherwise.
+    server->nvtx =
+        cube_config_u64(&config, CUBE_CONFIG_NVTX) != 0 &&
+        cube_nvtx_attach(cube_config_text(&config, CUBE_CONFIG_NVTX_INJECTION64_PATH, NULL));
     server->properties_hash = cube_device_properties_hash(&server->device->properties);
     server->free_slot = UINT32_MAX;
     server->track_failures = cube_config_u64(&config, CUBE_CONFIG_FAILURE_TRACKING) != 0;

@@ -27,6 +27,7 @@
 // fails the group (every communicator aborted); for NCCL, whose parts end
 // silently on abort, the destinations in flight claim it at the server's
 // next call.
+#include "core/nvtx.h"
 #include "core/collective.h"
 
 #include <sched.h>
@@ -1308,7 +1309,7 @@ cube_status_t cube_collective_group_end(void) {
 
 //===--- Entry points ---===//
 
-static cube_status_t collective(coll_call_t *call) {
+static cube_status_t collective_entry(coll_call_t *call) {
   if (!call->server)
     return cube_status_make(CUBE_STATUS_VALIDATION, "%s: client is NULL", call->operation);
   // A runtime without a transport answers first, before any argument.
@@ -1330,6 +1331,19 @@ static cube_status_t collective(coll_call_t *call) {
   }
   if (tls_batch.depth > 0) return batch_record(call);
   return call_run(call);
+}
+
+// The collective inside an NVTX range named after it ("cube_all_reduce"...).
+static cube_status_t collective(coll_call_t *call) {
+  bool nvtx = call->server && call->server->nvtx;
+  char name[48];
+  if (__builtin_expect(nvtx, 0)) {
+    snprintf(name, sizeof name, "cube_%s", call->operation);
+    cube_nvtx_push(name);
+  }
+  cube_status_t status = collective_entry(call);
+  if (__builtin_expect(nvtx, 0)) cube_nvtx_pop();
+  return status;
 }
 
 static void call_group_copy(coll_call_t *call, cube_client_t *const *group, size_t count) {
@@ -1460,8 +1474,23 @@ cube_status_t cube_comm_init(cube_client_t *const *clients, size_t count) {
 
 //===--- Worlds (cube_comm_*: groups whose ranks live in several processes) ---===//
 
+static cube_status_t collective_world_entry(cube_server_t *server, cube_comm_group_t *group,
+                                            const cube_world_op_t *op);
 cube_status_t cube_collective_world(cube_server_t *server, cube_comm_group_t *group,
                                     const cube_world_op_t *op) {
+  bool nvtx = server && server->nvtx;
+  char name[48];
+  if (__builtin_expect(nvtx, 0)) {
+    snprintf(name, sizeof name, "cube_comm_%s", cube_top_kind_name(op->kind));
+    cube_nvtx_push(name);
+  }
+  cube_status_t status = collective_world_entry(server, group, op);
+  if (__builtin_expect(nvtx, 0)) cube_nvtx_pop();
+  return status;
+}
+
+static cube_status_t collective_world_entry(cube_server_t *server, cube_comm_group_t *group,
+                                            const cube_world_op_t *op) {
   if (op->wait != CUBE_COMPUTE_WAIT_AT_SYNC && op->wait != CUBE_COMPUTE_WAIT_NOW) {
     return cube_status_make(CUBE_STATUS_VALIDATION, "%s: unknown compute wait %d",
                             cube_top_kind_name(op->kind), (int)op->wait);
