@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/warn.h"
@@ -124,7 +125,9 @@ typedef uint64_t (*start_fn_t)(const char *);
 typedef void (*end_fn_t)(uint64_t);
 
 static pthread_once_t attach_once = PTHREAD_ONCE_INIT;
-static const char *attach_path;
+static pthread_mutex_t path_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool path_taken;
+static char attach_path[4096];  // the first caller's (its config goes with its client)
 static atomic_bool attached;
 
 static void attach(void) {
@@ -132,7 +135,7 @@ static void attach(void) {
   for (size_t i = 1; i < NVTX_CBID_##upper##_SIZE; ++i) lower##_table[i] = &lower##_slots[i];
   NVTX_MODULES(NVTX_MODULE_TABLE)
 #undef NVTX_MODULE_TABLE
-  if (!attach_path || !attach_path[0]) return;  // no tool named: nothing is loaded
+  if (!attach_path[0]) return;  // no tool named: nothing is loaded
   void *library = dlopen(attach_path, RTLD_LAZY | RTLD_LOCAL);
   if (!library) {
     cube_warn("NVTX: the tool NVTX_INJECTION64_PATH names cannot be loaded (%s): no ranges",
@@ -160,10 +163,12 @@ static void attach(void) {
 
 bool cube_nvtx_attach(const char *path) {
   // pthread_once takes no argument: the first caller's path is the one.
-  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-  pthread_mutex_lock(&lock);
-  if (!attach_path) attach_path = path ? path : "";
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_lock(&path_lock);
+  if (!path_taken) {
+    snprintf(attach_path, sizeof attach_path, "%s", path ? path : "");
+    path_taken = true;
+  }
+  pthread_mutex_unlock(&path_lock);
   pthread_once(&attach_once, attach);
   return atomic_load(&attached);
 }

@@ -3,7 +3,8 @@
 //
 // The core's files, bottom to top (a file calls only files below it; the
 // layers above reach down, and hooks registered at client creation reach up):
-//   failure.c                 the failure model (claims, write scopes, skips)
+//   failure.c nvtx.c          the failure model (claims, write scopes, skips);
+//                             NVTX's injection protocol
 //   memory_pool.c             the memory manager (pools, pages, reuse)
 //   server.c                  enter/leave/note, streams and tickets, bindings,
 //                             cross-stream order, waiting on a stream, hooks
@@ -11,7 +12,7 @@
 //                             block and its cache; compiled kernels
 //   profile.c graph.c         profiling windows and traces; capture and replay
 //   launch.c io.c sync.c handles.c memory.c stream.c kernel.c collective.c
-//                             the feature entry points
+//   interop.c dlpack.c        the feature entry points
 //   registry.c client.c       the backend registry; clients (the top)
 //
 // A server reaches the device only through the backend vtable
