@@ -8,6 +8,7 @@
 // refused. Bad input gets clear errors, and nothing leaks (ASan) or races
 // (TSan).
 #include <setjmp.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -252,6 +253,107 @@ static void graphs_use_imports_and_pin_them(void **state) {
   assert_int_equal(atomic_load(&py.calls), 1);
   CTH_OK(cube_stream_destroy(client, s));
   cube_client_release(client);
+}
+
+// Collectives and profiling windows use imported memory like any other.
+static void collectives_and_profiling_use_imports(void **state) {
+  (void)state;
+  cube_client_t *client = CTH_CLIENT(CUBE_BACKEND_CPU, "");
+  float *x = aligned_floats(1.0f), *y = aligned_floats(0.0f);
+  release_probe_t px = {.memory = x}, py = {.memory = y};
+  cube_handle_t hx = import_floats(client, x, &px);
+  cube_handle_t hy = import_floats(client, y, &py);
+  cube_profile_token_t token = 0;
+  CTH_OK(cube_profile_start(client, S, &token));
+  CTH_OK(launch_xy(client, S, hx, hy));
+  uint64_t ns = 0;
+  CTH_OK(cube_profile_end(client, S, token, &ns));
+  assert_true(ns > 0);
+  // A group of one: the sum over ranks is the source itself.
+  cube_client_t *group[] = {client};
+  CTH_OK(cube_comm_init(group, 1));
+  CTH_OK(cube_all_reduce(client, S, cube_handle_binding(hy), cube_handle_binding(hx),
+                         CUBE_DTYPE_F32, CUBE_REDUCE_SUM, group, 1, CUBE_COMPUTE_WAIT_AT_SYNC));
+  CTH_OK(cube_sync_collective(client, S));
+  CTH_OK(cube_sync(client, S, NULL, 0));
+  for (int i = 0; i < N; ++i) assert_true(x[i] == 2.0f * (1.0f + (float)i));
+  CTH_OK(cube_handle_release(client, hx));
+  CTH_OK(cube_handle_release(client, hy));
+  cube_client_release(client);
+  assert_int_equal(atomic_load(&px.calls), 1);
+  assert_int_equal(atomic_load(&py.calls), 1);
+}
+
+// Threads import, launch, export (raw and DLPack, the deleter called on
+// another thread), release, each on its own stream, at once (TSan).
+typedef struct worker_t {
+  cube_client_t *client;
+  atomic_int *released;
+  float *x;  // freed by main: another thread's tensor may pin it until the end
+  pthread_mutex_t *lock;
+  DLManagedTensorVersioned **mailbox;
+} worker_t;
+
+static void count_release(void *user) {
+  atomic_fetch_add((atomic_int *)user, 1);
+}
+
+static void *worker(void *arg) {
+  worker_t *w = arg;
+  float *x = aligned_floats(0.0f), *y = aligned_floats(0.0f);
+  for (int round = 0; round < 8; ++round) {
+    cube_import_desc_t dx = {CUBE_MEMORY_HOST, (uint64_t)(uintptr_t)x, BYTES, count_release,
+                             w->released};
+    cube_import_desc_t dy = {CUBE_MEMORY_HOST, (uint64_t)(uintptr_t)y, BYTES, count_release,
+                             w->released};
+    cube_handle_t hx = {0}, hy = {0};
+    CTH_OK(cube_handle_import(w->client, S, &dx, &hx));
+    CTH_OK(cube_handle_import(w->client, S, &dy, &hy));
+    CTH_OK(launch_xy(w->client, S, hx, hy));
+    cube_export_t *ex = NULL;
+    cube_export_info_t info;
+    CTH_OK(cube_handle_export(w->client, S, cube_handle_binding(hy), &ex, &info));
+    assert_true(((const float *)(uintptr_t)info.address)[N - 1] == 2.0f * (float)(N - 1));
+    cube_dlpack_layout_t layout = {.dtype = {kDLFloat, 32, 1}, .rank = 1, .shape = {N}};
+    DLManagedTensorVersioned *t = NULL;
+    CTH_OK(cube_dlpack_export(w->client, S, cube_handle_binding(hx), &layout, NULL, &t));
+    // Swap tensors with another thread: each deletes one it did not make.
+    pthread_mutex_lock(w->lock);
+    DLManagedTensorVersioned *other = *w->mailbox;
+    *w->mailbox = t;
+    pthread_mutex_unlock(w->lock);
+    if (other) other->deleter(other);
+    CTH_OK(cube_handle_release(w->client, hx));
+    CTH_OK(cube_handle_release(w->client, hy));
+    cube_export_release(ex);
+  }
+  CTH_OK(cube_sync(w->client, S, NULL, 0));
+  // The memory is the thread's again once its callbacks ran; another
+  // thread's tensor may still pin an import of x, so x waits for main.
+  free(y);
+  w->x = x;
+  return NULL;
+}
+
+static void threads_import_export_and_release_at_once(void **state) {
+  (void)state;
+  cube_client_t *client = CTH_CLIENT(CUBE_BACKEND_CPU, "");
+  enum { THREADS = 4 };
+  atomic_int released = 0;
+  pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  DLManagedTensorVersioned *mailbox = NULL;
+  pthread_t threads[THREADS];
+  worker_t workers[THREADS];
+  for (int t = 0; t < THREADS; ++t) {
+    workers[t] = (worker_t){client, &released, NULL, &lock, &mailbox};
+    assert_int_equal(pthread_create(&threads[t], NULL, worker, &workers[t]), 0);
+  }
+  for (int t = 0; t < THREADS; ++t) pthread_join(threads[t], NULL);
+  if (mailbox) mailbox->deleter(mailbox);
+  CTH_OK(cube_sync(client, S, NULL, 0));
+  cube_client_release(client);  // the last callbacks run by here at the latest
+  assert_int_equal(atomic_load(&released), THREADS * 8 * 2);
+  for (int t = 0; t < THREADS; ++t) free(workers[t].x);
 }
 
 //===--- Exports ---===//
@@ -592,6 +694,8 @@ int main(void) {
       cmocka_unit_test(callbacks_may_reenter_and_teardown_releases_the_rest),
       cmocka_unit_test(import_refuses_bad_input),
       cmocka_unit_test(graphs_use_imports_and_pin_them),
+      cmocka_unit_test(collectives_and_profiling_use_imports),
+      cmocka_unit_test(threads_import_export_and_release_at_once),
       cmocka_unit_test(exports_pin_memory_past_the_handle),
       cmocka_unit_test(failures_claim_imports_and_refuse_exports),
       cmocka_unit_test(dlpack_import_runs_kernels_and_calls_the_deleter_once),
