@@ -21,9 +21,8 @@
 #include <unistd.h>
 
 #include "bench_common.h"
-#include "core/server.h"
-#include "core/tune_cache.h"
-#include "core/tune_internal.h"
+#include "view/core.h"
+#include "view/tune.h"
 #include "cube/cube.h"
 #include "tune_ops.h"
 

@@ -190,6 +190,19 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_dlpack_import_legacy(cube_clien
                                                                       DLManagedTensor *tensor,
                                                                       cube_handle_t *out_handle);
 
+// The caller's location: each call below records its file:line in the
+// statuses it makes (cube/status.h: CUBE_CALL_SITE).
+#if !defined(CUBE_NO_CALL_SITE) && !defined(CUBE_BUILDING_SHARED)
+#define cube_handle_import(...) CUBE_CALL_SITE(cube_handle_import(__VA_ARGS__))
+#define cube_handle_export(...) CUBE_CALL_SITE(cube_handle_export(__VA_ARGS__))
+#define cube_stream_wait_external(...) CUBE_CALL_SITE(cube_stream_wait_external(__VA_ARGS__))
+#define cube_stream_signal_external(...) CUBE_CALL_SITE(cube_stream_signal_external(__VA_ARGS__))
+#define cube_stream_native(...) CUBE_CALL_SITE(cube_stream_native(__VA_ARGS__))
+#define cube_dlpack_export(...) CUBE_CALL_SITE(cube_dlpack_export(__VA_ARGS__))
+#define cube_dlpack_import(...) CUBE_CALL_SITE(cube_dlpack_import(__VA_ARGS__))
+#define cube_dlpack_import_legacy(...) CUBE_CALL_SITE(cube_dlpack_import_legacy(__VA_ARGS__))
+#endif
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "core/nvtx.h"
+#include "core/coll/coll_api.h"
 #include "core/interop.h"
-#include "core/collective.h"
+#include "core/nvtx.h"
 #include "core/graph.h"
 #include "core/host_copy.h"
 #include "core/info.h"
@@ -207,6 +207,13 @@ static cube_status_t client_create(const cube_client_options_t *options, bool pr
   if (!cube_status_is_ok(loaded))
     return cube_status_wrap(loaded, CUBE_STATUS_VALIDATION,
                             "cube_client_create: the environment holds a value cubec cannot use");
+  if (options->flags & ~(uint32_t)CUBE_CLIENT_LAZY_BINDING) {
+    cube_config_release(&config);
+    return cube_status_make(
+        CUBE_STATUS_VALIDATION,
+        "cube_client_create: unknown flags 0x%x (CUBE_CLIENT_LAZY_BINDING = 0x%x)",
+        options->flags & ~(uint32_t)CUBE_CLIENT_LAZY_BINDING, (unsigned)CUBE_CLIENT_LAZY_BINDING);
+  }
   cube_backend_kind_t kind = options->backend;
   if (kind == CUBE_BACKEND_DEFAULT) kind = cube_registry_default(&config);
   const cube_backend_factory_t *factory = cube_registry_factory(kind);
@@ -240,19 +247,12 @@ static cube_status_t client_create(const cube_client_options_t *options, bool pr
   // The log first: a bad log_level is refused before a device is opened.
   if (cube_status_is_ok(status))
     status = cube_logger_init(&server->log, options, &config, server->name);
-  if (cube_status_is_ok(status))
-    status = factory->create_device(options->device_index, &config, &device);
   const char *plan = options->fault_plan ? options->fault_plan
                                          : cube_config_text(&config, CUBE_CONFIG_FAULT, NULL);
   bool faulty = plan && plan[0];
-  if (cube_status_is_ok(status) && faulty) {
-    status = cube_fault_backend_wrap(device, plan, &device);
-    if (!cube_status_is_ok(status)) device = NULL;  // the wrapper destroyed it
-    if (!cube_status_is_ok(status) && !options->fault_plan)
-      status = cube_status_wrap(status, CUBE_STATUS_VALIDATION,
-                                "cube_client_create: environment variable CUBE_FAULT='%.200s' is "
-                                "not a fault plan",
-                                plan);
+  if (cube_status_is_ok(status)) {
+    status = cube_registry_create_device(factory, options->device_index, &config, plan,
+                                         !options->fault_plan, &device);
   }
   if (cube_status_is_ok(status)) {
     server->device = device;
@@ -271,6 +271,7 @@ static cube_status_t client_create(const cube_client_options_t *options, bool pr
     server->properties_hash = cube_device_properties_hash(&server->device->properties);
     server->free_slot = UINT32_MAX;
     server->track_failures = cube_config_u64(&config, CUBE_CONFIG_FAILURE_TRACKING) != 0;
+    server->lazy_binding = (options->flags & CUBE_CLIENT_LAZY_BINDING) != 0;
     pthread_mutex_init(&server->lock, NULL);
     cube_mm_config_t mm_config;
     cube_mm_config_default(&server->device->properties, &config, &mm_config);
@@ -286,6 +287,7 @@ static cube_status_t client_create(const cube_client_options_t *options, bool pr
     server->hooks.work_dropped = cube_info_cache_forget;
     server->hooks.thread_stream_opened = thread_uses_note;
     server->hooks.collectives_failed = cube_collective_groups_failed;
+    server->hooks.client_release = cube_client_release;
   }
   if (cube_status_is_ok(status)) {
     registry_add(server);

@@ -17,8 +17,8 @@ cube_binding_t cube_handle_slice(cube_handle_t handle, uint64_t offset, uint64_t
 // A live slot holding |slice| for |stream_index|; grows the table. Lock held.
 // |op| names the public call in the messages.
 cube_status_t cube_handles_slot_add(cube_server_t *server, uint32_t stream_index, uint64_t size,
-                                    cube_mm_slice_t slice, bool external, const char *op,
-                                    cube_handle_t *out_handle) {
+                                    cube_mm_slice_t slice, bool external, bool unbound,
+                                    const char *op, cube_handle_t *out_handle) {
   if (server->free_slot == UINT32_MAX && server->slot_count >= CUBE_HANDLE_MAX_SLOTS) {
     return cube_status_make(CUBE_STATUS_GENERIC,
                             "%s: the handle table of %s is full (%u slots, live or retired after "
@@ -47,6 +47,7 @@ cube_status_t cube_handles_slot_add(cube_server_t *server, uint32_t stream_index
   slot->size = size;
   slot->slice = slice;
   slot->external = external;
+  slot->unbound = unbound;
   slot->held = false;
   slot->export_pins = 0;
   slot->import = NULL;
@@ -73,13 +74,15 @@ cube_status_t cube_handle_create(cube_client_t *client, cube_stream_t stream, ui
   uint32_t stream_index = 0;
   status = cube_server_stream(server, stream, "cube_handle_create", &stream_index);
   cube_mm_slice_t slice = {0};
-  if (cube_status_is_ok(status)) {
+  // Lazy binding: minted now, memory at first use (cube_server_resolve).
+  const bool lazy = server->lazy_binding && size > 0;
+  if (cube_status_is_ok(status) && !lazy) {
     status = cube_server_note(server, cube_mm_reserve(server->mm, size, stream_index, &slice));
   }
   if (cube_status_is_ok(status)) {
-    status = cube_handles_slot_add(server, stream_index, size, slice, false, "cube_handle_create",
-                                   out_handle);
-    if (!cube_status_is_ok(status))
+    status = cube_handles_slot_add(server, stream_index, size, slice, false, lazy,
+                                   "cube_handle_create", out_handle);
+    if (!cube_status_is_ok(status) && !lazy)
       cube_mm_free(server->mm, &slice, stream_index, server->streams[stream_index].ticket);
   }
   cube_server_leave(server);
@@ -125,8 +128,8 @@ cube_status_t cube_handle_from_host(cube_client_t *client, cube_stream_t stream,
                              .page_id = CUBE_MM_NO_PAGE,
                              .pool = CUBE_MM_NO_POOL,
                              .id = 0};
-    status = cube_handles_slot_add(server, stream_index, size, slice, true, "cube_handle_from_host",
-                                   out_handle);
+    status = cube_handles_slot_add(server, stream_index, size, slice, true, false,
+                                   "cube_handle_from_host", out_handle);
   }
   cube_server_leave(server);
   return status;
@@ -166,10 +169,13 @@ void cube_handles_slot_free(cube_server_t *server, uint32_t index, uint32_t *out
     // last use must have run by then.
     *out_wait = true;
     *out_wait_stream = fenced ? fence_stream : 0;
+  } else if (slot->unbound) {
+    // Lazy binding, never bound: no memory to give back.
   } else if (!cube_graph_adopt_slot(server, index) && fenced) {
     cube_mm_free(server->mm, &slot->slice, fence_stream, fence_ticket);
   }
   slot->external = false;
+  slot->unbound = false;
   slot->held = false;
   // A slot whose generation would wrap is retired: its handle bits must
   // never name another buffer.

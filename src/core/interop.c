@@ -91,7 +91,7 @@ cube_status_t cube_interop_import(cube_server_t *server, cube_stream_t stream,
                              .page_id = CUBE_MM_NO_PAGE,
                              .pool = CUBE_MM_NO_POOL,
                              .id = 0};
-    status = cube_handles_slot_add(server, stream_index, size, slice, true, op, out_handle);
+    status = cube_handles_slot_add(server, stream_index, size, slice, true, false, op, out_handle);
   }
   if (cube_status_is_ok(status)) {
     uint32_t index = (uint32_t)(out_handle->bits & 0xffffff) - 1;
@@ -166,7 +166,7 @@ cube_status_t cube_interop_export(cube_server_t *server, cube_stream_t stream,
   }
   if (cube_status_is_ok(status)) {
     r.slot->export_pins++;
-    cube_client_retain(cube_server_client(server));
+    atomic_fetch_add(&server->refs, 1);  // the export's reference to the client
     out_export->server = server;
     out_export->slot = r.slot_index;
     // The program's kernels use the memory from |stream|'s point on.
@@ -196,7 +196,7 @@ void cube_interop_unexport(cube_export_t *exported) {
   pthread_mutex_unlock(&server->lock);
   if (wait) cube_handles_wait_external(server, wait_stream);
   cube_server_run_due(server);
-  cube_client_release(cube_server_client(server));
+  server->hooks.client_release(cube_server_client(server));
 }
 
 cube_status_t cube_handle_export(cube_client_t *client, cube_stream_t stream,

@@ -24,7 +24,7 @@ struct cube_export_t {
 // handles.c: adds a live slot (lock held) and frees a dead one.
 CUBE_INTERNAL cube_status_t cube_handles_slot_add(cube_server_t *server, uint32_t stream_index,
                                                   uint64_t size, cube_mm_slice_t slice,
-                                                  bool external, const char *op,
+                                                  bool external, bool unbound, const char *op,
                                                   cube_handle_t *out_handle);
 CUBE_INTERNAL void cube_handles_slot_free(cube_server_t *server, uint32_t index,
                                           uint32_t *out_wait_stream, bool *out_wait);

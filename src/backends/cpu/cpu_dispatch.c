@@ -1,798 +1,16 @@
-// cubec CPU backend — running cubes: the worker pool (work stealing), the
-// per-cube context, the three paths a cube can take, and traps.
-//
-// Paths (cpu_paths.c chooses one per kernel when it compiles):
-//   plain  — a kernel without barriers: <name>__cube_loop runs the units one
-//            after another, cubes back to back on one context;
-//   split  — <name>__cube_split runs a whole cube as loops over its units
-//            between barriers (cpu_split.c), with per-unit storage for what
-//            crosses them;
-//   fibers — every unit of a barrier kernel the splitter could not split
-//            runs on its own fiber from the start; a barrier switches to the
-//            next unit and releases once every unit that has not returned
-//            waits there (a unit that returned counts as arrived).
-// Fiber stacks are sized to the kernel's frames (-fstack-usage); a plain or
-// split frame larger than the thread's stack runs on a stack of its own.
-//
-// A launch's cubes are split into one contiguous range per thread (the
-// stream thread and the workers); a thread that runs out steals half of the
-// largest range left.
-#include <setjmp.h>
-#include <stdio.h>
+// cubec CPU backend — dispatch: one resolved launch queued on its stream
+// (the slot of cuda_dispatch.c), or recorded into the graph the stream
+// captures. Its cubes run on the stream's thread and the worker pool
+// (cpu_exec.c) when the stream reaches the task.
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "backends/cpu/cpu_internal.h"
-#include "cube/dialect.h"
+#include "backends/cpu/cpu_tensor_map.h"
 
-enum { UNIT_READY = 0, UNIT_BARRIER = 1, UNIT_DONE = 2 };
-enum { PATH_PLAIN, PATH_SPLIT, PATH_FIBERS };
-
-// What the thread's own stack keeps for the frames below a launch.
-#define NATIVE_RESERVE (256u * 1024u)
-
-struct cube_cpu_cube_t {
-  cube__ctx_t ctx;
-  cube_cpu_exec_t *exec;
-  cube_cpu_launch_t *launch;
-  uint32_t units;
-  uint32_t current;  // the unit running now; |units| for the native root
-  bool fibered;
-  bool aborted;  // a trap ended the cube
-  uint8_t started[CUBE_CPU_MAX_UNITS];
-  jmp_buf abort;
-};
-
-// One participant's share of a launch, guarded by its spin lock.
-typedef struct range_t {
-  atomic_flag lock;
-  uint64_t next, end;
-  char pad[64 - sizeof(atomic_flag) - 2 * sizeof(uint64_t)];
-} range_t;
-
-struct cube_cpu_job_t {
-  cube_cpu_job_t *next;
-  // What a share of the job does: cubes of a launch, or chunks of a copy.
-  void (*run)(cube_cpu_job_t *job, cube_cpu_exec_t *exec, uint64_t first, uint64_t count);
-  cube_cpu_launch_t *launch;
-  uint8_t path;
-  unsigned char *destination;  // copies: chunk i is [i * chunk, (i + 1) * chunk) of size
-  const unsigned char *source;
-  uint64_t size, chunk;
-  bool stream_stores;  // copies larger than the last-level cache
-  uint64_t grain;      // cubes taken at a time from one's own range
-  uint32_t slots;
-  range_t *ranges;
-  atomic_uint joined;
-  atomic_uint_fast64_t remaining;
-  uint32_t active;  // workers inside the job (pool lock)
-};
-
-//===--- Execution contexts ---===//
-
-cube_status_t cube_cpu_exec_initialize(cube_cpu_device_t *device, cube_cpu_exec_t *out_exec) {
-  cube_status_t status = CUBE_OK;
-  memset(out_exec, 0, sizeof(*out_exec));
-  out_exec->arena_size = device->base.properties.max_shared_memory_per_cube;
-  out_exec->fiber_stack_size = device->fiber_stack_size;
-  // The arena is never empty so that ctx->shared is a valid pointer.
-  size_t arena_bytes = out_exec->arena_size ? (size_t)out_exec->arena_size : 64;
-  // 1024-aligned, as a GPU's shared memory: a TMA box's alignment and
-  // swizzle pattern (cube/dialect.h) are the same in offsets and addresses.
-  if (posix_memalign((void **)&out_exec->arena, 1024, arena_bytes) != 0) out_exec->arena = NULL;
-  out_exec->fibers = calloc(CUBE_CPU_MAX_UNITS, sizeof(*out_exec->fibers));
-  out_exec->unit_state = calloc(CUBE_CPU_MAX_UNITS, 1);
-  if (out_exec->arena == NULL || out_exec->fibers == NULL || out_exec->unit_state == NULL) {
-    status = cube_status_make(CUBE_STATUS_LAUNCH_OUT_OF_MEMORY,
-                              "cpu execution context: cannot allocate a %llu-byte shared arena",
-                              (unsigned long long)arena_bytes);
-    cube_cpu_exec_deinitialize(out_exec);
-  }
-  return status;
-}
-
-void cube_cpu_exec_deinitialize(cube_cpu_exec_t *exec) {
-  if (exec->fibers != NULL) {
-    for (uint32_t i = 0; i < CUBE_CPU_MAX_UNITS; ++i) cube_cpu_context_unmap(&exec->fibers[i]);
-  }
-  cube_cpu_context_unmap(&exec->big);
-  free(exec->fibers);
-  free(exec->unit_state);
-  free(exec->arena);
-  free(exec->scratch);
-  memset(exec, 0, sizeof(*exec));
-}
-
-static void native_ready(cube_cpu_exec_t *exec) {
-  if (!exec->native_ready) {
-    cube_cpu_context_native(&exec->native);
-    exec->native_ready = true;
-  }
-}
-
-//===--- Traps ---===//
-
-cube_status_t cube_cpu_launch_status(const cube_cpu_launch_t *launch, const char *context) {
-  if (!atomic_load(&launch->trapped)) return CUBE_OK;
-  bool oom = strncmp(launch->trap_message, CUBE_CPU_TRAP_OOM, strlen(CUBE_CPU_TRAP_OOM)) == 0;
-  return cube_status_make(oom ? CUBE_STATUS_LAUNCH_OUT_OF_MEMORY : CUBE_STATUS_LAUNCH_UNKNOWN,
-                          "%s of kernel '%s' (cube count %ux%ux%u, cube dim %ux%ux%u) trapped: %s",
-                          context, launch->kernel->name, launch->cube_count.x, launch->cube_count.y,
-                          launch->cube_count.z, launch->cube_dim.x, launch->cube_dim.y,
-                          launch->cube_dim.z, launch->trap_message);
-}
-
-static void record_trap(cube_cpu_launch_t *launch, const char *what) {
-  int expected = 0;
-  if (atomic_compare_exchange_strong(&launch->trapped, &expected, 1)) {
-    snprintf(launch->trap_message, sizeof(launch->trap_message), "%s", what);
-  }
-}
-
-static void record_oom(cube_cpu_launch_t *launch, cube_status_t status) {
-  char what[CUBE_CPU_TRAP_MESSAGE];
-  snprintf(what, sizeof what, "%s%s", CUBE_CPU_TRAP_OOM, cube_status_message(status));
-  record_trap(launch, what);
-  cube_status_release(status);
-}
-
-//===--- Fibers within a cube ---===//
-
-static cube_cpu_context_t *context_of(cube_cpu_cube_t *cube, uint32_t unit) {
-  return unit >= cube->units ? &cube->exec->native : &cube->exec->fibers[unit];
-}
-
-// The next unit to run after |from|, round robin; releases the barrier when
-// every unfinished unit waits at it; |units| (the native root) when all are done.
-static uint32_t pick_next(cube_cpu_cube_t *cube, uint32_t from) {
-  uint8_t *state = cube->exec->unit_state;
-  for (int round = 0; round < 2; ++round) {
-    uint32_t next = from >= cube->units ? 0 : from + 1;
-    for (uint32_t i = 0; i < cube->units; ++i, ++next) {
-      if (next == cube->units) next = 0;  // wrap without a division per step
-      if (state[next] == UNIT_READY) return next;
-    }
-    bool waiting = false;
-    for (uint32_t u = 0; u < cube->units; ++u) {
-      if (state[u] == UNIT_BARRIER) {
-        state[u] = UNIT_READY;
-        waiting = true;
-      }
-    }
-    if (!waiting) break;
-  }
-  return cube->units;
-}
-
-static void fiber_entry(void *arg);
-
-static void switch_unit(cube_cpu_cube_t *cube, uint32_t from, uint32_t to, bool from_exits) {
-  cube_cpu_context_t *target = context_of(cube, to);
-  if (to < cube->units && !cube->started[to]) {
-    cube->started[to] = 1;
-    cube_cpu_context_prepare(target, fiber_entry, cube->exec);
-  }
-  cube->current = to;
-  cube_cpu_context_switch(context_of(cube, from), target, from_exits);
-}
-
-static void unit_coords(const cube_cpu_cube_t *cube, uint32_t unit, uint32_t *out_x,
-                        uint32_t *out_y, uint32_t *out_z) {
-  uint32_t dx = cube->ctx.cube_dim[0], dy = cube->ctx.cube_dim[1];
-  *out_x = unit % dx;
-  *out_y = (unit / dx) % dy;
-  *out_z = unit / (dx * dy);
-}
-
-static void fiber_entry(void *arg) {
-  cube_cpu_context_entered();
-  cube_cpu_exec_t *exec = arg;
-  cube_cpu_cube_t *cube = exec->cube;
-  uint32_t unit = cube->current;
-  uint32_t x, y, z;
-  unit_coords(cube, unit, &x, &y, &z);
-  cube->launch->kernel->unit(&cube->ctx, x, y, z);
-  exec->unit_state[unit] = UNIT_DONE;
-  // A finished unit counts as arrived: the barrier may now release.
-  switch_unit(cube, unit, pick_next(cube, unit), true);
-  abort();  // a finished fiber is never resumed
-}
-
-// Maps a stack of the kernel's size for every unit of the cube (a stack
-// mapped smaller for an earlier kernel is mapped again).
-static cube_status_t map_stacks(cube_cpu_cube_t *cube) {
-  cube_status_t status = CUBE_OK;
-  cube_cpu_exec_t *exec = cube->exec;
-  size_t size = cube->launch->kernel->fiber_stack;
-  if (size < exec->fiber_stack_size) size = exec->fiber_stack_size;
-  native_ready(exec);
-  for (uint32_t u = 0; u < cube->units && status == CUBE_OK; ++u) {
-    cube_cpu_context_t *fiber = &exec->fibers[u];
-    if (fiber->map != NULL && fiber->stack_size < size) cube_cpu_context_unmap(fiber);
-    if (fiber->map == NULL) status = cube_cpu_context_map(fiber, size, u);
-  }
-  return status;
-}
-
-static void cube_barrier(cube__ctx_t *ctx) {
-  cube_cpu_exec_t *exec = ctx->runtime;
-  cube_cpu_cube_t *cube = exec->cube;
-  if (!cube->fibered) return;  // one unit: nobody to wait for
-  uint32_t unit = cube->current;
-  exec->unit_state[unit] = UNIT_BARRIER;
-  uint32_t next = pick_next(cube, unit);
-  if (next != unit) switch_unit(cube, unit, next, false);
-}
-
-static void cube_trap(cube__ctx_t *ctx, const char *what) {
-  cube_cpu_exec_t *exec = ctx->runtime;
-  cube_cpu_cube_t *cube = exec->cube;
-  record_trap(cube->launch, what);
-  cube->aborted = true;
-  // Never return into the kernel: the trapping code would go on past the
-  // arena. On the thread's stack jump out; from a fiber go back to it.
-  if (!cube->fibered) longjmp(cube->abort, 1);
-  switch_unit(cube, cube->current, cube->units, true);
-  abort();  // never resumed
-}
-
-// A cube's state and context for |launch|, made current on |exec|.
-static void cube_begin(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, cube_cpu_cube_t *cube) {
-  cube->exec = exec;
-  cube->launch = launch;
-  cube->units = launch->cube_dim.x * launch->cube_dim.y * launch->cube_dim.z;
-  cube->current = 0;
-  cube->fibered = false;
-  cube->aborted = false;
-  cube__ctx_t *ctx = &cube->ctx;
-  memset(ctx, 0, sizeof(*ctx));
-  ctx->buffers = launch->buffers;
-  ctx->info = launch->info;
-  ctx->dynamic = launch->info + launch->static_words;
-  ctx->cube_count[0] = launch->cube_count.x;
-  ctx->cube_count[1] = launch->cube_count.y;
-  ctx->cube_count[2] = launch->cube_count.z;
-  ctx->cube_dim[0] = launch->cube_dim.x;
-  ctx->cube_dim[1] = launch->cube_dim.y;
-  ctx->cube_dim[2] = launch->cube_dim.z;
-  ctx->shared = exec->arena;
-  ctx->shared_size = exec->arena_size;
-  ctx->dynamic_shared_size = launch->dynamic_shared_memory;
-  ctx->barrier = cube_barrier;
-  ctx->trap = cube_trap;
-  ctx->runtime = exec;
-  ctx->scratch = exec->scratch;
-  exec->cube = cube;
-}
-
-// The cube position of linear cube |index| (x fastest).
-static inline void cube_place(const cube_cpu_launch_t *launch, cube__ctx_t *ctx, uint64_t index) {
-  uint64_t cx = launch->cube_count.x, cy = launch->cube_count.y;
-  ctx->cube_pos[0] = (uint32_t)(index % cx);
-  ctx->cube_pos[1] = (uint32_t)((index / cx) % cy);
-  ctx->cube_pos[2] = (uint32_t)(index / (cx * cy));
-}
-
-static inline void cube_step(const cube_cpu_launch_t *launch, cube__ctx_t *ctx) {
-  if (++ctx->cube_pos[0] == launch->cube_count.x) {
-    ctx->cube_pos[0] = 0;
-    if (++ctx->cube_pos[1] == launch->cube_count.y) {
-      ctx->cube_pos[1] = 0;
-      ++ctx->cube_pos[2];
-    }
-  }
-}
-
-//===--- The three paths ---===//
-
-// Fibers: every unit on its own stack from the start, so a unit that returns
-// before a barrier has simply finished (it counts as arrived) and no unit
-// ever runs twice.
-static void run_fiber_cube(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, uint64_t index) {
-  cube_cpu_cube_t cube_storage;
-  cube_cpu_cube_t *volatile cube = &cube_storage;
-  cube_begin(exec, launch, cube);
-  cube_place(launch, &cube->ctx, index);
-  if (setjmp(cube->abort) == 0) {
-    if (cube->units == 1) {
-      launch->kernel->loop(&cube->ctx);  // a barrier of one unit returns at once
-    } else {
-      cube_status_t status = map_stacks(cube);
-      if (status != CUBE_OK) {
-        record_oom(launch, status);
-      } else {
-        cube->fibered = true;
-        memset(exec->unit_state, UNIT_READY, cube->units);
-        memset(cube->started, 0, cube->units);
-        switch_unit(cube, cube->units, pick_next(cube, cube->units), false);
-      }
-    }
-  }
-  exec->cube = NULL;
-}
-
-static void run_fiber_range(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, uint64_t first,
-                            uint64_t count) {
-  for (uint64_t i = first; i < first + count; ++i) {
-    // After a trap the launch is failed: its other cubes need not run.
-    if (atomic_load_explicit(&launch->trapped, memory_order_relaxed)) break;
-    run_fiber_cube(exec, launch, i);
-  }
-}
-
-// Plain and split: cubes back to back on one context; one setjmp (for traps)
-// serves the whole range and only the cube position changes between cubes.
-static void run_straight_range(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, uint8_t path,
-                               uint64_t first, uint64_t count) {
-  cube_bkernel_t *kernel = launch->kernel;
-  if (path == PATH_SPLIT) {
-    uint64_t need =
-        kernel->split_scratch(launch->cube_dim.x * launch->cube_dim.y * launch->cube_dim.z);
-    if (need > exec->scratch_size) {
-      free(exec->scratch);
-      exec->scratch_size = 0;
-      if (posix_memalign((void **)&exec->scratch, 64, need) != 0) {
-        exec->scratch = NULL;
-        char what[CUBE_CPU_TRAP_MESSAGE];
-        snprintf(what, sizeof what, "%scannot allocate %llu bytes of per-unit storage",
-                 CUBE_CPU_TRAP_OOM, (unsigned long long)need);
-        record_trap(launch, what);
-        return;
-      }
-      exec->scratch_size = need;
-    }
-  }
-  cube_cpu_cube_t cube_storage;
-  cube_cpu_cube_t *volatile cube = &cube_storage;
-  cube_begin(exec, launch, cube);
-  cube__ctx_t *ctx = &cube->ctx;
-  void (*entry)(struct cube__ctx_t *) = path == PATH_SPLIT ? kernel->split : kernel->loop;
-  if (setjmp(cube->abort) == 0) {
-    cube_place(launch, ctx, first);
-    for (uint64_t i = 0; i < count; ++i) {
-      if (atomic_load_explicit(&launch->trapped, memory_order_relaxed)) break;
-      entry(ctx);
-      cube_step(launch, ctx);
-    }
-  }
-  exec->cube = NULL;
-}
-
-typedef struct big_run_t {
-  cube_cpu_launch_t *launch;
-  uint8_t path;
-  uint64_t first, count;
-} big_run_t;
-
-static void big_entry(void *arg) {
-  cube_cpu_context_entered();
-  cube_cpu_exec_t *exec = arg;
-  big_run_t *run = exec->big_job;
-  run_straight_range(exec, run->launch, run->path, run->first, run->count);
-  cube_cpu_context_switch(&exec->big, &exec->native, true);
-  abort();  // prepared afresh for the next range
-}
-
-// A range whose frame does not fit the thread's stack runs on one that does.
-static void run_big_range(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, uint8_t path,
-                          uint64_t first, uint64_t count) {
-  size_t need = (size_t)launch->kernel->native_stack;
-  if (exec->big.map != NULL && exec->big.stack_size < need) cube_cpu_context_unmap(&exec->big);
-  if (exec->big.map == NULL) {
-    cube_status_t status = cube_cpu_context_map(&exec->big, need, 0);
-    if (status != CUBE_OK) {
-      record_oom(launch, status);
-      return;
-    }
-  }
-  big_run_t run = {launch, path, first, count};
-  exec->big_job = &run;
-  cube_cpu_context_prepare(&exec->big, big_entry, exec);
-  cube_cpu_context_switch(&exec->native, &exec->big, false);
-  exec->big_job = NULL;
-}
-
-static void run_range(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, uint8_t path,
-                      uint64_t first, uint64_t count) {
-  if (path == PATH_FIBERS) {
-    run_fiber_range(exec, launch, first, count);
-    return;
-  }
-  native_ready(exec);
-  uint64_t room =
-      exec->native.stack_size > NATIVE_RESERVE ? exec->native.stack_size - NATIVE_RESERVE : 0;
-  if (exec->native.stack_size != 0 && launch->kernel->native_stack > room) {
-    run_big_range(exec, launch, path, first, count);
-  } else {
-    run_straight_range(exec, launch, path, first, count);
-  }
-}
-
-//===--- Work stealing ---===//
-
-static void range_lock(range_t *range) {
-  while (atomic_flag_test_and_set_explicit(&range->lock, memory_order_acquire)) {
-  }
-}
-static void range_unlock(range_t *range) {
-  atomic_flag_clear_explicit(&range->lock, memory_order_release);
-}
-
-// Takes up to |grain| cubes from the front of |range|.
-static bool take_front(range_t *range, uint64_t grain, uint64_t *out_first, uint64_t *out_count) {
-  range_lock(range);
-  uint64_t left = range->end - range->next;
-  bool taken = left > 0;
-  if (taken) {
-    *out_first = range->next;
-    *out_count = left < grain ? left : grain;
-    // Stores a thief may read unlocked (steal's scan) are atomic.
-    __atomic_store_n(&range->next, range->next + *out_count, __ATOMIC_RELAXED);
-  }
-  range_unlock(range);
-  return taken;
-}
-
-// Moves half of the largest range left into |own| (which is empty).
-static bool steal(cube_cpu_job_t *job, range_t *own) {
-  for (;;) {
-    range_t *victim = NULL;
-    uint64_t most = 0;
-    for (uint32_t i = 0; i < job->slots; ++i) {
-      range_t *r = &job->ranges[i];
-      uint64_t next = __atomic_load_n(&r->next, __ATOMIC_RELAXED);
-      uint64_t end = __atomic_load_n(&r->end, __ATOMIC_RELAXED);
-      if (r != own && end > next && end - next > most) {
-        most = end - next;
-        victim = r;
-      }
-    }
-    if (victim == NULL) return false;
-    range_lock(victim);
-    uint64_t left = victim->end - victim->next;
-    uint64_t half = left - left / 2;  // all of a single cube
-    uint64_t first = victim->end - half;
-    if (left > 0) __atomic_store_n(&victim->end, first, __ATOMIC_RELAXED);
-    range_unlock(victim);
-    if (left > 0) {
-      range_lock(own);
-      __atomic_store_n(&own->next, first, __ATOMIC_RELAXED);
-      __atomic_store_n(&own->end, first + half, __ATOMIC_RELAXED);
-      range_unlock(own);
-      return true;
-    }
-  }
-}
-
-// Runs cubes of |job| until none is left anywhere.
-static void drain_job(cube_cpu_pool_t *pool, cube_cpu_exec_t *exec, cube_cpu_job_t *job) {
-  unsigned slot = atomic_fetch_add(&job->joined, 1);
-  if (slot >= job->slots) return;  // everyone has a share already
-  range_t *own = &job->ranges[slot];
-  for (;;) {
-    uint64_t first = 0, count = 0;
-    if (!take_front(own, job->grain, &first, &count)) {
-      if (!steal(job, own)) break;
-      continue;
-    }
-    job->run(job, exec, first, count);
-    if (atomic_fetch_sub(&job->remaining, count) == count) {
-      pthread_mutex_lock(&pool->lock);
-      pthread_cond_broadcast(&pool->done);
-      pthread_mutex_unlock(&pool->lock);
-    }
-  }
-}
-
-static void unlink_job(cube_cpu_pool_t *pool, cube_cpu_job_t *job) {
-  for (cube_cpu_job_t **link = &pool->jobs; *link != NULL; link = &(*link)->next) {
-    if (*link == job) {
-      *link = job->next;
-      break;
-    }
-  }
-}
-
-typedef struct worker_arg_t {
-  cube_cpu_pool_t *pool;
-  cube_cpu_exec_t *exec;
-} worker_arg_t;
-
-static void *worker_main(void *arg) {
-  cube_cpu_pool_t *pool = ((worker_arg_t *)arg)->pool;
-  cube_cpu_exec_t *exec = ((worker_arg_t *)arg)->exec;
-  free(arg);
-  pthread_mutex_lock(&pool->lock);
-  for (;;) {
-    while (pool->jobs == NULL && !pool->stop) pthread_cond_wait(&pool->work, &pool->lock);
-    if (pool->stop) break;
-    cube_cpu_job_t *job = pool->jobs;
-    job->active++;
-    // Once every share is taken nobody else should pick the job up.
-    if (atomic_load(&job->joined) + 1 >= job->slots) unlink_job(pool, job);
-    pthread_mutex_unlock(&pool->lock);
-    drain_job(pool, exec, job);
-    pthread_mutex_lock(&pool->lock);
-    unlink_job(pool, job);  // exhausted: nobody else should pick it up
-    if (--job->active == 0) pthread_cond_broadcast(&pool->done);
-  }
-  pthread_mutex_unlock(&pool->lock);
-  return NULL;
-}
-
-cube_status_t cube_cpu_pool_initialize(cube_cpu_device_t *device, uint32_t workers) {
-  cube_cpu_pool_t *pool = &device->pool;
-  cube_status_t status = CUBE_OK;
-  memset(pool, 0, sizeof(*pool));
-  pthread_mutex_init(&pool->lock, NULL);
-  pthread_cond_init(&pool->work, NULL);
-  pthread_cond_init(&pool->done, NULL);
-  pool->worker_count = workers;
-  if (workers > 0) {
-    pool->threads = calloc(workers, sizeof(*pool->threads));
-    pool->execs = calloc(workers, sizeof(*pool->execs));
-    if (pool->threads == NULL || pool->execs == NULL) {
-      status = cube_status_make(CUBE_STATUS_GENERIC, "cpu worker pool of %u threads: out of memory",
-                                workers);
-    }
-  }
-  for (uint32_t i = 0; i < workers && status == CUBE_OK; ++i) {
-    status = cube_cpu_exec_initialize(device, &pool->execs[i]);
-    worker_arg_t *arg = status == CUBE_OK ? malloc(sizeof(*arg)) : NULL;
-    if (status == CUBE_OK && arg == NULL) {
-      status = cube_status_make(CUBE_STATUS_GENERIC, "cpu worker %u: out of memory", i);
-    }
-    if (status == CUBE_OK) {
-      arg->pool = pool;
-      arg->exec = &pool->execs[i];
-      int rc = pthread_create(&pool->threads[i], NULL, worker_main, arg);
-      if (rc != 0) {
-        free(arg);
-        status = cube_status_make(CUBE_STATUS_GENERIC, "cpu worker %u of %u: pthread_create: %s", i,
-                                  workers, strerror(rc));
-      }
-    }
-    if (status == CUBE_OK) {
-      pool->started++;
-    } else if (pool->execs != NULL) {
-      cube_cpu_exec_deinitialize(&pool->execs[i]);
-    }
-  }
-  if (status != CUBE_OK) cube_cpu_pool_deinitialize(device);
-  return status;
-}
-
-void cube_cpu_pool_deinitialize(cube_cpu_device_t *device) {
-  cube_cpu_pool_t *pool = &device->pool;
-  pthread_mutex_lock(&pool->lock);
-  pool->stop = true;
-  pthread_cond_broadcast(&pool->work);
-  pthread_mutex_unlock(&pool->lock);
-  for (uint32_t i = 0; i < pool->started; ++i) {
-    pthread_join(pool->threads[i], NULL);
-    cube_cpu_exec_deinitialize(&pool->execs[i]);
-  }
-  free(pool->threads);
-  free(pool->execs);
-  pthread_cond_destroy(&pool->done);
-  pthread_cond_destroy(&pool->work);
-  pthread_mutex_destroy(&pool->lock);
-  memset(pool, 0, sizeof(*pool));
-}
-
-#define INLINE_SLOTS 8
-
-static void run_cubes(cube_cpu_job_t *job, cube_cpu_exec_t *exec, uint64_t first, uint64_t count) {
-  run_range(exec, job->launch, job->path, first, count);
-}
-
-// Spreads |total| items of |job| over the pool and this thread (|exec|, which
-// may be NULL for copies) and returns once every item ran.
-static void run_job(cube_cpu_pool_t *pool, cube_cpu_exec_t *exec, cube_cpu_job_t *job,
-                    uint64_t total) {
-  range_t inline_ranges[INLINE_SLOTS];
-  uint32_t slots = pool->worker_count + 1;
-  if (slots > total) slots = (uint32_t)total;
-  job->ranges = slots <= INLINE_SLOTS ? inline_ranges : calloc(slots, sizeof(range_t));
-  if (job->ranges == NULL) {  // no memory for shares: run it all here
-    job->run(job, exec, 0, total);
-    return;
-  }
-  job->slots = slots;
-  for (uint32_t i = 0; i < slots; ++i) {
-    atomic_flag_clear(&job->ranges[i].lock);
-    job->ranges[i].next = total * i / slots;
-    job->ranges[i].end = total * (i + 1) / slots;
-  }
-  // A few takes per share: cheap, and a thief finds work to take.
-  job->grain = total / ((uint64_t)slots * 8);
-  if (job->grain == 0) job->grain = 1;
-  atomic_init(&job->joined, 0);
-  atomic_init(&job->remaining, total);
-
-  pthread_mutex_lock(&pool->lock);
-  cube_cpu_job_t **tail = &pool->jobs;
-  while (*tail != NULL) tail = &(*tail)->next;
-  *tail = job;
-  pthread_cond_broadcast(&pool->work);
-  pthread_mutex_unlock(&pool->lock);
-
-  drain_job(pool, exec, job);
-
-  pthread_mutex_lock(&pool->lock);
-  unlink_job(pool, job);
-  // The job lives on this stack: wait until no worker is inside it.
-  while (atomic_load(&job->remaining) != 0 || job->active != 0) {
-    pthread_cond_wait(&pool->done, &pool->lock);
-  }
-  pthread_mutex_unlock(&pool->lock);
-  if (job->ranges != inline_ranges) free(job->ranges);
-}
-
-static void run_path(cube_cpu_device_t *device, cube_cpu_exec_t *exec, cube_cpu_launch_t *launch,
-                     uint8_t path) {
-  cube_cpu_pool_t *pool = &device->pool;
-  uint64_t total = (uint64_t)launch->cube_count.x * launch->cube_count.y * launch->cube_count.z;
-  if (total == 1 || pool->worker_count == 0) {
-    // Single cubes run right here: no pool wake-up for small launches.
-    run_range(exec, launch, path, 0, total);
-    return;
-  }
-  cube_cpu_job_t job;
-  memset(&job, 0, sizeof(job));
-  job.run = run_cubes;
-  job.launch = launch;
-  job.path = path;
-  run_job(pool, exec, &job, total);
-}
-
-//===--- Copies ---===//
-
-// Below this one memcpy beats waking the pool.
-#define COPY_SPLIT_MIN (8ull << 20)
-#define COPY_CHUNK (2ull << 20)
-// A copy larger than the last-level cache stores past it (non-temporal):
-// the copy of a whole large buffer is what memcpy streams too, but memcpy
-// sees only a chunk's 2 MiB and would store through the cache, reading
-// every destination line first (measured: 256 MiB at 0.89-0.91x memcpy).
-#define COPY_STREAM_MIN_DEFAULT (32ull << 20)
-
-// A copy that bypasses the cache: 64-byte blocks of non-temporal stores to
-// a 16-byte aligned destination, the ragged ends by memcpy. The fence
-// orders the streamed stores before whatever says the chunk is done.
-void cube_cpu_stream_copy(void *destination, const void *source, uint64_t n) {
-  unsigned char *d = destination;
-  const unsigned char *s = source;
-#if defined(__SSE2__)
-  uint64_t head = (16 - ((uintptr_t)d & 15)) & 15;
-  if (head > n) head = n;
-  memcpy(d, s, head);
-  d += head, s += head, n -= head;
-  uint64_t blocks = n / 64;
-  for (uint64_t i = 0; i < blocks; ++i, d += 64, s += 64) {
-    __m128i a = _mm_loadu_si128((const __m128i *)(const void *)s);
-    __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(s + 16));
-    __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(s + 32));
-    __m128i e = _mm_loadu_si128((const __m128i *)(const void *)(s + 48));
-    _mm_stream_si128((__m128i *)(void *)d, a);
-    _mm_stream_si128((__m128i *)(void *)(d + 16), b);
-    _mm_stream_si128((__m128i *)(void *)(d + 32), c);
-    _mm_stream_si128((__m128i *)(void *)(d + 48), e);
-  }
-  memcpy(d, s, n - blocks * 64);
-  _mm_sfence();
-#else
-  memcpy(d, s, n);
-#endif
-}
-
-// The last-level cache's size, read once; 32 MiB when the system does not
-// say, or says less than a split copy's minimum.
-uint64_t cube_cpu_copy_stream_min(void) {
-  static _Atomic uint64_t cached;
-  uint64_t v = atomic_load_explicit(&cached, memory_order_relaxed);
-  if (v == 0) {
-    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    v = llc > 0 && (uint64_t)llc > COPY_SPLIT_MIN ? (uint64_t)llc : COPY_STREAM_MIN_DEFAULT;
-    atomic_store_explicit(&cached, v, memory_order_relaxed);
-  }
-  return v;
-}
-
-static void run_copy(cube_cpu_job_t *job, cube_cpu_exec_t *exec, uint64_t first, uint64_t count) {
-  (void)exec;
-  uint64_t begin = first * job->chunk;
-  uint64_t end = (first + count) * job->chunk;
-  if (end > job->size) end = job->size;
-  if (job->stream_stores) {
-    cube_cpu_stream_copy(job->destination + begin, job->source + begin, end - begin);
-  } else {
-    memcpy(job->destination + begin, job->source + begin, end - begin);
-  }
-}
-
-void cube_cpu_copy_bytes(cube_cpu_device_t *device, void *destination, const void *source,
-                         uint64_t size) {
-  const unsigned char *d = destination, *s = source;
-  bool overlap = d < s + size && s < d + size;
-  if (overlap || size < COPY_SPLIT_MIN || device->pool.worker_count == 0) {
-    memmove(destination, source, size);
-    return;
-  }
-  cube_cpu_job_t job;
-  memset(&job, 0, sizeof(job));
-  job.run = run_copy;
-  job.destination = destination;
-  job.source = source;
-  job.size = size;
-  job.chunk = COPY_CHUNK;
-  job.stream_stores = size >= cube_cpu_copy_stream_min();
-  run_job(&device->pool, NULL, &job, (size + COPY_CHUNK - 1) / COPY_CHUNK);
-}
-
-//===--- Differential runs (CUBE_CPU_DIFFERENTIAL=1) ---===//
-
-// The bytes argument |i| of |launch| names: a buffer, or the tensor behind a
-// tensor map (an upper-case letter in the kernel's IO answer).
-static unsigned char *argument_bytes(const cube_cpu_launch_t *launch, uint32_t i) {
-  const char *io = launch->kernel->io;
-  bool map = io != NULL && i < strlen(io) && io[i] >= 'A' && io[i] <= 'Z';
-  return map ? ((cube__tmap_t *)launch->buffers[i])->base : launch->buffers[i];
-}
-
-// Runs |launch| on its own path and again on fibers from the same bytes;
-// a difference anywhere in its buffers traps the launch.
-static void run_differential(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
-                             cube_cpu_launch_t *launch, uint8_t path) {
-  const uint64_t *info = launch->info;
-  uint32_t buffers = (uint32_t)((info[0] >> 48) & 0xff), scalars = (uint32_t)(info[0] >> 56);
-  uint64_t total = 0;
-  bool fits = 1 + scalars + buffers <= launch->static_words;
-  for (uint32_t i = 0; i < buffers && fits; ++i) total += info[1 + scalars + i];
-  unsigned char *before = fits ? malloc(total ? total : 1) : NULL;
-  unsigned char *after = fits ? malloc(total ? total : 1) : NULL;
-  if (before == NULL || after == NULL) {
-    free(before);
-    free(after);
-    run_path(device, exec, launch, path);
-    return;
-  }
-  for (uint64_t i = 0, at = 0; i < buffers; at += info[1 + scalars + i], ++i)
-    memcpy(before + at, argument_bytes(launch, i), info[1 + scalars + i]);
-  run_path(device, exec, launch, path);
-  uint64_t at = 0;
-  for (uint32_t i = 0; i < buffers; at += info[1 + scalars + i], ++i)
-    memcpy(after + at, argument_bytes(launch, i), info[1 + scalars + i]);
-  at = 0;
-  for (uint32_t i = 0; i < buffers; at += info[1 + scalars + i], ++i)
-    memcpy(argument_bytes(launch, i), before + at, info[1 + scalars + i]);
-  bool trapped = atomic_load(&launch->trapped);
-  run_path(device, exec, launch, PATH_FIBERS);
-  at = 0;
-  for (uint32_t i = 0; i < buffers && !trapped && !atomic_load(&launch->trapped);
-       at += info[1 + scalars + i], ++i) {
-    uint64_t n = info[1 + scalars + i];
-    const unsigned char *now = argument_bytes(launch, i);
-    if (memcmp(after + at, now, n) == 0) continue;
-    uint64_t byte = 0;
-    while (byte < n && after[at + byte] == now[byte]) ++byte;
-    char what[CUBE_CPU_TRAP_MESSAGE];
-    snprintf(what, sizeof what,
-             "differential run: the %s path and the fiber path differ in argument %u at byte "
-             "%llu",
-             path == PATH_SPLIT ? "split" : "plain", i, (unsigned long long)byte);
-    record_trap(launch, what);
-    break;
-  }
-  free(before);
-  free(after);
-}
-
-cube_status_t cube_cpu_dispatch_check(const cube_dispatch_t *dispatch) {
+// VALIDATION when |dispatch| cannot run its kernel (a cube dim other than
+// the one compiled in).
+static cube_status_t dispatch_check(const cube_dispatch_t *dispatch) {
   const cube_bkernel_t *k = dispatch->kernel;
   const cube_dim3_t d = dispatch->cube_dim;
   if (k->fixed_dim && (d.x != k->dim.x || d.y != k->dim.y || d.z != k->dim.z)) {
@@ -804,13 +22,117 @@ cube_status_t cube_cpu_dispatch_check(const cube_dispatch_t *dispatch) {
   return CUBE_OK;
 }
 
-void cube_cpu_launch_run(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
-                         cube_cpu_launch_t *launch) {
-  cube_bkernel_t *kernel = launch->kernel;
-  uint8_t path = kernel->use_split ? PATH_SPLIT : kernel->no_barrier ? PATH_PLAIN : PATH_FIBERS;
-  if (device->differential && path != PATH_FIBERS) {
-    run_differential(device, exec, launch, path);
+// The stream's work task (cpu_internal.h, "Tasks"): every cube of the
+// launch, then what its traps left.
+static cube_status_t dispatch_run(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
+                                  cube_cpu_task_t *task) {
+  cube_cpu_launch_t *launch = &task->u.dispatch.launch;
+  cube_cpu_launch_run(device, exec, launch);
+  return cube_cpu_launch_status(launch, "cpu launch");
+}
+
+static void dispatch_release(cube_backend_device_t *device, cube_cpu_task_t *task) {
+  free(task->u.dispatch.heap);
+  task->u.dispatch.heap = NULL;
+  cube_cpu_kernel_release(device, task->u.dispatch.launch.kernel);
+}
+
+// A dispatch on a capturing stream: a launch of its own, its buffer
+// addresses, info words and tensor maps copied into one block, kept by
+// |graph| (cpu_graph.c).
+static cube_status_t record(cube_backend_device_t *device, cube_bgraph_t *graph,
+                            const cube_dispatch_t *dispatch) {
+  cube_status_t status = CUBE_OK;
+  // Info words stay 8-byte aligned after the pointers; at least one word
+  // (an empty header) so the kernel always reads a valid header.
+  uint32_t words = dispatch->info_words ? dispatch->info_words : 1;
+  const size_t map_bytes = cube_cpu_tensor_map_bytes(dispatch);  // after the info words
+  void *block =
+      malloc(sizeof(void *) * dispatch->buffer_count + sizeof(uint64_t) * words + map_bytes);
+  if (block == NULL) {
+    status =
+        cube_status_make(CUBE_STATUS_LAUNCH_OUT_OF_MEMORY,
+                         "cpu capture of kernel '%s': cannot copy %u buffers and %u info words",
+                         dispatch->kernel->name, dispatch->buffer_count, dispatch->info_words);
   } else {
-    run_path(device, exec, launch, path);
+    cube_cpu_launch_t launch;
+    void **buffers = block;
+    uint64_t *info = (uint64_t *)(buffers + dispatch->buffer_count);
+    cube_cpu_launch_fill(&launch, dispatch, buffers, info);
+    cube_cpu_tensor_map_place(dispatch, buffers, info + words);
+    status = cube_cpu_graph_add(graph, &launch);
+    if (status != CUBE_OK) {
+      cube_cpu_kernel_release(device, launch.kernel);
+      free(block);
+    }
   }
+  return status;
+}
+
+cube_status_t cube_cpu_dispatch(cube_backend_device_t *device, cube_bstream_t *stream,
+                                const cube_dispatch_t *dispatch) {
+  cube_status_t status = dispatch_check(dispatch);
+  if (status != CUBE_OK) return status;
+  cube_bgraph_t *recording = cube_cpu_stream_recording(stream, NULL, NULL, false);
+  if (recording != NULL) return record(device, recording, dispatch);
+  void *heap = NULL;
+  // Tensor maps ride in the heap block, after the info words.
+  const size_t map_bytes = cube_cpu_tensor_map_bytes(dispatch);
+  bool inline_args = dispatch->buffer_count <= CUBE_CPU_INLINE_BUFFERS &&
+                     dispatch->info_words <= CUBE_CPU_INLINE_INFO && map_bytes == 0;
+  if (!inline_args) {
+    heap = malloc(sizeof(void *) * dispatch->buffer_count +
+                  sizeof(uint64_t) * (dispatch->info_words + 1) + map_bytes);
+    if (heap == NULL) {
+      status =
+          cube_status_make(CUBE_STATUS_LAUNCH_OUT_OF_MEMORY,
+                           "cpu dispatch of kernel '%s': cannot copy %u buffers and %u info "
+                           "words",
+                           dispatch->kernel->name, dispatch->buffer_count, dispatch->info_words);
+    }
+  }
+  cube_cpu_task_t *task =
+      status == CUBE_OK ? cube_cpu_task_begin(stream, dispatch_run, dispatch_release) : NULL;
+  if (status == CUBE_OK && task == NULL) {
+    free(heap);
+    heap = NULL;
+    status =
+        cube_status_make(CUBE_STATUS_LAUNCH_OUT_OF_MEMORY,
+                         "cpu dispatch of kernel '%s': out of host memory", dispatch->kernel->name);
+  }
+  if (status == CUBE_OK) {
+    cube_cpu_launch_t *launch = &task->u.dispatch.launch;
+    task->u.dispatch.heap = heap;
+    void **buffers = heap != NULL ? heap : task->u.dispatch.buffers;
+    // Keep the info words 8-byte aligned after the buffer pointers.
+    uint64_t *info =
+        heap != NULL ? (uint64_t *)(buffers + dispatch->buffer_count) : task->u.dispatch.info;
+    cube_cpu_launch_fill(launch, dispatch, buffers, info);
+    if (map_bytes) cube_cpu_tensor_map_place(dispatch, buffers, info + dispatch->info_words + 1);
+    cube_cpu_task_submit(stream, task);
+  }
+  return status;
+}
+
+void cube_cpu_launch_fill(cube_cpu_launch_t *launch, const cube_dispatch_t *dispatch,
+                          void **buffers, uint64_t *info) {
+  for (uint32_t i = 0; i < dispatch->buffer_count; ++i) {
+    buffers[i] = (void *)(uintptr_t)dispatch->buffers[i];
+  }
+  if (dispatch->info_words > 0) {
+    memcpy(info, dispatch->info, sizeof(uint64_t) * dispatch->info_words);
+  } else {
+    info[0] = 0;  // an empty header: no scalars, no buffers
+  }
+  cube_cpu_kernel_retain(dispatch->kernel);
+  launch->kernel = dispatch->kernel;
+  launch->cube_count = dispatch->cube_count;
+  launch->cube_dim = dispatch->cube_dim;
+  launch->dynamic_shared_memory = dispatch->dynamic_shared_memory;
+  launch->buffers = buffers;
+  launch->info = info;
+  launch->info_words = dispatch->info_words;
+  launch->static_words = dispatch->static_words;
+  atomic_init(&launch->trapped, 0);
+  launch->trap_message[0] = '\0';
 }

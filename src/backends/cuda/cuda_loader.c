@@ -1,4 +1,4 @@
-// cubec CUDA backend — run-time loading of libcuda and NVRTC (NCCL: cuda_nccl.c).
+// cubec CUDA backend — run-time loading of libcuda and NVRTC (NCCL: cuda_transport_nccl.c).
 //
 // Each library is opened once per process (pthread_once) from an ordered list
 // of names, and every entry of its X-macro table is resolved with dlsym by the
@@ -169,56 +169,4 @@ const cube_cuda_nvrtc_t *cube_cuda_nvrtc(const char **out_detail) {
   pthread_once(&cube_cuda_nvrtc_once, cube_cuda_nvrtc_load);
   if (out_detail) *out_detail = cube_cuda_nvrtc_detail;
   return cube_cuda_nvrtc_loaded;
-}
-
-//===--- Results ---===//
-
-bool cube_cuda_result_is_sticky(CUresult result) {
-  switch (result) {
-    case CUDA_ERROR_ECC_UNCORRECTABLE:
-    case CUDA_ERROR_NVLINK_UNCORRECTABLE:
-    case CUDA_ERROR_CONTAINED:
-    case CUDA_ERROR_ILLEGAL_ADDRESS:
-    case CUDA_ERROR_LAUNCH_TIMEOUT:
-    case CUDA_ERROR_ASSERT:
-    case CUDA_ERROR_HARDWARE_STACK_ERROR:
-    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
-    case CUDA_ERROR_MISALIGNED_ADDRESS:
-    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
-    case CUDA_ERROR_INVALID_PC:
-    case CUDA_ERROR_LAUNCH_FAILED:
-    case CUDA_ERROR_TENSOR_MEMORY_LEAK:
-    case CUDA_ERROR_MPS_CLIENT_TERMINATED:
-    case CUDA_ERROR_EXTERNAL_DEVICE:
-    case CUDA_ERROR_UNKNOWN:
-      return true;
-    default:
-      return false;
-  }
-}
-
-const char *cube_cuda_result_name(const cube_cuda_driver_t *cu, CUresult result) {
-  const char *name = NULL;
-  if (cu && cu->cuGetErrorName(result, &name) == CUDA_SUCCESS && name) return name;
-  // A driver that cannot name its own results (a stub, an old driver).
-  switch (result) {
-#define CUBE_CUDA_NAME(code) \
-  case code:                 \
-    return #code;
-    CUBE_CUDA_NAME(CUDA_ERROR_INVALID_VALUE)
-    CUBE_CUDA_NAME(CUDA_ERROR_OUT_OF_MEMORY)
-    CUBE_CUDA_NAME(CUDA_ERROR_NOT_INITIALIZED)
-    CUBE_CUDA_NAME(CUDA_ERROR_DEINITIALIZED)
-    CUBE_CUDA_NAME(CUDA_ERROR_STUB_LIBRARY)
-    CUBE_CUDA_NAME(CUDA_ERROR_NO_DEVICE)
-    CUBE_CUDA_NAME(CUDA_ERROR_INVALID_DEVICE)
-    CUBE_CUDA_NAME(CUDA_ERROR_NOT_FOUND)
-    CUBE_CUDA_NAME(CUDA_ERROR_NOT_READY)
-    CUBE_CUDA_NAME(CUDA_ERROR_ILLEGAL_ADDRESS)
-    CUBE_CUDA_NAME(CUDA_ERROR_LAUNCH_FAILED)
-    CUBE_CUDA_NAME(CUDA_ERROR_UNKNOWN)
-#undef CUBE_CUDA_NAME
-    default:
-      return "unnamed CUresult";
-  }
 }
