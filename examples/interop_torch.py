@@ -216,13 +216,17 @@ def _versioned_capsule_destructor(capsule):
         t.contents.deleter(t)
 
 
+# Legacy wrappers live until the consumer calls their deleter, whatever
+# happens to the CubeArray that made them.
+_LEGACY_ALIVE = {}
+
+
 class CubeArray:
     """A cubec buffer that PyTorch (torch.from_dlpack) takes as a tensor."""
 
     def __init__(self, client, handle, shape):
         self.client, self.handle, self.shape = client, handle, shape
         self.address = None
-        self._legacy = {}  # legacy wrappers kept alive until their deleter runs
 
     def __dlpack_device__(self):
         return (kDLCUDA, 0)
@@ -250,10 +254,10 @@ class CubeArray:
         @LEGACY_DELETER
         def deleter(_self, tensor=tensor, key=C.addressof(legacy)):
             tensor.contents.deleter(tensor)
-            self._legacy.pop(key, None)
+            _LEGACY_ALIVE.pop(key, None)
 
         legacy.deleter = deleter
-        self._legacy[C.addressof(legacy)] = (legacy, deleter)
+        _LEGACY_ALIVE[C.addressof(legacy)] = (legacy, deleter)
         return pyapi.PyCapsule_New(C.addressof(legacy), b"dltensor", None)
 
 
