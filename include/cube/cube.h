@@ -7,6 +7,7 @@
 #include "cube/log.h"
 #include "cube/device.h"
 #include "cube/memory.h"
+#include "cube/interop.h"
 #include "cube/kernel.h"
 #include "cube/tensor_map.h"
 #include "cube/graph.h"

@@ -30,6 +30,27 @@ typedef struct cube_bkernel_t cube_bkernel_t;                    // a compiled k
 typedef struct cube_bgraph_t cube_bgraph_t;                      // a recorded graph
 typedef struct cube_transport_vtable_t cube_transport_vtable_t;  // core/transport.h
 
+// Memory a program owns that the core asks a backend to take as a buffer
+// (cube/interop.h): the backend checks that the device can use it (the
+// driver's view of the pointer: memory type, device, context, range) and
+// answers the address kernels and copies use. VALIDATION naming what is
+// wrong; UNSUPPORTED for a kind the device cannot use.
+typedef struct cube_bimport_t {
+  uint32_t kind;     // cube_memory_kind_t
+  uint64_t address;  // as the program gave it
+  uint64_t size;     // bytes, > 0
+} cube_bimport_t;
+
+// Orders a backend stream against a stream or event of the program's
+// (cube/interop.h): the object is the driver's own (a CUstream, a CUevent).
+typedef enum cube_bexternal_op_t {
+  CUBE_BEXTERNAL_WAIT_STREAM,    // later work on |stream| waits for the object's work so far
+  CUBE_BEXTERNAL_WAIT_EVENT,     // later work on |stream| waits for the event's last record
+  CUBE_BEXTERNAL_SIGNAL_STREAM,  // the object's later work waits for |stream|'s work so far
+  CUBE_BEXTERNAL_SIGNAL_EVENT,   // records the event on |stream|
+  CUBE_BEXTERNAL_NATIVE_STREAM,  // writes the driver's stream behind |stream| to *(void **)object
+} cube_bexternal_op_t;
+
 // What the core asks a backend to compile.
 typedef struct cube_compile_request_t {
   const char *name;    // entry point
@@ -138,6 +159,12 @@ typedef struct cube_bcopy_t {
 //   copy_device          device to device, in stream order.
 //   copy_strided_*       IO_UNSUPPORTED_STRIDES for a layout the backend cannot
 //                        copy exactly (never a wrong copy).
+//   memory_import        checks memory the program owns (cube_bimport_t) and
+//                        answers the address the device uses for it; the
+//                        memory is never freed through page_free.
+//   stream_external      orders |stream| against a stream or event of the
+//                        program's (cube_bexternal_op_t), device-side, never
+//                        a host wait. UNSUPPORTED where the device has none.
 //   host_callback        runs |fn(arg)| on the host once the stream reaches
 //                        this point (futures, deferred frees); |fn| must not
 //                        call back into the backend.
@@ -241,6 +268,13 @@ typedef struct cube_bcopy_t {
      (cube_backend_device_t *device, cube_bstream_t *stream, void *destination,                 \
       const cube_bcopy_t *source),                                                              \
      (device, stream, destination, source))                                                     \
+  XS(memory_import,                                                                             \
+     (cube_backend_device_t *device, const cube_bimport_t *request, uint64_t *out_address),     \
+     (device, request, out_address))                                                            \
+  XS(stream_external,                                                                           \
+     (cube_backend_device_t *device, cube_bstream_t *stream, cube_bexternal_op_t op,            \
+      void *object),                                                                            \
+     (device, stream, op, object))                                                              \
   XS(host_callback,                                                                             \
      (cube_backend_device_t *device, cube_bstream_t *stream, void (*fn)(void *arg), void *arg), \
      (device, stream, fn, arg))                                                                 \

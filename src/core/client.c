@@ -8,6 +8,8 @@
 
 #include "base/util.h"
 #include "core/coll/coll_api.h"
+#include "core/interop.h"
+#include "core/nvtx.h"
 #include "core/graph.h"
 #include "core/host_copy.h"
 #include "core/info.h"
@@ -276,6 +278,12 @@ static cube_status_t client_create(const cube_client_options_t *options, bool pr
     if (server->id == 0) server->id = atomic_fetch_add(&next_client_id, 1) & 0xffff;
     snprintf(server->name, sizeof server->name, faulty ? "fault(%s):%u" : "%s:%u", factory->name,
              options->device_index);
+    server->device_index = options->device_index;
+    // NVTX: the tool is loaded on the first client's creation, if one is
+    // named and CUBE_NVTX is on; nothing is loaded otherwise.
+    server->nvtx =
+        cube_config_u64(&config, CUBE_CONFIG_NVTX) != 0 &&
+        cube_nvtx_attach(cube_config_text(&config, CUBE_CONFIG_NVTX_INJECTION64_PATH, NULL));
     server->properties_hash = cube_device_properties_hash(&server->device->properties);
     server->free_slot = UINT32_MAX;
     server->track_failures = cube_config_u64(&config, CUBE_CONFIG_FAILURE_TRACKING) != 0;
@@ -296,6 +304,7 @@ static cube_status_t client_create(const cube_client_options_t *options, bool pr
     server->hooks.work_dropped = cube_info_cache_forget;
     server->hooks.thread_stream_opened = thread_uses_note;
     server->hooks.collectives_failed = cube_collective_groups_failed;
+    server->hooks.client_release = cube_client_release;
   }
   if (cube_status_is_ok(status)) {
     registry_add(server);
@@ -366,7 +375,8 @@ void cube_client_release(cube_client_t *client) {
     vt->stream_destroy(server->device, s->backend);  // drains; never hangs on poison
     s->live = false;
   }
-  cube_graph_teardown(server);  // the streams drained: no replay is running
+  cube_graph_teardown(server);    // the streams drained: no replay is running
+  cube_interop_teardown(server);  // imports' release callbacks, on a live device
   cube_profile_teardown(server);
   for (uint32_t i = 0; i < server->slot_count; ++i) cube_claim_drop(&server->slots[i].claim);
   cube_info_cache_clear(server);

@@ -162,6 +162,9 @@ enum {
   X(TRACE, "CUBE_TRACE", PATH, 0, 0, 4000, 0, NULL,                                                \
     "trace every client from creation to release and write the Chrome trace to this file (later "  \
     "clients of the process: <stem>.1<ext>, <stem>.2<ext>, ...)")                                  \
+  X(NVTX, "CUBE_NVTX", SWITCH, 1, 0, 0, 0, NULL,                                                   \
+    "NVTX ranges named after each launch, copy, collective, graph replay and profiling window "    \
+    "when an NVTX tool is attached (NVTX_INJECTION64_PATH); 0: none")                              \
   /* The command-line tool (tools/) */                                                             \
   X(PLOT_SCRIPT, "CUBE_PLOT_SCRIPT", PATH, 0, 0, 4000, 0, NULL,                                    \
     "cubec bench --plot: the plot script (default: the source tree's tools/plot_bench.py, else "   \
@@ -177,7 +180,10 @@ enum {
   X(CUDA_HOME, "CUDA_HOME", PATH, 0, 0, 4000, CUBE_CONFIG_ABSOLUTE | CUBE_CONFIG_FOREIGN, NULL,    \
     "raw CUDA C++ kernels: the toolkit whose include/ NVRTC is given")                             \
   X(TMPDIR, "TMPDIR", PATH, 0, 0, 3000, CUBE_CONFIG_ABSOLUTE | CUBE_CONFIG_FOREIGN, NULL,          \
-    "where a kernel is compiled when the kernel cache is in memory only (default: /tmp)")
+    "where a kernel is compiled when the kernel cache is in memory only (default: /tmp)")          \
+  X(NVTX_INJECTION64_PATH, "NVTX_INJECTION64_PATH", PATH, 0, 0, 4000, CUBE_CONFIG_FOREIGN, NULL,   \
+    "the NVTX tool to load (set by Nsight Systems and other tools; the first client's value "      \
+    "holds for the process)")
 
 typedef enum cube_config_id_t {
 #define CUBE_CONFIG_X(id, name, kind, def, min, max, flags, choices, doc) CUBE_CONFIG_##id,

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/nvtx.h"
 #include "core/graph.h"
 #include "core/profile.h"
 #include "core/server.h"
@@ -437,7 +438,7 @@ static const cube_claim_t *replay_carried(cube_server_t *server, const struct cu
   return NULL;
 }
 
-cube_status_t cube_graph_replay(cube_client_t *client, cube_stream_t stream, cube_graph_t id) {
+static cube_status_t replay_entry(cube_client_t *client, cube_stream_t stream, cube_graph_t id) {
   cube_server_t *server = cube_server_of(client);
   uint32_t index = 0;
   cube_status_t status = cube_server_begin(server, stream, "cube_graph_replay", &index);
@@ -526,6 +527,15 @@ cube_status_t cube_graph_replay(cube_client_t *client, cube_stream_t stream, cub
     cube_server_work_failed(server, index, status);
   }
   cube_server_leave(server);
+  return status;
+}
+
+cube_status_t cube_graph_replay(cube_client_t *client, cube_stream_t stream, cube_graph_t id) {
+  cube_server_t *nvtx_server = cube_server_of(client);
+  bool nvtx = nvtx_server && nvtx_server->nvtx;
+  if (__builtin_expect(nvtx, 0)) cube_nvtx_push("cube_graph_replay");
+  cube_status_t status = replay_entry(client, stream, id);
+  if (__builtin_expect(nvtx, 0)) cube_nvtx_pop();
   return status;
 }
 

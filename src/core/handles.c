@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/graph.h"
+#include "core/interop.h"
 #include "core/server.h"
 
 cube_binding_t cube_handle_binding(cube_handle_t handle) {
@@ -15,9 +16,9 @@ cube_binding_t cube_handle_slice(cube_handle_t handle, uint64_t offset, uint64_t
 
 // A live slot holding |slice| for |stream_index|; grows the table. Lock held.
 // |op| names the public call in the messages.
-static cube_status_t slot_add(cube_server_t *server, uint32_t stream_index, uint64_t size,
-                              cube_mm_slice_t slice, bool external, bool unbound, const char *op,
-                              cube_handle_t *out_handle) {
+cube_status_t cube_handles_slot_add(cube_server_t *server, uint32_t stream_index, uint64_t size,
+                                    cube_mm_slice_t slice, bool external, bool unbound,
+                                    const char *op, cube_handle_t *out_handle) {
   if (server->free_slot == UINT32_MAX && server->slot_count >= CUBE_HANDLE_MAX_SLOTS) {
     return cube_status_make(CUBE_STATUS_CAPACITY,
                             "%s: the handle table of %s is full (%u slots, live or retired after "
@@ -47,6 +48,9 @@ static cube_status_t slot_add(cube_server_t *server, uint32_t stream_index, uint
   slot->slice = slice;
   slot->external = external;
   slot->unbound = unbound;
+  slot->held = false;
+  slot->export_pins = 0;
+  slot->import = NULL;
   slot->last_stream = stream_index;
   slot->home_stream = stream_index;
   slot->last_ticket = server->streams[stream_index].ticket;
@@ -76,8 +80,8 @@ cube_status_t cube_handle_create(cube_client_t *client, cube_stream_t stream, ui
     status = cube_server_note(server, cube_mm_reserve(server->mm, size, stream_index, &slice));
   }
   if (cube_status_is_ok(status)) {
-    status =
-        slot_add(server, stream_index, size, slice, false, lazy, "cube_handle_create", out_handle);
+    status = cube_handles_slot_add(server, stream_index, size, slice, false, lazy,
+                                   "cube_handle_create", out_handle);
     if (!cube_status_is_ok(status) && !lazy)
       cube_mm_free(server->mm, &slice, stream_index, server->streams[stream_index].ticket);
   }
@@ -124,11 +128,68 @@ cube_status_t cube_handle_from_host(cube_client_t *client, cube_stream_t stream,
                              .page_id = CUBE_MM_NO_PAGE,
                              .pool = CUBE_MM_NO_POOL,
                              .id = 0};
-    status = slot_add(server, stream_index, size, slice, true, false, "cube_handle_from_host",
-                      out_handle);
+    status = cube_handles_slot_add(server, stream_index, size, slice, true, false,
+                                   "cube_handle_from_host", out_handle);
   }
   cube_server_leave(server);
   return status;
+}
+
+// Frees slot |index|'s memory once nothing uses it any more (the handle is
+// dead already) and puts the slot back on the free list. Pooled memory goes
+// back in stream order; an import's release callback is queued for when its
+// last use completes; host memory from cube_handle_from_host must be waited
+// for by the caller, on *out_wait_stream (0: every stream) when *out_wait.
+// Lock held.
+void cube_handles_slot_free(cube_server_t *server, uint32_t index, uint32_t *out_wait_stream,
+                            bool *out_wait) {
+  cube_slot_t *slot = &server->slots[index];
+  // Stream order protects the memory: the manager reuses it at once on the
+  // stream that used it last, and elsewhere only after that use completes
+  // (every stream still using it is made to wait for first). A capture or
+  // graph still using the memory takes it (graph.c). Memory whose uses
+  // could not be fenced stays out of the pools until teardown.
+  uint32_t fence_stream = 0;
+  uint64_t fence_ticket = 0;
+  bool fenced = cube_server_fence(server, slot, &fence_stream, &fence_ticket);
+  slot->last_stream = fence_stream;
+  slot->last_ticket = fence_ticket;
+  *out_wait = false;
+  *out_wait_stream = 0;
+  if (slot->import) {
+    // The program's memory goes back through its callback after the last
+    // use, never by a host wait here; unfenced uses make it wait for the
+    // teardown (when every stream has drained).
+    slot->import->after.stream = fenced ? fence_stream : 0;
+    slot->import->after.ticket = fence_ticket;
+    cube_server_after(server, &slot->import->after);
+    slot->import = NULL;
+  } else if (slot->external) {
+    // The caller's memory is the caller's once the release returns: its
+    // last use must have run by then.
+    *out_wait = true;
+    *out_wait_stream = fenced ? fence_stream : 0;
+  } else if (slot->unbound) {
+    // Lazy binding, never bound: no memory to give back.
+  } else if (!cube_graph_adopt_slot(server, index) && fenced) {
+    cube_mm_free(server->mm, &slot->slice, fence_stream, fence_ticket);
+  }
+  slot->external = false;
+  slot->unbound = false;
+  slot->held = false;
+  // A slot whose generation would wrap is retired: its handle bits must
+  // never name another buffer.
+  if (slot->generation < CUBE_HANDLE_GENERATIONS) {
+    slot->next_free = server->free_slot;
+    server->free_slot = index;
+  }
+}
+
+void cube_handles_wait_external(cube_server_t *server, uint32_t wait_stream) {
+  for (uint32_t s = 1; s <= CUBE_MAX_STREAMS; ++s) {
+    if (wait_stream != 0 && s != wait_stream) continue;
+    cube_status_release(cube_server_wait_stream(server, s));
+  }
 }
 
 cube_status_t cube_handle_release(cube_client_t *client, cube_handle_t handle) {
@@ -142,14 +203,15 @@ cube_status_t cube_handle_release(cube_client_t *client, cube_handle_t handle) {
     status = CUBE_OK;
   }
   uint32_t index = 0;
-  uint32_t wait_stream = 0;  // external memory: the stream to wait for, 0: every stream
-  bool external = false;
+  uint32_t wait_stream = 0;  // from_host memory: the stream to wait for, 0: every stream
+  bool wait = false;
   status = cube_server_slot(server, handle, "cube_handle_release", "the handle", &index);
   if (cube_status_is_ok(status) && server->slots[index].external &&
       server->slots[index].graph_pins > 0) {
     status = cube_status_make(CUBE_STATUS_VALIDATION,
-                              "cube_handle_release: the host memory of handle 0x%016llx is still "
+                              "cube_handle_release: the %s memory of handle 0x%016llx is still "
                               "used by %u capture(s) or graph(s); destroy them first",
+                              server->slots[index].import ? "imported" : "host",
                               (unsigned long long)handle.bits, server->slots[index].graph_pins);
   }
   // Launches deferred until their kernel compiles may name the caller's
@@ -158,44 +220,18 @@ cube_status_t cube_handle_release(cube_client_t *client, cube_handle_t handle) {
     cube_server_flush_deferred(server);
   if (cube_status_is_ok(status)) {
     cube_slot_t *slot = &server->slots[index];
-    // Stream order protects the memory: the manager reuses it at once on the
-    // stream that used it last, and elsewhere only after that use completes
-    // (every stream still using it is made to wait for first). A capture or
-    // graph still using the memory takes it (graph.c). Memory whose uses
-    // could not be fenced stays out of the pools until teardown.
-    uint32_t fence_stream = 0;
-    uint64_t fence_ticket = 0;
-    bool fenced = cube_server_fence(server, slot, &fence_stream, &fence_ticket);
-    slot->last_stream = fence_stream;
-    slot->last_ticket = fence_ticket;
-    external = slot->external;
-    if (external) {
-      // The caller's memory is the caller's once the release returns: its
-      // last use must have run by then.
-      wait_stream = fenced ? fence_stream : 0;
-    } else if (slot->unbound) {
-      // Lazy binding, never bound: no memory to give back.
-    } else if (!cube_graph_adopt_slot(server, index) && fenced) {
-      cube_mm_free(server->mm, &slot->slice, fence_stream, fence_ticket);
-    }
     cube_claim_drop(&slot->claim);
     slot->live = false;
-    slot->external = false;
-    slot->unbound = false;
-    // A slot whose generation would wrap is retired: its handle bits must
-    // never name another buffer.
-    if (++slot->generation < CUBE_HANDLE_GENERATIONS) {
-      slot->next_free = server->free_slot;
-      server->free_slot = index;
+    ++slot->generation;  // the handle is dead from here on
+    if (slot->export_pins > 0) {
+      slot->held = true;  // the last cube_export_release frees it
+    } else {
+      cube_handles_slot_free(server, index, &wait_stream, &wait);
     }
   }
   cube_server_leave(server);
-  if (external) {
-    for (uint32_t s = 1; s <= CUBE_MAX_STREAMS; ++s) {
-      if (wait_stream != 0 && s != wait_stream) continue;
-      cube_status_release(cube_server_wait_stream(server, s));
-    }
-  }
+  if (wait) cube_handles_wait_external(server, wait_stream);
+  cube_server_run_due(server);
   return status;
 }
 

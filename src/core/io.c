@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/nvtx.h"
 #include "core/host_copy.h"
 #include "core/profile.h"
 #include "core/server.h"
@@ -123,8 +124,8 @@ static cube_status_t write_one(cube_server_t *server, uint32_t stream, const cub
   return status;
 }
 
-cube_status_t cube_write(cube_client_t *client, cube_stream_t stream, cube_binding_t binding,
-                         const void *source, uint64_t size) {
+static cube_status_t write_entry(cube_client_t *client, cube_stream_t stream,
+                                 cube_binding_t binding, const void *source, uint64_t size) {
   cube_server_t *server = cube_server_of(client);
   cube_copy_desc_t desc = {.binding = binding};
   const void *sources[1] = {source};
@@ -151,9 +152,19 @@ cube_status_t cube_write(cube_client_t *client, cube_stream_t stream, cube_bindi
   return status;
 }
 
-cube_status_t cube_write_strided(cube_client_t *client, cube_stream_t stream,
-                                 const cube_copy_desc_t *descs, const void *const *sources,
-                                 size_t count) {
+cube_status_t cube_write(cube_client_t *client, cube_stream_t stream, cube_binding_t binding,
+                         const void *source, uint64_t size) {
+  cube_server_t *nvtx_server = cube_server_of(client);
+  bool nvtx = nvtx_server && nvtx_server->nvtx;
+  if (__builtin_expect(nvtx, 0)) cube_nvtx_push("cube_write");
+  cube_status_t status = write_entry(client, stream, binding, source, size);
+  if (__builtin_expect(nvtx, 0)) cube_nvtx_pop();
+  return status;
+}
+
+static cube_status_t write_strided_entry(cube_client_t *client, cube_stream_t stream,
+                                         const cube_copy_desc_t *descs, const void *const *sources,
+                                         size_t count) {
   cube_server_t *server = cube_server_of(client);
   if (count > 0 && (!descs || !sources)) {
     return cube_status_make(CUBE_STATUS_VALIDATION, "cube_write_strided: descs or sources is NULL");
@@ -210,6 +221,17 @@ cube_status_t cube_write_strided(cube_client_t *client, cube_stream_t stream,
     free(failures);
   }
   cube_server_leave(server);
+  return status;
+}
+
+cube_status_t cube_write_strided(cube_client_t *client, cube_stream_t stream,
+                                 const cube_copy_desc_t *descs, const void *const *sources,
+                                 size_t count) {
+  cube_server_t *nvtx_server = cube_server_of(client);
+  bool nvtx = nvtx_server && nvtx_server->nvtx;
+  if (__builtin_expect(nvtx, 0)) cube_nvtx_push("cube_write_strided");
+  cube_status_t status = write_strided_entry(client, stream, descs, sources, count);
+  if (__builtin_expect(nvtx, 0)) cube_nvtx_pop();
   return status;
 }
 
@@ -361,8 +383,8 @@ static bool read_answers_claim(cube_server_t *server, cube_binding_t binding,
   return claimed;
 }
 
-cube_status_t cube_read(cube_client_t *client, cube_stream_t stream, cube_binding_t binding,
-                        void *destination, uint64_t size) {
+static cube_status_t read_entry(cube_client_t *client, cube_stream_t stream, cube_binding_t binding,
+                                void *destination, uint64_t size) {
   cube_server_t *server = cube_server_of(client);
   cube_status_t status = CUBE_OK;
   // A wait that fails for a late failure of other work on the stream (not
@@ -385,6 +407,17 @@ cube_status_t cube_read(cube_client_t *client, cube_stream_t stream, cube_bindin
     if (cube_status_is_ok(status) || read_answers_claim(server, binding, &status)) break;
     if (cube_status_is_device_poisoned(status)) break;
   }
+  cube_server_run_due(server);  // imports whose last use this read waited for
+  return status;
+}
+
+cube_status_t cube_read(cube_client_t *client, cube_stream_t stream, cube_binding_t binding,
+                        void *destination, uint64_t size) {
+  cube_server_t *nvtx_server = cube_server_of(client);
+  bool nvtx = nvtx_server && nvtx_server->nvtx;
+  if (__builtin_expect(nvtx, 0)) cube_nvtx_push("cube_read");
+  cube_status_t status = read_entry(client, stream, binding, destination, size);
+  if (__builtin_expect(nvtx, 0)) cube_nvtx_pop();
   return status;
 }
 
@@ -438,9 +471,9 @@ static bool destinations_overlap(void *const *destinations, const uint64_t *size
   return false;
 }
 
-cube_status_t cube_read_strided(cube_client_t *client, cube_stream_t stream,
-                                const cube_copy_desc_t *descs, void *const *destinations,
-                                const uint64_t *sizes, size_t count) {
+static cube_status_t read_strided_entry(cube_client_t *client, cube_stream_t stream,
+                                        const cube_copy_desc_t *descs, void *const *destinations,
+                                        const uint64_t *sizes, size_t count) {
   static const char *const op = "cube_read_strided";
   cube_server_t *server = cube_server_of(client);
   if (count > 0 && (!descs || !destinations || !sizes)) {
@@ -532,6 +565,17 @@ cube_status_t cube_read_strided(cube_client_t *client, cube_stream_t stream,
   return status;
 }
 
+cube_status_t cube_read_strided(cube_client_t *client, cube_stream_t stream,
+                                const cube_copy_desc_t *descs, void *const *destinations,
+                                const uint64_t *sizes, size_t count) {
+  cube_server_t *nvtx_server = cube_server_of(client);
+  bool nvtx = nvtx_server && nvtx_server->nvtx;
+  if (__builtin_expect(nvtx, 0)) cube_nvtx_push("cube_read_strided");
+  cube_status_t status = read_strided_entry(client, stream, descs, destinations, sizes, count);
+  if (__builtin_expect(nvtx, 0)) cube_nvtx_pop();
+  return status;
+}
+
 struct cube_future_t {
   cube_server_t *server;
   uint32_t stream;
@@ -544,9 +588,9 @@ struct cube_future_t {
   uint64_t size;
 };
 
-cube_status_t cube_read_async(cube_client_t *client, cube_stream_t stream,
-                              const cube_copy_desc_t *desc, void *destination,
-                              cube_future_t **out_future) {
+static cube_status_t read_async_entry(cube_client_t *client, cube_stream_t stream,
+                                      const cube_copy_desc_t *desc, void *destination,
+                                      cube_future_t **out_future) {
   cube_server_t *server = cube_server_of(client);
   if (!desc || !out_future) {
     return cube_status_make(CUBE_STATUS_VALIDATION, "cube_read_async: desc or out_future is NULL");
@@ -601,6 +645,17 @@ cube_status_t cube_read_async(cube_client_t *client, cube_stream_t stream,
   return status;
 }
 
+cube_status_t cube_read_async(cube_client_t *client, cube_stream_t stream,
+                              const cube_copy_desc_t *desc, void *destination,
+                              cube_future_t **out_future) {
+  cube_server_t *nvtx_server = cube_server_of(client);
+  bool nvtx = nvtx_server && nvtx_server->nvtx;
+  if (__builtin_expect(nvtx, 0)) cube_nvtx_push("cube_read_async");
+  cube_status_t status = read_async_entry(client, stream, desc, destination, out_future);
+  if (__builtin_expect(nvtx, 0)) cube_nvtx_pop();
+  return status;
+}
+
 cube_status_t cube_future_wait(cube_future_t *future) {
   if (!future) return cube_status_make(CUBE_STATUS_VALIDATION, "cube_future_wait: future is NULL");
   if (!future->done) {
@@ -644,8 +699,8 @@ void cube_future_release(cube_future_t *future) {
 
 //===--- Device-to-device copies ---===//
 
-cube_status_t cube_copy(cube_client_t *client, cube_stream_t stream, cube_binding_t source,
-                        cube_binding_t destination) {
+static cube_status_t copy_entry(cube_client_t *client, cube_stream_t stream, cube_binding_t source,
+                                cube_binding_t destination) {
   cube_server_t *server = cube_server_of(client);
   cube_status_t status = cube_server_enter(server, "cube_copy");
   if (!cube_status_is_ok(status)) return status;
@@ -714,5 +769,15 @@ cube_status_t cube_copy(cube_client_t *client, cube_stream_t stream, cube_bindin
     }
   }
   cube_server_leave(server);
+  return status;
+}
+
+cube_status_t cube_copy(cube_client_t *client, cube_stream_t stream, cube_binding_t source,
+                        cube_binding_t destination) {
+  cube_server_t *nvtx_server = cube_server_of(client);
+  bool nvtx = nvtx_server && nvtx_server->nvtx;
+  if (__builtin_expect(nvtx, 0)) cube_nvtx_push("cube_copy");
+  cube_status_t status = copy_entry(client, stream, source, destination);
+  if (__builtin_expect(nvtx, 0)) cube_nvtx_pop();
   return status;
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/nvtx.h"
 #include "core/io_sets.h"
 #include "core/graph.h"
 #include "core/info.h"
@@ -571,9 +572,9 @@ static cube_status_t read_dynamic_count(cube_server_t *server, uint32_t stream,
   return status;
 }
 
-cube_status_t cube_launch(cube_client_t *client, cube_stream_t stream, cube_kernel_t *kernel,
-                          cube_cube_count_t count, const cube_kernel_args_t *args,
-                          cube_launch_mode_t mode) {
+static cube_status_t launch_entry(cube_client_t *client, cube_stream_t stream,
+                                  cube_kernel_t *kernel, cube_cube_count_t count,
+                                  const cube_kernel_args_t *args, cube_launch_mode_t mode) {
   cube_server_t *server = cube_server_of(client);
   static const cube_kernel_args_t no_args = {0};
   if (!args) args = &no_args;
@@ -631,6 +632,17 @@ cube_status_t cube_launch(cube_client_t *client, cube_stream_t stream, cube_kern
     if (streamed && server->streams[index].live) cube_server_work_failed(server, index, status);
   }
   cube_server_leave(server);
+  return status;
+}
+
+cube_status_t cube_launch(cube_client_t *client, cube_stream_t stream, cube_kernel_t *kernel,
+                          cube_cube_count_t count, const cube_kernel_args_t *args,
+                          cube_launch_mode_t mode) {
+  cube_server_t *nvtx_server = cube_server_of(client);
+  bool nvtx = nvtx_server && nvtx_server->nvtx;
+  if (__builtin_expect(nvtx, 0)) cube_nvtx_push(kernel ? kernel->name : "cube_launch");
+  cube_status_t status = launch_entry(client, stream, kernel, count, args, mode);
+  if (__builtin_expect(nvtx, 0)) cube_nvtx_pop();
   return status;
 }
 

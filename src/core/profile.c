@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "base/fs.h"
+#include "core/nvtx.h"
 #include "core/profile.h"
 #include "core/server.h"
 
@@ -32,6 +33,7 @@ typedef struct window_t {
   cube_bevent_t *start;
   uint64_t start_ticket;
   cube_status_t failure;  // what invalidated the window, or NULL
+  uint64_t nvtx_range;    // the window's NVTX process range (0: none)
 } window_t;
 
 typedef struct trace_record_t {
@@ -67,6 +69,7 @@ static cube_status_t profiler_get(cube_server_t *server, const char *operation,
 }
 
 static void window_free(cube_server_t *server, window_t *w) {
+  if (w->nvtx_range) cube_nvtx_end(w->nvtx_range);
   if (w->start) server->device->vtable->event_release(server->device, w->start);
   cube_status_release(w->failure);
   free(w);
@@ -217,6 +220,8 @@ static cube_status_t profile_open(cube_server_t *server, cube_stream_t stream, b
   }
   if (cube_status_is_ok(status)) {
     w->token = ++p->next_token;
+    // A process range: the window may end on another thread.
+    if (__builtin_expect(server->nvtx, 0)) w->nvtx_range = cube_nvtx_start(operation);
     w->stream = index;
     w->at_launch = at_launch;
     w->start_ticket = server->streams[index].ticket;

@@ -148,6 +148,57 @@ static bool stream_reached(void *context, uint32_t stream, uint64_t ticket) {
   return false;
 }
 
+//===--- Host work after stream progress ---===//
+
+void cube_server_after(cube_server_t *server, cube_after_t *node) {
+  node->next = server->after_head;
+  server->after_head = node;
+  atomic_fetch_add_explicit(&server->after_count, 1, memory_order_relaxed);
+}
+
+// Unlinks the nodes that may run now (all of them when |all|). Lock held.
+static cube_after_t *after_take(cube_server_t *server, bool all) {
+  cube_after_t *due = NULL;
+  cube_after_t **link = &server->after_head;
+  while (*link) {
+    cube_after_t *node = *link;
+    if (all || (node->stream != 0 && stream_reached(server, node->stream, node->ticket))) {
+      *link = node->next;
+      node->next = due;
+      due = node;
+      atomic_fetch_sub_explicit(&server->after_count, 1, memory_order_relaxed);
+    } else {
+      link = &node->next;
+    }
+  }
+  return due;
+}
+
+// Runs |due|: the queue is newest first and after_take reversed it, so the
+// nodes run in the order they were queued.
+static void after_run(cube_after_t *due) {
+  while (due) {
+    cube_after_t *next = due->next;  // |fn| frees the node
+    due->fn(due->arg);
+    due = next;
+  }
+}
+
+void cube_server_run_due(cube_server_t *server) {
+  if (!server || atomic_load_explicit(&server->after_count, memory_order_relaxed) == 0) return;
+  pthread_mutex_lock(&server->lock);
+  cube_after_t *due = after_take(server, false);
+  pthread_mutex_unlock(&server->lock);
+  after_run(due);
+}
+
+void cube_server_run_all(cube_server_t *server) {
+  pthread_mutex_lock(&server->lock);
+  cube_after_t *due = after_take(server, true);
+  pthread_mutex_unlock(&server->lock);
+  after_run(due);
+}
+
 void cube_server_refresh_progress(cube_server_t *server, uint32_t stream, uint64_t ticket) {
   (void)stream_reached(server, stream, ticket);
 }

@@ -13,14 +13,15 @@
 //
 // The core's files, bottom to top (a file calls only files below it; the
 // layers above reach down, and hooks registered at client creation reach up):
-//   failure.c                 the failure model (claims, write scopes, skips)
+//   failure.c nvtx.c          the failure model (claims, write scopes, skips);
+//                             NVTX's injection protocol
 //   memory_pool.c             the memory manager (pools, pages, reuse)
 //   server.c                  enter/leave/note, streams and tickets, bindings,
 //                             cross-stream order, waiting on a stream, hooks
 //   staging.c info.c kernel_cache.c   host staging and uploads; the info
 //                             block and its cache; compiled kernels
 //   profile.c graph.c         profiling windows and traces; capture and replay
-//   launch.c io.c sync.c handles.c memory.c stream.c kernel.c
+//   launch.c io.c sync.c handles.c memory.c stream.c kernel.c interop.c dlpack.c
 //                             the feature entry points
 //   coll/                     the collectives wing, itself in layers:
 //                             coll_api.c coll_world.c > coll_call.c >
@@ -96,9 +97,25 @@ typedef struct cube_slot_t {
   cube_claim_t claim;
   uint32_t next_free;
   uint32_t graph_pins;  // captures and graphs using the memory (graph.c)
-  bool external;        // the caller's memory (cube_handle_from_host): in no pool
+  bool external;        // the caller's memory (from_host, import): in no pool
   bool unbound;         // lazy binding: no memory reserved yet (cube_server_resolve binds)
+  // Released by its owner while exports still use the memory (interop.c):
+  // the handle is dead, the memory is kept until the last export goes.
+  bool held;
+  uint32_t export_pins;          // live exports of the memory (interop.c)
+  struct cube_import_t *import;  // an import's release callback (interop.c), or NULL
 } cube_slot_t;
+
+// Something to run on the host once |stream| has completed everything up to
+// |ticket| (stream 0: at the client's teardown), outside the server lock
+// (cube_server_after). The node belongs to its owner, which |fn| frees.
+typedef struct cube_after_t {
+  struct cube_after_t *next;
+  uint32_t stream;
+  uint64_t ticket;
+  void (*fn)(void *arg);
+  void *arg;
+} cube_after_t;
 
 typedef struct cube_compiled_t {
   cube_kernel_t *kernel;  // retained
@@ -156,6 +173,9 @@ typedef struct cube_server_hooks_t {
   // flight claim the failure (core/coll/). Called by cube_server_begin
   // when collectives_failed is set. Lock held.
   void (*collectives_failed)(cube_server_t *server);
+  // Drops a reference to the client (client.c: cube_client_release), for
+  // what holds one below the top (an export, interop.c). Lock not held.
+  void (*client_release)(cube_client_t *client);
 } cube_server_hooks_t;
 
 typedef struct cube_thread_stream_t {
@@ -187,7 +207,8 @@ struct cube_server_t {
   uint32_t id;  // process-unique, stamped in every handle
   pthread_mutex_t lock;
   cube_backend_device_t *device;
-  char name[48];      // "cpu:0", "cuda:0", "fault(cpu):0"
+  char name[48];  // "cpu:0", "cuda:0", "fault(cpu):0"
+  uint32_t device_index;
   cube_logger_t log;  // level and sink from the options or CUBE_LOG (log.h)
   uint64_t properties_hash;
   cube_mm_t *mm;
@@ -233,6 +254,12 @@ struct cube_server_t {
   // destinations it had in flight claim that at its next call (coll/coll_api.c,
   // through the hook below). Set without the lock.
   atomic_bool collectives_failed;
+  // Host work waiting for stream progress (cube_server_after); the count
+  // lets cube_server_run_due skip the lock when there is none.
+  cube_after_t *after_head;
+  atomic_uint after_count;
+  // NVTX ranges are opened (core/nvtx.h): CUBE_NVTX and a tool attached.
+  bool nvtx;
 };
 
 // A kernel object (kernel.c): immutable once created, shared by clients.
@@ -371,6 +398,17 @@ CUBE_INTERNAL void cube_server_used(cube_server_t *server, uint32_t stream, cube
 // |stream| is known to have completed it, and a late failure of that work
 // claims the slot (cube_server_settle).
 CUBE_INTERNAL void cube_server_wrote(cube_server_t *server, uint32_t stream, cube_slot_t *slot);
+
+//===--- Host work after stream progress ---===//
+
+// Queues |node| to run once its stream has completed its ticket. Lock held.
+CUBE_INTERNAL void cube_server_after(cube_server_t *server, cube_after_t *node);
+// Runs the queued nodes whose point was reached, with the lock released.
+// Lock not held on entry or exit. Cheap when nothing is queued.
+CUBE_INTERNAL void cube_server_run_due(cube_server_t *server);
+// Runs every queued node whatever its point (teardown: the streams are
+// drained). Lock not held.
+CUBE_INTERNAL void cube_server_run_all(cube_server_t *server);
 
 //===--- Late failures ---===//
 //

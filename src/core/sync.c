@@ -71,6 +71,7 @@ cube_status_t cube_sync(cube_client_t *client, cube_stream_t stream, const cube_
   } else {
     cube_status_release(waited);
   }
+  cube_server_run_due(server);  // imports whose last use this barrier passed
   return status;
 }
 

@@ -48,6 +48,30 @@ static void test_null_client_everywhere(void **state) {
   NULL_CLIENT(cube_check(c, S, NULL, 0));
   NULL_CLIENT(cube_flush(c, S));
   NULL_CLIENT(cube_get_resource(c, S, b, &u64));
+  // Interop (cube/interop.h): a NULL client is refused before anything is
+  // kept; a DLPack tensor handed over is handed back to its deleter.
+  static char memory[64] __attribute__((aligned(64)));
+  cube_import_desc_t import = {CUBE_MEMORY_HOST, (uint64_t)(uintptr_t)memory, 64, NULL, NULL};
+  NULL_CLIENT(cube_handle_import(c, S, &import, &h));
+  cube_export_t *exported = NULL;
+  NULL_CLIENT(cube_handle_export(c, S, b, &exported, NULL));
+  assert_null(exported);
+  int object = 0;
+  NULL_CLIENT(cube_stream_wait_external(c, S, CUBE_EXTERNAL_STREAM, &object));
+  NULL_CLIENT(cube_stream_signal_external(c, S, CUBE_EXTERNAL_STREAM, &object));
+  void *native = NULL;
+  NULL_CLIENT(cube_stream_native(c, S, &native));
+  cube_dlpack_layout_t dl_layout = {.dtype = {kDLFloat, 32, 1}, .rank = 1, .shape = {16}};
+  DLManagedTensorVersioned *tensor = NULL;
+  NULL_CLIENT(cube_dlpack_export(c, S, b, &dl_layout, NULL, &tensor));
+  assert_null(tensor);
+  int64_t shape[1] = {16};
+  DLManagedTensorVersioned versioned = {
+      .version = {1, 0}, .dl_tensor = {memory, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, shape, NULL, 0}};
+  NULL_CLIENT(cube_dlpack_import(c, S, &versioned, &h));
+  DLManagedTensor legacy = {.dl_tensor = versioned.dl_tensor};
+  NULL_CLIENT(cube_dlpack_import_legacy(c, S, &legacy, &h));
+  cube_export_release(NULL);  // a no-op
   NULL_CLIENT(cube_memory_allocation_mode(c, S, CUBE_ALLOCATION_AUTO));
   NULL_CLIENT(cube_memory_cleanup(c, S));
   cube_memory_report_t report;

@@ -104,6 +104,32 @@ void cube_cpu_host_free(cube_backend_device_t *device, void *host) {
   free(host);
 }
 
+// Device memory is host memory: a host pointer is used as it is. Whether it
+// is mapped cannot be asked cheaply; the core checked size, alignment and
+// wrap.
+cube_status_t cube_cpu_memory_import(cube_backend_device_t *device, const cube_bimport_t *request,
+                                     uint64_t *out_address) {
+  (void)device;
+  *out_address = 0;
+  if (request->kind != CUBE_MEMORY_HOST) {
+    return cube_status_make(
+        CUBE_STATUS_UNSUPPORTED,
+        "the cpu backend takes host memory only (CUBE_MEMORY_HOST), not %s",
+        request->kind == CUBE_MEMORY_DEVICE ? "CUDA device memory" : "CUDA pinned host memory");
+  }
+  *out_address = request->address;
+  return CUBE_OK;
+}
+
+cube_status_t cube_cpu_stream_external(cube_backend_device_t *device, cube_bstream_t *stream,
+                                       cube_bexternal_op_t op, void *object) {
+  (void)device, (void)stream, (void)op, (void)object;
+  return cube_status_make(CUBE_STATUS_UNSUPPORTED,
+                          "the cpu backend has no CUDA streams or events to order against: order "
+                          "host code after cubec's work with cube_sync, and cubec's after host "
+                          "code by calling it afterwards");
+}
+
 //===--- Strided copies ---===//
 
 bool cube_cpu_layout_injective(uint32_t rank, const uint64_t *shape, const uint64_t *strides) {

@@ -32,6 +32,7 @@ typedef struct CUgraphExec_st *CUgraphExec;
 typedef int CUdevice_attribute;
 typedef int CUfunction_attribute;
 typedef int CUmemorytype;
+typedef int CUpointer_attribute;
 typedef int CUstreamCaptureMode;
 typedef int CUgraphNodeType;
 typedef void (*CUhostFn)(void *userData);
@@ -101,6 +102,17 @@ typedef void (*CUhostFn)(void *userData);
 #define CU_MEMHOSTALLOC_PORTABLE 0x01
 #define CU_MEMORYTYPE_HOST 0x01
 #define CU_MEMORYTYPE_DEVICE 0x02
+#define CU_MEMORYTYPE_UNIFIED 0x04
+#define CU_POINTER_ATTRIBUTE_CONTEXT 1
+#define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
+#define CU_POINTER_ATTRIBUTE_DEVICE_POINTER 3
+#define CU_POINTER_ATTRIBUTE_IS_MANAGED 8
+#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
+#define CU_POINTER_ATTRIBUTE_RANGE_START_ADDR 11
+#define CU_POINTER_ATTRIBUTE_RANGE_SIZE 12
+// The driver's own handles for the legacy and per-thread default streams.
+#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
 #define CU_STREAM_CAPTURE_MODE_GLOBAL 0
 #define CU_STREAM_CAPTURE_MODE_THREAD_LOCAL 1
 #define CU_STREAM_CAPTURE_MODE_RELAXED 2
@@ -198,6 +210,8 @@ typedef struct CUDA_MEMCPY3D {
     (CUdeviceptr, CUdeviceptr, size_t, CUstream))                                                  \
   X(cuMemcpy2DAsync, 1, "cuMemcpy2DAsync_v2", NULL, CUresult, (const CUDA_MEMCPY2D *, CUstream))   \
   X(cuMemcpy3DAsync, 1, "cuMemcpy3DAsync_v2", NULL, CUresult, (const CUDA_MEMCPY3D *, CUstream))   \
+  X(cuPointerGetAttributes, 1, "cuPointerGetAttributes", NULL, CUresult,                           \
+    (unsigned int, CUpointer_attribute *, void **, CUdeviceptr))                                   \
   X(cuLaunchHostFunc, 1, "cuLaunchHostFunc", NULL, CUresult, (CUstream, CUhostFn, void *))         \
   X(cuModuleLoadData, 1, "cuModuleLoadData", NULL, CUresult, (CUmodule *, const void *))           \
   X(cuModuleUnload, 1, "cuModuleUnload", NULL, CUresult, (CUmodule))                               \

@@ -8,6 +8,87 @@
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/cuda_strided.h"
 
+//===--- Memory the program owns ---===//
+
+// What the driver says about a pointer. Each attribute is written into a
+// zeroed 8-byte word (the driver writes 4 or 8 bytes, little-endian).
+typedef struct cuda_pointer_facts_t {
+  uint64_t context, memory_type, ordinal, range_start, range_size, managed, device_pointer;
+} cuda_pointer_facts_t;
+
+cube_status_t cube_cuda_memory_import(cube_backend_device_t *base, const cube_bimport_t *request,
+                                      uint64_t *out_address) {
+  cube_cuda_device_t *device = cube_cuda_device(base);
+  *out_address = 0;
+  if (request->kind == CUBE_MEMORY_HOST) {
+    return cube_status_make(CUBE_STATUS_UNSUPPORTED,
+                            "plain host memory cannot be used by CUDA kernels: page-lock it "
+                            "(cuMemHostRegister) and import it as CUBE_MEMORY_HOST_PINNED");
+  }
+  cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_IO);
+  if (status) return status;
+  cuda_pointer_facts_t f = {0};
+  CUpointer_attribute attributes[] = {
+      CU_POINTER_ATTRIBUTE_CONTEXT,        CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+      CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+      CU_POINTER_ATTRIBUTE_RANGE_SIZE,     CU_POINTER_ATTRIBUTE_IS_MANAGED,
+      CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
+  };
+  void *data[] = {&f.context,    &f.memory_type, &f.ordinal,       &f.range_start,
+                  &f.range_size, &f.managed,     &f.device_pointer};
+  f.ordinal = UINT32_MAX;  // "none" if the driver leaves it
+  CUresult result =
+      device->cu->cuPointerGetAttributes((unsigned)(sizeof attributes / sizeof *attributes),
+                                         attributes, data, (CUdeviceptr)request->address);
+  int ordinal = (int)(int32_t)(uint32_t)f.ordinal;
+  uint64_t end = request->address + request->size;  // no wrap: checked by the core
+  if (result == CUDA_ERROR_INVALID_VALUE || (result == CUDA_SUCCESS && f.memory_type == 0)) {
+    status = cube_status_make(CUBE_STATUS_VALIDATION,
+                              "the CUDA driver does not know 0x%llx (not memory CUDA allocated or "
+                              "registered: a plain host pointer, freed memory or no pointer)",
+                              (unsigned long long)request->address);
+  } else if (result != CUDA_SUCCESS) {
+    status = cube_cuda_error(device, result, CUBE_CUDA_OP_IO, "cuPointerGetAttributes(0x%llx)",
+                             (unsigned long long)request->address);
+  } else if (request->kind == CUBE_MEMORY_DEVICE && f.memory_type == CU_MEMORYTYPE_HOST) {
+    status = cube_status_make(CUBE_STATUS_VALIDATION,
+                              "0x%llx is host memory (pinned or registered), not device memory: "
+                              "import it as CUBE_MEMORY_HOST_PINNED",
+                              (unsigned long long)request->address);
+  } else if (request->kind == CUBE_MEMORY_HOST_PINNED && f.memory_type != CU_MEMORYTYPE_HOST) {
+    status = cube_status_make(CUBE_STATUS_VALIDATION,
+                              "0x%llx is device memory, not pinned host memory: import it as "
+                              "CUBE_MEMORY_DEVICE",
+                              (unsigned long long)request->address);
+  } else if (f.context != 0 && (CUcontext)(uintptr_t)f.context != device->context) {
+    status = cube_status_make(CUBE_STATUS_VALIDATION,
+                              "0x%llx belongs to CUDA context %p (device %d), not to this client's "
+                              "context %p (device %d)",
+                              (unsigned long long)request->address, (void *)(uintptr_t)f.context,
+                              ordinal, (void *)device->context, (int)device->device);
+  } else if (request->kind == CUBE_MEMORY_DEVICE && !f.managed && ordinal >= 0 &&
+             ordinal != (int)device->device) {
+    status = cube_status_make(CUBE_STATUS_VALIDATION,
+                              "0x%llx is memory of CUDA device %d, not of this client's device %d",
+                              (unsigned long long)request->address, ordinal, (int)device->device);
+  } else if (f.range_size != 0 &&
+             (request->address < f.range_start || end > f.range_start + f.range_size)) {
+    status =
+        cube_status_make(CUBE_STATUS_VALIDATION,
+                         "%llu bytes at 0x%llx overrun their allocation (%llu bytes at "
+                         "0x%llx)",
+                         (unsigned long long)request->size, (unsigned long long)request->address,
+                         (unsigned long long)f.range_size, (unsigned long long)f.range_start);
+  } else if (request->kind == CUBE_MEMORY_HOST_PINNED && f.device_pointer == 0) {
+    status = cube_status_make(CUBE_STATUS_VALIDATION,
+                              "pinned host memory at 0x%llx is not mapped for the device",
+                              (unsigned long long)request->address);
+  } else {
+    *out_address = request->kind == CUBE_MEMORY_HOST_PINNED ? f.device_pointer : request->address;
+  }
+  return status;
+}
+
 //===--- Storage ---===//
 
 cube_status_t cube_cuda_page_alloc(cube_backend_device_t *base, uint64_t size,

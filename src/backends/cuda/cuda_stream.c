@@ -199,6 +199,66 @@ void cube_cuda_event_pool_drain(cube_cuda_device_t *device) {
   pthread_mutex_unlock(&device->event_lock);
 }
 
+//===--- The program's streams and events ---===//
+
+// Through an event of the pool: cuStreamWaitEvent waits for the record made
+// before it, so the event may go back to the pool (and be recorded again)
+// at once.
+static cube_status_t cube_cuda_order(cube_cuda_device_t *device, CUstream first, CUstream then,
+                                     const char *what) {
+  cube_bevent_t *event = NULL;
+  cube_status_t status = cube_cuda_event_acquire(device, false, &event);
+  if (status) return status;
+  CUresult result = device->cu->cuEventRecord(event->event, first);
+  if (result != CUDA_SUCCESS) {
+    status = cube_cuda_error(device, result, CUBE_CUDA_OP_SERVER, "cuEventRecord(%s stream %p)",
+                             what, (void *)first);
+  } else {
+    result = device->cu->cuStreamWaitEvent(then, event->event, 0);
+    if (result != CUDA_SUCCESS)
+      status = cube_cuda_error(device, result, CUBE_CUDA_OP_SERVER,
+                               "cuStreamWaitEvent(stream %p after stream %p, %s)", (void *)then,
+                               (void *)first, what);
+  }
+  cube_cuda_event_put(device, event);
+  return status;
+}
+
+cube_status_t cube_cuda_stream_external(cube_backend_device_t *base, cube_bstream_t *stream,
+                                        cube_bexternal_op_t op, void *object) {
+  cube_cuda_device_t *device = cube_cuda_device(base);
+  cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_SERVER);
+  if (status) return status;
+  CUstream mine = cube_cuda_stream(stream);
+  CUresult result = CUDA_SUCCESS;
+  switch (op) {
+    case CUBE_BEXTERNAL_NATIVE_STREAM:
+      *(void **)object = (void *)mine;
+      break;
+    case CUBE_BEXTERNAL_WAIT_STREAM:
+      status = cube_cuda_order(device, (CUstream)object, mine, "the program's stream first");
+      break;
+    case CUBE_BEXTERNAL_SIGNAL_STREAM:
+      status = cube_cuda_order(device, mine, (CUstream)object, "cubec's stream first");
+      break;
+    case CUBE_BEXTERNAL_WAIT_EVENT:
+      result = device->cu->cuStreamWaitEvent(mine, (CUevent)object, 0);
+      if (result != CUDA_SUCCESS)
+        status = cube_cuda_error(device, result, CUBE_CUDA_OP_SERVER,
+                                 "cuStreamWaitEvent(stream %p, the program's event %p)",
+                                 (void *)mine, object);
+      break;
+    case CUBE_BEXTERNAL_SIGNAL_EVENT:
+      result = device->cu->cuEventRecord((CUevent)object, mine);
+      if (result != CUDA_SUCCESS)
+        status = cube_cuda_error(device, result, CUBE_CUDA_OP_SERVER,
+                                 "cuEventRecord(the program's event %p, stream %p)", object,
+                                 (void *)mine);
+      break;
+  }
+  return status;
+}
+
 //===--- Host callbacks, tags, late failures ---===//
 
 cube_status_t cube_cuda_host_callback(cube_backend_device_t *base, cube_bstream_t *stream,

@@ -709,6 +709,17 @@ cube_status_t cube_fault_copy_strided_to_host(cube_backend_device_t *device, cub
   return status;
 }
 
+// Imports are checks, not device calls a plan counts: forwarded unchanged.
+cube_status_t cube_fault_memory_import(cube_backend_device_t *device, const cube_bimport_t *request,
+                                       uint64_t *out_address) {
+  return cube_fault_fwd_memory_import(device, request, out_address);
+}
+
+cube_status_t cube_fault_stream_external(cube_backend_device_t *device, cube_bstream_t *stream,
+                                         cube_bexternal_op_t op, void *object) {
+  return cube_fault_fwd_stream_external(device, inner_stream(stream), op, object);
+}
+
 cube_status_t cube_fault_host_callback(cube_backend_device_t *device, cube_bstream_t *stream,
                                        void (*fn)(void *arg), void *arg) {
   // Callbacks run on a halted stream too (they hand back staging).

@@ -121,6 +121,17 @@ cube_status_t cube_null_copy_strided_to_host(cube_backend_device_t *device, cube
   (void)stream, (void)destination, (void)source;
   return unsupported(device, "copy_strided_to_host");
 }
+cube_status_t cube_null_memory_import(cube_backend_device_t *device, const cube_bimport_t *request,
+                                      uint64_t *out_address) {
+  (void)request;
+  *out_address = 0;
+  return unsupported(device, "memory_import");
+}
+cube_status_t cube_null_stream_external(cube_backend_device_t *device, cube_bstream_t *stream,
+                                        cube_bexternal_op_t op, void *object) {
+  (void)stream, (void)op, (void)object;
+  return unsupported(device, "stream_external");
+}
 cube_status_t cube_null_host_callback(cube_backend_device_t *device, cube_bstream_t *stream,
                                       void (*fn)(void *arg), void *arg) {
   (void)stream, (void)fn, (void)arg;

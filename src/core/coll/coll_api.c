@@ -11,6 +11,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -18,6 +19,7 @@
 #include "base/util.h"
 #include "core/coll/coll_call.h"
 #include "core/coll/coll_world.h"
+#include "core/nvtx.h"
 
 //===--- Group calls ---===//
 
@@ -208,7 +210,7 @@ cube_status_t cube_collective_group_end(void) {
 // Checks once what a call's arguments say on their own, then runs it (or
 // records it in the thread's group call). Everything that needs the server
 // (bindings, streams, the group) is checked by the call itself.
-static cube_status_t collective(const cube_coll_op_t *op) {
+static cube_status_t collective_checked(const cube_coll_op_t *op) {
   if (op->world && !op->group)
     return cube_status_make(CUBE_STATUS_VALIDATION, "%s: comm is NULL", op->operation);
   if (!op->server)
@@ -249,6 +251,20 @@ static cube_status_t collective(const cube_coll_op_t *op) {
   // A world call run now borrows the comm's reference: the comm outlives it.
   call.group_borrowed = op->world;
   return cube_coll_call_run(&call);
+}
+
+// The call inside an NVTX range named after it (cube_all_reduce,
+// cube_comm_all_reduce...) when a tool is attached.
+static cube_status_t collective(const cube_coll_op_t *op) {
+  bool nvtx = op->server && op->server->nvtx;
+  if (__builtin_expect(nvtx, 0)) {
+    char name[48];
+    snprintf(name, sizeof name, "cube_%s%s", op->world ? "comm_" : "", op->operation);
+    cube_nvtx_push(name);
+  }
+  cube_status_t status = collective_checked(op);
+  if (__builtin_expect(nvtx, 0)) cube_nvtx_pop();
+  return status;
 }
 
 // A call over a list of clients.
