@@ -88,6 +88,14 @@ typedef struct cube_client_options_t {
   cube_log_level_t log_level;
   cube_log_fn_t log;
   void *log_user_data;
+  // Bundles of kernels built ahead of time (cube/bundle.h): files separated
+  // by ':'. NULL reads CUBE_BUNDLE; "" gives none. Each is checked when the
+  // client is created, and one that fails refuses the creation.
+  const char *bundles;
+  // The key bundles must be signed with (NULL: CUBE_BUNDLE_KEY_FILE's
+  // contents, else no signature is asked for).
+  const void *bundle_key;
+  size_t bundle_key_size;
 } cube_client_options_t;
 
 CUBE_API void cube_client_options_initialize(cube_client_options_t *out_options);

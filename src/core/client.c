@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "core/bundle.h"
 #include "core/collective.h"
 #include "core/graph.h"
 #include "core/host_copy.h"
@@ -36,6 +37,7 @@ cube_status_t cube_device_properties(cube_backend_kind_t kind, uint32_t device_i
   options.device_index = device_index;
   options.fault_plan = "";
   options.log_level = CUBE_LOG_OFF;
+  options.bundles = "";  // a probe loads no kernel
   cube_client_t *client = NULL;
   cube_status_t status = client_create(&options, true, &client);
   if (cube_status_is_ok(status)) {
@@ -270,6 +272,12 @@ static cube_status_t client_create(const cube_client_options_t *options, bool pr
     status = cube_mm_create(&mm_config, &storage, &server->mm);
     cube_host_copy_configure(&config);
     if (cube_status_is_ok(status)) status = cube_kstore_acquire(&config, &server->kernel_store);
+    if (cube_status_is_ok(status))
+      status = cube_bundle_set_open(&config, options->bundles, options->bundle_key,
+                                    options->bundle_key_size, &server->bundles);
+    if (!cube_status_is_ok(status) && cube_status_code(status) == CUBE_STATUS_VALIDATION)
+      status = cube_status_wrap(status, CUBE_STATUS_VALIDATION,
+                                "cube_client_create: a bundle cannot be used");
     server->config = config;  // the server owns it from here
     config = (cube_config_t){0};
     server->hooks.flush_deferred = cube_launch_flush_deferred;
@@ -290,6 +298,7 @@ static cube_status_t client_create(const cube_client_options_t *options, bool pr
     if (server->device) {
       if (server->mm) cube_mm_destroy(server->mm);
       cube_kstore_release(server->kernel_store);
+      cube_bundle_set_release(server->bundles);
       cube_config_release(&server->config);
       pthread_mutex_destroy(&server->lock);
       server->device->vtable->destroy(server->device);
@@ -356,6 +365,7 @@ void cube_client_release(cube_client_t *client) {
   cube_staging_drain(server);
   cube_kernel_cache_clear(server);
   cube_kstore_release(server->kernel_store);
+  cube_bundle_set_release(server->bundles);
   cube_config_release(&server->config);
   free(server->slots);
   free(server->thread_streams);

@@ -28,6 +28,8 @@ CUBE_INTERNAL cube_status_t cube_kernel_cache_get(cube_server_t *server, cube_ke
                                                   cube_compiled_t *found, cube_compiled_t **out);
 // Releases every entry (teardown).
 CUBE_INTERNAL void cube_kernel_cache_clear(cube_server_t *server);
+// The dialect's text hashed (32 hex digits): part of every kernel key.
+CUBE_INTERNAL const char *cube_kernel_dialect_hash(void);
 // Process-wide statistics.
 CUBE_INTERNAL void cube_kernel_stats_count(bool compiled, bool disk_hit, bool memory_hit,
                                            double seconds);

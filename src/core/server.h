@@ -211,6 +211,8 @@ struct cube_server_t {
   // kernel store it names (shared by the clients of one directory).
   cube_config_t config;
   struct cube_kstore_t *kernel_store;
+  struct cube_bundle_set_t *bundles;  // NULL: none (core/bundle.h)
+  bool compiler_reported;             // the device's compiler problem was logged
   // A collective group this server is a member of failed (comm_group.c): the
   // destinations it had in flight claim that at its next call (collective.c,
   // through the hook below). Set without the lock.

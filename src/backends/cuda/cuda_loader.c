@@ -128,6 +128,13 @@ static void cube_cuda_nvrtc_load(void) {
   if (cube_cuda_nvrtc_env_path[0]) names[0] = cube_cuda_nvrtc_env_path;
   pthread_mutex_unlock(&cube_cuda_nvrtc_prefer_lock);
   cube_cuda_nvrtc_t *table = &cube_cuda_nvrtc_table;
+  if (names[0] && strcmp(names[0], "none") == 0) {
+    // CUBE_NVRTC_PATH=none: a machine without NVRTC (kernels come from a
+    // bundle or the kernel cache, docs/bundles.md).
+    snprintf(cube_cuda_nvrtc_detail, sizeof cube_cuda_nvrtc_detail,
+             "NVRTC is switched off (CUBE_NVRTC_PATH=none)");
+    return;
+  }
   char why[768];
   table->library = cube_cuda_open_first(names, 4, why, sizeof why, &table->path);
   if (!table->library) {

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The demo and every example, run from a bundle on a machine "without a
+# compiler": CUBE_CC is a program that always fails and PATH holds no
+# compiler. First each runs once with the compiler, recording its kernels
+# (CUBE_BUNDLE_RECORD, CUBE_TUNE=test so every tuning candidate is built);
+# `cubec bundle build` makes one bundle of them; then each runs again from a
+# fresh, empty kernel cache with the bundle and no compiler, and must pass,
+# compile nothing and write no kernel file.
+# usage: bundle_run.sh CUBEC EXAMPLE...
+set -u
+cubec="$1"
+shift
+work="$(mktemp -d /tmp/cubec-bundle-run-XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+failed=0
+fail() { echo "FAIL: $*"; failed=1; }
+
+export CUBE_TUNE=test
+# 1. Record, with the compiler.
+for program in "$cubec demo" "$@"; do
+  if ! CUBE_CACHE_DIR="$work/record-cache" CUBE_BUNDLE_RECORD="$work/all.manifest" \
+      $program >"$work/record.log" 2>&1; then
+    rc=$?
+    [ "$rc" = 77 ] || { cat "$work/record.log"; fail "recording $program exited $rc"; }
+  fi
+done
+[ -s "$work/all.manifest" ] || { echo "FAIL: nothing recorded"; exit 1; }
+echo "recorded $(grep -c '^kernel ' "$work/all.manifest") kernel builds"
+
+# 2. Build the bundle (this ISA's baseline and x86-64-v3 by default).
+"$cubec" bundle build "$work/all.manifest" --out "$work/all.cubebundle" || exit 1
+"$cubec" bundle verify "$work/all.cubebundle" || exit 1
+
+# 3. Run without a compiler.
+mkdir -p "$work/empty-path"
+printf '#!/bin/sh\necho "no compiler here" >&2\nexit 1\n' >"$work/failing-cc"
+chmod +x "$work/failing-cc"
+for program in "$cubec demo" "$@"; do
+  name="$(basename "${program%% *}")${program#"${program%% *}"}"
+  rm -rf "$work/run-cache"
+  set +e
+  PATH="$work/empty-path" CUBE_CC="$work/failing-cc" CUBE_CACHE_DIR="$work/run-cache" \
+    CUBE_BUNDLE="$work/all.cubebundle" CUBE_LOG=info $program >"$work/run.log" 2>&1
+  rc=$?
+  set -e 2>/dev/null; set +e
+  if [ "$rc" = 77 ]; then
+    echo "skip: $name (not for this backend)"
+    continue
+  fi
+  if [ "$rc" != 0 ]; then
+    tail -30 "$work/run.log"
+    fail "$name exited $rc without a compiler"
+    continue
+  fi
+  taken=$(grep -c "taken from a bundle" "$work/run.log")
+  # The demo's broken kernel is refused on purpose: it is the only compile try.
+  compiled=$(grep -E "kernel '[^']+': compiled in" "$work/run.log" | grep -vc broken_fill)
+  files=$(find "$work/run-cache" -name '*.ck' 2>/dev/null | wc -l)
+  echo "ok: $name ($taken kernels taken from the bundle, $compiled compiled, $files kernel files)"
+  [ "$taken" -gt 0 ] || fail "$name took no kernel from the bundle"
+  [ "$compiled" = 0 ] || fail "$name compiled $compiled kernels"
+  [ "$files" = 0 ] || fail "$name wrote $files kernel files"
+done
+
+# 4. The same bundle damaged: refused whole, naming the reason, nothing run.
+cp "$work/all.cubebundle" "$work/damaged.cubebundle"
+printf '\x00' | dd of="$work/damaged.cubebundle" bs=1 seek=5000 conv=notrunc 2>/dev/null
+if PATH="$work/empty-path" CUBE_CC="$work/failing-cc" CUBE_CACHE_DIR="$work/run-cache" \
+    CUBE_BUNDLE="$work/damaged.cubebundle" "$cubec" demo >"$work/damaged.log" 2>&1; then
+  fail "the demo ran from a damaged bundle"
+fi
+grep -q "hash mismatch" "$work/damaged.log" || { cat "$work/damaged.log"; fail "no reason given"; }
+"$cubec" bundle verify "$work/damaged.cubebundle" >/dev/null 2>&1 && fail "verify passed a damaged bundle"
+exit $failed
