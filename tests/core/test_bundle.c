@@ -546,6 +546,42 @@ static void c_source(void **state) {
   cube_status_release(status);
 }
 
+// A compiler that cannot run is told once per client, with what would fix
+// it, however many kernels fail to build.
+static void count_compiler_lines(void *user, cube_log_level_t level, const char *client,
+                                 const char *message) {
+  (void)client;
+  if (level == CUBE_LOG_WARN && strstr(message, "cannot run, so CPU kernels cannot be compiled") &&
+      strstr(message, "apt-get install gcc") && strstr(message, "CUBE_BUNDLE"))
+    ++*(int *)user;
+}
+
+static void missing_compiler_told_once_per_client(void **state) {
+  (void)state;
+  compiler(true);
+  int lines = 0;
+  for (int c = 0; c < 2; ++c) {
+    cube_client_options_t options;
+    cube_client_options_initialize(&options);
+    options.backend = CUBE_BACKEND_CPU;
+    options.fault_plan = "";
+    options.bundles = "";
+    options.log_level = CUBE_LOG_WARN;
+    options.log = count_compiler_lines;
+    options.log_user_data = &lines;
+    cube_client_t *client = NULL;
+    ASSERT_OK(cube_client_create(&options, &client));
+    for (int k = 0; k < 2; ++k) {
+      cube_status_t status = run_kernel(client, k ? "scale" : "saxpy", k ? kScale : kSaxpy);
+      assert_int_equal(cube_status_code(status), CUBE_STATUS_COMPILE_REFUSED);
+      cube_status_release(status);
+    }
+    cube_client_release(client);
+    assert_int_equal(lines, c + 1);
+  }
+  compiler(false);
+}
+
 // Last: a registration holds for the rest of the process.
 static void embedded_registration(void **state) {
   (void)state;
@@ -580,6 +616,7 @@ int main(void) {
       cmocka_unit_test(signatures),
       cmocka_unit_test(manifest_errors),
       cmocka_unit_test(c_source),
+      cmocka_unit_test(missing_compiler_told_once_per_client),
       cmocka_unit_test(embedded_registration),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
