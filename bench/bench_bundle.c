@@ -9,7 +9,11 @@
 //      tune cache and with one started from an imported export: its time
 //      and its benchmark launches (target: 0 with the import).
 //
-//   ./build/bench/bench_bundle [--runs N]
+//   ./build/bench/bench_bundle [--runs N] [--cuda]
+//
+// --cuda: part 1 on the first CUDA device, with NVRTC made unavailable
+// (CUBE_NVRTC_PATH=none) for the bundle runs and a bundle of the device's
+// cubin; exits 77 without a GPU.
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +39,12 @@ static const char kSaxpy[] =
 
 static char g_self[4096], g_dir[256];
 
+// The backend of part 1 (BENCH_BUNDLE_BACKEND=cuda in the children).
+static cube_backend_kind_t backend_of_children(void) {
+  const char *b = getenv("BENCH_BUNDLE_BACKEND");
+  return b && strcmp(b, "cuda") == 0 ? CUBE_BACKEND_CUDA : CUBE_BACKEND_CPU;
+}
+
 static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -57,7 +67,7 @@ static int child_launch(void) {
   double t0 = now_s();
   cube_client_options_t options;
   cube_client_options_initialize(&options);
-  options.backend = CUBE_BACKEND_CPU;
+  options.backend = backend_of_children();
   cube_client_t *client = NULL;
   CHECK(cube_client_create(&options, &client));
   double created = now_s() - t0;
@@ -191,12 +201,31 @@ int main(int argc, char **argv) {
     if (strcmp(argv[2], "import") == 0 && argc == 4) return child_import(argv[3]);
     return 2;
   }
-  static const char *const flags[] = {"--runs=N", NULL};
-  bench_check_args(argc, argv, "usage: bench_bundle [--runs N]\n", flags);
+  static const char *const flags[] = {"--runs=N", "--cuda", NULL};
+  bench_check_args(argc, argv, "usage: bench_bundle [--runs N] [--cuda]\n", flags);
   int runs = 7;
+  bool cuda = false;
   for (int i = 1; i < argc; ++i) {
     if (strncmp(argv[i], "--runs", 6) == 0)
       runs = atoi(argv[i][6] == '=' ? argv[i] + 7 : argv[++i]);
+    cuda |= strcmp(argv[i], "--cuda") == 0;
+  }
+  char cuda_target[32] = "";
+  const char *targets[1] = {cuda_target};
+  cube_bundle_build_options_t build_options = {0};
+  if (cuda) {
+    cube_backend_info_t info;
+    cube_status_t status = cube_backend_query(CUBE_BACKEND_CUDA, &info);
+    if (!cube_status_is_ok(status) || !info.available || info.device_count == 0) {
+      printf("bench_bundle: no CUDA device, skipped\n");
+      return 77;
+    }
+    cube_device_properties_t p;
+    CHECK(cube_device_properties(CUBE_BACKEND_CUDA, 0, &p));
+    snprintf(cuda_target, sizeof cuda_target, "cuda-sm_%u%u", p.compute_capability_major,
+             p.compute_capability_minor);
+    build_options = (cube_bundle_build_options_t){.targets = targets, .target_count = 1};
+    setenv("BENCH_BUNDLE_BACKEND", "cuda", 1);
   }
   if (runs < 1 || runs > MAX_RUNS) runs = 7;
   ssize_t len = readlink("/proc/self/exe", g_self, sizeof g_self - 1);
@@ -231,7 +260,10 @@ int main(int argc, char **argv) {
   CHECK(cube_bundle_manifest_read(manifest, &kernels));
   void *bytes = NULL;
   size_t size = 0;
-  CHECK(cube_bundle_build(kernels.kernels, kernels.count, NULL, &bytes, &size));
+  // The CPU's default targets; on CUDA the device's cubin (the tuned
+  // reduction's kernels are recorded from the CPU run: CUDA builds them too).
+  CHECK(cube_bundle_build(kernels.kernels, kernels.count, cuda ? &build_options : NULL, &bytes,
+                          &size));
   path_in(bundle, sizeof bundle, "kernels.cubebundle", -1);
   CHECK(cube_bundle_write_file(bytes, size, bundle));
   cube_bundle_free(bytes);
@@ -240,7 +272,8 @@ int main(int argc, char **argv) {
          kernels.count, size, count, runs);
   cube_bundle_manifest_free(&kernels);
 
-  const char *names[3] = {"cold compile", "warm disk cache", "bundle, no compiler"};
+  const char *names[3] = {cuda ? "cold NVRTC compile" : "cold compile", "warm disk cache",
+                          cuda ? "bundle, no NVRTC" : "bundle, no compiler"};
   double create[3][MAX_RUNS], first[3][MAX_RUNS];
   for (int r = 0; r < runs; ++r) {
     for (int mode = 0; mode < 3; ++mode) {
@@ -271,7 +304,10 @@ int main(int argc, char **argv) {
   }
   unsetenv("CUBE_BUNDLE");
   unsetenv("CUBE_CC");
-  printf("1. first launch of saxpy (1 Mi floats: kernel create + launch + read), CPU:\n");
+  unsetenv("CUBE_NVRTC_PATH");
+  unsetenv("BENCH_BUNDLE_BACKEND");
+  printf("1. first launch of saxpy (1 Mi floats: kernel create + launch + read), %s:\n",
+         cuda ? cuda_target : "CPU");
   printf("   %-22s %14s %16s\n", "", "client create", "first launch");
   for (int mode = 0; mode < 3; ++mode)
     printf("   %-22s %11.2f ms %13.2f ms\n", names[mode], median(create[mode], runs),
