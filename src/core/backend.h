@@ -365,6 +365,10 @@ typedef struct cube_backend_factory_t {
   // backend reads what it needs from it here and never the environment.
   cube_status_t (*create_device)(uint32_t device_index, const cube_config_t *config,
                                  cube_backend_device_t **out_device);
+  // What the backend's transport is (cube_transport_query; never fails: a
+  // transport whose library is missing reports unavailable). NULL: the
+  // backend has none (cube_transport_query answers "none", unavailable).
+  void (*transport_query)(cube_transport_info_t *out_info);
   // Optional (NULL: none): builds |request| for its bundle target
   // (request->target) without a device, for the bundle writer (CUDA: NVRTC
   // only). |out_description| receives the compiler, its version and every

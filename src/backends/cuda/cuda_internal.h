@@ -137,4 +137,8 @@ CUBE_INTERNAL cube_status_t cube_cuda_bundle_compile(const cube_config_t *config
                                                      char *out_description, size_t capacity);
 CUBE_INTERNAL void cube_cuda_event_pool_drain(cube_cuda_device_t *device);
 
+// What the CUDA transport (NCCL) is: the factory's transport_query
+// (cuda_transport_nccl.c).
+CUBE_INTERNAL void cube_nccl_transport_query(cube_transport_info_t *out_info);
+
 #endif  // CUBE_BACKENDS_CUDA_CUDA_INTERNAL_H_

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/tune_cache.h"
+#include "tune/tune_cache.h"
 #include "cube/cube.h"
 
 #define EXPORT_HEADER "cubec-tune-export 1"
