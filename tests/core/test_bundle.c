@@ -546,6 +546,66 @@ static void c_source(void **state) {
   cube_status_release(status);
 }
 
+// CUDA targets build with NVRTC alone (no GPU): a cubin for sm_90 and PTX
+// for compute_80, each entry recording NVRTC's version and its flags. On
+// the CPU such a bundle holds nothing the device takes: the kernel is built
+// as without a bundle. Skipped where NVRTC cannot be loaded.
+static void describe_entry(const cube_bundle_entry_info_t *entry, void *user) {
+  char *seen = user;
+  size_t used = strlen(seen);
+  snprintf(seen + used, 4096 - used, "%s %s %s|", entry->kernel, entry->target, entry->description);
+}
+
+static void cuda_targets_build_without_a_gpu(void **state) {
+  (void)state;
+  const cube_bundle_kernel_t kernels[] = {
+      {.name = "scale", .source = kScale, .cube_dim = {256, 1, 1}, .options = "-DCUBE__CHECKED=1"}};
+  const char *targets[] = {"cuda-sm_90", "cuda-ptx-sm_80"};
+  cube_bundle_build_options_t options = {.targets = targets, .target_count = 2};
+  void *bytes = NULL;
+  size_t size = 0;
+  cube_status_t status = cube_bundle_build(kernels, 1, &options, &bytes, &size);
+  if (cube_status_code(status) == CUBE_STATUS_COMPILE_REFUSED) {
+    char *text = status_text(status);
+    bool no_nvrtc = strstr(text, "without NVRTC") != NULL;
+    if (!no_nvrtc) fail_msg("%s", text);
+    free(text);
+    cube_status_release(status);
+    skip();
+  }
+  ASSERT_OK(status);
+  char path[400];
+  snprintf(path, sizeof path, "%s/cuda.cubebundle", g_dir);
+  ASSERT_OK(cube_bundle_write_file(bytes, size, path));
+  cube_bundle_free(bytes);
+  static char seen[4096];
+  seen[0] = '\0';
+  cube_bundle_info_t info;
+  ASSERT_OK(cube_bundle_verify_file(path, NULL, 0, describe_entry, seen, &info));
+  assert_int_equal(info.entries, 2);
+  assert_non_null(strstr(seen, "scale cuda-sm_90 cuda nvrtc="));
+  assert_non_null(strstr(seen, "--gpu-architecture=sm_90"));
+  assert_non_null(strstr(seen, "scale cuda-ptx-sm_80 cuda nvrtc="));
+  assert_non_null(strstr(seen, "--gpu-architecture=compute_80"));
+  // An unknown CUDA target is named.
+  const char *bad[] = {"cuda-sm_9x"};
+  options = (cube_bundle_build_options_t){.targets = bad, .target_count = 1};
+  status = cube_bundle_build(kernels, 1, &options, &bytes, &size);
+  assert_int_equal(cube_status_code(status), CUBE_STATUS_COMPILE_REFUSED);
+  char *text = status_text(status);
+  assert_non_null(strstr(text, "unknown bundle target 'cuda-sm_9x'"));
+  free(text);
+  cube_status_release(status);
+  // A CPU client takes nothing from it: built as without a bundle.
+  cube_client_t *client = client_with(path, NULL, 0, &status);
+  ASSERT_OK(status);
+  uint64_t hits = bundle_hits(), compiled = compiles();
+  ASSERT_OK(run_kernel(client, "scale", kScale));
+  assert_int_equal(bundle_hits(), hits);
+  assert_int_equal(compiles() - compiled, 1);
+  cube_client_release(client);
+}
+
 // A compiler that cannot run is told once per client, with what would fix
 // it, however many kernels fail to build.
 static void count_compiler_lines(void *user, cube_log_level_t level, const char *client,
@@ -616,6 +676,7 @@ int main(void) {
       cmocka_unit_test(signatures),
       cmocka_unit_test(manifest_errors),
       cmocka_unit_test(c_source),
+      cmocka_unit_test(cuda_targets_build_without_a_gpu),
       cmocka_unit_test(missing_compiler_told_once_per_client),
       cmocka_unit_test(embedded_registration),
   };

@@ -71,4 +71,21 @@ if PATH="$work/empty-path" CUBE_CC="$work/failing-cc" CUBE_CACHE_DIR="$work/run-
 fi
 grep -q "hash mismatch" "$work/damaged.log" || { cat "$work/damaged.log"; fail "no reason given"; }
 "$cubec" bundle verify "$work/damaged.cubebundle" >/dev/null 2>&1 && fail "verify passed a damaged bundle"
+# 5. CUDA targets need NVRTC, not a GPU: with NVRTC switched off the build
+# is refused, saying so; with it (where installed) the cubin and PTX build.
+if CUBE_NVRTC_PATH=none "$cubec" bundle build "$work/all.manifest" --targets cuda-sm_90 \
+    --out "$work/cuda.cubebundle" >"$work/cuda.log" 2>&1; then
+  fail "a CUDA bundle was built with NVRTC switched off"
+fi
+grep -q "NVRTC is switched off (CUBE_NVRTC_PATH=none)" "$work/cuda.log" ||
+  { cat "$work/cuda.log"; fail "the refusal does not say NVRTC is off"; }
+if "$cubec" bundle build "$work/all.manifest" --targets cuda-sm_90,cuda-ptx-sm_80 \
+    --out "$work/cuda.cubebundle" >"$work/cuda.log" 2>&1; then
+  "$cubec" bundle list "$work/cuda.cubebundle" | grep -q "cuda-ptx-sm_80" ||
+    fail "the CUDA bundle lists no PTX entry"
+  echo "ok: CUDA bundle (cubin sm_90 + PTX compute_80) built without a GPU"
+else
+  grep -q "without NVRTC" "$work/cuda.log" || { cat "$work/cuda.log"; fail "CUDA bundle build"; }
+  echo "skip: no NVRTC here, CUDA targets refused as they should be"
+fi
 exit $failed
