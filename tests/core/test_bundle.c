@@ -560,8 +560,8 @@ static void cuda_targets_build_without_a_gpu(void **state) {
   (void)state;
   const cube_bundle_kernel_t kernels[] = {
       {.name = "scale", .source = kScale, .cube_dim = {256, 1, 1}, .options = "-DCUBE__CHECKED=1"}};
-  const char *targets[] = {"cuda-sm_90", "cuda-ptx-sm_80"};
-  cube_bundle_build_options_t options = {.targets = targets, .target_count = 2};
+  const char *targets[] = {"cuda-sm_90", "cuda-ptx-sm_80", "cuda-sm_90a"};
+  cube_bundle_build_options_t options = {.targets = targets, .target_count = 3};
   void *bytes = NULL;
   size_t size = 0;
   cube_status_t status = cube_bundle_build(kernels, 1, &options, &bytes, &size);
@@ -582,7 +582,8 @@ static void cuda_targets_build_without_a_gpu(void **state) {
   seen[0] = '\0';
   cube_bundle_info_t info;
   ASSERT_OK(cube_bundle_verify_file(path, NULL, 0, describe_entry, seen, &info));
-  assert_int_equal(info.entries, 2);
+  assert_int_equal(info.entries, 3);
+  assert_non_null(strstr(seen, "--gpu-architecture=sm_90a"));
   assert_non_null(strstr(seen, "scale cuda-sm_90 cuda nvrtc="));
   assert_non_null(strstr(seen, "--gpu-architecture=sm_90"));
   assert_non_null(strstr(seen, "scale cuda-ptx-sm_80 cuda nvrtc="));
@@ -594,6 +595,22 @@ static void cuda_targets_build_without_a_gpu(void **state) {
   assert_int_equal(cube_status_code(status), CUBE_STATUS_COMPILE_REFUSED);
   char *text = status_text(status);
   assert_non_null(strstr(text, "unknown bundle target 'cuda-sm_9x'"));
+  free(text);
+  cube_status_release(status);
+  // A kernel naming its own architecture builds for that cubin target only.
+  const cube_bundle_kernel_t own_arch[] = {{.name = "scale",
+                                            .source = kScale,
+                                            .cube_dim = {256, 1, 1},
+                                            .options = "--gpu-architecture=sm_90a -DBUNDLE_TEST=1"}};
+  const char *sm90[] = {"cuda-sm_90"}, *ptx[] = {"cuda-ptx-sm_80"};
+  options = (cube_bundle_build_options_t){.targets = sm90, .target_count = 1};
+  ASSERT_OK(cube_bundle_build(own_arch, 1, &options, &bytes, &size));
+  cube_bundle_free(bytes);
+  options = (cube_bundle_build_options_t){.targets = ptx, .target_count = 1};
+  status = cube_bundle_build(own_arch, 1, &options, &bytes, &size);
+  assert_int_equal(cube_status_code(status), CUBE_STATUS_COMPILE_REFUSED);
+  text = status_text(status);
+  assert_non_null(strstr(text, "names its own architecture (sm_90a)"));
   free(text);
   cube_status_release(status);
   // A CPU client takes nothing from it: built as without a bundle.

@@ -41,19 +41,29 @@ static bool cube_cuda_dir_exists(const char *path) {
 
 // Builds the NVRTC option list. The user's options are split on whitespace
 // (no quoting); a user --gpu-architecture / -arch replaces the default.
-// A bundle target's architecture: "cuda-sm_XY" (a cubin) or "cuda-ptx-sm_XY"
-// (PTX for compute_XY, JIT-compiled by the driver of a newer device); false
-// for anything else.
-static bool cube_cuda_bundle_arch(const char *target, unsigned *out_arch, bool *out_ptx) {
-  unsigned arch = 0;
-  int end = 0;
+// A bundle target's architecture: "cuda-sm_XY" (a cubin), "cuda-sm_XYa" (an
+// arch-specific cubin: that compute capability only, e.g. wgmma on sm_90a)
+// or "cuda-ptx-sm_XY" (PTX for compute_XY, JIT-compiled by the driver of a
+// newer device); false for anything else. |out_arch| gets "XY" or "XYa".
+static bool cube_cuda_bundle_arch(const char *target, char out_arch[8], bool *out_ptx) {
   bool ptx = strncmp(target, "cuda-ptx-sm_", 12) == 0;
   const char *digits = ptx ? target + 12 : strncmp(target, "cuda-sm_", 8) == 0 ? target + 8 : NULL;
-  if (!digits || sscanf(digits, "%3u%n", &arch, &end) != 1 || digits[end] != '\0' || arch < 30)
-    return false;
-  *out_arch = arch;
+  if (!digits) return false;
+  size_t n = strspn(digits, "0123456789");
+  bool specific = !ptx && digits[n] == 'a' && digits[n + 1] == '\0';
+  if (n < 2 || n > 3 || (digits[n] != '\0' && !specific)) return false;
+  snprintf(out_arch, 8, "%s", digits);
   *out_ptx = ptx;
   return true;
+}
+
+// The architecture a kernel's own options name ("sm_90a" of
+// "--gpu-architecture=sm_90a" or "-arch=sm_90a"), or "" (none, or a form
+// without '=').
+static void cube_cuda_user_arch(const char *token, char out_arch[16]) {
+  const char *eq = strchr(token, '=');
+  out_arch[0] = '\0';
+  if (eq) snprintf(out_arch, 16, "%s", eq + 1);
 }
 
 // |device| NULL: a bundle build (request->target names the architecture,
@@ -85,21 +95,34 @@ static cube_status_t cube_cuda_options_build(const cube_cuda_device_t *device,
     }
   }
   if (request->target) {
-    unsigned arch = 0;
+    char arch[8];
     bool ptx = false;
-    if (!cube_cuda_bundle_arch(request->target, &arch, &ptx))
+    if (!cube_cuda_bundle_arch(request->target, arch, &ptx))
       return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
-                              "cuda: unknown bundle target '%s' for kernel '%s' (cuda-sm_XY for "
-                              "a cubin, cuda-ptx-sm_XY for PTX)",
+                              "cuda: unknown bundle target '%s' for kernel '%s' (cuda-sm_XY or "
+                              "cuda-sm_XYa for a cubin, cuda-ptx-sm_XY for PTX)",
                               request->target, request->name);
-    if (user_arch)
-      return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
-                              "cuda: kernel '%s' names its own architecture in its options; a "
-                              "bundle target cannot build it for '%s'",
-                              request->name, request->target);
-    snprintf(out_options->arch, sizeof out_options->arch, "--gpu-architecture=%s_%u",
-             ptx ? "compute" : "sm", arch);
-    out_options->list[out_options->count++] = out_options->arch;
+    if (user_arch) {
+      // The kernel's own architecture stands when it is the target's cubin
+      // architecture (sm_90a for cuda-sm_90 or cuda-sm_90a): the entry then
+      // loads only where the target does.
+      char own[16] = "", want[16];
+      for (int i = 0; i < user_count && !own[0]; ++i)
+        if (strncmp(user_tokens[i], "--gpu-architecture", 18) == 0 ||
+            strncmp(user_tokens[i], "-arch", 5) == 0)
+          cube_cuda_user_arch(user_tokens[i], own);
+      snprintf(want, sizeof want, "sm_%s", arch);
+      size_t digits = strspn(want + 3, "0123456789") + 3;
+      if (ptx || strncmp(own, want, digits) != 0 || (own[digits] && own[digits] != 'a'))
+        return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                                "cuda: kernel '%s' names its own architecture (%s) in its "
+                                "options; bundle target '%s' builds another",
+                                request->name, own[0] ? own : "?", request->target);
+    } else {
+      snprintf(out_options->arch, sizeof out_options->arch, "--gpu-architecture=%s_%s",
+               ptx ? "compute" : "sm", arch);
+      out_options->list[out_options->count++] = out_options->arch;
+    }
   } else if (!user_arch) {
     const cube_device_properties_t *p = &device->base.properties;
     snprintf(out_options->arch, sizeof out_options->arch, "--gpu-architecture=sm_%u%u",
@@ -565,9 +588,10 @@ cube_status_t cube_cuda_kernel_bundle_targets(cube_backend_device_t *base, char 
   unsigned own = p->compute_capability_major * 10 + p->compute_capability_minor;
   size_t used = 0;
   if (capacity) out_targets[0] = '\0';
-  // Its own cubin, then older cubins of the same major version (binary
-  // compatible), then PTX from the newest it can JIT down.
-  int n = snprintf(out_targets, capacity, "cuda-sm_%u", own);
+  // Its own arch-specific cubin and its own cubin, then older cubins of the
+  // same major version (binary compatible), then PTX from the newest it can
+  // JIT down.
+  int n = snprintf(out_targets, capacity, "cuda-sm_%ua cuda-sm_%u", own, own);
   if (n > 0) used = (size_t)n;
   for (size_t i = ARCH_COUNT; i-- > 0 && used < capacity;) {
     if (kArchs[i] < own && kArchs[i] / 10 == own / 10) {
