@@ -331,6 +331,14 @@ static cube_status_t read_file(const char *what, const char *path, uint64_t max,
   return status;
 }
 
+bool cube_bundle_check_bytes(const void *bytes, size_t size, const void *key, size_t key_size,
+                             char *why, size_t why_capacity) {
+  cube_bundle_t bundle = {.bytes = bytes, .size = size};
+  bool ok = bundle_check(bytes, size, key, key_size, &bundle, why, why_capacity);
+  free(bundle.entries);
+  return ok;
+}
+
 //===--- The embedded registry ---===//
 
 static pthread_mutex_t g_registered_lock = PTHREAD_MUTEX_INITIALIZER;

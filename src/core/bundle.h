@@ -78,6 +78,12 @@ CUBE_INTERNAL void cube_bundle_set_describe(const cube_bundle_set_t *set,
                                             const cube_compile_request_t *request, char *out,
                                             size_t capacity);
 
+// Checks |bytes| as a bundle (every check a client makes; |key| NULL: no
+// signature asked for) and releases it; false with the reason in |why|
+// (the fuzzer, tests).
+CUBE_INTERNAL bool cube_bundle_check_bytes(const void *bytes, size_t size, const void *key,
+                                           size_t key_size, char *why, size_t why_capacity);
+
 // CUBE_BUNDLE_RECORD: appends |request| to the manifest at |path| (one
 // write; a failure is a warning, once per process).
 CUBE_INTERNAL void cube_bundle_record(const char *path, const cube_compile_request_t *request);
