@@ -339,6 +339,52 @@ static void other_level_falls_back_or_refuses(void **state) {
 #endif
 }
 
+// A bundle for another ISA (aarch64 objects, built here through a cross
+// compiler): this CPU takes none of it; the kernel is compiled, or, with
+// no compiler, refused naming cpu-aarch64. Skipped without
+// aarch64-linux-gnu-gcc.
+static void other_isa_falls_back_or_refuses(void **state) {
+  (void)state;
+#if defined(__x86_64__)
+  if (system("command -v aarch64-linux-gnu-gcc >/dev/null 2>&1") != 0) skip();
+  const cube_bundle_kernel_t kernels[] = {
+      {.name = "scale", .source = kScale, .cube_dim = {256, 1, 1}, .options = "-DCUBE__CHECKED=1"}};
+  const char *targets[] = {"cpu-aarch64"};
+  cube_bundle_build_options_t options = {.targets = targets, .target_count = 1};
+  setenv("CUBE_CC", "aarch64-linux-gnu-gcc", 1);
+  void *bytes = NULL;
+  size_t size = 0;
+  ASSERT_OK(cube_bundle_build(kernels, 1, &options, &bytes, &size));
+  unsetenv("CUBE_CC");
+  char path[400];
+  snprintf(path, sizeof path, "%s/aarch64.cubebundle", g_dir);
+  ASSERT_OK(cube_bundle_write_file(bytes, size, path));
+  cube_bundle_free(bytes);
+  cube_status_t status;
+  cube_client_t *client = client_with(path, NULL, 0, &status);
+  ASSERT_OK(status);
+  uint64_t hits = bundle_hits(), compiled = compiles();
+  ASSERT_OK(run_kernel(client, "scale", kScale));
+  assert_int_equal(bundle_hits(), hits);
+  assert_int_equal(compiles() - compiled, 1);
+  cube_client_release(client);
+  compiler(true);
+  client = client_with(path, NULL, 0, &status);
+  ASSERT_OK(status);
+  status = run_kernel(client, "scale", kScale);
+  assert_int_equal(cube_status_code(status), CUBE_STATUS_COMPILE_REFUSED);
+  char *text = status_text(status);
+  assert_non_null(
+      strstr(text, "the bundles hold it for: cpu-aarch64; this device takes: cpu-x86_64"));
+  free(text);
+  cube_status_release(status);
+  cube_client_release(client);
+  compiler(false);
+#else
+  skip();
+#endif
+}
+
 //===--- Corruption matrix ---===//
 
 // |bytes| as a bundle file is refused by the client and by verify, with
@@ -598,10 +644,11 @@ static void cuda_targets_build_without_a_gpu(void **state) {
   free(text);
   cube_status_release(status);
   // A kernel naming its own architecture builds for that cubin target only.
-  const cube_bundle_kernel_t own_arch[] = {{.name = "scale",
-                                            .source = kScale,
-                                            .cube_dim = {256, 1, 1},
-                                            .options = "--gpu-architecture=sm_90a -DBUNDLE_TEST=1"}};
+  const cube_bundle_kernel_t own_arch[] = {
+      {.name = "scale",
+       .source = kScale,
+       .cube_dim = {256, 1, 1},
+       .options = "--gpu-architecture=sm_90a -DBUNDLE_TEST=1"}};
   const char *sm90[] = {"cuda-sm_90"}, *ptx[] = {"cuda-ptx-sm_80"};
   options = (cube_bundle_build_options_t){.targets = sm90, .target_count = 1};
   ASSERT_OK(cube_bundle_build(own_arch, 1, &options, &bytes, &size));
@@ -689,6 +736,7 @@ int main(void) {
       cmocka_unit_test(loads_without_compiler),
       cmocka_unit_test(miss_falls_back_or_refuses),
       cmocka_unit_test(other_level_falls_back_or_refuses),
+      cmocka_unit_test(other_isa_falls_back_or_refuses),
       cmocka_unit_test(corruption_matrix),
       cmocka_unit_test(signatures),
       cmocka_unit_test(manifest_errors),

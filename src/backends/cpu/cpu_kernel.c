@@ -186,22 +186,30 @@ static void report_compiler(cube_cpu_device_t *cpu, cube_status_t status) {
 
 //===--- Bundle targets ---===//
 
-// The CPU targets a bundle may hold, best vector level first, with the
-// -march each is built with. One ISA per build of cubec.
+// The CPU targets a bundle may hold, each ISA's best vector level first,
+// with the -march each is built with. A build of cubec loads its own ISA's;
+// it builds any of them (another ISA's through CUBE_CC naming a cross
+// compiler, e.g. aarch64-linux-gnu-gcc).
 typedef struct bundle_level_t {
   const char *target;
   const char *march;
+  bool here;  // this build's ISA
 } bundle_level_t;
 #if defined(__x86_64__)
-static const bundle_level_t kLevels[] = {{"cpu-x86_64-v4", "x86-64-v4"},
-                                         {"cpu-x86_64-v3", "x86-64-v3"},
-                                         {"cpu-x86_64-v2", "x86-64-v2"},
-                                         {"cpu-x86_64", "x86-64"}};
+#define X86_HERE true
+#define ARM_HERE false
 #elif defined(__aarch64__)
-static const bundle_level_t kLevels[] = {{"cpu-aarch64", "armv8-a"}};
+#define X86_HERE false
+#define ARM_HERE true
 #else
-static const bundle_level_t kLevels[] = {{"cpu-unknown-isa", NULL}};
+#define X86_HERE false
+#define ARM_HERE false
 #endif
+static const bundle_level_t kLevels[] = {{"cpu-x86_64-v4", "x86-64-v4", X86_HERE},
+                                         {"cpu-x86_64-v3", "x86-64-v3", X86_HERE},
+                                         {"cpu-x86_64-v2", "x86-64-v2", X86_HERE},
+                                         {"cpu-x86_64", "x86-64", X86_HERE},
+                                         {"cpu-aarch64", "armv8-a", ARM_HERE}};
 #define LEVEL_COUNT (sizeof kLevels / sizeof kLevels[0])
 
 const char *cube_cpu_bundle_march(const char *target) {
@@ -211,17 +219,13 @@ const char *cube_cpu_bundle_march(const char *target) {
 }
 
 const char *cube_cpu_bundle_known_targets(void) {
-#if defined(__x86_64__)
-  return "cpu-x86_64, cpu-x86_64-v2, cpu-x86_64-v3, cpu-x86_64-v4";
-#elif defined(__aarch64__)
-  return "cpu-aarch64";
-#else
-  return "nothing: no bundle target is known for this ISA";
-#endif
+  return "cpu-x86_64, cpu-x86_64-v2, cpu-x86_64-v3, cpu-x86_64-v4, cpu-aarch64 (another ISA's "
+         "with CUBE_CC naming a cross compiler)";
 }
 
 // Whether this CPU runs code of level |index| of kLevels.
 static bool level_supported(size_t index) {
+  if (!kLevels[index].here) return false;
 #if defined(__x86_64__)
   __builtin_cpu_init();
   // The psABI levels as feature sets (clang's __builtin_cpu_supports knows
@@ -236,9 +240,9 @@ static bool level_supported(size_t index) {
             __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
             __builtin_cpu_supports("avx512vl");
   const bool supported[] = {v4, v3, v2, true};
-  return supported[index];
+  return index < 4 && supported[index];
 #else
-  return kLevels[index].march != NULL;
+  return true;
 #endif
 }
 
