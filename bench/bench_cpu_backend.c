@@ -26,7 +26,7 @@ static int check(cube_status_t status) {
 static cube_bkernel_t *compile(cube_backend_device_t *device, const char *name,
                                const char *source) {
   cube_compile_request_t request = {
-      name, source, CUBE_KERNEL_DIALECT, {1, 1, 1}, getenv("BENCH_OPTS")};
+      name, source, CUBE_KERNEL_DIALECT, {1, 1, 1}, getenv("BENCH_OPTS"), NULL};
   cube_bkernel_t *kernel = NULL;
   cube_kernel_info_t info;
   if (check(cube_kernel_build(NULL, device, &request, &kernel, &info))) exit(1);

@@ -87,6 +87,11 @@ static bool print_entry(const cube_tune_entry_t *e, void *user) {
   return true;
 }
 
+static void print_note(const char *line, void *user) {
+  (void)user;
+  printf("  %s\n", line);
+}
+
 static void tune_usage(FILE *out) {
   fprintf(out,
           "usage: cubec tune <command>\n"
@@ -96,6 +101,9 @@ static void tune_usage(FILE *out) {
           "                     (quote the key: it holds ';', e.g. 'n=1024;;align=256,256')\n"
           "  clear [OP]         remove the stored decisions (of OP, or all)\n"
           "  path               where the tune cache file is\n"
+          "  export FILE [OP]   write the decisions (of OP, or all) to FILE, to carry\n"
+          "  import FILE        take an export's decisions for this machine's devices and\n"
+          "                     this cubec version; every other one is ignored, with a line\n"
           "\n"
           "The file is CUBE_TUNE_CACHE, else tune.sqlite in the kernel cache directory\n"
           "(CUBE_CACHE_DIR, else $XDG_CACHE_HOME/cubec, else ~/.cache/cubec).\n");
@@ -148,6 +156,26 @@ int cubec_tune_main(int argc, char **argv) {
                         cube_tune_cache_clear(argc == 3 ? argv[2] : NULL, &removed)))
       return 1;
     printf("removed %" PRIu64 " decision%s from %s\n", removed, removed == 1 ? "" : "s", path);
+    return 0;
+  }
+  if (strcmp(command, "export") == 0 && (argc == 3 || argc == 4)) {
+    uint64_t count = 0;
+    if (!report_failure("cube_tune_cache_export",
+                        cube_tune_cache_export(argc == 4 ? argv[3] : NULL, argv[2], &count)))
+      return 1;
+    printf("exported %" PRIu64 " decision%s from %s to %s\n", count, count == 1 ? "" : "s", path,
+           argv[2]);
+    return 0;
+  }
+  if (strcmp(command, "import") == 0 && argc == 3) {
+    cube_tune_import_report_t report;
+    if (!report_failure("cube_tune_cache_import",
+                        cube_tune_cache_import(argv[2], print_note, NULL, &report)))
+      return 1;
+    printf("imported %" PRIu64 " decision%s into %s; ignored %" PRIu64
+           " for another device, %" PRIu64 " of another cubec version\n",
+           report.imported, report.imported == 1 ? "" : "s", path, report.other_device,
+           report.other_version);
     return 0;
   }
   fprintf(stderr, "cubec tune: unknown command or arguments (try cubec tune --help)\n");
@@ -322,7 +350,7 @@ static int command_tune(const cli_command_t *self, int argc, char **argv) {
 
 const cli_command_t cli_command_tune = {
     .name = "tune",
-    .synopsis = "<list [OP] | show KEY [OP] | clear [OP] | path>",
+    .synopsis = "<list [OP] | show KEY [OP] | clear [OP] | path | export FILE [OP] | import FILE>",
     .summary = "the tune cache: stored winners of tuned operations; show, clear",
     .description =
         "  list [OP]          the stored decisions (of OP, or all)\n"
@@ -331,6 +359,9 @@ const cli_command_t cli_command_tune = {
         "'n=1024,parts=256;;align=256,256')\n"
         "  clear [OP]         remove the stored decisions (of OP, or all)\n"
         "  path               where the tune cache file is\n"
+        "  export FILE [OP]   write the decisions (of OP, or all) to FILE, to carry\n"
+        "  import FILE        take an export's decisions for this machine's devices and\n"
+        "                     this cubec version; every other one is ignored, with a line\n"
         "The file is CUBE_TUNE_CACHE, else tune.sqlite in the cache directory\n"
         "(CUBE_CACHE_DIR, else $XDG_CACHE_HOME/cubec, else ~/.cache/cubec). See docs/tune.md.",
     .uses_device = false,

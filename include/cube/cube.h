@@ -14,6 +14,7 @@
 #include "cube/profile.h"
 #include "cube/collective.h"
 #include "cube/cache.h"
+#include "cube/bundle.h"
 #include "cube/tune.h"
 #include "cube/world.h"
 #include "cube/numeric.h"

@@ -90,6 +90,14 @@ typedef struct cube_client_options_t {
   void *log_user_data;
   // CUBE_CLIENT_* flags (0: the defaults).
   uint32_t flags;
+  // Bundles of kernels built ahead of time (cube/bundle.h): files separated
+  // by ':'. NULL reads CUBE_BUNDLE; "" gives none. Each is checked when the
+  // client is created, and one that fails refuses the creation.
+  const char *bundles;
+  // The key bundles must be signed with (NULL: CUBE_BUNDLE_KEY_FILE's
+  // contents, else no signature is asked for).
+  const void *bundle_key;
+  size_t bundle_key_size;
 } cube_client_options_t;
 
 // Lazy binding: cube_handle_create mints the handle at once and reserves its

@@ -172,12 +172,14 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_launch_claim_outputs(
 // Compiles what CUBE_LAUNCH_QUEUE launches deferred.
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_compile_queued(cube_client_t *client);
 
-// Kernel cache counters for this process (compiles done, memory hits, disk hits).
+// Kernel cache counters for this process (compiles done, memory hits, disk
+// hits, kernels taken from a bundle: cube/bundle.h).
 typedef struct cube_kernel_cache_stats_t {
   uint64_t compiled;
   uint64_t memory_hits;
   uint64_t disk_hits;
   double compile_seconds;
+  uint64_t bundle_hits;
 } cube_kernel_cache_stats_t;
 CUBE_API void cube_kernel_cache_stats(cube_kernel_cache_stats_t *out_stats);
 

@@ -281,6 +281,31 @@ cube_tune_cache_visit(const char *op, const char *key,
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_tune_cache_clear(const char *op,
                                                                   uint64_t *out_removed);
 
+//===--- Tune results that travel (docs/tune.md, docs/bundles.md) ---===//
+
+// Writes every stored decision (of |op|, NULL: all) to |path| as a text file
+// that names this cubec's version; each decision keeps its device
+// fingerprint (the properties hash) and its candidate set's checksum.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_tune_cache_export(const char *op, const char *path,
+                                                                   uint64_t *out_count);
+
+typedef struct cube_tune_import_report_t {
+  uint64_t imported;       // decisions written to this machine's tune cache
+  uint64_t other_version;  // ignored: exported by another cubec version
+  uint64_t other_device;   // ignored: for a device this machine does not have
+} cube_tune_import_report_t;
+
+// Reads an export into this machine's tune cache. A decision is applied only
+// when the file is of this cubec version and the decision's device is one of
+// this machine's (every available backend's devices are asked); every other
+// one is ignored, never applied, and |note| (may be NULL) gets one line
+// saying which and why. A program then finds covered keys in the cache and
+// runs no benchmark launch for them. VALIDATION for a file that is not an
+// export; the tune cache must be a file (not memory only).
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t
+cube_tune_cache_import(const char *path, void (*note)(const char *line, void *user), void *user,
+                       cube_tune_import_report_t *out_report);
+
 // The caller's location (C51): each call below records its file:line in the
 // statuses it makes (cube/status.h: CUBE_CALL_SITE).
 #if !defined(CUBE_NO_CALL_SITE) && !defined(CUBE_BUILDING_SHARED)
@@ -292,6 +317,8 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_tune_cache_clear(const char *op
 #define cube_tune_cache_path(...) CUBE_CALL_SITE(cube_tune_cache_path(__VA_ARGS__))
 #define cube_tune_cache_visit(...) CUBE_CALL_SITE(cube_tune_cache_visit(__VA_ARGS__))
 #define cube_tune_cache_clear(...) CUBE_CALL_SITE(cube_tune_cache_clear(__VA_ARGS__))
+#define cube_tune_cache_export(...) CUBE_CALL_SITE(cube_tune_cache_export(__VA_ARGS__))
+#define cube_tune_cache_import(...) CUBE_CALL_SITE(cube_tune_cache_import(__VA_ARGS__))
 #endif
 
 #ifdef __cplusplus

@@ -17,6 +17,8 @@
 #ifndef CUBE_CORE_BACKEND_H_
 #define CUBE_CORE_BACKEND_H_
 
+#include <stdatomic.h>
+
 #include "cube/cube.h"
 
 #include "base/visibility.h"
@@ -58,6 +60,11 @@ typedef struct cube_compile_request_t {
   cube_kernel_language_t language;
   cube_dim3_t cube_dim;
   const char *options;  // may be NULL
+  // A bundle target to build for instead of this device ("cpu-x86_64-v3",
+  // "cuda-sm_90", "cuda-ptx-sm_80"; core/bundle.h), or NULL. Set only by
+  // the bundle writer: the binary is built for that target and carries
+  // nothing of this machine (no -march=native, no sanitizer).
+  const char *target;
 } cube_compile_request_t;
 
 // What a compiled kernel says about itself.
@@ -69,6 +76,7 @@ typedef struct cube_kernel_info_t {
   uint32_t static_shared_memory;  // bytes the kernel declares statically
   uint32_t max_units_per_cube;    // what the compiled code allows (registers)
   bool from_disk_cache;           // loaded rather than compiled (set by the core)
+  bool from_bundle;               // taken from a bundle (set by the core)
   // The kernel's exported signature (cube/dialect.h, name__cube_sig: each
   // buffer's element size and alignment, each ARG's type) and its entries'
   // "type name," list (name__cube_sig_names); NULL when the kernel exported
@@ -189,6 +197,13 @@ typedef struct cube_bcopy_t {
 //                        from any file. COMPILE_REFUSED for bytes it cannot
 //                        load (the core then rebuilds once).
 //   kernel_release       drops a loaded kernel.
+//   kernel_bundle_targets  the bundle targets (core/bundle.h) whose binaries
+//                        this device loads, best first, blank-separated, into
+//                        |out_targets| (NUL-terminated, at most |capacity|):
+//                        the CPU answers its ISA's vector levels the CPU
+//                        supports, CUDA its cubin architecture then the PTX
+//                        levels it can JIT. Runs no compiler. A backend that
+//                        loads no bundle answers "".
 //   dispatch             queues one resolved launch.
 //   tensor_map_encode    encodes one tensor map (the core has validated and
 //                        converted it, core/tensor_map.h) into the 128 bytes
@@ -292,6 +307,9 @@ typedef struct cube_bcopy_t {
       size_t size, cube_bkernel_t **out_kernel, cube_kernel_info_t *out_info),                  \
      (device, request, binary, size, out_kernel, out_info))                                     \
   XV(kernel_release, (cube_backend_device_t *device, cube_bkernel_t *kernel), (device, kernel)) \
+  XS(kernel_bundle_targets,                                                                     \
+     (cube_backend_device_t *device, char *out_targets, size_t capacity),                       \
+     (device, out_targets, capacity))                                                           \
   XS(dispatch,                                                                                  \
      (cube_backend_device_t *device, cube_bstream_t *stream, const cube_dispatch_t *dispatch),  \
      (device, stream, dispatch))                                                                \
@@ -366,6 +384,12 @@ struct cube_backend_device_t {
   // The creating client's logger (core/log.h), set by the core once the
   // device is made; NULL (the process's logger) until then.
   const struct cube_logger_t *log;
+  // A compiler this device needs and cannot run (the CPU's cc): the backend
+  // writes what is wrong and what would fix it into |compiler_problem|, then
+  // sets |compiler_problem_set| (release); the core tells the client's log
+  // once. Empty while the compiler is fine or untried.
+  char compiler_problem[768];
+  atomic_bool compiler_problem_set;
 };
 
 // A backend factory: how the core finds devices.
@@ -382,6 +406,13 @@ typedef struct cube_backend_factory_t {
   // transport whose library is missing reports unavailable). NULL: the
   // backend has none (cube_transport_query answers "none", unavailable).
   void (*transport_query)(cube_transport_info_t *out_info);
+  // Optional (NULL: none): builds |request| for its bundle target
+  // (request->target) without a device, for the bundle writer (CUDA: NVRTC
+  // only). |out_description| receives the compiler, its version and every
+  // flag. COMPILE_REFUSED when the compiler is missing.
+  cube_status_t (*bundle_compile)(const cube_config_t *config,
+                                  const cube_compile_request_t *request, void **out_binary,
+                                  size_t *out_size, char *out_description, size_t capacity);
 } cube_backend_factory_t;
 
 CUBE_INTERNAL extern const cube_backend_factory_t cube_cpu_backend_factory;

@@ -10,6 +10,7 @@
 #include "core/coll/coll_api.h"
 #include "core/interop.h"
 #include "core/nvtx.h"
+#include "core/bundle.h"
 #include "core/graph.h"
 #include "core/host_copy.h"
 #include "core/info.h"
@@ -38,6 +39,7 @@ cube_status_t cube_device_properties(cube_backend_kind_t kind, uint32_t device_i
   options.device_index = device_index;
   options.fault_plan = "";
   options.log_level = CUBE_LOG_OFF;
+  options.bundles = "";  // a probe loads no kernel
   cube_client_t *client = NULL;
   cube_status_t status = client_create(&options, true, &client);
   if (cube_status_is_ok(status)) {
@@ -296,6 +298,12 @@ static cube_status_t client_create(const cube_client_options_t *options, bool pr
     cube_host_copy_configure(&config);
     if (cube_status_is_ok(status))
       status = cube_kstore_acquire(&config, &server->log, &server->kernel_store);
+    if (cube_status_is_ok(status))
+      status = cube_bundle_set_open(&config, options->bundles, options->bundle_key,
+                                    options->bundle_key_size, &server->bundles);
+    if (!cube_status_is_ok(status) && cube_status_code(status) == CUBE_STATUS_VALIDATION)
+      status = cube_status_wrap(status, CUBE_STATUS_VALIDATION,
+                                "cube_client_create: a bundle cannot be used");
     server->config = config;  // the server owns it from here
     config = (cube_config_t){0};
     server->hooks.flush_deferred = cube_launch_flush_deferred;
@@ -317,6 +325,7 @@ static cube_status_t client_create(const cube_client_options_t *options, bool pr
     if (server->device) {
       if (server->mm) cube_mm_destroy(server->mm);
       cube_kstore_release(server->kernel_store);
+      cube_bundle_set_release(server->bundles);
       cube_config_release(&server->config);
       pthread_mutex_destroy(&server->lock);
       server->device->vtable->destroy(server->device);
@@ -384,6 +393,7 @@ void cube_client_release(cube_client_t *client) {
   cube_staging_drain(server);
   cube_kernel_cache_clear(server);
   cube_kstore_release(server->kernel_store);
+  cube_bundle_set_release(server->bundles);
   cube_config_release(&server->config);
   free(server->slots);
   free(server->thread_streams);

@@ -152,9 +152,20 @@ enum {
     "memory only")                                                                                 \
   X(SQLITE_PATH, "CUBE_SQLITE_PATH", PATH, 0, 0, 1023, 0, NULL,                                    \
     "the SQLite library the tune cache loads (a path or a soname; default: libsqlite3.so.0)")      \
+  /* Bundles (docs/bundles.md) */                                                                  \
+  X(BUNDLE, "CUBE_BUNDLE", PATH, 0, 0, 4000, 0, NULL,                                              \
+    "bundle files of kernels built ahead of time, separated by ':'; each client verifies them "    \
+    "when created and takes a kernel from them before the cache or a compiler (the client's "      \
+    "bundles option wins)")                                                                        \
+  X(BUNDLE_KEY_FILE, "CUBE_BUNDLE_KEY_FILE", PATH, 0, 0, 4000, CUBE_CONFIG_ABSOLUTE, NULL,         \
+    "a file holding the key bundles must be signed with (bundles without a matching signature "    \
+    "are refused; the client's bundle_key option wins)")                                           \
+  X(BUNDLE_RECORD, "CUBE_BUNDLE_RECORD", PATH, 0, 0, 4000, CUBE_CONFIG_ABSOLUTE, NULL,             \
+    "append every kernel a client compiles or loads to this manifest, for `cubec bundle build`")   \
   /* CUDA backend */                                                                               \
   X(NVRTC_PATH, "CUBE_NVRTC_PATH", PATH, 0, 0, 1023, 0, NULL,                                      \
-    "the NVRTC library to load first (a path or a soname)")                                        \
+    "the NVRTC library to load first (a path or a soname; none: no NVRTC, CUDA kernels come "      \
+    "only from bundles and the kernel cache)")                                                     \
   /* Log and trace */                                                                              \
   X(LOG, "CUBE_LOG", CHOICE, 0, 0, 0, 0, "warn|error|info|debug|off",                              \
     "the log level of clients whose options leave it at CUBE_LOG_DEFAULT: warn (warnings only, "   \

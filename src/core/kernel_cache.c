@@ -14,30 +14,20 @@
 #include <xxhash.h>
 
 #include "base/util.h"
+#include "core/bundle.h"
+#include "core/dialect.h"
 #include "core/io_sets.h"
 #include "core/kernel_cache.h"
 #include "core/log.h"
-
-// The dialect header's text, generated at build time (cmake/embed.cmake).
-CUBE_INTERNAL extern const char cube_dialect_source[];
 
 //===--- Building through the store ---===//
 
 #define CUBE_KERNEL_KEY_FORMAT "cubec-kernel-key-v1"
 
-static char g_dialect_hash[33];
-static pthread_once_t g_dialect_once = PTHREAD_ONCE_INIT;
-static void hash_dialect(void) {
-  XXH128_hash_t h = XXH3_128bits(cube_dialect_source, strlen(cube_dialect_source));
-  snprintf(g_dialect_hash, sizeof g_dialect_hash, "%016llx%016llx", (unsigned long long)h.high64,
-           (unsigned long long)h.low64);
-}
-
 // Everything that changes the binary, field by field: what the backend says
 // about its target (compiler, flags, architecture) and what the kernel is.
 static void build_key(const cube_compile_request_t *request, const char *target,
                       cube_kstore_key_t *out_key) {
-  pthread_once(&g_dialect_once, hash_dialect);
   char backend[32], number[64];
   size_t word = strcspn(target, " ");
   snprintf(backend, sizeof backend, "%.*s", (int)(word < sizeof backend ? word : 31), target);
@@ -52,7 +42,7 @@ static void build_key(const cube_compile_request_t *request, const char *target,
            request->cube_dim.z);
   cube_kstore_key_add_text(out_key, "cube_dim", number);
   cube_kstore_key_add_text(out_key, "options", request->options);
-  cube_kstore_key_add_text(out_key, "dialect", g_dialect_hash);
+  cube_kstore_key_add_text(out_key, "dialect", cube_kernel_dialect_hash());
   cube_kstore_key_add_text(out_key, "source", request->source);
 }
 
@@ -150,7 +140,7 @@ cube_status_t cube_kernel_build(cube_kstore_t *store, cube_backend_device_t *dev
 
 // Counted on every launch (memory hits): atomics, not a lock.
 static struct {
-  atomic_uint_fast64_t compiled, memory_hits, disk_hits;
+  atomic_uint_fast64_t compiled, memory_hits, disk_hits, bundle_hits;
   _Atomic double compile_seconds;
 } stats;
 
@@ -171,6 +161,90 @@ void cube_kernel_cache_stats(cube_kernel_cache_stats_t *out_stats) {
   out_stats->memory_hits = atomic_load(&stats.memory_hits);
   out_stats->disk_hits = atomic_load(&stats.disk_hits);
   out_stats->compile_seconds = atomic_load(&stats.compile_seconds);
+  out_stats->bundle_hits = atomic_load(&stats.bundle_hits);
+}
+
+//===--- Bundles first ---===//
+
+// Builds |request| for |server|: from its bundles when one holds the kernel
+// for a target this device loads (no compiler, no file), else through the
+// store and the compiler; where neither can, the refusal names what the
+// bundles hold and what the device takes.
+static cube_status_t build_from_anywhere(cube_server_t *server,
+                                         const cube_compile_request_t *request,
+                                         cube_bkernel_t **out_kernel,
+                                         cube_kernel_info_t *out_info) {
+  cube_backend_device_t *device = server->device;
+  char targets[CUBE_BUNDLE_TARGETS_MAX] = "";
+  cube_status_t status = CUBE_OK;
+  if (server->bundles) {
+    status = device->vtable->kernel_bundle_targets(device, targets, sizeof targets);
+    targets[sizeof targets - 1] = '\0';
+    cube_bundle_hit_t hit;
+    if (cube_status_is_ok(status) &&
+        cube_bundle_set_find(server->bundles, request, targets, &hit)) {
+      status =
+          device->vtable->kernel_load(device, request, hit.binary, hit.size, out_kernel, out_info);
+      const char *why = NULL;
+      if (cube_status_is_ok(status) && !cube_io_sets_check(out_info->io, CUBE_MAX_BUFFERS, &why)) {
+        device->vtable->kernel_release(device, *out_kernel);
+        status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                                  "kernel '%s' from bundle '%s': its IO answer is malformed (%s)",
+                                  request->name, hit.label, why);
+      }
+      if (cube_status_is_ok(status)) {
+        out_info->from_bundle = true;
+        CUBE_LOG(&server->log, CUBE_LOG_DEBUG, "kernel '%s': bundle hit in '%s' (target %s)",
+                 request->name, hit.label, hit.target);
+        return CUBE_OK;
+      }
+      if (cube_status_is_device_poisoned(status)) return status;
+      *out_kernel = NULL;
+      *out_info = (cube_kernel_info_t){.io = ""};
+      char *text = cube_status_to_string(status);
+      CUBE_LOG(&server->log, CUBE_LOG_WARN,
+               "kernel '%s': the entry of bundle '%s' for %s does not load (%s); building it "
+               "instead",
+               request->name, hit.label, hit.target, text ? text : "?");
+      free(text);
+      cube_status_release(status);
+      status = CUBE_OK;
+    } else if (cube_status_is_ok(status) && cube_log_enabled(&server->log, CUBE_LOG_DEBUG)) {
+      char held[512];
+      cube_bundle_set_describe(server->bundles, request, held, sizeof held);
+      CUBE_LOG(&server->log, CUBE_LOG_DEBUG,
+               "kernel '%s': bundle miss (the bundles hold it for: %s; this device takes: %s)",
+               request->name, held, targets[0] ? targets : "no bundle target");
+    }
+    if (!cube_status_is_ok(status)) return status;
+  }
+  status = cube_kernel_build(server->kernel_store, device, request, out_kernel, out_info);
+  if (!cube_status_is_ok(status) && !server->compiler_reported &&
+      atomic_load_explicit(&device->compiler_problem_set, memory_order_acquire)) {
+    server->compiler_reported = true;  // once per client (the lock is held)
+    CUBE_LOG(&server->log, CUBE_LOG_WARN, "%s%s", device->compiler_problem,
+             server->bundles ? "; this client's bundles do not hold every kernel it launches" : "");
+  }
+  if (server->bundles && cube_status_code(status) == CUBE_STATUS_COMPILE_REFUSED) {
+    char held[512];
+    cube_bundle_set_describe(server->bundles, request, held, sizeof held);
+    status = cube_status_wrap(status, CUBE_STATUS_COMPILE_REFUSED,
+                              "kernel '%s': no bundle entry matches this device (the bundles "
+                              "hold it for: %s; this device takes: %s), and it cannot be built "
+                              "here",
+                              request->name, held, targets[0] ? targets : "no bundle target");
+  }
+  return status;
+}
+
+// CUBE_BUNDLE_RECORD: every kernel that built, whichever way, goes to the
+// manifest (one that does not build would fail the bundle's build).
+static cube_status_t build_for_server(cube_server_t *server, const cube_compile_request_t *request,
+                                      cube_bkernel_t **out_kernel, cube_kernel_info_t *out_info) {
+  cube_status_t status = build_from_anywhere(server, request, out_kernel, out_info);
+  const char *record = cube_config_text(&server->config, CUBE_CONFIG_BUNDLE_RECORD, NULL);
+  if (record && cube_status_is_ok(status)) cube_bundle_record(record, request);
+  return status;
 }
 
 //===--- The compiled-kernel cache (per device) ---===//
@@ -219,9 +293,7 @@ cube_status_t cube_kernel_cache_get(cube_server_t *server, cube_kernel_t *kernel
                                     .options = kernel->options};
   uint64_t start = cube_now_ns();
   cube_status_t status =
-      cube_server_note_in(server,
-                          cube_kernel_build(server->kernel_store, server->device, &request,
-                                            &entry->backend, &entry->info),
+      cube_server_note_in(server, build_for_server(server, &request, &entry->backend, &entry->info),
                           CUBE_STATUS_FAMILY_COMPILATION);
   double seconds = (double)(cube_now_ns() - start) * 1e-9;
   if (cube_status_is_ok(status)) {
@@ -237,11 +309,15 @@ cube_status_t cube_kernel_cache_get(cube_server_t *server, cube_kernel_t *kernel
     // out-of-memory or a poisoned device may not be there next time.
     if (cube_status_is_refusal(status)) entry->error = cube_status_retain(status);
   }
-  cube_kernel_stats_count(cube_status_is_ok(status) && !entry->info.from_disk_cache,
+  bool bundled = cube_status_is_ok(status) && entry->info.from_bundle;
+  cube_kernel_stats_count(cube_status_is_ok(status) && !entry->info.from_disk_cache && !bundled,
                           cube_status_is_ok(status) && entry->info.from_disk_cache, false, seconds);
+  if (bundled) atomic_fetch_add_explicit(&stats.bundle_hits, 1, memory_order_relaxed);
   if (cube_status_is_ok(status)) {
     CUBE_LOG(&server->log, CUBE_LOG_INFO, "kernel '%s': %s in %.1f ms", kernel->name,
-             entry->info.from_disk_cache ? "loaded from the on-disk cache" : "compiled",
+             bundled                       ? "taken from a bundle"
+             : entry->info.from_disk_cache ? "loaded from the on-disk cache"
+                                           : "compiled",
              seconds * 1e3);
   } else if (cube_log_enabled(&server->log, CUBE_LOG_INFO)) {
     // The caller gets the whole error; the log says what was decided.

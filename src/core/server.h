@@ -18,15 +18,17 @@
 //   memory_pool.c             the memory manager (pools, pages, reuse)
 //   server.c                  enter/leave/note, streams and tickets, bindings,
 //                             cross-stream order, waiting on a stream, hooks
-//   staging.c info.c kernel_cache.c   host staging and uploads; the info
-//                             block and its cache; compiled kernels
+//   dialect.c                 the kernel dialect's fingerprint
+//   staging.c info.c bundle.c kernel_cache.c   host staging and uploads; the
+//                             info block and its cache; bundles; compiled kernels
 //   profile.c graph.c         profiling windows and traces; capture and replay
 //   launch.c io.c sync.c handles.c memory.c stream.c kernel.c interop.c dlpack.c
 //                             the feature entry points
 //   coll/                     the collectives wing, itself in layers:
 //                             coll_api.c coll_world.c > coll_call.c >
 //                             coll_fused.c > coll_group.c > transport.h
-//   registry.c client.c       the backend registry; clients (the top)
+//   registry.c client.c bundle_build.c   the backend registry; clients;
+//                             building bundles (the top)
 //
 // A server reaches the device only through the backend vtable
 // (core/backend.h) and memory only through the memory manager
@@ -250,6 +252,8 @@ struct cube_server_t {
   // kernel store it names (shared by the clients of one directory).
   cube_config_t config;
   struct cube_kstore_t *kernel_store;
+  struct cube_bundle_set_t *bundles;  // NULL: none (core/bundle.h)
+  bool compiler_reported;             // the device's compiler problem was logged
   // A collective group this server is a member of failed (coll/coll_group.c): the
   // destinations it had in flight claim that at its next call (coll/coll_api.c,
   // through the hook below). Set without the lock.

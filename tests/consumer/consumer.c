@@ -2,6 +2,11 @@
 // tests/consumer/run.sh, through CMake's find_package and through
 // pkg-config). It checks that the headers and the library it runs with are
 // the same version, then runs saxpy on the CPU and checks the result.
+//
+// Built with CONSUMER_EMBEDDED (and the C source `cubec bundle build
+// --c-source` wrote, symbol consumer_kernels), it registers its kernels
+// from that array first: run.sh then runs it with no working C compiler and
+// no bundle file, and it must still pass.
 #include <stdio.h>
 #include <string.h>
 
@@ -32,6 +37,10 @@ int main(void) {
             cube_version());
     return 1;
   }
+#ifdef CONSUMER_EMBEDDED
+  cube_status_t consumer_kernels_register(void);
+  if (failed(consumer_kernels_register(), "registering the embedded bundle")) return 1;
+#endif
   cube_client_options_t options;
   cube_client_options_initialize(&options);
   options.backend = CUBE_BACKEND_CPU;  // CI has no GPU; the API is the same

@@ -50,4 +50,30 @@ for kind in shared static; do
   check_links "$work/pkgconfig-$kind" "$kind"
   "$work/pkgconfig-$kind"
 done
-echo "consumer: 4 builds (CMake and pkg-config, shared and static) ran"
+# The kernels linked in: record what the consumer builds, write it as C
+# source with the installed CLI, build the consumer with it (static), and
+# run it with a C compiler that always fails, an empty PATH, a fresh kernel
+# cache and no bundle file: every kernel must come from the array.
+echo "--- embedded bundle (C array), static"
+rm -f "$work/consumer.manifest"
+CUBE_BUNDLE_RECORD="$work/consumer.manifest" "$work/cmake-static/consumer" >/dev/null
+"$prefix/bin/cubec" bundle build "$work/consumer.manifest" --c-source "$work/consumer_kernels.c" \
+  --symbol consumer_kernels
+cmake -S "$here/cmake" -B "$work/cmake-embedded" -DCMAKE_PREFIX_PATH="$prefix" -DCUBEC_STATIC=ON \
+  -DCUBEC_EMBEDDED_SOURCE="$work/consumer_kernels.c" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$work/cmake-embedded" >/dev/null
+check_links "$work/cmake-embedded/consumer" static
+mkdir -p "$work/empty-path"
+printf '#!/bin/sh\nexit 1\n' >"$work/failing-cc"
+chmod +x "$work/failing-cc"
+rm -rf "$work/embedded-cache"
+log="$(env -u CUBE_BUNDLE PATH="$work/empty-path" CUBE_CC="$work/failing-cc" \
+  CUBE_CACHE_DIR="$work/embedded-cache" CUBE_LOG=info "$work/cmake-embedded/consumer" 2>&1)" ||
+  { echo "$log" >&2; echo "consumer: the embedded build failed without a compiler" >&2; exit 1; }
+grep -q "taken from a bundle" <<<"$log" ||
+  { echo "$log" >&2; echo "consumer: no kernel came from the embedded bundle" >&2; exit 1; }
+if find "$work/embedded-cache" -name '*.ck' 2>/dev/null | grep -q .; then
+  echo "consumer: the embedded build wrote kernel files" >&2
+  exit 1
+fi
+echo "consumer: 5 builds (CMake and pkg-config, shared and static; an embedded bundle) ran"

@@ -243,11 +243,12 @@ struct cube_cpu_device_t {
   // CUBE_CPU_DIFFERENTIAL=1: every launch of a kernel with a split or plain
   // path runs on fibers too, and the two must leave identical bytes.
   bool differential;
-  bool path_log;         // CUBE_CPU_PATH_LOG
-  uint64_t stack_max;    // CUBE_CPU_STACK_MAX
-  uint64_t cube_memory;  // CUBE_CPU_CUBE_MEMORY
-  char libclang[1024];   // CUBE_LIBCLANG ("": the usual names)
-  char mpi_path[1024];   // CUBE_MPI_PATH ("": the usual names; world/mpi.h)
+  bool path_log;            // CUBE_CPU_PATH_LOG
+  atomic_bool cc_reported;  // the compiler that cannot run was reported (once per client)
+  uint64_t stack_max;       // CUBE_CPU_STACK_MAX
+  uint64_t cube_memory;     // CUBE_CPU_CUBE_MEMORY
+  char libclang[1024];      // CUBE_LIBCLANG ("": the usual names)
+  char mpi_path[1024];      // CUBE_MPI_PATH ("": the usual names; world/mpi.h)
 };
 
 //===--- Transports ---===//
@@ -414,5 +415,10 @@ CUBE_INTERNAL bool cube_cpu_layout_injective(uint32_t rank, const uint64_t *shap
 CUBE_INTERNAL void cube_cpu_strided_copy(bool to_host, void *host, unsigned char *device,
                                          uint32_t rank, const uint64_t *shape,
                                          const uint64_t *strides, uint32_t elem_size);
+
+// Bundle targets (core/bundle.h): the -march a CPU bundle target is built
+// with (NULL: not a target of this ISA), and the list of those known.
+CUBE_INTERNAL const char *cube_cpu_bundle_march(const char *target);
+CUBE_INTERNAL const char *cube_cpu_bundle_known_targets(void);
 
 #endif  // CUBE_BACKENDS_CPU_CPU_INTERNAL_H_

@@ -169,6 +169,97 @@ static cube_status_t compiler_identity(const char *cc, const char *kernel_name,
   return status;
 }
 
+// A compiler that cannot run is a fact about the machine, not the kernel:
+// the device keeps what would fix it, and the core tells the client once
+// (every launch still gets the full status).
+static void report_compiler(cube_cpu_device_t *cpu, cube_status_t status) {
+  if (cube_status_code(status) != CUBE_STATUS_COMPILE_REFUSED) return;
+  if (atomic_exchange(&cpu->cc_reported, true)) return;
+  snprintf(cpu->base.compiler_problem, sizeof cpu->base.compiler_problem,
+           "the C compiler '%s' cannot run, so CPU kernels cannot be compiled on this machine: "
+           "install one (Debian/Ubuntu: apt-get install gcc; Fedora: dnf install gcc; Alpine: "
+           "apk add gcc musl-dev), point CUBE_CC at one, or give the client a bundle of kernels "
+           "built ahead of time (CUBE_BUNDLE=file from `cubec bundle build`, docs/bundles.md)",
+           cpu->cc);
+  atomic_store_explicit(&cpu->base.compiler_problem_set, true, memory_order_release);
+}
+
+//===--- Bundle targets ---===//
+
+// The CPU targets a bundle may hold, each ISA's best vector level first,
+// with the -march each is built with. A build of cubec loads its own ISA's;
+// it builds any of them (another ISA's through CUBE_CC naming a cross
+// compiler, e.g. aarch64-linux-gnu-gcc).
+typedef struct bundle_level_t {
+  const char *target;
+  const char *march;
+  bool here;  // this build's ISA
+} bundle_level_t;
+#if defined(__x86_64__)
+#define X86_HERE true
+#define ARM_HERE false
+#elif defined(__aarch64__)
+#define X86_HERE false
+#define ARM_HERE true
+#else
+#define X86_HERE false
+#define ARM_HERE false
+#endif
+static const bundle_level_t kLevels[] = {{"cpu-x86_64-v4", "x86-64-v4", X86_HERE},
+                                         {"cpu-x86_64-v3", "x86-64-v3", X86_HERE},
+                                         {"cpu-x86_64-v2", "x86-64-v2", X86_HERE},
+                                         {"cpu-x86_64", "x86-64", X86_HERE},
+                                         {"cpu-aarch64", "armv8-a", ARM_HERE}};
+#define LEVEL_COUNT (sizeof kLevels / sizeof kLevels[0])
+
+const char *cube_cpu_bundle_march(const char *target) {
+  for (size_t i = 0; i < LEVEL_COUNT; ++i)
+    if (strcmp(kLevels[i].target, target) == 0) return kLevels[i].march;
+  return NULL;
+}
+
+const char *cube_cpu_bundle_known_targets(void) {
+  return "cpu-x86_64, cpu-x86_64-v2, cpu-x86_64-v3, cpu-x86_64-v4, cpu-aarch64 (another ISA's "
+         "with CUBE_CC naming a cross compiler)";
+}
+
+// Whether this CPU runs code of level |index| of kLevels.
+static bool level_supported(size_t index) {
+  if (!kLevels[index].here) return false;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  // The psABI levels as feature sets (clang's __builtin_cpu_supports knows
+  // no level names).
+  bool v2 = __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("sse3") &&
+            __builtin_cpu_supports("ssse3") && __builtin_cpu_supports("sse4.1") &&
+            __builtin_cpu_supports("sse4.2");
+  bool v3 = v2 && __builtin_cpu_supports("avx") && __builtin_cpu_supports("avx2") &&
+            __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
+            __builtin_cpu_supports("fma");
+  bool v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+            __builtin_cpu_supports("avx512vl");
+  const bool supported[] = {v4, v3, v2, true};
+  return index < 4 && supported[index];
+#else
+  return true;
+#endif
+}
+
+cube_status_t cube_cpu_kernel_bundle_targets(cube_backend_device_t *device, char *out_targets,
+                                             size_t capacity) {
+  (void)device;
+  size_t used = 0;
+  if (capacity) out_targets[0] = '\0';
+  for (size_t i = 0; i < LEVEL_COUNT && used < capacity; ++i) {
+    if (!level_supported(i)) continue;
+    int n =
+        snprintf(out_targets + used, capacity - used, "%s%s", used ? " " : "", kLevels[i].target);
+    if (n > 0) used += (size_t)n;
+  }
+  return CUBE_OK;
+}
+
 //===--- Flags ---===//
 
 // The host CPU as /proc/cpuinfo describes it (model and feature flags): what
@@ -200,8 +291,21 @@ static cube_status_t build_flags(const cube_cpu_device_t *cpu,
   size_t used = 0;
   for (size_t i = 0; i < sizeof(kBaseFlags) / sizeof(kBaseFlags[0]); ++i)
     used += (size_t)snprintf(out_flags + used, 1024 - used, "%s ", kBaseFlags[i]);
-  used += (size_t)snprintf(out_flags + used, 1024 - used, "-march=%s %s", cpu->march,
-                           CUBE_CPU_KERNEL_SANITIZE);
+  if (request->target != NULL) {
+    // A bundle's object: the target's vector level and nothing of this build
+    // (an instrumented object would not load into an uninstrumented program).
+    const char *march = cube_cpu_bundle_march(request->target);
+    if (march == NULL) {
+      return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                              "cpu compile of kernel '%s': unknown bundle target '%s' (this "
+                              "backend builds %s)",
+                              request->name, request->target, cube_cpu_bundle_known_targets());
+    }
+    used += (size_t)snprintf(out_flags + used, 1024 - used, "-march=%s ", march);
+  } else {
+    used += (size_t)snprintf(out_flags + used, 1024 - used, "-march=%s %s", cpu->march,
+                             CUBE_CPU_KERNEL_SANITIZE);
+  }
   // No barrier in the source: the unit loop needs no fiber check.
   if (strstr(request->source, "SYNC_CUBE") == NULL)
     used += (size_t)snprintf(out_flags + used, 1024 - used, "-DCUBE__NO_BARRIER ");
@@ -236,6 +340,18 @@ cube_status_t cube_cpu_kernel_target(cube_backend_device_t *device,
   char flags[1024], identity[256];
   if (status == CUBE_OK) status = build_flags(cpu, request, flags);
   if (status == CUBE_OK) status = compiler_identity(cpu->cc, request->name, identity);
+  if (status != CUBE_OK) report_compiler(cpu, status);
+  if (status == CUBE_OK && request->target != NULL) {
+    // A bundle entry's record: the target stands for the host CPU.
+    int n = snprintf(out_target, capacity, "cpu target=%s cc=%s identity=%s split=%s flags=%s",
+                     request->target, cpu->cc, identity, cube_cpu_split_identity(), flags);
+    if (n < 0 || (size_t)n >= capacity)
+      status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                                "cpu compile of kernel '%s': the compiler command and flags are "
+                                "too long",
+                                request->name);
+    return status;
+  }
   if (status == CUBE_OK) {
     pthread_once(&host_cpu_once, read_host_cpu);
     char host[CUBE_HASH128_HEX_SIZE];

@@ -198,6 +198,7 @@ const cube_backend_factory_t cube_cuda_backend_factory = {
     .query = cube_cuda_query,
     .create_device = cube_cuda_create_device,
     .transport_query = cube_nccl_transport_query,
+    .bundle_compile = cube_cuda_bundle_compile,
 };
 
 void cube_cuda_destroy(cube_backend_device_t *base) {

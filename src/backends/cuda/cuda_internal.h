@@ -136,6 +136,11 @@ CUBE_BACKEND_DECLARE_SLOTS()
 #undef CUBE_BACKEND_PREFIX
 
 // Destroys every pooled event (teardown; cuda_stream.c).
+// The factory's bundle_compile (core/backend.h): NVRTC only, no device.
+CUBE_INTERNAL cube_status_t cube_cuda_bundle_compile(const cube_config_t *config,
+                                                     const cube_compile_request_t *request,
+                                                     void **out_binary, size_t *out_size,
+                                                     char *out_description, size_t capacity);
 CUBE_INTERNAL void cube_cuda_event_pool_drain(cube_cuda_device_t *device);
 
 // What the CUDA transport (NCCL) is: the factory's transport_query

@@ -42,7 +42,35 @@ static bool cube_cuda_dir_exists(const char *path) {
 
 // Builds the NVRTC option list. The user's options are split on whitespace
 // (no quoting); a user --gpu-architecture / -arch replaces the default.
+// A bundle target's architecture: "cuda-sm_XY" (a cubin), "cuda-sm_XYa" (an
+// arch-specific cubin: that compute capability only, e.g. wgmma on sm_90a)
+// or "cuda-ptx-sm_XY" (PTX for compute_XY, JIT-compiled by the driver of a
+// newer device); false for anything else. |out_arch| gets "XY" or "XYa".
+static bool cube_cuda_bundle_arch(const char *target, char out_arch[8], bool *out_ptx) {
+  bool ptx = strncmp(target, "cuda-ptx-sm_", 12) == 0;
+  const char *digits = ptx ? target + 12 : strncmp(target, "cuda-sm_", 8) == 0 ? target + 8 : NULL;
+  if (!digits) return false;
+  size_t n = strspn(digits, "0123456789");
+  bool specific = !ptx && digits[n] == 'a' && digits[n + 1] == '\0';
+  if (n < 2 || n > 3 || (digits[n] != '\0' && !specific)) return false;
+  snprintf(out_arch, 8, "%s", digits);
+  *out_ptx = ptx;
+  return true;
+}
+
+// The architecture a kernel's own options name ("sm_90a" of
+// "--gpu-architecture=sm_90a" or "-arch=sm_90a"), or "" (none, or a form
+// without '=').
+static void cube_cuda_user_arch(const char *token, char out_arch[16]) {
+  const char *eq = strchr(token, '=');
+  out_arch[0] = '\0';
+  if (eq) snprintf(out_arch, 16, "%s", eq + 1);
+}
+
+// |device| NULL: a bundle build (request->target names the architecture,
+// |cuda_home| the toolkit of raw CUDA C++ includes).
 static cube_status_t cube_cuda_options_build(const cube_cuda_device_t *device,
+                                             const char *cuda_home,
                                              const cube_compile_request_t *request,
                                              cube_cuda_options_t *out_options) {
   memset(out_options, 0, sizeof *out_options);
@@ -68,8 +96,37 @@ static cube_status_t cube_cuda_options_build(const cube_cuda_device_t *device,
       while (*cursor && *cursor != ' ' && *cursor != '\t' && *cursor != '\n') ++cursor;
     }
   }
-  const cube_device_properties_t *p = &device->base.properties;
-  if (!user_arch) {
+  if (request->target) {
+    char arch[8];
+    bool ptx = false;
+    if (!cube_cuda_bundle_arch(request->target, arch, &ptx))
+      return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                              "cuda: unknown bundle target '%s' for kernel '%s' (cuda-sm_XY or "
+                              "cuda-sm_XYa for a cubin, cuda-ptx-sm_XY for PTX)",
+                              request->target, request->name);
+    if (user_arch) {
+      // The kernel's own architecture stands when it is the target's cubin
+      // architecture (sm_90a for cuda-sm_90 or cuda-sm_90a): the entry then
+      // loads only where the target does.
+      char own[16] = "", want[16];
+      for (int i = 0; i < user_count && !own[0]; ++i)
+        if (strncmp(user_tokens[i], "--gpu-architecture", 18) == 0 ||
+            strncmp(user_tokens[i], "-arch", 5) == 0)
+          cube_cuda_user_arch(user_tokens[i], own);
+      snprintf(want, sizeof want, "sm_%s", arch);
+      size_t digits = strspn(want + 3, "0123456789") + 3;
+      if (ptx || strncmp(own, want, digits) != 0 || (own[digits] && own[digits] != 'a'))
+        return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                                "cuda: kernel '%s' names its own architecture (%s) in its "
+                                "options; bundle target '%s' builds another",
+                                request->name, own[0] ? own : "?", request->target);
+    } else {
+      snprintf(out_options->arch, sizeof out_options->arch, "--gpu-architecture=%s_%s",
+               ptx ? "compute" : "sm", arch);
+      out_options->list[out_options->count++] = out_options->arch;
+    }
+  } else if (!user_arch) {
+    const cube_device_properties_t *p = &device->base.properties;
     snprintf(out_options->arch, sizeof out_options->arch, "--gpu-architecture=sm_%u%u",
              p->compute_capability_major, p->compute_capability_minor);
     out_options->list[out_options->count++] = out_options->arch;
@@ -89,7 +146,7 @@ static cube_status_t cube_cuda_options_build(const cube_cuda_device_t *device,
       out_options->list[out_options->count++] = out_options->dims[d];
     }
   } else {
-    const char *home = device->cuda_home;
+    const char *home = cuda_home;
     char candidate[4096] = "";
     if (home[0]) snprintf(candidate, sizeof candidate, "%s/include", home);
     if (!candidate[0] || !cube_cuda_dir_exists(candidate))
@@ -364,7 +421,7 @@ static void cube_cuda_build_free(cube_cuda_build_t *build) {
   free(build->text);
 }
 
-static cube_status_t cube_cuda_build_prepare(cube_cuda_device_t *device,
+static cube_status_t cube_cuda_build_prepare(cube_cuda_device_t *device, const char *cuda_home,
                                              const cube_compile_request_t *request,
                                              cube_cuda_build_t *out_build) {
   memset(out_build, 0, sizeof *out_build);
@@ -374,13 +431,13 @@ static cube_status_t cube_cuda_build_prepare(cube_cuda_device_t *device,
                             request->name, (int)request->language);
   const char *detail = NULL;
   out_build->rtc = cube_cuda_nvrtc(&detail);
-  CUBE_LOG(device->base.log, CUBE_LOG_DEBUG, "cuda: NVRTC %s%s",
+  CUBE_LOG(device ? device->base.log : NULL, CUBE_LOG_DEBUG, "cuda: NVRTC %s%s",
            out_build->rtc ? "loaded from " : "", out_build->rtc ? out_build->rtc->path : detail);
   if (!out_build->rtc)
     return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
                             "cuda: cannot compile kernel '%s' without NVRTC: %s", request->name,
                             detail);
-  cube_status_t status = cube_cuda_options_build(device, request, &out_build->options);
+  cube_status_t status = cube_cuda_options_build(device, cuda_home, request, &out_build->options);
   if (!status) {
     out_build->text = cube_cuda_program_text(request);
     if (!out_build->text)
@@ -388,6 +445,23 @@ static cube_status_t cube_cuda_build_prepare(cube_cuda_device_t *device,
   }
   if (status) cube_cuda_build_free(out_build);
   return status;
+}
+
+// NVRTC's version and every option, the key's backend part and a bundle
+// entry's record.
+static cube_status_t cube_cuda_describe(const cube_cuda_build_t *build,
+                                        const cube_compile_request_t *request, char *out,
+                                        size_t capacity) {
+  int used = snprintf(out, capacity, "cuda nvrtc=%d.%d options=", build->rtc->version_major,
+                      build->rtc->version_minor);
+  for (int i = 0; i < build->options.count && used >= 0 && (size_t)used < capacity; ++i)
+    used +=
+        snprintf(out + used, capacity - (size_t)used, "%s%s", i ? " " : "", build->options.list[i]);
+  if (used < 0 || (size_t)used >= capacity)
+    return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                            "cuda: kernel '%s' has more option text than a kernel key holds",
+                            request->name);
+  return CUBE_OK;
 }
 
 cube_status_t cube_cuda_kernel_target(cube_backend_device_t *base,
@@ -398,19 +472,11 @@ cube_status_t cube_cuda_kernel_target(cube_backend_device_t *base,
   cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_COMPILE);
   if (status) return status;
   cube_cuda_build_t build;
-  status = cube_cuda_build_prepare(device, request, &build);
+  status = cube_cuda_build_prepare(device, device->cuda_home, request, &build);
   if (status) return status;
   // The key's backend part: NVRTC's version and every option (the
   // architecture included); the core adds the source and the dialect.
-  int used = snprintf(out_target, capacity, "cuda nvrtc=%d.%d options=", build.rtc->version_major,
-                      build.rtc->version_minor);
-  for (int i = 0; i < build.options.count && used >= 0 && (size_t)used < capacity; ++i)
-    used += snprintf(out_target + used, capacity - (size_t)used, "%s%s", i ? " " : "",
-                     build.options.list[i]);
-  if (used < 0 || (size_t)used >= capacity)
-    status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
-                              "cuda: kernel '%s' has more option text than a kernel key holds",
-                              request->name);
+  status = cube_cuda_describe(&build, request, out_target, capacity);
   cube_cuda_build_free(&build);
   return status;
 }
@@ -424,7 +490,7 @@ cube_status_t cube_cuda_kernel_compile(cube_backend_device_t *base,
   *out_binary = NULL;
   *out_size = 0;
   cube_cuda_build_t build;
-  cube_status_t status = cube_cuda_build_prepare(device, request, &build);
+  cube_status_t status = cube_cuda_build_prepare(device, device->cuda_home, request, &build);
   if (status) return status;
   void *image = NULL;
   size_t size = 0;
@@ -481,4 +547,68 @@ void cube_cuda_kernel_release(cube_backend_device_t *base, cube_bkernel_t *kerne
     (void)device->cu->cuCtxSetCurrent(device->context);
   }
   cube_cuda_kernel_free(device, kernel);
+}
+
+//===--- Bundles (core/bundle.h) ---===//
+
+cube_status_t cube_cuda_bundle_compile(const cube_config_t *config,
+                                       const cube_compile_request_t *request, void **out_binary,
+                                       size_t *out_size, char *out_description, size_t capacity) {
+  *out_binary = NULL;
+  *out_size = 0;
+  if (config) cube_cuda_nvrtc_prefer(cube_config_text(config, CUBE_CONFIG_NVRTC_PATH, NULL));
+  const char *home = config ? cube_config_text(config, CUBE_CONFIG_CUDA_HOME, "") : "";
+  if (!request->target)
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "cuda: a bundle build of kernel '%s' needs a target", request->name);
+  cube_cuda_build_t build;
+  cube_status_t status = cube_cuda_build_prepare(NULL, home, request, &build);
+  if (status)
+    return cube_status_wrap(status, CUBE_STATUS_COMPILE_REFUSED,
+                            "cuda: cannot build kernel '%s' for bundle target '%s'", request->name,
+                            request->target);
+  status = cube_cuda_describe(&build, request, out_description, capacity);
+  void *image = NULL;
+  size_t size = 0;
+  bool is_cubin = false;
+  if (!status)
+    status = cube_cuda_nvrtc_compile(build.rtc, request, build.text, &build.options, &image, &size,
+                                     &is_cubin);
+  cube_cuda_build_free(&build);
+  if (status) return status;
+  *out_binary = image;
+  *out_size = is_cubin ? size : size + 1;
+  return CUBE_OK;
+}
+
+// The architectures NVRTC builds for, ascending (XY of sm_XY).
+static const unsigned kArchs[] = {50, 52, 53, 60, 61,  62,  70,  72,  75,  80,
+                                  86, 87, 89, 90, 100, 101, 103, 110, 120, 121};
+#define ARCH_COUNT (sizeof kArchs / sizeof kArchs[0])
+
+cube_status_t cube_cuda_kernel_bundle_targets(cube_backend_device_t *base, char *out_targets,
+                                              size_t capacity) {
+  cube_cuda_device_t *device = cube_cuda_device(base);
+  const cube_device_properties_t *p = &device->base.properties;
+  unsigned own = p->compute_capability_major * 10 + p->compute_capability_minor;
+  size_t used = 0;
+  if (capacity) out_targets[0] = '\0';
+  // Its own arch-specific cubin and its own cubin, then older cubins of the
+  // same major version (binary compatible), then PTX from the newest it can
+  // JIT down.
+  int n = snprintf(out_targets, capacity, "cuda-sm_%ua cuda-sm_%u", own, own);
+  if (n > 0) used = (size_t)n;
+  for (size_t i = ARCH_COUNT; i-- > 0 && used < capacity;) {
+    if (kArchs[i] < own && kArchs[i] / 10 == own / 10) {
+      n = snprintf(out_targets + used, capacity - used, " cuda-sm_%u", kArchs[i]);
+      if (n > 0) used += (size_t)n;
+    }
+  }
+  for (size_t i = ARCH_COUNT; i-- > 0 && used < capacity;) {
+    if (kArchs[i] <= own) {
+      n = snprintf(out_targets + used, capacity - used, " cuda-ptx-sm_%u", kArchs[i]);
+      if (n > 0) used += (size_t)n;
+    }
+  }
+  return CUBE_OK;
 }

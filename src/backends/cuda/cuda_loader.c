@@ -122,6 +122,12 @@ static void cube_cuda_nvrtc_load(void) {
   pthread_mutex_unlock(&cube_cuda_nvrtc_prefer_lock);
   cube_dynlib_t *lib = &cube_cuda_nvrtc_lib;
   cube_cuda_nvrtc_t *table = &cube_cuda_nvrtc_table;
+  if (strcmp(preferred, "none") == 0) {
+    // CUBE_NVRTC_PATH=none: a machine without NVRTC (kernels come from a
+    // bundle or the kernel cache, docs/bundles.md).
+    cube_dynlib_set_reason(lib, "NVRTC is switched off (CUBE_NVRTC_PATH=none)");
+    return;
+  }
   if (!cube_dynlib_open(lib, preferred, names, 3, cube_cuda_nvrtc_accept, table)) {
     char why[sizeof lib->reason];
     snprintf(why, sizeof why, "%s", lib->reason);

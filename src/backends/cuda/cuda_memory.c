@@ -57,8 +57,8 @@ cube_status_t cube_cuda_memory_import(cube_backend_device_t *base, const cube_bi
                               (unsigned long long)request->address);
   } else if (request->kind == CUBE_MEMORY_HOST_PINNED && f.memory_type != CU_MEMORYTYPE_HOST) {
     status = cube_status_make(CUBE_STATUS_VALIDATION,
-                              "0x%llx is device memory, not pinned host memory: import it as "
-                              "CUBE_MEMORY_DEVICE",
+                              "0x%llx is device memory, not pinned host memory: "
+                              "import it as CUBE_MEMORY_DEVICE",
                               (unsigned long long)request->address);
   } else if (f.context != 0 && (CUcontext)(uintptr_t)f.context != device->context) {
     status = cube_status_make(CUBE_STATUS_VALIDATION,

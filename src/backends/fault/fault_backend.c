@@ -772,6 +772,14 @@ cube_status_t cube_fault_kernel_load(cube_backend_device_t *device,
   return status;
 }
 
+// Which bundle targets load here is a fact about the inner device, not a
+// call that fails: forwarded, never faulted (the compile fault is counted at
+// kernel_target, whichever way the binary then comes).
+cube_status_t cube_fault_kernel_bundle_targets(cube_backend_device_t *device, char *out_targets,
+                                               size_t capacity) {
+  return cube_fault_fwd_kernel_bundle_targets(device, out_targets, capacity);
+}
+
 void cube_fault_kernel_release(cube_backend_device_t *device, cube_bkernel_t *kernel) {
   cube_fault_device_t *fault = cube_fault_cast(device);
   pthread_mutex_lock(&fault->lock);

@@ -168,6 +168,13 @@ cube_status_t cube_null_kernel_load(cube_backend_device_t *device,
 void cube_null_kernel_release(cube_backend_device_t *device, cube_bkernel_t *kernel) {
   (void)device, (void)kernel;
 }
+// Loads no bundle: no target (a bundle is then never consulted).
+cube_status_t cube_null_kernel_bundle_targets(cube_backend_device_t *device, char *out_targets,
+                                              size_t capacity) {
+  (void)device;
+  if (capacity) out_targets[0] = '\0';
+  return CUBE_OK;
+}
 cube_status_t cube_null_dispatch(cube_backend_device_t *device, cube_bstream_t *stream,
                                  const cube_dispatch_t *dispatch) {
   (void)stream, (void)dispatch;
