@@ -33,13 +33,25 @@ typedef struct cube_dim3_t {
   uint32_t x, y, z;
 } cube_dim3_t;
 
-// The version of the library in use ("0.1.0"), static storage. Compare it
-// with CUBE_VERSION_STRING to tell the headers a program was built with from
-// the shared library it runs with. Thread-safe.
+// Declared again in cube/status.h (a repeated identical typedef is C11).
+typedef struct cube_status_s *cube_status_t;
+
+// The version of the library in use ("0.2.0", or "0.2.0-dev" before that
+// release), static storage. Compare it with CUBE_VERSION_STRING to tell the
+// headers a program was built with from the shared library it runs with.
+// Thread-safe.
 CUBE_API const char *cube_version(void);
 // The same as one number, MAJOR * 10000 + MINOR * 100 + PATCH (as
 // CUBE_VERSION_NUMBER).
 CUBE_API uint32_t cube_version_number(void);
+// Whether the library in use can serve a program written for cubec
+// |major|.|minor| (docs/versioning.md): the same major version and, while it
+// is 0, the same minor version (a 0.x minor release may break the API); from
+// 1.0 on, a minor version at least |minor|. OK, or a VALIDATION status that
+// names both versions. CUBE_VERSION_CHECK() asks for the headers' version.
+// Thread-safe.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_version_check(uint32_t major, uint32_t minor);
+#define CUBE_VERSION_CHECK() cube_version_check(CUBE_VERSION_MAJOR, CUBE_VERSION_MINOR)
 
 // Ownership rules, written once (CoreFoundation style):
 // - `*_create` returns an object with one reference, owned by the caller.

@@ -1,7 +1,8 @@
 // A program outside cubec's tree, built against an installed cubec (by
 // tests/consumer/run.sh, through CMake's find_package and through
-// pkg-config). It checks that the headers and the library it runs with are
-// the same version, then runs saxpy on the CPU and checks the result.
+// pkg-config, and as a sub-project). It checks that the headers and the
+// library it runs with are the same version (and cube_version_check agrees),
+// then runs saxpy on the CPU and checks the result.
 #include <stdio.h>
 #include <string.h>
 
@@ -32,6 +33,7 @@ int main(void) {
             cube_version());
     return 1;
   }
+  if (failed(CUBE_VERSION_CHECK(), "version check")) return 1;
   cube_client_options_t options;
   cube_client_options_initialize(&options);
   options.backend = CUBE_BACKEND_CPU;  // CI has no GPU; the API is the same
