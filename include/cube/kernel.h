@@ -45,8 +45,19 @@ typedef struct cube_kernel_t cube_kernel_t;
 // Validates the description (names, dims) and keeps a copy; compiling
 // happens at the first launch on each device. A kernel is immutable: launch,
 // retain and release it from any thread (docs/threads.md).
+// A dialect kernel's parameter list is checked here, before anything
+// compiles: a malformed IN/OUT/INOUT/ARG/TENSOR_MAP_* parameter is
+// COMPILE_REFUSED with one line naming the kernel's line, the parameter and
+// the form it needs ("kernel 'k' line 1: IN(float x): expected IN(type,
+// name)").
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_kernel_create(const cube_kernel_desc_t *desc,
                                                                cube_kernel_t **out_kernel);
+// The same with the source read from the file |path| (desc->source must be
+// NULL; every other field as for cube_kernel_create). A file that cannot be
+// read, holds a NUL byte or is over 16 MiB is VALIDATION naming the path;
+// messages about the parameter list name the path too.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_kernel_create_from_file(
+    const cube_kernel_desc_t *desc, const char *path, cube_kernel_t **out_kernel);
 CUBE_API cube_kernel_t *cube_kernel_retain(cube_kernel_t *kernel);
 CUBE_API void cube_kernel_release(cube_kernel_t *kernel);
 CUBE_API const char *cube_kernel_name(const cube_kernel_t *kernel);

@@ -151,6 +151,11 @@ CUBE_API cube_status_t cube_status_retain(cube_status_t status);
 CUBE_API void cube_status_release(cube_status_t status);
 // Releases |status| and returns whether it was OK; for tests and `if`s.
 CUBE_API bool cube_status_consume_ok(cube_status_t status);
+// Drops a status on purpose: releases it, whatever it holds. Every call that
+// returns a status is marked warn_unused_result, and gcc warns on `(void)f()`
+// all the same; write `cube_status_ignore(f())` where a failure really does
+// not matter (a clean-up on an error path, say).
+CUBE_API void cube_status_ignore(cube_status_t status);
 
 // Construction. Each records the source location. |cause| and |members| are
 // taken (owned by the new node). Allocation failure degrades to a static
