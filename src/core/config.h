@@ -148,8 +148,8 @@ enum {
     "the log level of clients whose options leave it at CUBE_LOG_DEFAULT: warn (warnings only, "   \
     "the default), error, info (decisions: backend, compiles, fallbacks), debug or off")           \
   X(TRACE, "CUBE_TRACE", PATH, 0, 0, 4000, 0, NULL,                                                \
-    "trace every client from creation to release and write the Chrome trace to this file (later "  \
-    "clients of the process: <stem>.1<ext>, <stem>.2<ext>, ...)")                                  \
+    "trace every client from creation to release (or exit) and write the Chrome trace to this "    \
+    "file; %p: the process id, %r: the rank (later clients of the process: <stem>.1<ext>, ...)")   \
   /* Read, not cubec's own */                                                                      \
   X(XDG_CACHE_HOME, "XDG_CACHE_HOME", PATH, 0, 0, 4000,                                            \
     CUBE_CONFIG_ABSOLUTE | CUBE_CONFIG_FOREIGN, NULL,                                              \

@@ -188,7 +188,10 @@ static cube_status_t read_enqueue(cube_server_t *server, uint32_t stream,
   cube_status_t status = cube_server_resolve(server, desc->binding, operation, "the source", &r);
   if (cube_status_is_ok(status)) status = cube_server_refuse_capturing(server, stream, operation);
   // The bytes are only as good as the work that wrote them.
-  if (cube_status_is_ok(status)) status = cube_server_ensure_written(server, &r.slot, 1);
+  if (cube_status_is_ok(status)) {
+    status = cube_server_ensure_written(server, &r.slot, 1);
+    if (status && server->profiler) cube_trace_mark_reported(server, status, operation);
+  }
   if (cube_status_is_ok(status) && desc->rank > CUBE_MAX_RANK) {
     status = cube_status_make(CUBE_STATUS_VALIDATION, "%s: rank %u exceeds %d", operation,
                               desc->rank, CUBE_MAX_RANK);
@@ -471,6 +474,10 @@ cube_status_t cube_copy(cube_client_t *client, cube_stream_t stream, cube_bindin
       cube_failure_skip_begin(&skip, carried, "copy skipped: its source carried a failure");
       cube_failure_skip_charge(&skip, &dst.slot->claim);
       cube_failure_skip_end(&skip);
+    }
+    if (server->profiler) {
+      cube_trace_mark(server, CUBE_TRACE_MARK_SKIPPED, cube_claim_failure_id(carried),
+                      "copy skipped: its source carried a failure");
     }
     cube_server_leave(server);
     return cube_status_skipped();

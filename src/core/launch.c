@@ -265,6 +265,15 @@ static cube_status_t launch_resolve(launch_t *l) {
   return status;
 }
 
+// A trace shows where the failure began (core/profile.h).
+static void trace_failed(launch_t *l, uint64_t failure_id) {
+  if (!l->server->profiler) return;
+  char name[96];
+  snprintf(name, sizeof name, "launch of '%s' failed: failure #%llu", l->kernel->name,
+           (unsigned long long)failure_id);
+  cube_trace_mark(l->server, CUBE_TRACE_MARK_FAILED, failure_id, name);
+}
+
 // Every written buffer claims a new failure owning |error|: the launch will
 // not write them.
 static void launch_fail(launch_t *l, cube_status_t error) {
@@ -275,7 +284,7 @@ static void launch_fail(launch_t *l, cube_status_t error) {
     if (l->resolved[i].slot && (l->io[i] & IO_W))
       cube_write_scope_add(&scope, &l->resolved[i].slot->claim, true);
   }
-  cube_write_scope_fail(&scope, error);
+  trace_failed(l, cube_write_scope_fail(&scope, error));
 }
 
 // 2. Compile (memoized): the compiled kernel says what it writes. A compile
@@ -311,6 +320,8 @@ static bool launch_skip(launch_t *l) {
     if (l->io[i] & IO_W) cube_failure_skip_charge(&skip, &l->resolved[i].slot->claim);
   }
   cube_failure_skip_end(&skip);
+  if (l->server->profiler)
+    cube_trace_mark(l->server, CUBE_TRACE_MARK_SKIPPED, cube_claim_failure_id(carried), what);
   return true;
 }
 
@@ -414,7 +425,7 @@ static cube_status_t launch_dispatch(launch_t *l) {
       }
     }
   } else {
-    cube_write_scope_fail(&scope, status);
+    trace_failed(l, cube_write_scope_fail(&scope, status));
   }
   return status;
 }

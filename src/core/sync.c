@@ -1,5 +1,6 @@
 // cubec core — barriers and checks: sync (the barrier, then the claim
 // check), check (the claim check alone), flush, and resource addresses.
+#include "core/profile.h"
 #include "core/server.h"
 
 static cube_status_t check_bindings(cube_server_t *server, const cube_binding_t *bindings,
@@ -16,7 +17,10 @@ static cube_status_t check_bindings(cube_server_t *server, const cube_binding_t 
       status = cube_server_resolve(server, bindings[done + batch], operation, "a binding", &r);
       slots[batch] = r.slot;
     }
-    if (cube_status_is_ok(status)) status = cube_server_ensure_written(server, slots, batch);
+    if (cube_status_is_ok(status)) {
+      status = cube_server_ensure_written(server, slots, batch);
+      if (status && server->profiler) cube_trace_mark_reported(server, status, operation);
+    }
     done += batch;
   }
   return status;
