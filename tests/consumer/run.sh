@@ -25,7 +25,7 @@ pc_prefix="$(pkg-config --variable=prefix cubec)"
 
 # The install carries the license, xxHash's notice, the docs and the man page.
 for file in share/doc/cubec/LICENSE share/doc/cubec/NOTICE share/doc/cubec/CHANGELOG.md \
-  share/doc/cubec/docs/versioning.md share/man/man1/cubec.1; do
+  share/doc/cubec/docs/getting-started.md share/man/man1/cubec.1; do
   [ -s "$prefix/$file" ] || { echo "consumer: the install has no $file" >&2; exit 1; }
 done
 grep -q 'Yann Collet' "$prefix/share/doc/cubec/NOTICE" ||
