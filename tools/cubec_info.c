@@ -187,27 +187,49 @@ typedef struct component_t {
 } component_t;
 
 static const component_t kComponents[] = {
-    {"cuda", "the CUDA backend (driver API)", NULL, "src/backends/cuda/cuda_loader.c",
+    {"cuda",
+     "the CUDA backend (driver API)",
+     NULL,
+     "src/backends/cuda/cuda_loader.c",
      {"libcuda.so.1", "libcuda.so"},
-     "install the NVIDIA driver", false},
-    {"nvrtc", "compiling kernels for CUDA", "CUBE_NVRTC_PATH", "src/backends/cuda/cuda_loader.c",
+     "install the NVIDIA driver",
+     false},
+    {"nvrtc",
+     "compiling kernels for CUDA",
+     "CUBE_NVRTC_PATH",
+     "src/backends/cuda/cuda_loader.c",
      {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"},
-     "install the CUDA toolkit's NVRTC or set CUBE_NVRTC_PATH", false},
-    {"nccl", "collectives between CUDA devices", NULL, "src/backends/cuda/cuda_nccl.c",
+     "install the CUDA toolkit's NVRTC or set CUBE_NVRTC_PATH",
+     false},
+    {"nccl",
+     "collectives between CUDA devices",
+     NULL,
+     "src/backends/cuda/cuda_nccl.c",
      {"libnccl.so.2", "libnccl.so"},
-     "install NCCL (libnccl2)", false},
-    {"mpi", "collectives between CPU ranks of several processes; worlds started by MPI",
-     "CUBE_MPI_PATH", "src/backends/cpu/cpu_mpi.c",
+     "install NCCL (libnccl2)",
+     false},
+    {"mpi",
+     "collectives between CPU ranks of several processes; worlds started by MPI",
+     "CUBE_MPI_PATH",
+     "src/backends/cpu/cpu_mpi.c",
      {"libmpi.so.40", "libmpich.so.12", "libmpi.so.12"},
-     "install Open MPI (apt-get install openmpi-bin libopenmpi-dev) or set CUBE_MPI_PATH", false},
-    {"sqlite", "the tune cache file (without it tuning decisions stay in memory)",
-     "CUBE_SQLITE_PATH", "src/core/tune_cache.c", {"libsqlite3.so.0"},
-     "apt-get install libsqlite3-0 or set CUBE_SQLITE_PATH", true},
-    {"libclang", "CPU barrier kernels as loops (without it they run on fibers)", "CUBE_LIBCLANG",
+     "install Open MPI (apt-get install openmpi-bin libopenmpi-dev) or set CUBE_MPI_PATH",
+     false},
+    {"sqlite",
+     "the tune cache file (without it tuning decisions stay in memory)",
+     "CUBE_SQLITE_PATH",
+     "src/core/tune_cache.c",
+     {"libsqlite3.so.0"},
+     "apt-get install libsqlite3-0 or set CUBE_SQLITE_PATH",
+     true},
+    {"libclang",
+     "CPU barrier kernels as loops (without it they run on fibers)",
+     "CUBE_LIBCLANG",
      "src/backends/cpu/cpu_clang.c",
      {"libclang.so.1", "libclang-19.so.1", "libclang-18.so.1", "libclang-17.so.1",
       "libclang-16.so.1", "libclang-15.so.1", "libclang-14.so.1", "libclang.so"},
-     "apt-get install libclang1 or set CUBE_LIBCLANG", false},
+     "apt-get install libclang1 or set CUBE_LIBCLANG",
+     false},
 };
 
 typedef struct probe_t {
@@ -263,8 +285,8 @@ static void probe_component(const component_t *component, probe_t *out) {
       return;
     }
     if (used < sizeof out->detail) {
-      int n = snprintf(out->detail + used, sizeof out->detail - used, "%s%s", used ? "; " : "",
-                       why);
+      int n =
+          snprintf(out->detail + used, sizeof out->detail - used, "%s%s", used ? "; " : "", why);
       if (n > 0) used += (size_t)n;
     }
   }

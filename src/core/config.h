@@ -130,20 +130,20 @@ enum {
   X(COLLECTIVE_TIMEOUT_S, "CUBE_COLLECTIVE_TIMEOUT_S", COUNT, 600, 1, 86400, 0, NULL,              \
     "seconds any wait on a collective may take (a peer's part, a queued collective, a "            \
     "communicator) before the communicator is aborted and its group fails")                        \
-  /* Several processes (docs/scaleout.md): read by rank discovery and cube_comm_init_env, */      \
-  /* checked here too so that a value they cannot use fails where every other one does */         \
+  /* Several processes (docs/scaleout.md): read by rank discovery and cube_comm_init_env, */       \
+  /* checked here too so that a value they cannot use fails where every other one does */          \
   X(RANK, "CUBE_RANK", COUNT, 0, 0, 0x7fffffff, 0, NULL,                                           \
-    "this process's rank when cubec's own launcher variables are used (with CUBE_WORLD_SIZE)")    \
+    "this process's rank when cubec's own launcher variables are used (with CUBE_WORLD_SIZE)")     \
   X(WORLD_SIZE, "CUBE_WORLD_SIZE", COUNT, 1, 1, 0x7fffffff, 0, NULL,                               \
-    "the number of ranks when cubec's own launcher variables are used (with CUBE_RANK)")          \
+    "the number of ranks when cubec's own launcher variables are used (with CUBE_RANK)")           \
   X(LOCAL_RANK, "CUBE_LOCAL_RANK", COUNT, 0, 0, 0x7fffffff, 0, NULL,                               \
-    "the rank among this host's ranks (the GPU it drives; default: CUBE_RANK)")                   \
+    "the rank among this host's ranks (the GPU it drives; default: CUBE_RANK)")                    \
   X(COMM_NAME, "CUBE_COMM_NAME", TEXT, 0, 0, 255, 0, NULL,                                         \
-    "the name of a world's rendezvous file (default: from the launcher's job id)")                \
+    "the name of a world's rendezvous file (default: from the launcher's job id)")                 \
   X(RENDEZVOUS_DIR, "CUBE_RENDEZVOUS_DIR", PATH, 0, 0, 4000, 0, NULL,                              \
-    "the directory where rank 0 publishes a world's unique id for cube_comm_init_env")            \
+    "the directory where rank 0 publishes a world's unique id for cube_comm_init_env")             \
   X(MPI_PATH, "CUBE_MPI_PATH", PATH, 0, 0, 511, 0, NULL,                                           \
-    "the MPI library to load first (a path or a soname); then libmpi.so.40, libmpich.so.12, "     \
+    "the MPI library to load first (a path or a soname); then libmpi.so.40, libmpich.so.12, "      \
     "libmpi.so.12")                                                                                \
   /* Autotune (docs/tune.md) */                                                                    \
   X(TUNE, "CUBE_TUNE", CHOICE, 0, 0, 0, 0, "cached|off|full|test",                                 \
@@ -165,12 +165,12 @@ enum {
   X(TRACE, "CUBE_TRACE", PATH, 0, 0, 4000, 0, NULL,                                                \
     "trace every client from creation to release (or exit) and write the Chrome trace to this "    \
     "file; %p: the process id, %r: the rank (later clients of the process: <stem>.1<ext>, ...)")   \
-  /* The CLI (tools/): read by `cubec bench --plot` only */                                       \
+  /* The CLI (tools/): read by `cubec bench --plot` only */                                        \
   X(PLOT_SCRIPT, "CUBE_PLOT_SCRIPT", PATH, 0, 0, 4000, 0, NULL,                                    \
-    "cubec bench --plot: the plotting script (default: the source tree's or the installed "       \
+    "cubec bench --plot: the plotting script (default: the source tree's or the installed "        \
     "tools/plot_bench.py)")                                                                        \
   X(PYTHON, "CUBE_PYTHON", COMMAND, 0, 0, 255, 0, NULL,                                            \
-    "cubec bench --plot: the Python interpreter that runs the plotting script (default: "         \
+    "cubec bench --plot: the Python interpreter that runs the plotting script (default: "          \
     "python3)")                                                                                    \
   /* Read, not cubec's own */                                                                      \
   X(XDG_CACHE_HOME, "XDG_CACHE_HOME", PATH, 0, 0, 4000,                                            \

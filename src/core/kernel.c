@@ -132,9 +132,10 @@ cube_status_t cube_kernel_create_from_file(const cube_kernel_desc_t *desc, const
                                            cube_kernel_t **out_kernel) {
   if (out_kernel) *out_kernel = NULL;
   if (!desc || !path || !out_kernel) {
-    return cube_status_make(CUBE_STATUS_VALIDATION,
-                            "cube_kernel_create_from_file: %s is NULL",
-                            !desc ? "desc" : !path ? "path" : "out_kernel");
+    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_kernel_create_from_file: %s is NULL",
+                            !desc   ? "desc"
+                            : !path ? "path"
+                                    : "out_kernel");
   }
   if (desc->source) {
     return cube_status_make(CUBE_STATUS_VALIDATION,

@@ -93,7 +93,8 @@ static cube_status_t refuse(const char *kernel_name, const char *origin, int lin
                             const char *begin, const char *end, const char *expected) {
   char text[64];
   shown(begin, end, text, sizeof text);
-  return cube_status_make(CUBE_STATUS_COMPILE_REFUSED, "cube_kernel_create: kernel '%s'%s%s%s line %d: %s: expected %s",
+  return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                          "cube_kernel_create: kernel '%s'%s%s%s line %d: %s: expected %s",
                           kernel_name, origin ? " (" : "", origin ? origin : "", origin ? ")" : "",
                           line, text[0] ? text : "(empty parameter)", expected);
 }
@@ -163,11 +164,11 @@ static cube_status_t check_list(const char *kernel_name, const char *origin, con
       continue;
     }
     if (*p == '\0') {
-      return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
-                              "cube_kernel_create: kernel '%s'%s%s%s line %d: CUBE_KERNEL( is never "
-                              "closed",
-                              kernel_name, origin ? " (" : "", origin ? origin : "",
-                              origin ? ")" : "", start_line);
+      return cube_status_make(
+          CUBE_STATUS_COMPILE_REFUSED,
+          "cube_kernel_create: kernel '%s'%s%s%s line %d: CUBE_KERNEL( is never "
+          "closed",
+          kernel_name, origin ? " (" : "", origin ? origin : "", origin ? ")" : "", start_line);
     }
     if (*p == '\n') ++*line;
     if (*p == '(' || *p == '[' || *p == '{') {

@@ -589,8 +589,9 @@ static bool write_json(const cube_server_t *server, const char *path, const trac
   const unsigned pid = (unsigned)getpid();
   cube_rank_env_t rank = {.world_size = 1};
   cube_status_ignore(cube_rank_env_discover(&rank));
-  fprintf(f, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"cubec %s\",\"pid\":%u,"
-             "\"rank\":%u,\"world_size\":%u,\"clock_origin_unix_ns\":%" PRIu64 "},\n",
+  fprintf(f,
+          "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"cubec %s\",\"pid\":%u,"
+          "\"rank\":%u,\"world_size\":%u,\"clock_origin_unix_ns\":%" PRIu64 "},\n",
           cube_version(), pid, rank.rank, rank.world_size, origin.wall_ns);
   fprintf(f, "\"traceEvents\":[\n");
   fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%u,\"args\":{\"name\":\"", pid);
@@ -662,10 +663,12 @@ static bool write_json(const cube_server_t *server, const char *path, const trac
     if (!earlier && !later) continue;
     const char *phase = !earlier ? "s" : later ? "t" : "f";
     fprintf(f,
-            ",\n{\"name\":\"failure #%" PRIu64 "\",\"cat\":\"failure\",\"ph\":\"%s\","
+            ",\n{\"name\":\"failure #%" PRIu64
+            "\",\"cat\":\"failure\",\"ph\":\"%s\","
             "\"id\":%" PRIu64 ",\"pid\":%u,\"tid\":%u,\"ts\":%.3f%s}",
-            m->failure_id, phase, ((uint64_t)(pid & 0xfffffu) << 32) | (m->failure_id & 0xffffffffu),
-            pid, m->tid, ts, earlier ? ",\"bp\":\"e\"" : "");
+            m->failure_id, phase,
+            ((uint64_t)(pid & 0xfffffu) << 32) | (m->failure_id & 0xffffffffu), pid, m->tid, ts,
+            earlier ? ",\"bp\":\"e\"" : "");
   }
   fprintf(f, "\n]}\n");
   return fclose(f) == 0;

@@ -23,7 +23,8 @@ static const char *const kScale =
     "}\n";
 
 static int expect(cube_status_t status, cube_status_code_t code, const char *what) {
-  const bool ok = code == CUBE_STATUS_OK ? status == CUBE_OK : cube_status_find(status, code) != NULL;
+  const bool ok =
+      code == CUBE_STATUS_OK ? status == CUBE_OK : cube_status_find(status, code) != NULL;
   if (!ok) {
     fprintf(stderr, "trace_chain: %s: expected %s, got:\n", what, cube_status_code_name(code));
     cube_status_fprint(status, stderr);
@@ -55,17 +56,17 @@ int main(int argc, char **argv) {
   if (failed) return 1;
   cube_kernel_buffer_t fill_buffers[] = {{.binding = cube_handle_binding(a), .io = CUBE_IO_WRITE}};
   cube_kernel_args_t fill = {fill_buffers, 1, NULL, 0};
-  failed |= expect(cube_launch(client, s, broken, cube_count_static(1, 1, 1), &fill,
-                               CUBE_LAUNCH_EXECUTE),
-                   CUBE_STATUS_COMPILE_REFUSED, "the broken launch");
+  failed |=
+      expect(cube_launch(client, s, broken, cube_count_static(1, 1, 1), &fill, CUBE_LAUNCH_EXECUTE),
+             CUBE_STATUS_COMPILE_REFUSED, "the broken launch");
   cube_kernel_buffer_t scale_buffers[] = {
       {.binding = cube_handle_binding(a), .io = CUBE_IO_READ},
       {.binding = cube_handle_binding(b), .io = CUBE_IO_WRITE},
   };
   cube_kernel_args_t scaled = {scale_buffers, 2, NULL, 0};
-  failed |= expect(cube_launch(client, s, scale, cube_count_static(1, 1, 1), &scaled,
-                               CUBE_LAUNCH_EXECUTE),
-                   CUBE_STATUS_SKIPPED, "the dependent launch");
+  failed |= expect(
+      cube_launch(client, s, scale, cube_count_static(1, 1, 1), &scaled, CUBE_LAUNCH_EXECUTE),
+      CUBE_STATUS_SKIPPED, "the dependent launch");
   failed |= expect(cube_read(client, s, cube_handle_binding(b), host, sizeof host),
                    CUBE_STATUS_UNWRITTEN, "the read");
   if (!release) {

@@ -180,8 +180,9 @@ static void compile_errors_name_the_kernel_line(void **state) {
   };
   static const char *const kWhere[] = {"body_error.cube:3", "macro_error.cube:2"};
   for (int i = 0; i < 2; ++i) {
-    cube_kernel_desc_t desc = {
-        .name = i == 0 ? "body_error" : "macro_error", .source = kSources[i], .cube_dim = {64, 1, 1}};
+    cube_kernel_desc_t desc = {.name = i == 0 ? "body_error" : "macro_error",
+                               .source = kSources[i],
+                               .cube_dim = {64, 1, 1}};
     cube_kernel_t *kernel = NULL;
     CTH_OK(cube_kernel_create(&desc, &kernel));
     cube_status_t status = cube_launch(client, CUBE_STREAM_CURRENT, kernel,
