@@ -22,8 +22,8 @@
 
 #include "bench_common.h"
 #include "core/server.h"
-#include "core/tune_cache.h"
-#include "core/tune_internal.h"
+#include "tune/tune_cache.h"
+#include "tune/tune_internal.h"
 #include "cube/cube.h"
 #include "tune_ops.h"
 

@@ -819,7 +819,7 @@ static inline double cube__double_of(uint64_t bits) {
     (void)0;                                       \
   })
 
-//===--- CPU: kernels split at their barriers (src/backends/cpu/cpu_split.c) ---===//
+//===--- CPU: kernels split at their barriers (src/backends/cpu/split/cpu_split.c) ---===//
 //
 // The splitter appends a second entry to a kernel's source, <name>__cube_split,
 // that runs a whole cube as loops over its units between barriers (regions),

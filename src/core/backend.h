@@ -341,6 +341,10 @@ typedef struct cube_backend_factory_t {
   // backend reads what it needs from it here and never the environment.
   cube_status_t (*create_device)(uint32_t device_index, const cube_config_t *config,
                                  cube_backend_device_t **out_device);
+  // What the backend's transport is (cube_transport_query; never fails: a
+  // transport whose library is missing reports unavailable). NULL: the
+  // backend has none (cube_transport_query answers "none", unavailable).
+  void (*transport_query)(cube_transport_info_t *out_info);
 } cube_backend_factory_t;
 
 CUBE_INTERNAL extern const cube_backend_factory_t cube_cpu_backend_factory;

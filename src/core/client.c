@@ -238,19 +238,12 @@ static cube_status_t client_create(const cube_client_options_t *options, bool pr
   // The log first: a bad log_level is refused before a device is opened.
   if (cube_status_is_ok(status))
     status = cube_logger_init(&server->log, options, &config, server->name);
-  if (cube_status_is_ok(status))
-    status = factory->create_device(options->device_index, &config, &device);
   const char *plan = options->fault_plan ? options->fault_plan
                                          : cube_config_text(&config, CUBE_CONFIG_FAULT, NULL);
   bool faulty = plan && plan[0];
-  if (cube_status_is_ok(status) && faulty) {
-    status = cube_fault_backend_wrap(device, plan, &device);
-    if (!cube_status_is_ok(status)) device = NULL;  // the wrapper destroyed it
-    if (!cube_status_is_ok(status) && !options->fault_plan)
-      status = cube_status_wrap(status, CUBE_STATUS_VALIDATION,
-                                "cube_client_create: environment variable CUBE_FAULT='%.200s' is "
-                                "not a fault plan",
-                                plan);
+  if (cube_status_is_ok(status)) {
+    status = cube_registry_create_device(factory, options->device_index, &config, plan,
+                                         !options->fault_plan, &device);
   }
   if (cube_status_is_ok(status)) {
     server->device = device;

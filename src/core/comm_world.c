@@ -4,6 +4,12 @@
 // points; the collectives themselves are collective.c's, with the members'
 // records carried by the world transport (comm_group.c: worlds).
 //
+// The bootstrap's public entry points that need the configuration
+// (cube_comm_id_fetch's default deadline, CUBE_COMM_NAME) are here: the
+// world layer (src/world) is handed those values, it does not read the
+// configuration. A world's id reaches the other ranks through a provider
+// (world/provider.h): the rendezvous file, or MPI under an MPI launcher.
+//
 // The id (cube_comm_id_t, 256 bytes): "CUBEWID1", the world size (u32 LE),
 // the transport's name (16 bytes, NUL padded), then the transport's token
 // (cube_tuid_t, 128 bytes) at offset 32.
@@ -15,6 +21,8 @@
 #include "core/collective.h"
 #include "core/comm_group.h"
 #include "cube/world.h"
+#include "world/bootstrap.h"
+#include "world/provider.h"
 
 struct cube_comm_s {
   cube_client_t *client;  // retained
@@ -134,46 +142,59 @@ void cube_comm_env_options_initialize(cube_comm_env_options_t *out_options) {
   *out_options = (cube_comm_env_options_t){.backend = CUBE_BACKEND_DEFAULT, .device = -1};
 }
 
-// The id of a world launched by an MPI, from rank 0 to every rank through
-// MPI itself (no shared directory needed): a CPU client's world transport
-// (MPI) for the one exchange, through the transport slots like any other.
-static cube_status_t id_through_mpi(cube_client_t *client, const cube_rank_env_t *env,
-                                    cube_comm_id_t *inout_id) {
-  cube_client_t *cpu = NULL;
-  cube_client_options_t co;
-  cube_client_options_initialize(&co);
-  co.backend = CUBE_BACKEND_CPU;
-  co.fault_plan = "";
-  cube_status_t status = cube_client_create(&co, &cpu);
-  const cube_transport_vtable_t *mpi = NULL;
-  cube_server_t *server = cpu ? cube_server_of(cpu) : NULL;
-  if (!status) status = world_transport(server, "comm_init_env (the id through MPI)", &mpi);
-  if (!status && strcmp(mpi->name, "mpi") != 0)
-    status = cube_status_make(CUBE_STATUS_NO_DEVICE_TRANSPORT, "comm_init_env: no MPI here");
-  cube_tuid_t token;
-  cube_tcomm_t *comm = NULL;
-  uint64_t timeout = server ? cube_collective_timeout_ns(server) : 0;
-  if (!status) status = mpi->unique_id(server->device, &token);
-  if (!status)
-    status = mpi->comm_create(server->device, &token, env->world_size, env->rank, timeout, &comm);
-  if (!status && env->rank == 0) status = cube_comm_id_create(client, env->world_size, inout_id);
-  cube_comm_id_t *all = NULL;
-  if (!status) {
-    all = malloc(sizeof *all * env->world_size);
-    if (!all) status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "comm_init_env: memory");
+void cube_comm_default_name(char *out_name, size_t capacity) {
+  // A value cubec cannot use reads as unset here (this call answers no
+  // status); cube_client_create and cube_comm_init_env report it.
+  cube_config_t config;
+  cube_status_t status = cube_config_load(&config);
+  bool loaded = cube_status_is_ok(status);
+  cube_status_release(status);
+  cube_world_default_name(loaded ? cube_config_text(&config, CUBE_CONFIG_COMM_NAME, NULL) : NULL,
+                          out_name, capacity);
+  if (loaded) cube_config_release(&config);
+}
+
+cube_status_t cube_comm_id_fetch(const char *dir, const char *name, uint32_t world_size,
+                                 double timeout_s, cube_comm_id_t *out_id) {
+  if (timeout_s > 0) return cube_world_id_fetch(dir, name, world_size, timeout_s, out_id);
+  cube_config_t config;
+  cube_status_t status = cube_config_load(&config);
+  if (status) {
+    return cube_status_wrap(status, CUBE_STATUS_VALIDATION,
+                            "cube_comm_id_fetch: the environment holds a value cubec cannot use");
   }
-  // Every rank's record; rank 0's is the id (an error on rank 0 reaches the
-  // others as a zero id, which init_rank refuses).
-  if (!status)
-    status = mpi->exchange_status(server->device, comm, NULL, UINT32_MAX, inout_id, sizeof *all,
-                                  all, sizeof *all);
-  if (!status) *inout_id = all[0];
-  free(all);
-  if (comm) {
-    if (status) mpi->abort(server->device, comm);
-    mpi->comm_destroy(server->device, comm);
+  double limit = (double)cube_config_u64(&config, CUBE_CONFIG_COLLECTIVE_TIMEOUT_S);
+  cube_config_release(&config);
+  return cube_world_id_fetch(dir, name, world_size, limit, out_id);
+}
+
+// Rank 0 makes the id with |client|'s transport and |provider| carries it
+// to every rank. The launcher's view of the world (|env|) and the
+// provider's must agree: an MPI that is not the launcher's sees worlds of one.
+static cube_status_t id_through(cube_world_provider_t *provider, cube_client_t *client,
+                                const cube_rank_env_t *env, cube_comm_id_t *out_id) {
+  static const char kOp[] = "comm_init_env";
+  memset(out_id, 0, sizeof *out_id);
+  uint32_t rank = 0, size = 0;
+  cube_status_t status = provider->rank_and_size(provider, &rank, &size);
+  if (!status && (rank != env->rank || size != env->world_size)) {
+    status = cube_status_make(CUBE_STATUS_VALIDATION,
+                              "%s: the launcher (%s) says rank %u of %u, and %s says rank %u of %u "
+                              "(a launcher and an MPI that do not match)",
+                              kOp, env->source_name, env->rank, env->world_size, provider->name,
+                              rank, size);
   }
-  cube_client_release(cpu);
+  if (status) return status;
+  cube_status_t made = CUBE_OK;
+  if (env->rank == 0) {
+    made = cube_comm_id_create(client, env->world_size, out_id);
+    if (made) memset(out_id, 0, sizeof *out_id);  // still exchanged: provider.h
+  }
+  status = provider->exchange_id(provider, env->rank, env->world_size, out_id, sizeof *out_id);
+  if (made) {
+    cube_status_release(status);
+    return made;
+  }
   return status;
 }
 
@@ -220,31 +241,38 @@ cube_status_t cube_comm_init_env(const cube_comm_env_options_t *options, cube_cl
     status = cube_client_create(&co, &client);
   }
   const cube_transport_vtable_t *world = NULL;
-  if (!status) status = world_transport(cube_server_of(client), kOp, &world);
+  cube_server_t *server = client ? cube_server_of(client) : NULL;
+  if (!status) status = world_transport(server, kOp, &world);
   cube_comm_id_t id;
   memset(&id, 0, sizeof id);
   if (!status) {
-    const char *dir = opts.rendezvous_dir ? opts.rendezvous_dir : getenv("CUBE_RENDEZVOUS_DIR");
+    // The client's configuration, read when it was created.
+    const cube_config_t *config = &server->config;
+    const char *dir = opts.rendezvous_dir
+                          ? opts.rendezvous_dir
+                          : cube_config_text(config, CUBE_CONFIG_RENDEZVOUS_DIR, NULL);
     char name[128];
     if (opts.name) {
       snprintf(name, sizeof name, "%s", opts.name);
     } else {
-      cube_comm_default_name(name, sizeof name);
+      cube_world_default_name(cube_config_text(config, CUBE_CONFIG_COMM_NAME, NULL), name,
+                              sizeof name);
     }
+    uint64_t timeout_ns = cube_collective_timeout_ns(server);
     bool mpi_launched =
         env.source == CUBE_RANK_SOURCE_OPEN_MPI || env.source == CUBE_RANK_SOURCE_MPICH;
+    cube_world_rendezvous_t rendezvous;
+    cube_world_mpi_provider_t mpi;
     if (strcmp(world->name, "mpi") == 0 || env.world_size == 1) {
       // MPI's token is the same on every rank; a world of one needs no trip.
       status = cube_comm_id_create(client, env.world_size, &id);
     } else if (dir && dir[0]) {
-      if (env.rank == 0) {
-        status = cube_comm_id_create(client, env.world_size, &id);
-        if (!status) status = cube_comm_id_publish(dir, name, env.world_size, &id);
-      } else {
-        status = cube_comm_id_fetch(dir, name, env.world_size, 0, &id);
-      }
+      cube_world_rendezvous_init(&rendezvous, dir, name, (double)timeout_ns * 1e-9);
+      status = id_through(&rendezvous.base, client, &env, &id);
     } else if (mpi_launched) {
-      status = id_through_mpi(client, &env, &id);
+      cube_world_mpi_provider_init(&mpi, cube_config_text(config, CUBE_CONFIG_MPI_PATH, NULL),
+                                   timeout_ns);
+      status = id_through(&mpi.base, client, &env, &id);
     } else {
       status = cube_status_make(CUBE_STATUS_VALIDATION,
                                 "%s: a %s world of %u ranks needs a place to meet: set "

@@ -130,21 +130,15 @@ enum {
   X(COLLECTIVE_TIMEOUT_S, "CUBE_COLLECTIVE_TIMEOUT_S", COUNT, 600, 1, 86400, 0, NULL,              \
     "seconds any wait on a collective may take (a peer's part, a queued collective, a "            \
     "communicator) before the communicator is aborted and its group fails")                        \
-  /* Several processes (docs/scaleout.md): read by rank discovery and cube_comm_init_env, */       \
-  /* checked here too so that a value they cannot use fails where every other one does */          \
-  X(RANK, "CUBE_RANK", COUNT, 0, 0, 0x7fffffff, 0, NULL,                                           \
-    "this process's rank when cubec's own launcher variables are used (with CUBE_WORLD_SIZE)")     \
-  X(WORLD_SIZE, "CUBE_WORLD_SIZE", COUNT, 1, 1, 0x7fffffff, 0, NULL,                               \
-    "the number of ranks when cubec's own launcher variables are used (with CUBE_RANK)")           \
-  X(LOCAL_RANK, "CUBE_LOCAL_RANK", COUNT, 0, 0, 0x7fffffff, 0, NULL,                               \
-    "the rank among this host's ranks (the GPU it drives; default: CUBE_RANK)")                    \
-  X(COMM_NAME, "CUBE_COMM_NAME", TEXT, 0, 0, 255, 0, NULL,                                         \
-    "the name of a world's rendezvous file (default: from the launcher's job id)")                 \
-  X(RENDEZVOUS_DIR, "CUBE_RENDEZVOUS_DIR", PATH, 0, 0, 4000, 0, NULL,                              \
-    "the directory where rank 0 publishes a world's unique id for cube_comm_init_env")             \
-  X(MPI_PATH, "CUBE_MPI_PATH", PATH, 0, 0, 511, 0, NULL,                                           \
-    "the MPI library to load first (a path or a soname); then libmpi.so.40, libmpich.so.12, "      \
-    "libmpi.so.12")                                                                                \
+  X(RENDEZVOUS_DIR, "CUBE_RENDEZVOUS_DIR", PATH, 0, 0, 3800, 0, NULL,                              \
+    "where cube_comm_init_env's ranks meet: a directory every rank sees, owned by this user and "  \
+    "writable by no one else (rank 0 writes the world's id there)")                                \
+  X(COMM_NAME, "CUBE_COMM_NAME", TEXT, 0, 0, 200, 0, NULL,                                         \
+    "the rendezvous file's name (default: from the launcher's job id, else cubec-world); "         \
+    "characters other than [A-Za-z0-9._-] become _")                                               \
+  X(MPI_PATH, "CUBE_MPI_PATH", PATH, 0, 0, 1023, 0, NULL,                                          \
+    "the MPI library to load first (a path or a soname; then libmpi.so.40, libmpich.so.12, "       \
+    "libmpi.so.12); the first value the process uses holds for it")                                \
   /* Autotune (docs/tune.md) */                                                                    \
   X(TUNE, "CUBE_TUNE", CHOICE, 0, 0, 0, 0, "cached|off|full|test",                                 \
     "how tunable operations pick a candidate: cached (tune a key once, keep the winner in the "    \

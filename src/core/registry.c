@@ -1,7 +1,10 @@
 // cubec core — the backend registry: which backends exist, which one is the
-// default, what each reports about itself, and the device-properties hash.
+// default, what each reports about itself (and its transport), how a device
+// is made (wrapped in the fault backend when a plan asks), and the
+// device-properties hash.
 //
-// Owns: the list of backend factories. Must not touch: servers or clients.
+// Owns: the list of backend factories, the one place the core names a
+// backend. Must not touch: servers or clients.
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +51,43 @@ void cube_registry_query(cube_backend_kind_t kind, cube_backend_info_t *out_info
   out_info->name = factory ? factory->name : "unknown";
   out_info->detail = "";
   if (factory) factory->query(out_info);
+}
+
+cube_status_t cube_registry_create_device(const cube_backend_factory_t *factory,
+                                          uint32_t device_index, const cube_config_t *config,
+                                          const char *plan, bool plan_from_environment,
+                                          cube_backend_device_t **out_device) {
+  *out_device = NULL;
+  cube_backend_device_t *device = NULL;
+  cube_status_t status = factory->create_device(device_index, config, &device);
+  if (cube_status_is_ok(status) && plan && plan[0]) {
+    status = cube_fault_backend_wrap(device, plan, &device);
+    if (!cube_status_is_ok(status)) device = NULL;  // the wrapper destroyed it
+    if (!cube_status_is_ok(status) && plan_from_environment) {
+      status = cube_status_wrap(status, CUBE_STATUS_VALIDATION,
+                                "cube_client_create: environment variable CUBE_FAULT='%.200s' is "
+                                "not a fault plan",
+                                plan);
+    }
+  }
+  if (cube_status_is_ok(status)) *out_device = device;
+  return status;
+}
+
+cube_status_t cube_transport_query(cube_backend_kind_t kind, cube_transport_info_t *out_info) {
+  if (!out_info)
+    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_transport_query: out_info is NULL");
+  if (kind == CUBE_BACKEND_DEFAULT) kind = cube_backend_default();
+  const cube_backend_factory_t *factory = cube_registry_factory(kind);
+  if (!factory) {
+    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_transport_query: unknown backend kind %d",
+                            (int)kind);
+  }
+  memset(out_info, 0, sizeof *out_info);
+  out_info->name = "none";
+  out_info->detail = "";
+  if (factory->transport_query) factory->transport_query(out_info);
+  return CUBE_OK;
 }
 
 cube_status_t cube_backend_query(cube_backend_kind_t kind, cube_backend_info_t *out_info) {

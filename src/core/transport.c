@@ -1,5 +1,5 @@
-// cubec core — what every transport shares: element types, their names, and
-// cube_transport_query.
+// cubec core — what every transport shares: element types and their names.
+// (cube_transport_query asks the backend factories: registry.c.)
 #include "core/transport.h"
 
 #include <math.h>
@@ -39,21 +39,4 @@ const char *cube_dtype_name(cube_dtype_t dtype) {
 const char *cube_reduce_op_name(cube_reduce_op_t op) {
   static const char *const names[CUBE_REDUCE_OP_COUNT] = {"sum", "mean", "max", "min", "prod"};
   return (unsigned)op < CUBE_REDUCE_OP_COUNT ? names[op] : "unknown";
-}
-
-cube_status_t cube_transport_query(cube_backend_kind_t kind, cube_transport_info_t *out_info) {
-  if (!out_info)
-    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_transport_query: out_info is NULL");
-  if (kind == CUBE_BACKEND_DEFAULT) kind = cube_backend_default();
-  switch (kind) {
-    case CUBE_BACKEND_CPU:
-      cube_cpu_transport_query(out_info);
-      return CUBE_OK;
-    case CUBE_BACKEND_CUDA:
-      cube_nccl_transport_query(out_info);
-      return CUBE_OK;
-    default:
-      return cube_status_make(CUBE_STATUS_VALIDATION,
-                              "cube_transport_query: unknown backend kind %d", (int)kind);
-  }
 }

@@ -9,9 +9,10 @@
 // sees it (NCCL checks no pointer, and in non-blocking mode one invalid
 // argument leaves the communicator's error set for good).
 //
-// Transports today: "inproc" (CPU clients of one process, cpu_transport.c),
-// "nccl" (CUDA, cuda_nccl.c; one process or many) and "mpi" (CPU clients in
-// several processes and hosts, cpu_mpi_transport.c). A world transport
+// Transports today: "inproc" (CPU clients of one process,
+// cpu_transport_inproc.c), "nccl" (CUDA, cuda_transport_nccl.c; one process
+// or many) and "mpi" (CPU clients in several processes and hosts,
+// cpu_transport_mpi.c over world/mpi.h). A world transport
 // (ranks in several processes, reached through `world`) fits the same
 // slots: its unique_id's token travels between processes (include/cube/
 // world.h), and the members' status travels through `exchange_status`
@@ -212,10 +213,6 @@ static inline const cube_transport_vtable_t *cube_backend_transport(cube_backend
   cube_status_release(status);
   return transport;
 }
-
-// What each backend's transport is, for cube_transport_query.
-CUBE_INTERNAL void cube_cpu_transport_query(cube_transport_info_t *out_info);
-CUBE_INTERNAL void cube_nccl_transport_query(cube_transport_info_t *out_info);
 
 // Names for messages: "all_reduce", ... (the seed's Collective display).
 static inline const char *cube_top_kind_name(cube_top_kind_t kind) {

@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "backends/cpu/cpu_clang.h"
+#include "backends/cpu/split/cpu_clang.h"
 #include "cube/cube.h"
 #include "harness/harness.h"
 

@@ -26,7 +26,7 @@
 
 #include "../../bench/cpu_kernels.h"
 #include "../../examples/kernels.h"
-#include "backends/cpu/cpu_clang.h"
+#include "backends/cpu/split/cpu_clang.h"
 #include "backends/cpu/cpu_internal.h"
 #include "cube/cube.h"
 #include "harness/harness.h"

@@ -15,9 +15,9 @@
 
 #include <cmocka.h>
 
-#include "core/tune_cache.h"
+#include "tune/tune_cache.h"
 #include "core/warn.h"
-#include "core/tune_internal.h"
+#include "tune/tune_internal.h"
 #include "tune/tune_fixture.h"
 
 static cube_backend_kind_t g_kind = CUBE_BACKEND_CPU;

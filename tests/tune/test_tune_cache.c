@@ -19,9 +19,9 @@
 
 #include <cmocka.h>
 
-#include "core/tune_cache.h"
+#include "tune/tune_cache.h"
 #include "core/warn.h"
-#include "core/tune_internal.h"
+#include "tune/tune_internal.h"
 #include "tune/tune_fixture.h"
 
 static const tfx_kind_t kThree[] = {TFX_SLOW, TFX_MID, TFX_FAST};

@@ -51,6 +51,7 @@ local)
   [ $rc -eq 0 ] || { cat "$log"; echo "FAIL: mpirun exited $rc"; exit 1; }
   grep "^PASS conformance" "$log"
   expect "^PASS conformance" "$np" "every operation and element type, $np ranks"
+  expect "^PASS provider" "$np" "the MPI provider carries rank 0's id"
   expect "^PASS ring" "$np" "send/recv around a ring"
   expect "^PASS exchange" "$np" "status exchange"
   expect "^PASS carry" "$np" "carried sources, whole or reduced on the way"
@@ -58,7 +59,7 @@ local)
   ! grep -q "^FAIL" "$log" || { cat "$log"; exit 1; }
   if [ "$np" != 3 ] && [ -z "${OMPI_MCA_coll_libnbc_iallreduce_algorithm+x}" ]; then
     # cubec asks libnbc for its ring MPI_Iallreduce on 2 ranks and for
-    # Rabenseifner's from 4 (cpu_mpi.c).
+    # Rabenseifner's from 4 (src/world/mpi.c, through MPI_T).
     if [ "$np" = 2 ]; then
       expect "^INFO iallreduce-algorithm .*: 1$" "$np" "2 ranks: libnbc's ring all_reduce chosen"
     else

@@ -47,7 +47,7 @@
 #   bash tools/device/mpi_bench.sh old [MAX] [N]    default against the tree in
 #                                                   build-old/src.tgz, N rounds
 #                                                   (default 5) at 8, 4, 2 ranks
-# Variants (-D of cpu_mpi.c / cpu_mpi_transport.c, or the environment):
+# Variants (CMake options -DCUBE_MPI_*=N, docs/scaleout.md "Tunables", or the environment):
 #   straight  CUBE_MPI_LOG_MIN_RANKS=64 (every record straight to every peer,
 #             every rank reducing every carried source)
 #   default   the code as it is
@@ -71,11 +71,12 @@ for f in .deb/libxxhash*.deb .deb/libcmocka*.deb; do [ -f "$f" ] && dpkg -x "$f"
 ldconfig
 jobs="$(nproc)"
 launch=(mpirun --allow-run-as-root --oversubscribe)
-build() {  # build DIR TARGETS... (CFLAGS from $defs)
+build() {  # build DIR TARGETS... ($defs: -DCUBE_MPI_*=N, the CMake options of docs/scaleout.md)
   local dir="$1"
   shift
+  # shellcheck disable=SC2086  # $defs is a list of -D options
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCUBE_BUILD_TESTS=ON -DCUBE_BUILD_FUZZ=OFF \
-    -DCMAKE_C_FLAGS="$defs" >"$out/configure-$(basename "$dir").log" 2>&1 &&
+    $defs >"$out/configure-$(basename "$dir").log" 2>&1 &&
     cmake --build "$dir" -j"$jobs" --target "$@" >"$out/build-$(basename "$dir").log" 2>&1 ||
     { echo "build of $dir failed"; tail -30 "$out/build-$(basename "$dir").log"; exit 1; }
 }

@@ -1,4 +1,4 @@
-// cubec's status exchange of recursive doubling (cpu_mpi.c, exchange_rdbl)
+// cubec's status exchange of recursive doubling (src/world/mpi.c, exchange_rdbl)
 // replicated over MPI alone, with its features toggled one at a time, to
 // price each against a raw MPI_Allreduce in the same run. Built with mpicc
 // by tools/device/mpi_bench.sh xprobe; not part of the library.

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/cpu/cpu_clang.h"
+#include "backends/cpu/split/cpu_clang.h"
 #include "backends/cpu/cpu_internal.h"
 #include "base/util.h"
 
@@ -132,6 +132,8 @@ static cube_status_t cpu_create_device(uint32_t device_index, const cube_config_
     snprintf(cpu->libclang, sizeof cpu->libclang, "%s",
              config ? cube_config_text(config, CUBE_CONFIG_LIBCLANG, "") : "");
     if (cpu->libclang[0] != '\0') cube_clang_configure(cpu->libclang);
+    snprintf(cpu->mpi_path, sizeof cpu->mpi_path, "%s",
+             config ? cube_config_text(config, CUBE_CONFIG_MPI_PATH, "") : "");
     // Large pages come from memory already faulted in (the first device's
     // value holds for the process).
     cube_cpu_warm_start(config_u64(config, CUBE_CONFIG_CPU_WARM_MEMORY));
@@ -156,4 +158,5 @@ const cube_backend_factory_t cube_cpu_backend_factory = {
     .name = "cpu",
     .query = cpu_query,
     .create_device = cpu_create_device,
+    .transport_query = cube_cpu_transport_query,
 };

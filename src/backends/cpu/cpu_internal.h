@@ -43,7 +43,7 @@ struct cube_bkernel_t {
   void *library;
   void (*loop)(struct cube__ctx_t *ctx);
   void (*unit)(struct cube__ctx_t *ctx, uint32_t x, uint32_t y, uint32_t z);
-  // The split entry (cpu_split.c): a whole cube as loops over its units, and
+  // The split entry (split/cpu_split.c): a whole cube as loops over its units, and
   // the per-unit storage it needs. NULL when the kernel was not split.
   void (*split)(struct cube__ctx_t *ctx);
   uint64_t (*split_scratch)(uint32_t units);
@@ -249,7 +249,18 @@ struct cube_cpu_device_t {
   uint64_t stack_max;    // CUBE_CPU_STACK_MAX
   uint64_t cube_memory;  // CUBE_CPU_CUBE_MEMORY
   char libclang[1024];   // CUBE_LIBCLANG ("": the usual names)
+  char mpi_path[1024];   // CUBE_MPI_PATH ("": the usual names; world/mpi.h)
 };
+
+//===--- Transports ---===//
+
+// The CPU transport's world form (cpu_transport_mpi.c): the "mpi" transport,
+// or NO_DEVICE_TRANSPORT without MPI. The in-process transport
+// (cpu_transport_inproc.c) offers it as its `world`.
+CUBE_INTERNAL cube_status_t cube_cpu_world_transport(cube_backend_device_t *device,
+                                                     const cube_transport_vtable_t **out_world);
+// What the CPU's transport is (the factory's transport_query).
+CUBE_INTERNAL void cube_cpu_transport_query(cube_transport_info_t *out_info);
 
 //===--- The vtable's slots (cpu_device/stream/memory/kernel/graph.c) ---===//
 
@@ -274,7 +285,7 @@ CUBE_INTERNAL void cube_cpu_graph_release(cube_backend_device_t *device, cube_bg
 // The graph |stream| records into (NULL: none); sets it to |graph| when |replace|.
 CUBE_INTERNAL cube_bgraph_t *cube_cpu_stream_recording(cube_bstream_t *stream, cube_bgraph_t *graph,
                                                        bool replace);
-// A collective's part (cpu_transport.c), run in stream order: |fn(arg, NULL)|
+// A collective's part (cpu_transport_*.c), run in stream order: |fn(arg, NULL)|
 // when the stream reaches it, its failure halting the stream like a
 // dispatch's; on a halted stream |fn(arg, failure)| instead (its answer
 // ignored), so the part can tell the other ranks it will not come. |fn|

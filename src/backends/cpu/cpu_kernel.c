@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "backends/cpu/cpu_internal.h"
-#include "backends/cpu/cpu_split.h"
+#include "backends/cpu/split/cpu_split.h"
 #include "base/util.h"
 #include "cube/dialect.h"
 

@@ -26,7 +26,7 @@ typedef enum task_kind_t {
   TASK_WAIT,
   TASK_DISPATCH,
   TASK_GRAPH,
-  TASK_TRANSPORT,  // a collective's part (cpu_transport.c): fails late like a dispatch
+  TASK_TRANSPORT,  // a collective's part (cpu_transport_*.c): fails late like a dispatch
 } task_kind_t;
 
 typedef struct cube_cpu_task_t {

@@ -283,7 +283,7 @@ typedef struct ncclUniqueId {
 #define ncclBfloat16 9
 
 // The NCCL entry points, the config struct and the loader are the nccl
-// transport's (cuda_nccl_api.h, cuda_nccl.c).
+// transport's (cuda_nccl_api.h, cuda_transport_nccl.c).
 
 //===--- Symbol tables ---===//
 

@@ -266,6 +266,7 @@ const cube_backend_factory_t cube_cuda_backend_factory = {
     .name = "cuda",
     .query = cube_cuda_query,
     .create_device = cube_cuda_create_device,
+    .transport_query = cube_nccl_transport_query,
 };
 
 void cube_cuda_destroy(cube_backend_device_t *base) {

@@ -132,4 +132,8 @@ CUBE_BACKEND_DECLARE_SLOTS()
 // Destroys every pooled event (teardown; cuda_stream.c).
 CUBE_INTERNAL void cube_cuda_event_pool_drain(cube_cuda_device_t *device);
 
+// What the CUDA transport (NCCL) is: the factory's transport_query
+// (cuda_transport_nccl.c).
+CUBE_INTERNAL void cube_nccl_transport_query(cube_transport_info_t *out_info);
+
 #endif  // CUBE_BACKENDS_CUDA_CUDA_INTERNAL_H_

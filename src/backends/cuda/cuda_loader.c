@@ -1,4 +1,4 @@
-// cubec CUDA backend — run-time loading of libcuda and NVRTC (NCCL: cuda_nccl.c).
+// cubec CUDA backend — run-time loading of libcuda and NVRTC (NCCL: cuda_transport_nccl.c).
 //
 // Each library is opened once per process (pthread_once) from an ordered list
 // of names, and every entry of its X-macro table is resolved with dlsym by the

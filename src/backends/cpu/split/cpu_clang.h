@@ -16,8 +16,8 @@
 //
 // The library is looked up as CUBE_LIBCLANG (cube_clang_configure), then the
 // names below.
-#ifndef CUBE_BACKENDS_CPU_CPU_CLANG_H_
-#define CUBE_BACKENDS_CPU_CPU_CLANG_H_
+#ifndef CUBE_BACKENDS_CPU_SPLIT_CPU_CLANG_H_
+#define CUBE_BACKENDS_CPU_SPLIT_CPU_CLANG_H_
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -144,4 +144,4 @@ static inline uint32_t cube_ast_child_index(const cube_ast_t *ast, const cube_as
   return ast->children[node->first + i];
 }
 
-#endif  // CUBE_BACKENDS_CPU_CPU_CLANG_H_
+#endif  // CUBE_BACKENDS_CPU_SPLIT_CPU_CLANG_H_

@@ -21,7 +21,7 @@
 //      "Range splits").
 // Anything outside what these stages understand ends in a reason, and the
 // kernel keeps its fiber path.
-#include "backends/cpu/cpu_split.h"
+#include "backends/cpu/split/cpu_split.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cpu/cpu_clang.h"
+#include "backends/cpu/split/cpu_clang.h"
 
 CUBE_INTERNAL extern const char cube_dialect_source[];
 CUBE_INTERNAL extern const char cube_cpu_split_source_hash[];  // cmake/source_hash.cmake
@@ -2445,7 +2445,8 @@ static void generate(split_t *sp) {
   static const char *const locals[] = {"cube__dx", "cube__dy", "cube__dz", "cube__px", "cube__py",
                                        "cube__pz", "cube__cx", "cube__cy", "cube__cz"};
   out_t *o = &sp->out;
-  out_fmt(o, "\n/* %s split at its barriers (cubec, src/backends/cpu/cpu_split.c) */\n", sp->name);
+  out_fmt(o, "\n/* %s split at its barriers (cubec, src/backends/cpu/split/cpu_split.c) */\n",
+          sp->name);
   for (size_t i = 0; i < 9; ++i)
     out_fmt(o, "#pragma push_macro(\"%s\")\n#undef %s\n#define %s %s\n", names[i], names[i],
             names[i], locals[i]);

@@ -1,4 +1,4 @@
-// cubec core — the tune cache file: SQLite, loaded at run time.
+// cubec tune — the tune cache file: SQLite, loaded at run time.
 //
 // One process-wide store behind a mutex, opened on first use: the SQLite
 // file in WAL mode, busy timeout 5 s, every write one IMMEDIATE transaction,
@@ -8,8 +8,8 @@
 // made. Without libsqlite3 or a usable directory the store is absent and the
 // tuner works from memory (one warning). It calls only base helpers and
 // libsqlite3: nothing below it calls back into it.
-#ifndef CUBE_CORE_TUNE_CACHE_H_
-#define CUBE_CORE_TUNE_CACHE_H_
+#ifndef CUBE_TUNE_TUNE_CACHE_H_
+#define CUBE_TUNE_TUNE_CACHE_H_
 
 #include <stdatomic.h>
 
@@ -46,4 +46,4 @@ static inline uint64_t cube_tune_clear_epoch(void) {
   return (uint64_t)atomic_load_explicit(&cube_tune_clear_epoch_value, memory_order_relaxed);
 }
 
-#endif  // CUBE_CORE_TUNE_CACHE_H_
+#endif  // CUBE_TUNE_TUNE_CACHE_H_

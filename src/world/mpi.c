@@ -1,4 +1,4 @@
-// cubec CPU backend — MPI loaded at run time (see cpu_mpi.h).
+// cubec world — MPI loaded at run time (see mpi.h).
 //
 // The entry points are resolved twice over, once per handle convention:
 // Open MPI passes handles as pointers to its exported objects
@@ -6,7 +6,7 @@
 // (MPI_COMM_WORLD is 0x44000000). A handle here is a union of both; each
 // wrapper calls the family's own entry with the right member, so no call
 // goes through a function pointer of the wrong type.
-#include "backends/cpu/cpu_mpi.h"
+#include "world/mpi.h"
 
 #include <dlfcn.h>
 #include <math.h>
@@ -19,6 +19,8 @@
 #include <time.h>
 
 #include "base/util.h"
+#include "world/bootstrap.h"
+#include "world/provider.h"
 
 //===--- Handles and entry points ---===//
 
@@ -86,7 +88,9 @@ typedef struct mpi_consts_t {
 } mpi_consts_t;
 
 static struct {
-  pthread_once_t once;
+  // Loading (once, under load_lock; |loaded| read without it after).
+  pthread_mutex_t load_lock;
+  atomic_bool loaded;
   void *library;
   const char *path;
   mpi_family_t family;
@@ -104,7 +108,7 @@ static struct {
   mpi_h half_ops[2][4];
   // Communicators abandoned: MPI_Finalize would wait on them.
   atomic_int abandoned;
-} g_mpi = {.once = PTHREAD_ONCE_INIT, .init_lock = PTHREAD_MUTEX_INITIALIZER};
+} g_mpi = {.load_lock = PTHREAD_MUTEX_INITIALIZER, .init_lock = PTHREAD_MUTEX_INITIALIZER};
 
 #define IS_OMPI (g_mpi.family == FAMILY_OMPI)
 
@@ -259,13 +263,12 @@ static bool resolve_mpich(void *lib) {
   return ok;
 }
 
-static void mpi_load(void) {
-  const char *env = getenv("CUBE_MPI_PATH");
-  static char env_path[512];
+static void mpi_load(const char *path) {
+  static char own_path[1024];  // g_mpi.path may point here for the process
   const char *names[4] = {NULL, "libmpi.so.40", "libmpich.so.12", "libmpi.so.12"};
-  if (env && env[0]) {
-    snprintf(env_path, sizeof env_path, "%s", env);
-    names[0] = env_path;
+  if (path && path[0]) {
+    snprintf(own_path, sizeof own_path, "%s", path);
+    names[0] = own_path;
   }
   char why[512] = "";
   size_t used = 0;
@@ -304,14 +307,21 @@ static void mpi_load(void) {
   }
 }
 
-bool cube_mpi_available(const char **out_detail) {
-  pthread_once(&g_mpi.once, mpi_load);
+bool cube_mpi_available(const char *path, const char **out_detail) {
+  if (!atomic_load_explicit(&g_mpi.loaded, memory_order_acquire)) {
+    pthread_mutex_lock(&g_mpi.load_lock);
+    if (!atomic_load_explicit(&g_mpi.loaded, memory_order_relaxed)) {
+      mpi_load(path);
+      atomic_store_explicit(&g_mpi.loaded, true, memory_order_release);
+    }
+    pthread_mutex_unlock(&g_mpi.load_lock);
+  }
   if (out_detail) *out_detail = g_mpi.detail;
   return g_mpi.library != NULL;
 }
 
 const char *cube_mpi_family(void) {
-  if (!cube_mpi_available(NULL)) return NULL;
+  if (!cube_mpi_available(NULL, NULL)) return NULL;
   return IS_OMPI ? "open-mpi" : "mpich";
 }
 
@@ -416,43 +426,90 @@ static void mpi_finalize_at_exit(void) {
 }
 
 // Open MPI's non-blocking all_reduce (libnbc) picks its algorithm by
-// size: below 4 ranks a binomial tree at every size (a reduce to rank 0 and
-// a broadcast back), from 4 the same tree below 64 KiB, and Rabenseifner's
-// reduce-scatter and allgather above. Its ring halves the bytes each rank
-// sends on 2 ranks; Rabenseifner's halves them from 4 ranks at every size.
-// Measured on the 16-core H200 host (medians of 3 runs over a raw
-// MPI_Allreduce):
-//   2 ranks, tree against ring: 32 KiB +5.4 us and +2.4; 512 KiB +13 and
-//   -11; 2 MiB 0.96x and 1.15x raw (docs/measurements/2026-12-01/h200/
-//   mpi-ab/run1);
-//   4 ranks, libnbc's choice against Rabenseifner's: 32 KiB +12.5 us and
-//   +5.5; 8 ranks: 8 KiB +14.2 and +7.4, 32 KiB +22.8 and +7.2; from 128 KiB
-//   both alike (docs/measurements/2026-12-02/h200/probe-algos).
-// So when cubec starts MPI for a world of 2, or of 4 and more
-// (OMPI_COMM_WORLD_SIZE, set by mpirun before any rank starts), it asks for
-// that algorithm through MCA's environment, before MPI_Init reads it; every
-// rank makes the same choice. A value the user set stands (0 restores
-// libnbc's own choice); MPI started by the program is left as it is.
-static void ompi_prefer_algorithm(void) {
-  const char *size = getenv("OMPI_COMM_WORLD_SIZE");
-  char *end = NULL;
-  unsigned long n = size ? strtoul(size, &end, 10) : 0;
-  if (!IS_OMPI || !size || end == size || *end || n < 2 || n == 3) return;
-  (void)setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", n == 2 ? "1" : "3", 0);
+// size: below 4 ranks a binomial tree at every size, from 4 the same tree
+// below 64 KiB and Rabenseifner's above; its ring is faster on 2 ranks and
+// Rabenseifner's from 4 at every size (figures: docs/scaleout.md, "libnbc's
+// algorithm"). So when cubec starts MPI for a world of 2, or of 4 and more,
+// it sets that algorithm through MPI_T's control variable, which libnbc
+// reads at each call; every rank makes the same choice. A value the user
+// set stands (OMPI_MCA_coll_libnbc_iallreduce_algorithm, which mpirun --mca
+// sets too; 0 keeps libnbc's own choice); MPI started by the program is
+// left as it is. No environment is written: the library never calls
+// setenv (another thread of the program may be reading it).
+#define LIBNBC_ALGORITHM "coll_libnbc_iallreduce_algorithm"
+
+// MPI_T (MPI 3.1), resolved apart from MPI_ENTRIES and only when used: an
+// MPI without it still loads. Both families' cvar handles are pointers.
+typedef struct mpi_t_entries_t {
+  int (*init_thread)(int, int *);
+  int (*finalize)(void);
+  int (*cvar_get_index)(const char *, int *);
+  int (*cvar_handle_alloc)(int, void *, void **, int *);
+  int (*cvar_read)(void *, void *);
+  int (*cvar_write)(void *, const void *);
+  int (*cvar_handle_free)(void **);
+} mpi_t_entries_t;
+
+// Writes |set| (when not NULL) to libnbc's algorithm, then reads it into
+// |out_value| (when not NULL): whether MPI_T did both.
+static bool libnbc_algorithm(const int *set, int *out_value) {
+  if (!IS_OMPI || !g_mpi.library) return false;
+  static const char *const kNames[] = {
+      "MPI_T_init_thread", "MPI_T_finalize",   "MPI_T_cvar_get_index",   "MPI_T_cvar_handle_alloc",
+      "MPI_T_cvar_read",   "MPI_T_cvar_write", "MPI_T_cvar_handle_free",
+  };
+  void *fns[sizeof kNames / sizeof kNames[0]];
+  for (size_t i = 0; i < sizeof kNames / sizeof kNames[0]; ++i) {
+    fns[i] = dlsym(g_mpi.library, kNames[i]);
+    if (!fns[i]) return false;
+  }
+  mpi_t_entries_t t;
+  memcpy(&t.init_thread, &fns[0], sizeof fns[0]);
+  memcpy(&t.finalize, &fns[1], sizeof fns[1]);
+  memcpy(&t.cvar_get_index, &fns[2], sizeof fns[2]);
+  memcpy(&t.cvar_handle_alloc, &fns[3], sizeof fns[3]);
+  memcpy(&t.cvar_read, &fns[4], sizeof fns[4]);
+  memcpy(&t.cvar_write, &fns[5], sizeof fns[5]);
+  memcpy(&t.cvar_handle_free, &fns[6], sizeof fns[6]);
+  int provided = 0, index = -1, count = 0;
+  if (t.init_thread(3 /* MPI_THREAD_MULTIPLE */, &provided) != 0) return false;
+  void *handle = NULL;
+  bool ok = t.cvar_get_index(LIBNBC_ALGORITHM, &index) == 0 &&
+            t.cvar_handle_alloc(index, NULL, &handle, &count) == 0 && count == 1;
+  if (ok && set) ok = t.cvar_write(handle, set) == 0;
+  if (ok && out_value) ok = t.cvar_read(handle, out_value) == 0;
+  if (handle) (void)t.cvar_handle_free(&handle);
+  (void)t.finalize();
+  return ok;
+}
+
+static void ompi_prefer_algorithm(uint32_t n) {
+  if (!IS_OMPI || n < 2 || n == 3) return;
+  const char *chosen = cube_world_launcher_var("OMPI_MCA_" LIBNBC_ALGORITHM);
+  if (chosen && chosen[0]) return;
+  int value = n == 2 ? 1 : 3;
+  // Without MPI_T libnbc keeps its own choice: slower, never wrong.
+  (void)libnbc_algorithm(&value, NULL);
+}
+
+bool cube_mpi_libnbc_algorithm(int *out_value) {
+  pthread_mutex_lock(&g_mpi.init_lock);
+  bool ok = g_mpi.initialized && libnbc_algorithm(NULL, out_value);
+  pthread_mutex_unlock(&g_mpi.init_lock);
+  return ok;
 }
 
 cube_status_t cube_mpi_world(uint32_t *out_rank, uint32_t *out_size) {
   const char *detail = NULL;
-  if (!cube_mpi_available(&detail)) {
+  if (!cube_mpi_available(NULL, &detail)) {
     return cube_status_make(CUBE_STATUS_NO_DEVICE_TRANSPORT,
-                            "mpi: CPU clients across processes need MPI, and %s", detail);
+                            "mpi: ranks across processes need MPI, and %s", detail);
   }
   pthread_mutex_lock(&g_mpi.init_lock);
   cube_status_t status = CUBE_OK;
   if (!g_mpi.initialized && !g_mpi.init_error) {
     int flag = 0, provided = 0, rc = m_initialized(&flag);
     if (rc == 0 && !flag) {
-      ompi_prefer_algorithm();
       rc = m_init_thread(3 /* MPI_THREAD_MULTIPLE, in both families */, &provided);
       if (rc == 0) {
         g_mpi.we_initialized = true;
@@ -487,6 +544,7 @@ cube_status_t cube_mpi_world(uint32_t *out_rank, uint32_t *out_size) {
       g_mpi.rank = (uint32_t)r;
       g_mpi.size = (uint32_t)n;
       g_mpi.initialized = true;
+      if (g_mpi.we_initialized) ompi_prefer_algorithm(g_mpi.size);
     }
   }
   if (g_mpi.init_error) status = cube_status_retain(g_mpi.init_error);
@@ -508,7 +566,7 @@ enum { CH_DATA = 0, CH_STATUS = 1, CH_XFER = 2, CH_COUNT = 3 };
 // records and a world's travel on tags of their own (a round's on its own:
 // MPI_TAG_ROUND + round, and the fold's), and so do the notices of a rank
 // that abandoned the communicator (comm_fail).
-// (A build may set it, -DCUBE_MPI_LOG_MIN_RANKS=N, to measure another; a
+// (cmake -DCUBE_MPI_LOG_MIN_RANKS=N builds another, to measure it; a
 // world whose straight exchange would post more than WAIT_MAX_REQUESTS
 // requests takes the rounds whatever it says.)
 #ifdef CUBE_MPI_LOG_MIN_RANKS
@@ -1081,7 +1139,8 @@ bool cube_mpi_relays_records(uint32_t nranks) {
 #define RDBL_HEAD 24u  // a message's length, its block's tag and its block's bytes
 #define MPI_TAG_FOLD (MPI_TAG_ROUND + 40)
 #define MPI_TAG_UNFOLD (MPI_TAG_ROUND + 41)
-// A carried block from this size is reduced in halves (exchange_rdbl).
+// A carried block from this size is reduced in halves (exchange_rdbl;
+// cmake -DCUBE_MPI_HALVING_MIN_BYTES=N builds another).
 #ifdef CUBE_MPI_HALVING_MIN_BYTES
 #define MPI_HALVING_MIN_BYTES ((uint64_t)(CUBE_MPI_HALVING_MIN_BYTES))
 #else
@@ -1098,7 +1157,7 @@ bool cube_mpi_relays_records(uint32_t nranks) {
 // MPI_Allreduce, docs/measurements/2026-12-02/h200/stop7-ab5b): apart from
 // 16 KiB, +3.8 us on 4 ranks and +1.8 on 8; from 8 KiB +6.5 and +3.8; from
 // 4 KiB +5.3 and +6.6 (a 4-8 KiB slice is faster in eager parts than by
-// rendezvous).
+// rendezvous). (cmake -DCUBE_MPI_APART_MIN_BYTES=N builds another.)
 #ifdef CUBE_MPI_APART_MIN_BYTES
 #define MPI_APART_MIN_BYTES ((uint64_t)(CUBE_MPI_APART_MIN_BYTES))
 #else
@@ -1106,7 +1165,7 @@ bool cube_mpi_relays_records(uint32_t nranks) {
 #endif
 #define RDBL_APART (1ull << 63)  // in a message's block word: the slice follows apart
 // Whether a block is reduced in place when its caller allows it
-// (exchange_any; a build may set -DCUBE_MPI_CARRY_IN_PLACE=0 to measure the
+// (exchange_any; cmake -DCUBE_MPI_CARRY_IN_PLACE=0 builds one that measures the
 // copies).
 #ifdef CUBE_MPI_CARRY_IN_PLACE
 #define MPI_CARRY_IN_PLACE (CUBE_MPI_CARRY_IN_PLACE)
@@ -1276,7 +1335,7 @@ static cube_status_t rdbl_take(rdbl_t *x, uint32_t from, rdbl_join_t join, bool 
 // RDBL_PART_BYTES, each under Open MPI's shared-memory eager limit (4 KiB
 // with its headers), so that none waits for the receiver's rendezvous; one
 // message when it is small, or would take more than RDBL_MAX_PARTS.
-#ifdef CUBE_MPI_PART_BYTES  // a build may set another to measure it
+#ifdef CUBE_MPI_PART_BYTES  // cmake -DCUBE_MPI_PART_BYTES=N builds another
 #define RDBL_PART_BYTES ((uint64_t)(CUBE_MPI_PART_BYTES))
 #else
 #define RDBL_PART_BYTES 4032u
@@ -1652,4 +1711,57 @@ cube_status_t cube_mpi_exchange_reduce(cube_mpi_comm_t *comm, const void *mine, 
                                        void *out, size_t bytes, cube_mpi_carry_t *carry,
                                        uint64_t deadline_ns) {
   return exchange_any(comm, UINT32_MAX, mine, mine_bytes, out, bytes, carry, deadline_ns);
+}
+
+//===--- The MPI provider (world/provider.h) ---===//
+
+static cube_status_t provider_available(const cube_world_mpi_provider_t *p) {
+  const char *detail = NULL;
+  if (cube_mpi_available(p->mpi_path, &detail)) return CUBE_OK;
+  return cube_status_make(CUBE_STATUS_NO_DEVICE_TRANSPORT,
+                          "mpi: a world's id travels through MPI here, and %s", detail);
+}
+
+static cube_status_t mpi_provider_rank_and_size(cube_world_provider_t *provider, uint32_t *out_rank,
+                                                uint32_t *out_size) {
+  cube_status_t status = provider_available((cube_world_mpi_provider_t *)provider);
+  return status ? status : cube_mpi_world(out_rank, out_size);
+}
+
+static cube_status_t mpi_provider_exchange_id(cube_world_provider_t *provider, uint32_t rank,
+                                              uint32_t size, void *inout_id, size_t bytes) {
+  cube_world_mpi_provider_t *p = (cube_world_mpi_provider_t *)provider;
+  cube_status_t status = provider_available(p);
+  uint64_t deadline = cube_now_ns() + p->timeout_ns;
+  cube_mpi_comm_t *comm = NULL;
+  if (!status) status = cube_mpi_comm_create(size, rank, deadline, &comm);
+  uint8_t *all = NULL;
+  if (!status) {
+    all = malloc(bytes * size);
+    if (!all) {
+      status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                                "mpi: the ids of %u ranks (%zu bytes each): out of host memory",
+                                size, bytes);
+    }
+  }
+  // Every rank's record; rank 0's is the id.
+  if (!status) status = cube_mpi_exchange(comm, UINT32_MAX, inout_id, all, bytes, deadline);
+  if (!status) memcpy(inout_id, all, bytes);
+  free(all);
+  if (comm) {
+    if (status) cube_mpi_abort(comm);
+    cube_mpi_comm_destroy(comm);
+  }
+  return status;
+}
+
+void cube_world_mpi_provider_init(cube_world_mpi_provider_t *out_provider, const char *mpi_path,
+                                  uint64_t timeout_ns) {
+  *out_provider = (cube_world_mpi_provider_t){
+      .base = {.name = "mpi",
+               .rank_and_size = mpi_provider_rank_and_size,
+               .exchange_id = mpi_provider_exchange_id},
+      .mpi_path = mpi_path,
+      .timeout_ns = timeout_ns,
+  };
 }

@@ -36,7 +36,6 @@
 #include <stdio.h>
 
 #include "backends/cpu/cpu_internal.h"
-#include "backends/cpu/cpu_mpi.h"
 #include "base/half.h"
 #include "base/util.h"
 #include "core/transport.h"
@@ -775,7 +774,7 @@ static const cube_transport_vtable_t kInprocTransport = {
     .comm_destroy = inproc_comm_destroy,
     .device_key = NULL,                 // CPU clients are sorted by client (creation order)
     .exchange_status = NULL,            // every rank lives in this process
-    .world = cube_cpu_world_transport,  // MPI (cpu_mpi_transport.c)
+    .world = cube_cpu_world_transport,  // MPI (cpu_transport_mpi.c)
 };
 
 cube_status_t cube_cpu_transport(cube_backend_device_t *device,

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "backends/cpu/cpu_internal.h"
-#include "backends/cpu/cpu_split.h"
+#include "backends/cpu/split/cpu_split.h"
 #include "base/util.h"
 
 #define STACK_UNKNOWN UINT64_MAX

@@ -4,7 +4,7 @@
 // exchanges every rank's record (exchange_status, on MPI's status channel)
 // before any part is submitted; a part here runs on the communicator's CPU
 // stream when the stream reaches it, blocking that stream's thread while MPI
-// moves the bytes, polled against the deadline (cpu_mpi.c).
+// moves the bytes, polled against the deadline (world/mpi.c).
 //
 // A part that fails (an MPI error, the deadline, an abort) fails late on its
 // stream, like inproc's, so the core charges what it was writing. A part
@@ -15,9 +15,9 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_internal.h"
-#include "backends/cpu/cpu_mpi.h"
 #include "base/util.h"
 #include "core/transport.h"
+#include "world/mpi.h"
 
 static const uint8_t kMpiMagic[16] = "cube-mpi-world1";
 
@@ -37,7 +37,7 @@ static const uint8_t kMpiMagic[16] = "cube-mpi-world1";
 // The price: a call whose stream is idle returns once its part has run
 // (a later call queues behind a part still running, which a group call's
 // parts always do).
-// (A build may set it, -DCUBE_MPI_INLINE_MAX_BYTES=N, to measure another.)
+// (cmake -DCUBE_MPI_INLINE_MAX_BYTES=N builds another, to measure it.)
 #ifdef CUBE_MPI_INLINE_MAX_BYTES
 #define MPI_INLINE_MAX_BYTES ((uint64_t)(CUBE_MPI_INLINE_MAX_BYTES))
 #else
@@ -58,8 +58,8 @@ static const uint8_t kMpiMagic[16] = "cube-mpi-world1";
 // 26.9 and 31.2: the host's raw moves by more than the difference). With
 // the slices in the records' messages (no slice apart, 4 and 8 ranks) it
 // cost +6.2 and +8.5. From 128 KiB the payload call is faster.
-// (A build may set it, -DCUBE_MPI_FUSED_MAX_BYTES=N up to 65496, to measure
-// another.)
+// (cmake -DCUBE_MPI_FUSED_MAX_BYTES=N, up to 65496, builds another, to
+// measure it.)
 #ifdef CUBE_MPI_FUSED_MAX_BYTES
 #define MPI_FUSED_MAX_BYTES ((uint32_t)(CUBE_MPI_FUSED_MAX_BYTES))
 #else
@@ -122,12 +122,11 @@ static bool mpi_reduces(cube_dtype_t dtype, cube_reduce_op_t op) {
 }
 
 static cube_status_t mpi_unique_id(cube_backend_device_t *device, cube_tuid_t *out_uid) {
-  (void)device;
   // MPI_COMM_WORLD is the rendezvous: every rank makes the same token.
   memset(out_uid, 0, sizeof *out_uid);
   memcpy(out_uid->bytes, kMpiMagic, sizeof kMpiMagic);
   const char *detail = NULL;
-  if (!cube_mpi_available(&detail)) {
+  if (!cube_mpi_available(((cube_cpu_device_t *)device)->mpi_path, &detail)) {
     return cube_status_make(CUBE_STATUS_NO_DEVICE_TRANSPORT,
                             "mpi: CPU clients across processes need MPI, and %s", detail);
   }
@@ -379,10 +378,9 @@ static const cube_transport_vtable_t kMpiTransport = {
 
 cube_status_t cube_cpu_world_transport(cube_backend_device_t *device,
                                        const cube_transport_vtable_t **out_world) {
-  (void)device;
   const char *detail = NULL;
   *out_world = NULL;
-  if (!cube_mpi_available(&detail)) {
+  if (!cube_mpi_available(((cube_cpu_device_t *)device)->mpi_path, &detail)) {
     return cube_status_make(CUBE_STATUS_NO_DEVICE_TRANSPORT,
                             "CPU clients across processes talk through MPI, and %s", detail);
   }

@@ -1,12 +1,16 @@
-// cubec CPU backend — MPI, loaded at run time, for CPU clients whose ranks
-// live in several processes and hosts (docs/scaleout.md).
+// cubec world — MPI, loaded at run time, for ranks that live in several
+// processes and hosts (docs/scaleout.md). Process level: it touches no
+// device and knows nothing of the core or the backends (the build's world
+// layer sees src/base only); the CPU backend's "mpi" transport
+// (backends/cpu/cpu_transport_mpi.c) and the MPI provider (world/provider.h)
+// stand on it.
 //
 // One build runs with or without MPI: the library is opened with dlopen
-// ($CUBE_MPI_PATH, then Open MPI's libmpi.so.40, then MPICH's
-// libmpich.so.12 / libmpi.so.12) and every entry resolved by name, all or
-// none. The two families differ in their handles (Open MPI's are the
-// addresses of exported globals, MPICH's integer constants); cpu_mpi.c
-// carries both conventions and nothing else of theirs.
+// (CUBE_MPI_PATH as the caller's configuration hands it, then Open MPI's
+// libmpi.so.40, then MPICH's libmpich.so.12 / libmpi.so.12) and every entry
+// resolved by name, all or none. The two families differ in their handles
+// (Open MPI's are the addresses of exported globals, MPICH's integer
+// constants); mpi.c carries both conventions and nothing else of theirs.
 //
 // MPI cannot cancel a collective and has no deadline of its own. Every
 // operation here is therefore posted non-blocking and polled (MPI_Test)
@@ -19,8 +23,8 @@
 // Each communicator is three duplicates of MPI_COMM_WORLD, so that no kind
 // of traffic waits in line behind another: the collectives' payloads, the
 // members' status records, and the point-to-point transfers.
-#ifndef CUBE_BACKENDS_CPU_CPU_MPI_H_
-#define CUBE_BACKENDS_CPU_CPU_MPI_H_
+#ifndef CUBE_WORLD_MPI_H_
+#define CUBE_WORLD_MPI_H_
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -87,8 +91,11 @@ typedef struct cube_mpi_op_t {
 typedef struct cube_mpi_comm_t cube_mpi_comm_t;
 
 // Whether MPI can be loaded (without initializing it), and from where or why
-// not (static text). For `cubec info` and the tests' skip.
-CUBE_INTERNAL bool cube_mpi_available(const char **out_detail);
+// not (static text). |path| is CUBE_MPI_PATH from the caller's
+// configuration (NULL or empty: none): the library tried first. MPI is
+// loaded once per process, so the first call's |path| holds for the
+// process (as the first client's configuration does).
+CUBE_INTERNAL bool cube_mpi_available(const char *path, const char **out_detail);
 // "open-mpi" or "mpich" once loaded, else NULL.
 CUBE_INTERNAL const char *cube_mpi_family(void);
 
@@ -96,7 +103,17 @@ CUBE_INTERNAL const char *cube_mpi_family(void);
 // transport needs: parts run on stream threads while the caller exchanges
 // status records), and answers this process's place in MPI_COMM_WORLD.
 // NO_DEVICE_TRANSPORT when MPI is absent; TRANSPORT_FAILED when it refuses.
+//
+// When cubec starts Open MPI itself for a world of 2, or of 4 and more, it
+// sets libnbc's MPI_Iallreduce algorithm (the ring on 2 ranks,
+// Rabenseifner's from 4: docs/scaleout.md) through MPI_T, never through the
+// environment, and only when the user did not name one
+// (OMPI_MCA_coll_libnbc_iallreduce_algorithm, read as a launcher variable).
 CUBE_INTERNAL cube_status_t cube_mpi_world(uint32_t *out_rank, uint32_t *out_size);
+// Open MPI's libnbc MPI_Iallreduce algorithm now (0: libnbc's own choice),
+// read through MPI_T once MPI is initialized. False under MPICH, before
+// cube_mpi_world, or where MPI_T cannot tell. For the tests.
+CUBE_INTERNAL bool cube_mpi_libnbc_algorithm(int *out_value);
 
 // A communicator over MPI_COMM_WORLD for the rank that expects to be |rank|
 // of |nranks|: VALIDATION when MPI's world says otherwise (a program run
@@ -166,7 +183,7 @@ CUBE_INTERNAL cube_status_t cube_mpi_reduce_records(cube_mpi_comm_t *comm, const
 // |theirs| (n slots of |bytes|) with |lens| and |known|. False, having
 // written only whole entries before it, for an entry cut short, a rank at
 // or past |n|, a run of none or past |n|, a record longer than |bytes|, or
-// a rank already known. No MPI call: the parser alone (tests/cpu).
+// a rank already known. No MPI call: the parser alone (tests/world/test_mpi_records.c).
 CUBE_INTERNAL bool cube_mpi_take_records(const uint8_t *message, uint64_t got, uint64_t at,
                                          uint32_t n, size_t bytes, uint8_t *theirs, uint64_t *lens,
                                          uint8_t *known);
@@ -181,11 +198,4 @@ CUBE_INTERNAL void cube_mpi_comm_destroy(cube_mpi_comm_t *comm);
 CUBE_INTERNAL uint32_t cube_mpi_comm_rank(const cube_mpi_comm_t *comm);
 CUBE_INTERNAL uint32_t cube_mpi_comm_size(const cube_mpi_comm_t *comm);
 
-// The CPU transport's world form (cpu_mpi_transport.c): the "mpi" transport,
-// or NO_DEVICE_TRANSPORT without MPI.
-typedef struct cube_backend_device_t cube_backend_device_t;
-typedef struct cube_transport_vtable_t cube_transport_vtable_t;
-CUBE_INTERNAL cube_status_t cube_cpu_world_transport(cube_backend_device_t *device,
-                                                     const cube_transport_vtable_t **out_world);
-
-#endif  // CUBE_BACKENDS_CPU_CPU_MPI_H_
+#endif  // CUBE_WORLD_MPI_H_

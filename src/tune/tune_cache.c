@@ -1,4 +1,4 @@
-// cubec core — the tune cache file (see tune_cache.h).
+// cubec tune — the tune cache file (see tune_cache.h).
 //
 // SQLite is loaded with dlopen("libsqlite3.so.0") (CUBE_SQLITE_PATH names
 // another), so one build runs with or without it. Schema (version 1):
@@ -26,9 +26,9 @@
 #include <unistd.h>
 
 #include "core/cache_dir.h"
+#include "core/client_info.h"
 #include "core/config.h"
-#include "core/tune_cache.h"
-#include "core/warn.h"
+#include "tune/tune_cache.h"
 
 //===--- SQLite, loaded at run time ---===//
 
@@ -335,8 +335,8 @@ static void set_aside(const char *path, const char *kind, const char *why) {
            tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
            (long)getpid());
   if (rename(path, aside) != 0) {
-    cube_warn("tune cache: '%s' is %s (%s) and cannot be set aside: %s", path, kind, why,
-              strerror(errno));
+    cube_client_log(NULL, CUBE_LOG_WARN, "tune cache: '%s' is %s (%s) and cannot be set aside: %s",
+                    path, kind, why, strerror(errno));
     return;
   }
   // A stale WAL must not be replayed into the fresh file.
@@ -345,8 +345,9 @@ static void set_aside(const char *path, const char *kind, const char *why) {
   if (rename(from, to) != 0 && errno != ENOENT) unlink(from);
   snprintf(from, sizeof from, "%s-shm", path);
   unlink(from);
-  cube_warn("tune cache: '%s' is %s (%s); set aside as '%s', starting a fresh one", path, kind, why,
-            aside);
+  cube_client_log(NULL, CUBE_LOG_WARN,
+                  "tune cache: '%s' is %s (%s); set aside as '%s', starting a fresh one", path,
+                  kind, why, aside);
 }
 
 static void store_finalize_locked(void) {
@@ -388,7 +389,7 @@ static bool store_open_file_locked(void) {
   }
   if (lock_fd >= 0) close(lock_fd);  // closing releases the lock
   if (verdict != VERDICT_OK) {
-    cube_warn("tune cache: memory only: %s", why);
+    cube_client_log(NULL, CUBE_LOG_WARN, "tune cache: memory only: %s", why);
     return false;
   }
   static const char kSelectRows[] = "SELECT key, winner FROM tune WHERE set_id = ?1";
@@ -403,7 +404,8 @@ static bool store_open_file_locked(void) {
       g_sql.sqlite3_prepare_v2(db, kSelectResults, -1, &g_store.select_results, NULL) !=
           SQLITE_OK ||
       g_sql.sqlite3_prepare_v2(db, kUpsert, -1, &g_store.upsert, NULL) != SQLITE_OK) {
-    cube_warn("tune cache: memory only: '%s': %s", g_store.path, g_sql.sqlite3_errmsg(db));
+    cube_client_log(NULL, CUBE_LOG_WARN, "tune cache: memory only: '%s': %s", g_store.path,
+                    g_sql.sqlite3_errmsg(db));
     store_close_locked();
     return false;
   }
@@ -428,16 +430,17 @@ static bool store_ready_locked(void) {
   if (!cube_status_is_ok(status)) {
     cube_status_format(status, why, sizeof why);
     cube_status_release(status);
-    cube_warn("tune cache: memory only: %s", why);
+    cube_client_log(NULL, CUBE_LOG_WARN, "tune cache: memory only: %s", why);
     return false;
   }
   bool ok = sqlite_load(cube_config_text(&config, CUBE_CONFIG_SQLITE_PATH, "libsqlite3.so.0"));
   if (!ok) {
-    cube_warn("tune cache: memory only: %s", g_sql_error);
+    cube_client_log(NULL, CUBE_LOG_WARN, "tune cache: memory only: %s", g_sql_error);
   } else if (!tune_cache_location(&config, g_store.path, sizeof g_store.path, why, sizeof why)) {
     g_store.path[0] = '\0';
     // Asked for in so many words: no warning.
-    if (strncmp(why, "CUBE_TUNE_CACHE=", 16) != 0) cube_warn("tune cache: memory only: %s", why);
+    if (strncmp(why, "CUBE_TUNE_CACHE=", 16) != 0)
+      cube_client_log(NULL, CUBE_LOG_WARN, "tune cache: memory only: %s", why);
     ok = false;
   }
   cube_config_release(&config);
@@ -450,7 +453,8 @@ static void store_after_error_locked(int rc, const char *what) {
   if (!g_store.db) return;
   const char *message = g_sql.sqlite3_errmsg(g_store.db);
   if (!is_corrupt_code(rc)) {
-    cube_warn("tune cache: %s of '%s' failed: %s", what, g_store.path, message);
+    cube_client_log(NULL, CUBE_LOG_WARN, "tune cache: %s of '%s' failed: %s", what, g_store.path,
+                    message);
     return;
   }
   char why[512];
@@ -605,8 +609,9 @@ bool cube_tune_store_put(const cube_tune_entry_t *entries, size_t count) {
     }
   }
   if (ok && rc != SQLITE_OK) {
-    cube_warn("tune cache: writing '%s' failed: %s (the decision stays in memory)", g_store.path,
-              g_sql.sqlite3_errmsg(g_store.db));
+    cube_client_log(NULL, CUBE_LOG_WARN,
+                    "tune cache: writing '%s' failed: %s (the decision stays in memory)",
+                    g_store.path, g_sql.sqlite3_errmsg(g_store.db));
     ok = false;
   }
   pthread_mutex_unlock(&g_store.lock);

@@ -1,6 +1,6 @@
-// cubec core — tuner internals that tests and benchmarks reach.
-#ifndef CUBE_CORE_TUNE_INTERNAL_H_
-#define CUBE_CORE_TUNE_INTERNAL_H_
+// cubec tune — tuner internals that tests and benchmarks reach.
+#ifndef CUBE_TUNE_TUNE_INTERNAL_H_
+#define CUBE_TUNE_TUNE_INTERNAL_H_
 
 #include "cube/tune.h"
 #include "base/util.h"
@@ -17,4 +17,4 @@ CUBE_INTERNAL const char *cube_tune_op_checksum(const cube_tune_op_t *op);
 // Rounds |x| as the anchor says (exposed for its unit test).
 CUBE_INTERNAL uint64_t cube_tune_anchor(uint64_t x, cube_tune_anchor_t anchor);
 
-#endif  // CUBE_CORE_TUNE_INTERNAL_H_
+#endif  // CUBE_TUNE_TUNE_INTERNAL_H_

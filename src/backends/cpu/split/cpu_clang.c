@@ -1,6 +1,6 @@
 // cubec CPU backend — libclang loaded at run time, and the tree of one
 // kernel body built from it (see cpu_clang.h).
-#include "backends/cpu/cpu_clang.h"
+#include "backends/cpu/split/cpu_clang.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

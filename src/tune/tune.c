@@ -1,8 +1,10 @@
-// cubec core — tunable operations (see include/cube/tune.h, docs/tune.md).
+// cubec tune — tunable operations (see include/cube/tune.h, docs/tune.md).
 //
 // Layering: this file calls only the public API (launch, copy, handles,
-// streams, sync, profiling windows) and the tune cache file
-// (tune_cache.c); nothing below it calls back into it. The failure model
+// streams, sync, profiling windows), a client's id and logger
+// (core/client_info.h), the config table and the tune cache file
+// (tune_cache.c); the build's tune view holds nothing else (README.md).
+// Nothing below it calls back into it. The failure model
 // therefore holds for tuning as for any program: candidates run on a
 // stream of their own over scratch copies, so only the winner's launch on
 // the caller's stream touches the caller's buffers and their claims.
@@ -20,12 +22,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/client_info.h"  // a client's id and logger: all it sees of the core
 #include "core/config.h"
-#include "core/log.h"
-#include "core/server.h"  // the client's process-unique id, read only
-#include "core/tune_cache.h"
-#include "core/tune_internal.h"
-#include "core/warn.h"
+#include "tune/tune_cache.h"
+#include "tune/tune_internal.h"
 
 #define KEY_WORDS_MAX (CUBE_TUNE_MAX_SIZES + CUBE_TUNE_MAX_EXACT + 2)
 #define DEFAULT_WARMUP 2
@@ -372,13 +372,13 @@ static void entry_decide(entry_t *e, int state, int source, int winner) {
 }
 
 // Decisions, at info level, through the client's logger (CUBE_LOG=info).
-#define TUNE_INFO(client, ...) CUBE_LOG(&cube_server_of(client)->log, CUBE_LOG_INFO, __VA_ARGS__)
+#define TUNE_INFO(client, ...) cube_client_log((client), CUBE_LOG_INFO, __VA_ARGS__)
 
 // A client's identity for "checked on this client": its address and its
 // process-unique id together, so a client made where a released one lived
 // is not taken for it.
 static uint64_t client_token(const cube_client_t *client) {
-  return (uint64_t)(uintptr_t)client ^ ((uint64_t)cube_server_of_const(client)->id << 48);
+  return (uint64_t)(uintptr_t)client ^ ((uint64_t)cube_client_id(client) << 48);
 }
 
 static bool entry_verified_for(const entry_t *e, const cube_client_t *client) {
@@ -882,8 +882,9 @@ static void tune_key(const cube_tune_op_t *op, cube_client_t *client, const cube
       if (r->outcome == CUBE_TUNE_FAILED) {
         char chain[1024];
         cube_status_format(r->status, chain, sizeof chain);
-        cube_warn("tune '%s' [%s]: candidate '%s' failed and is not used:\n%s", op->name, key_text,
-                  c->name, chain);
+        cube_client_log(NULL, CUBE_LOG_WARN,
+                        "tune '%s' [%s]: candidate '%s' failed and is not used:\n%s", op->name,
+                        key_text, c->name, chain);
       }
       if (dirty) {
         // A fresh stream and fresh scratch, so the next candidate inherits

@@ -1,8 +1,13 @@
-// cubec core — rank bootstrap: the rank from the launcher's environment and
-// the rendezvous file that carries a world's unique id (include/cube/world.h).
+// cubec world — rank bootstrap: the rank from the launcher's environment and
+// the rendezvous file that carries a world's unique id (include/cube/world.h),
+// and the rendezvous provider (world/provider.h).
 //
-// Owns: parsing the launcher variables, the rendezvous file format. Must not
-// touch: servers, groups, transports (the layers above call this).
+// Owns: the launcher's variables (the only environment the world reads:
+// cube_world_launcher_var), the rendezvous file format. Must not touch:
+// devices, servers, groups, transports, the configuration table (values
+// from it, CUBE_COMM_NAME and the deadline, are handed in by the core,
+// whose public entry points cube_comm_id_fetch and cube_comm_default_name
+// resolve them; coll/coll_world.c).
 //
 // The file: "CUBEWLD1" (8 bytes), the world size (u32 little endian), the
 // id's byte count (u32), the id, then the 128-bit hash of everything before
@@ -18,8 +23,28 @@
 
 #include "base/util.h"
 #include "cube/world.h"
+#include "world/bootstrap.h"
+#include "world/provider.h"
 
 //===--- The environment ---===//
+
+// Launchers set these per process (each rank its own values); they are not
+// configuration, so they stay out of the configuration table, and this is
+// the one place the world reads the environment.
+static bool launcher_name(const char *name) {
+  static const char *const kExact[] = {"CUBE_RANK",  "CUBE_WORLD_SIZE", "CUBE_LOCAL_RANK", "RANK",
+                                       "WORLD_SIZE", "LOCAL_RANK",      "MPI_LOCALRANKID"};
+  static const char *const kPrefixes[] = {"OMPI_", "PMI_", "SLURM_", "TORCHELASTIC_"};
+  for (size_t i = 0; i < sizeof kExact / sizeof kExact[0]; ++i)
+    if (strcmp(name, kExact[i]) == 0) return true;
+  for (size_t i = 0; i < sizeof kPrefixes / sizeof kPrefixes[0]; ++i)
+    if (strncmp(name, kPrefixes[i], strlen(kPrefixes[i])) == 0) return true;
+  return false;
+}
+
+const char *cube_world_launcher_var(const char *name) {
+  return name && launcher_name(name) ? getenv(name) : NULL;
+}
 
 typedef struct rank_vars_t {
   cube_rank_source_t source;
@@ -61,7 +86,8 @@ cube_status_t cube_rank_env_discover(cube_rank_env_t *out_env) {
   *out_env = (cube_rank_env_t){.world_size = 1, .source_name = "none"};
   for (size_t i = 0; i < sizeof kRankVars / sizeof kRankVars[0]; ++i) {
     const rank_vars_t *v = &kRankVars[i];
-    const char *rank = getenv(v->rank), *size = getenv(v->size), *local = getenv(v->local);
+    const char *rank = cube_world_launcher_var(v->rank), *size = cube_world_launcher_var(v->size);
+    const char *local = cube_world_launcher_var(v->local);
     // A launcher is one whose rank or size is set; half a set is an error
     // (a fallback to the next launcher would give the wrong world).
     if (!(rank && rank[0]) && !(size && size[0])) continue;
@@ -89,13 +115,13 @@ cube_status_t cube_rank_env_discover(cube_rank_env_t *out_env) {
   return CUBE_OK;
 }
 
-void cube_comm_default_name(char *out_name, size_t capacity) {
+void cube_world_default_name(const char *own, char *out_name, size_t capacity) {
   if (!out_name || capacity == 0) return;
-  const char *own = getenv("CUBE_COMM_NAME");
-  const char *torch = getenv("TORCHELASTIC_RUN_ID");
-  const char *slurm = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
-  const char *ompi = getenv("OMPI_MCA_ess_base_jobid");
-  const char *pmi = getenv("PMI_KVSNAME");
+  const char *torch = cube_world_launcher_var("TORCHELASTIC_RUN_ID");
+  const char *slurm = cube_world_launcher_var("SLURM_JOB_ID");
+  const char *step = cube_world_launcher_var("SLURM_STEP_ID");
+  const char *ompi = cube_world_launcher_var("OMPI_MCA_ess_base_jobid");
+  const char *pmi = cube_world_launcher_var("PMI_KVSNAME");
   char raw[256];
   if (own && own[0]) {
     snprintf(raw, sizeof raw, "%s", own);
@@ -253,21 +279,12 @@ static bool read_whole(const char *path, uint8_t *file, int *out_errno) {
   return ok;
 }
 
-static double timeout_seconds(double timeout_s) {
-  if (timeout_s > 0) return timeout_s;
-  const char *text = getenv("CUBE_COLLECTIVE_TIMEOUT_S");
-  if (text && text[0]) {
-    char *end = NULL;
-    double v = strtod(text, &end);
-    if (end && !*end && v > 0 && v < 1e9) return v;
-  }
-  return 600.0;
-}
-
-cube_status_t cube_comm_id_fetch(const char *dir, const char *name, uint32_t world_size,
-                                 double timeout_s, cube_comm_id_t *out_id) {
+cube_status_t cube_world_id_fetch(const char *dir, const char *name, uint32_t world_size,
+                                  double timeout_s, cube_comm_id_t *out_id) {
   static const char kOp[] = "cube_comm_id_fetch";
   if (!out_id) return cube_status_make(CUBE_STATUS_VALIDATION, "%s: out_id is NULL", kOp);
+  if (!(timeout_s > 0 && timeout_s < 1e9))
+    return cube_status_make(CUBE_STATUS_VALIDATION, "%s: a deadline of %g s", kOp, timeout_s);
   if (!name_ok(name)) {
     return cube_status_make(CUBE_STATUS_VALIDATION, "%s: '%s' is not a rendezvous name", kOp,
                             name ? name : "(null)");
@@ -281,7 +298,7 @@ cube_status_t cube_comm_id_fetch(const char *dir, const char *name, uint32_t wor
   if (len < 0 || (size_t)len >= sizeof path)
     return cube_status_make(CUBE_STATUS_VALIDATION, "%s: the path '%s/%s' is too long", kOp, dir,
                             name);
-  double limit = timeout_seconds(timeout_s);
+  double limit = timeout_s;
   uint64_t start = cube_now_ns();
   uint64_t deadline = start + (uint64_t)(limit * 1e9);
   uint8_t file[WORLD_FILE_BYTES];
@@ -331,4 +348,55 @@ cube_status_t cube_comm_id_fetch(const char *dir, const char *name, uint32_t wor
   }
   memcpy(out_id->bytes, file + WORLD_HEADER, CUBE_COMM_ID_BYTES);
   return CUBE_OK;
+}
+
+//===--- The rendezvous provider (world/provider.h) ---===//
+
+static cube_status_t rendezvous_rank_and_size(cube_world_provider_t *provider, uint32_t *out_rank,
+                                              uint32_t *out_size) {
+  (void)provider;
+  cube_rank_env_t env;
+  cube_status_t status = cube_rank_env_discover(&env);
+  if (!status) {
+    *out_rank = env.rank;
+    *out_size = env.world_size;
+  }
+  return status;
+}
+
+static bool all_zero(const uint8_t *bytes, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (bytes[i]) return false;
+  return true;
+}
+
+static cube_status_t rendezvous_exchange_id(cube_world_provider_t *provider, uint32_t rank,
+                                            uint32_t size, void *inout_id, size_t bytes) {
+  cube_world_rendezvous_t *r = (cube_world_rendezvous_t *)provider;
+  if (bytes != sizeof(cube_comm_id_t)) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "the rendezvous file carries ids of %zu bytes, not %zu",
+                            sizeof(cube_comm_id_t), bytes);
+  }
+  cube_comm_id_t id;
+  if (rank == 0) {
+    memcpy(id.bytes, inout_id, bytes);
+    // No id to give: nothing is written (provider.h).
+    return all_zero(id.bytes, bytes) ? CUBE_OK : cube_comm_id_publish(r->dir, r->name, size, &id);
+  }
+  cube_status_t status = cube_world_id_fetch(r->dir, r->name, size, r->timeout_s, &id);
+  if (!status) memcpy(inout_id, id.bytes, bytes);
+  return status;
+}
+
+void cube_world_rendezvous_init(cube_world_rendezvous_t *out_provider, const char *dir,
+                                const char *name, double timeout_s) {
+  *out_provider = (cube_world_rendezvous_t){
+      .base = {.name = "rendezvous",
+               .rank_and_size = rendezvous_rank_and_size,
+               .exchange_id = rendezvous_exchange_id},
+      .dir = dir,
+      .name = name,
+      .timeout_s = timeout_s,
+  };
 }

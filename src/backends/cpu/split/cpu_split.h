@@ -20,8 +20,8 @@
 // out of a barrier loop, libclang missing) keeps its fiber path: the result
 // says why. The generated text is appended after the kernel's own source and
 // defines <name>__cube_split and <name>__cube_split_scratch (cube/dialect.h).
-#ifndef CUBE_BACKENDS_CPU_CPU_SPLIT_H_
-#define CUBE_BACKENDS_CPU_CPU_SPLIT_H_
+#ifndef CUBE_BACKENDS_CPU_SPLIT_CPU_SPLIT_H_
+#define CUBE_BACKENDS_CPU_SPLIT_CPU_SPLIT_H_
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -49,4 +49,4 @@ CUBE_INTERNAL void cube_cpu_split_release(cube_cpu_split_t *split);
 // version and libclang's ("none" without libclang). For the cache key.
 CUBE_INTERNAL const char *cube_cpu_split_identity(void);
 
-#endif  // CUBE_BACKENDS_CPU_CPU_SPLIT_H_
+#endif  // CUBE_BACKENDS_CPU_SPLIT_CPU_SPLIT_H_

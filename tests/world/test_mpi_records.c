@@ -1,5 +1,5 @@
 // The relayed status message's records parser (cube_mpi_take_records,
-// src/backends/cpu/cpu_mpi.c), with no MPI: runs of ranks that share a
+// src/world/mpi.c), with no MPI: runs of ranks that share a
 // record are spread to every rank of the run, and every malformed entry is
 // refused without a byte written past the message or into a known slot.
 #include <setjmp.h>
@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "backends/cpu/cpu_mpi.h"
+#include "world/mpi.h"
 
 enum { N = 8, BYTES = 48, ROOM = 1024 };
 
