@@ -8,8 +8,9 @@ Every ```c block must say what it is, on the line before its fence:
   <!-- docs: program -->       a complete program: compiled with -Wall
                                -Wextra -Werror against the build's headers
                                and linked with its static library;
-  <!-- docs: program run -->   the same, then run on the CPU backend (exit 0
-                               or 77, "cannot run here", required);
+  <!-- docs: program run -->   the same, then run with CUBE_BACKEND=cpu (or
+                               $CUBE_DOC_BACKEND); exit 0 or 77 ("cannot run
+                               here") required;
   <!-- docs: fragment -->      a piece of a program, shown for reading only.
 A ```c block without a mark fails the check, so a new snippet is either
 compiled or knowingly left out. Exit 0 when every program builds (and runs),
@@ -55,7 +56,8 @@ def main():
     # A sanitizer build's library needs the same flags in the program.
     extra = os.environ.get("CUBE_DOC_CFLAGS", "").split()
     failures, programs, ran, fragments = [], 0, 0, 0
-    env = dict(os.environ, CUBE_BACKEND="cpu", CUBE_TUNE=os.environ.get("CUBE_TUNE", "test"))
+    env = dict(os.environ, CUBE_BACKEND=os.environ.get("CUBE_DOC_BACKEND", "cpu"),
+               CUBE_TUNE=os.environ.get("CUBE_TUNE", "test"))
     with tempfile.TemporaryDirectory() as scratch:
         for path in files:
             for line, mark, code in blocks(path):
