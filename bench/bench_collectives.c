@@ -24,11 +24,10 @@
 #include <unistd.h>
 
 #include "backends/cuda/cuda_internal.h"
-#include "backends/cuda/cuda_nccl_api.h"
 #include "bench_common.h"
-#include "core/comm_group.h"
 #include "core/server.h"
 #include "cube/cube.h"
+#include "view/collectives.h"
 
 #define MAX_RANKS 8
 

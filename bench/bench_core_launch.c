@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/server.h"
+#include "view/core.h"
 #include "cube/cube.h"
 #include "bench_common.h"
 #include "bench_args.h"

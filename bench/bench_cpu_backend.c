@@ -7,8 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/backend.h"
-#include "core/kernel_cache.h"
+#include "view/core.h"
 #include "bench_args.h"
 
 static double now_s(void) {

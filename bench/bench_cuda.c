@@ -13,9 +13,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "backends/cuda/cuda_internal.h"
-#include "core/kernel_cache.h"
-#include "core/server.h"
+#include "view/cuda.h"
+#include "view/core.h"
 #include "cube/cube.h"
 #include "bench_common.h"
 #include "bench_args.h"

@@ -5,7 +5,7 @@
 #ifndef CUBE_BENCH_BENCH_CUDA_TMA_H_
 #define CUBE_BENCH_BENCH_CUDA_TMA_H_
 
-#include "core/tensor_map.h"
+#include "view/core.h"
 
 // 16384 x 16384 f32 through 32 x 256 boxes (1 KiB rows, 32 KiB a box), four
 // stages in dynamic shared memory, one unit per cube issuing everything, one

@@ -25,7 +25,7 @@
 
 #include "bench_common.h"
 #include "bench_args.h"
-#include "core/memory_pool.h"
+#include "view/core.h"
 
 #define KIB ((uint64_t)1 << 10)
 #define MIB ((uint64_t)1 << 20)

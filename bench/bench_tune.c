@@ -21,9 +21,8 @@
 #include <unistd.h>
 
 #include "bench_common.h"
-#include "core/server.h"
-#include "tune/tune_cache.h"
-#include "tune/tune_internal.h"
+#include "view/core.h"
+#include "view/tune.h"
 #include "cube/cube.h"
 #include "tune_ops.h"
 

@@ -55,6 +55,12 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_cache_walk(cube_cache_action_t 
                                                             cube_cache_visit_t visit, void *context,
                                                             cube_cache_report_t *out_report);
 
+// The caller's location (C51): each call below records its file:line in the
+// statuses it makes (cube/status.h: CUBE_CALL_SITE).
+#if !defined(CUBE_NO_CALL_SITE) && !defined(CUBE_BUILDING_SHARED)
+#define cube_cache_walk(...) CUBE_CALL_SITE(cube_cache_walk(__VA_ARGS__))
+#endif
+
 #ifdef __cplusplus
 }
 #endif

@@ -182,6 +182,23 @@ typedef struct cube_transport_info_t {
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_transport_query(cube_backend_kind_t kind,
                                                                  cube_transport_info_t *out_info);
 
+// The caller's location (C51): each call below records its file:line in the
+// statuses it makes (cube/status.h: CUBE_CALL_SITE).
+#if !defined(CUBE_NO_CALL_SITE) && !defined(CUBE_BUILDING_SHARED)
+#define cube_comm_init(...) CUBE_CALL_SITE(cube_comm_init(__VA_ARGS__))
+#define cube_all_reduce(...) CUBE_CALL_SITE(cube_all_reduce(__VA_ARGS__))
+#define cube_all_gather(...) CUBE_CALL_SITE(cube_all_gather(__VA_ARGS__))
+#define cube_reduce_scatter(...) CUBE_CALL_SITE(cube_reduce_scatter(__VA_ARGS__))
+#define cube_broadcast(...) CUBE_CALL_SITE(cube_broadcast(__VA_ARGS__))
+#define cube_all_to_all(...) CUBE_CALL_SITE(cube_all_to_all(__VA_ARGS__))
+#define cube_send(...) CUBE_CALL_SITE(cube_send(__VA_ARGS__))
+#define cube_recv(...) CUBE_CALL_SITE(cube_recv(__VA_ARGS__))
+#define cube_sync_collective(...) CUBE_CALL_SITE(cube_sync_collective(__VA_ARGS__))
+#define cube_collective_group_begin(...) CUBE_CALL_SITE(cube_collective_group_begin(__VA_ARGS__))
+#define cube_collective_group_end(...) CUBE_CALL_SITE(cube_collective_group_end(__VA_ARGS__))
+#define cube_transport_query(...) CUBE_CALL_SITE(cube_transport_query(__VA_ARGS__))
+#endif
+
 #ifdef __cplusplus
 }
 #endif

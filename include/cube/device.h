@@ -98,7 +98,17 @@ typedef struct cube_client_options_t {
   cube_log_level_t log_level;
   cube_log_fn_t log;    ///< receives every message at or above the level; NULL: stderr
   void *log_user_data;  ///< passed to |log| as its first argument
+  uint32_t flags;       ///< CUBE_CLIENT_* flags (0: the defaults)
 } cube_client_options_t;
+
+/// Lazy binding: cube_handle_create mints the handle at once and reserves its
+/// memory at its first use. A reservation that fails then claims the handle
+/// (the allocation error travels with it): every later read, sync, check or
+/// launch of it answers UNWRITTEN with the out-of-memory root, and each use
+/// tries the reservation again. For programs that create buffers far ahead of
+/// use. Without it (the default) cube_handle_create reserves at once and
+/// answers the error itself.
+#define CUBE_CLIENT_LAZY_BINDING (1u << 0)
 
 /// The defaults: the default backend's first device, the fault plan from
 /// CUBE_FAULT, the log level from CUBE_LOG, messages to stderr.
@@ -136,6 +146,17 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_stream_destroy(cube_client_t *c
 /// The id CUBE_STREAM_CURRENT resolves to on the calling thread.
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_stream_current(cube_client_t *client,
                                                                 cube_stream_t *out_stream);
+
+// The caller's location (C51): each call below records its file:line in the
+// statuses it makes (cube/status.h: CUBE_CALL_SITE).
+#if !defined(CUBE_NO_CALL_SITE) && !defined(CUBE_BUILDING_SHARED)
+#define cube_backend_query(...) CUBE_CALL_SITE(cube_backend_query(__VA_ARGS__))
+#define cube_device_properties(...) CUBE_CALL_SITE(cube_device_properties(__VA_ARGS__))
+#define cube_client_create(...) CUBE_CALL_SITE(cube_client_create(__VA_ARGS__))
+#define cube_stream_create(...) CUBE_CALL_SITE(cube_stream_create(__VA_ARGS__))
+#define cube_stream_destroy(...) CUBE_CALL_SITE(cube_stream_destroy(__VA_ARGS__))
+#define cube_stream_current(...) CUBE_CALL_SITE(cube_stream_current(__VA_ARGS__))
+#endif
 
 #ifdef __cplusplus
 }

@@ -50,6 +50,16 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_graph_destroy(cube_client_t *cl
                                                                cube_stream_t stream,
                                                                cube_graph_t graph);
 
+// The caller's location (C51): each call below records its file:line in the
+// statuses it makes (cube/status.h: CUBE_CALL_SITE).
+#if !defined(CUBE_NO_CALL_SITE) && !defined(CUBE_BUILDING_SHARED)
+#define cube_graph_prepare(...) CUBE_CALL_SITE(cube_graph_prepare(__VA_ARGS__))
+#define cube_graph_begin_capture(...) CUBE_CALL_SITE(cube_graph_begin_capture(__VA_ARGS__))
+#define cube_graph_end_capture(...) CUBE_CALL_SITE(cube_graph_end_capture(__VA_ARGS__))
+#define cube_graph_replay(...) CUBE_CALL_SITE(cube_graph_replay(__VA_ARGS__))
+#define cube_graph_destroy(...) CUBE_CALL_SITE(cube_graph_destroy(__VA_ARGS__))
+#endif
+
 #ifdef __cplusplus
 }
 #endif

@@ -201,6 +201,15 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_launch(cube_client_t *client, c
                                                         cube_cube_count_t count,
                                                         const cube_kernel_args_t *args,
                                                         cube_launch_mode_t mode);
+/// For a layer above the API whose work could not run (a tuned call none of
+/// whose candidates ran, a library refusing a call): each buffer of |args|
+/// declared written (CUBE_IO_WRITE / READ_WRITE, or an undeclared io) claims
+/// |error| (retained), as a launch that failed at any stage leaves them: a
+/// read answers UNWRITTEN with |error| as the root, a launch that reads them
+/// is skipped. Handles that are NULL, foreign or released claim nothing.
+/// VALIDATION for a NULL client or args, an OK |error|, more than 16 buffers.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_launch_claim_outputs(
+    cube_client_t *client, const cube_kernel_args_t *args, cube_status_t error);
 /// Compiles what CUBE_LAUNCH_QUEUE launches deferred.
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_compile_queued(cube_client_t *client);
 
@@ -231,6 +240,16 @@ typedef struct cube_count_selection_t {
 /// and z within its limits (more cubes than asked when it cannot be exact).
 CUBE_API cube_count_selection_t cube_count_selection_new(const cube_client_t *client,
                                                          uint32_t num_cubes);
+
+// The caller's location (C51): each call below records its file:line in the
+// statuses it makes (cube/status.h: CUBE_CALL_SITE).
+#if !defined(CUBE_NO_CALL_SITE) && !defined(CUBE_BUILDING_SHARED)
+#define cube_kernel_create(...) CUBE_CALL_SITE(cube_kernel_create(__VA_ARGS__))
+#define cube_kernel_create_from_file(...) CUBE_CALL_SITE(cube_kernel_create_from_file(__VA_ARGS__))
+#define cube_launch(...) CUBE_CALL_SITE(cube_launch(__VA_ARGS__))
+#define cube_launch_claim_outputs(...) CUBE_CALL_SITE(cube_launch_claim_outputs(__VA_ARGS__))
+#define cube_compile_queued(...) CUBE_CALL_SITE(cube_compile_queued(__VA_ARGS__))
+#endif
 
 #ifdef __cplusplus
 }

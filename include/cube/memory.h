@@ -121,6 +121,19 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_read(cube_client_t *client, cub
                                                       cube_binding_t binding, void *destination,
                                                       uint64_t size);
 
+/// Reads |count| descriptors in one call (each into destinations[i], laid out
+/// densely, row-major, sizes[i] bytes: shape[0..rank) * elem_size, or the
+/// binding's size for rank 0). The arguments of every descriptor and the claim
+/// check over all of them come first: any failure (SEVERAL when distinct ones)
+/// reads nothing. Then every copy is enqueued and waited for once. Refused:
+/// NULL arrays, a size that does not match its descriptor, destinations that
+/// overlap.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_read_strided(cube_client_t *client,
+                                                              cube_stream_t stream,
+                                                              const cube_copy_desc_t *descs,
+                                                              void *const *destinations,
+                                                              const uint64_t *sizes, size_t count);
+
 /// An asynchronous read in flight (opaque; see cube_read_async).
 typedef struct cube_future_t cube_future_t;
 /// Asynchronous strided read into |destination| (laid out densely, row-major,
@@ -167,8 +180,9 @@ typedef enum cube_allocation_mode_t {
   CUBE_ALLOCATION_PERSISTENT = 1,  ///< the persistent pool (long-lived buffers, graph capture)
 } cube_allocation_mode_t;
 
-/// Sets the allocation mode of the client's memory manager for the buffers
-/// created after this call (device-wide: the pools are shared).
+/// Sets the allocation mode of |stream|: the buffers it creates after this
+/// call go where |mode| says (other streams keep theirs; a mode for a stream
+/// id with no stream yet is kept until one is created there).
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_memory_allocation_mode(
     cube_client_t *client, cube_stream_t stream, cube_allocation_mode_t mode);
 /// Returns free pages to the backend. Refused while a stream records a graph.
@@ -243,6 +257,34 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_staging_acquire(cube_client_t *
 /// Gives back a buffer cube_staging_acquire answered; IO_NOT_FOUND for any
 /// other pointer (or one given back already).
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_staging_release(cube_client_t *client, void *host);
+
+// The caller's location (C51): each call below records its file:line in the
+// statuses it makes (cube/status.h: CUBE_CALL_SITE).
+#if !defined(CUBE_NO_CALL_SITE) && !defined(CUBE_BUILDING_SHARED)
+#define cube_handle_create(...) CUBE_CALL_SITE(cube_handle_create(__VA_ARGS__))
+#define cube_handle_from_host(...) CUBE_CALL_SITE(cube_handle_from_host(__VA_ARGS__))
+#define cube_handle_create_zeroed(...) CUBE_CALL_SITE(cube_handle_create_zeroed(__VA_ARGS__))
+#define cube_handle_create_from(...) CUBE_CALL_SITE(cube_handle_create_from(__VA_ARGS__))
+#define cube_handle_release(...) CUBE_CALL_SITE(cube_handle_release(__VA_ARGS__))
+#define cube_handle_size(...) CUBE_CALL_SITE(cube_handle_size(__VA_ARGS__))
+#define cube_write(...) CUBE_CALL_SITE(cube_write(__VA_ARGS__))
+#define cube_copy(...) CUBE_CALL_SITE(cube_copy(__VA_ARGS__))
+#define cube_write_strided(...) CUBE_CALL_SITE(cube_write_strided(__VA_ARGS__))
+#define cube_read(...) CUBE_CALL_SITE(cube_read(__VA_ARGS__))
+#define cube_read_strided(...) CUBE_CALL_SITE(cube_read_strided(__VA_ARGS__))
+#define cube_read_async(...) CUBE_CALL_SITE(cube_read_async(__VA_ARGS__))
+#define cube_future_wait(...) CUBE_CALL_SITE(cube_future_wait(__VA_ARGS__))
+#define cube_sync(...) CUBE_CALL_SITE(cube_sync(__VA_ARGS__))
+#define cube_check(...) CUBE_CALL_SITE(cube_check(__VA_ARGS__))
+#define cube_flush(...) CUBE_CALL_SITE(cube_flush(__VA_ARGS__))
+#define cube_get_resource(...) CUBE_CALL_SITE(cube_get_resource(__VA_ARGS__))
+#define cube_memory_allocation_mode(...) CUBE_CALL_SITE(cube_memory_allocation_mode(__VA_ARGS__))
+#define cube_memory_cleanup(...) CUBE_CALL_SITE(cube_memory_cleanup(__VA_ARGS__))
+#define cube_memory_report(...) CUBE_CALL_SITE(cube_memory_report(__VA_ARGS__))
+#define cube_memory_layout(...) CUBE_CALL_SITE(cube_memory_layout(__VA_ARGS__))
+#define cube_staging_acquire(...) CUBE_CALL_SITE(cube_staging_acquire(__VA_ARGS__))
+#define cube_staging_release(...) CUBE_CALL_SITE(cube_staging_release(__VA_ARGS__))
+#endif
 
 #ifdef __cplusplus
 }

@@ -49,6 +49,17 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_trace_stop(cube_client_t *clien
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_trace_stop_json(cube_client_t *client,
                                                                  const char *json_path);
 
+// The caller's location (C51): each call below records its file:line in the
+// statuses it makes (cube/status.h: CUBE_CALL_SITE).
+#if !defined(CUBE_NO_CALL_SITE) && !defined(CUBE_BUILDING_SHARED)
+#define cube_profile_start(...) CUBE_CALL_SITE(cube_profile_start(__VA_ARGS__))
+#define cube_profile_start_at_launch(...) CUBE_CALL_SITE(cube_profile_start_at_launch(__VA_ARGS__))
+#define cube_profile_end(...) CUBE_CALL_SITE(cube_profile_end(__VA_ARGS__))
+#define cube_trace_start(...) CUBE_CALL_SITE(cube_trace_start(__VA_ARGS__))
+#define cube_trace_stop(...) CUBE_CALL_SITE(cube_trace_stop(__VA_ARGS__))
+#define cube_trace_stop_json(...) CUBE_CALL_SITE(cube_trace_stop_json(__VA_ARGS__))
+#endif
+
 #ifdef __cplusplus
 }
 #endif

@@ -128,6 +128,28 @@ CUBE_API cube_status_t cube_status_cause(cube_status_t status);
 CUBE_API cube_status_t cube_status_root(cube_status_t status);
 /// Members of a CUBE_STATUS_SEVERAL group (0 for any other status). Borrowed.
 CUBE_API size_t cube_status_member_count(cube_status_t status);
+/// SEVERAL: how many distinct failures it counts but does not list (0: it
+/// lists them all).
+CUBE_API size_t cube_status_unlisted(cube_status_t status);
+/// Where the status was asked for (C51): the file of the public call that
+/// made this node (its line in |*out_line| when non-NULL), or NULL when it was
+/// made outside one (a worker thread, CUBE_NO_CALL_SITE). An UNWRITTEN names
+/// the read that asked; its root the launch that failed. cube_status_format
+/// and cube_status_fprint print it ("asked at file:line").
+CUBE_API const char *cube_status_call_site(cube_status_t status, int *out_line);
+
+/// The macro layer over the API: every public call that returns a status is a
+/// macro (in its header) that marks the caller's file and line for the
+/// statuses the call makes (this call), then clears the mark
+/// (cube_call_site_end). Costs two calls of a few instructions. Define
+/// CUBE_NO_CALL_SITE before including cubec's headers to call the functions
+/// directly (their addresses are the same either way).
+CUBE_API void cube_call_site_begin(const char *file, int line);
+/// Clears the mark cube_call_site_begin set and returns |status| unchanged.
+CUBE_API cube_status_t cube_call_site_end(cube_status_t status);
+/// Wraps one public call so that the statuses it makes record this file and
+/// line.
+#define CUBE_CALL_SITE(call) (cube_call_site_begin(__FILE__, __LINE__), cube_call_site_end(call))
 /// Member |index| (below cube_status_member_count) of a CUBE_STATUS_SEVERAL
 /// group, or NULL. Borrowed.
 CUBE_API cube_status_t cube_status_member(cube_status_t status, size_t index);
@@ -193,6 +215,12 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_status_wrap_at(cube_status_t ca
 /// A group; with exactly one member that member is returned as is.
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_status_several(cube_status_t *members,
                                                                 size_t count);
+/// A group that lists |count| members and counts |unlisted| more distinct
+/// failures it does not list (a report bounded in size, honest about what it
+/// left out): always SEVERAL when |unlisted| > 0, never a refusal then.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_status_several_unlisted(cube_status_t *members,
+                                                                         size_t count,
+                                                                         size_t unlisted);
 /// An Unwritten node: |root| is taken; |hops| (newest first, each a message
 /// naming the skipped work) become SKIPPED nodes between it and the root.
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_status_unwritten(uint64_t failure_id,

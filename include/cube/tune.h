@@ -308,6 +308,19 @@ cube_tune_cache_visit(const char *op, const char *key,
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_tune_cache_clear(const char *op,
                                                                   uint64_t *out_removed);
 
+// The caller's location (C51): each call below records its file:line in the
+// statuses it makes (cube/status.h: CUBE_CALL_SITE).
+#if !defined(CUBE_NO_CALL_SITE) && !defined(CUBE_BUILDING_SHARED)
+#define cube_tune_op_create(...) CUBE_CALL_SITE(cube_tune_op_create(__VA_ARGS__))
+#define cube_tune_op_set_mode(...) CUBE_CALL_SITE(cube_tune_op_set_mode(__VA_ARGS__))
+#define cube_tune_launch(...) CUBE_CALL_SITE(cube_tune_launch(__VA_ARGS__))
+#define cube_tune_key_text(...) CUBE_CALL_SITE(cube_tune_key_text(__VA_ARGS__))
+#define cube_tune_report(...) CUBE_CALL_SITE(cube_tune_report(__VA_ARGS__))
+#define cube_tune_cache_path(...) CUBE_CALL_SITE(cube_tune_cache_path(__VA_ARGS__))
+#define cube_tune_cache_visit(...) CUBE_CALL_SITE(cube_tune_cache_visit(__VA_ARGS__))
+#define cube_tune_cache_clear(...) CUBE_CALL_SITE(cube_tune_cache_clear(__VA_ARGS__))
+#endif
+
 #ifdef __cplusplus
 }
 #endif

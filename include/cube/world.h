@@ -77,8 +77,8 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_id_publish(const char *dir
 /// Every other rank: waits until |dir|/|name| appears (at most |timeout_s|
 /// seconds; <= 0: CUBE_COLLECTIVE_TIMEOUT_S, default 600), checks it is
 /// whole, and answers its id. VALIDATION if it announces another world size
-/// than |world_size| or is damaged; GENERIC naming the path and the time
-/// waited if it never appeared.
+/// than |world_size| or is damaged; TRANSPORT_FAILED naming the path and the
+/// time waited if it never appeared (the world cannot be formed in time).
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_id_fetch(const char *dir, const char *name,
                                                                uint32_t world_size,
                                                                double timeout_s,
@@ -193,6 +193,24 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_send(cube_comm_t *comm, cu
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_recv(cube_comm_t *comm, cube_stream_t stream,
                                                            cube_binding_t destination,
                                                            uint32_t peer, cube_compute_wait_t wait);
+
+// The caller's location (C51): each call below records its file:line in the
+// statuses it makes (cube/status.h: CUBE_CALL_SITE).
+#if !defined(CUBE_NO_CALL_SITE) && !defined(CUBE_BUILDING_SHARED)
+#define cube_rank_env_discover(...) CUBE_CALL_SITE(cube_rank_env_discover(__VA_ARGS__))
+#define cube_comm_id_publish(...) CUBE_CALL_SITE(cube_comm_id_publish(__VA_ARGS__))
+#define cube_comm_id_fetch(...) CUBE_CALL_SITE(cube_comm_id_fetch(__VA_ARGS__))
+#define cube_comm_id_create(...) CUBE_CALL_SITE(cube_comm_id_create(__VA_ARGS__))
+#define cube_comm_init_rank(...) CUBE_CALL_SITE(cube_comm_init_rank(__VA_ARGS__))
+#define cube_comm_init_env(...) CUBE_CALL_SITE(cube_comm_init_env(__VA_ARGS__))
+#define cube_comm_all_reduce(...) CUBE_CALL_SITE(cube_comm_all_reduce(__VA_ARGS__))
+#define cube_comm_all_gather(...) CUBE_CALL_SITE(cube_comm_all_gather(__VA_ARGS__))
+#define cube_comm_reduce_scatter(...) CUBE_CALL_SITE(cube_comm_reduce_scatter(__VA_ARGS__))
+#define cube_comm_broadcast(...) CUBE_CALL_SITE(cube_comm_broadcast(__VA_ARGS__))
+#define cube_comm_all_to_all(...) CUBE_CALL_SITE(cube_comm_all_to_all(__VA_ARGS__))
+#define cube_comm_send(...) CUBE_CALL_SITE(cube_comm_send(__VA_ARGS__))
+#define cube_comm_recv(...) CUBE_CALL_SITE(cube_comm_recv(__VA_ARGS__))
+#endif
 
 #ifdef __cplusplus
 }

@@ -22,6 +22,9 @@ struct cube_status_s {
   cube_status_t cause;     // owned
   cube_status_t *members;  // owned, SEVERAL only
   size_t member_count;
+  size_t unlisted;        // SEVERAL: distinct failures found but not listed as members
+  const char *call_file;  // the public call that made it (C51), or NULL
+  int call_line;
   uint64_t failure_id;
   uint32_t claimed;
   uint64_t size;
@@ -137,7 +140,8 @@ bool cube_status_is_refusal(cube_status_t status) {
     if (node->code == CUBE_STATUS_SEVERAL) {
       // One real failure among refusals is still a real failure, and an
       // empty group refuses nothing.
-      if (node->member_count == 0) return false;
+      // Failures not listed may be anything: not known to be refusals.
+      if (node->member_count == 0 || node->unlisted) return false;
       for (size_t i = 0; i < node->member_count; ++i) {
         if (!cube_status_is_refusal(node->members[i])) return false;
       }
@@ -218,9 +222,24 @@ static void cube_status_text_message(cube_status_text_t *text, const char *messa
   }
 }
 
+// " (asked at file:line)" where |node|'s call site differs from |above|'s.
+static void cube_status_text_site(cube_status_text_t *text, cube_status_t node,
+                                  cube_status_t above) {
+  if (!node->call_file) return;
+  if (above && above->call_file && above->call_line == node->call_line &&
+      strcmp(above->call_file, node->call_file) == 0)
+    return;
+  char site[64];
+  const char *base = strrchr(node->call_file, '/');
+  snprintf(site, sizeof site, " (asked at %s:%d)", base ? base + 1 : node->call_file,
+           node->call_line);
+  cube_status_text_puts(text, site);
+}
+
 static void cube_status_text_chain(cube_status_text_t *text, cube_status_t status, size_t indent,
                                    const char *lead) {
   bool first = true;
+  cube_status_t above = NULL;
   for (cube_status_t node = status; node; node = node->cause) {
     size_t node_indent = first ? indent : indent + 2;
     if (text->length > 0) cube_status_text_put(text, "\n", 1);
@@ -231,6 +250,8 @@ static void cube_status_text_chain(cube_status_text_t *text, cube_status_t statu
     const char *message =
         node->message && node->message[0] ? node->message : cube_status_code_texts[node->code];
     cube_status_text_message(text, message, node_indent + 4);
+    cube_status_text_site(text, node, above);
+    above = node;
     for (size_t i = 0; i < node->member_count; ++i) {
       char member_lead[32];
       snprintf(member_lead, sizeof(member_lead), "[%zu] ", i + 1);
@@ -310,6 +331,32 @@ static cube_status_t cube_status_static(cube_status_code_t code) {
 }
 
 // A fresh node with one reference, or NULL when memory ran out. Takes nothing.
+// The public call this thread is in (CUBE_CALL_SITE), outermost first: a
+// call made from inside another (a callback) keeps the outer one's site.
+static _Thread_local struct {
+  const char *file;
+  int line;
+  unsigned depth;
+} call_site;
+
+void cube_call_site_begin(const char *file, int line) {
+  if (call_site.depth++ == 0) {
+    call_site.file = file;
+    call_site.line = line;
+  }
+}
+
+cube_status_t cube_call_site_end(cube_status_t status) {
+  if (call_site.depth > 0 && --call_site.depth == 0) call_site.file = NULL;
+  return status;
+}
+
+const char *cube_status_call_site(cube_status_t status, int *out_line) {
+  const char *file = status ? status->call_file : NULL;
+  if (out_line) *out_line = file ? status->call_line : 0;
+  return file;
+}
+
 static cube_status_t cube_status_node_create(cube_status_code_t code, const char *file, int line,
                                              const char *format, va_list args) {
   cube_status_t node = calloc(1, sizeof(*node));
@@ -318,6 +365,8 @@ static cube_status_t cube_status_node_create(cube_status_code_t code, const char
   node->code = code;
   node->file = file;
   node->line = line;
+  node->call_file = call_site.file;
+  node->call_line = call_site.line;
   if (format) {
     va_list measure;
     va_copy(measure, args);
@@ -362,12 +411,12 @@ cube_status_t cube_status_wrap_at(cube_status_t cause, cube_status_code_t code, 
   return node;
 }
 
-cube_status_t cube_status_several(cube_status_t *members, size_t count) {
+cube_status_t cube_status_several_unlisted(cube_status_t *members, size_t count, size_t unlisted) {
   // NULL members are successes: the group holds only failures.
   size_t failures = 0;
   for (size_t i = 0; i < count; ++i) failures += members[i] != NULL;
-  if (count > 0 && failures == 0) return CUBE_OK;
-  if (failures == 1) {
+  if (count > 0 && failures == 0 && unlisted == 0) return CUBE_OK;
+  if (failures == 1 && unlisted == 0) {
     for (size_t i = 0; i < count; ++i) {
       if (members[i]) return members[i];
     }
@@ -388,10 +437,26 @@ cube_status_t cube_status_several(cube_status_t *members, size_t count) {
     if (members[i]) owned[group->member_count++] = members[i];
   }
   group->members = owned;
-  size_t length = (size_t)snprintf(NULL, 0, "%zu failures at once", failures);
+  group->unlisted = unlisted;
+  char text[96];
+  if (unlisted) {
+    snprintf(text, sizeof text, "%zu failures at once (%zu listed, %zu more not listed)",
+             failures + unlisted, failures, unlisted);
+  } else {
+    snprintf(text, sizeof text, "%zu failures at once", failures);
+  }
+  size_t length = strlen(text);
   group->message = malloc(length + 1);
-  if (group->message) snprintf(group->message, length + 1, "%zu failures at once", failures);
+  if (group->message) memcpy(group->message, text, length + 1);
   return group;
+}
+
+cube_status_t cube_status_several(cube_status_t *members, size_t count) {
+  return cube_status_several_unlisted(members, count, 0);
+}
+
+size_t cube_status_unlisted(cube_status_t status) {
+  return status ? status->unlisted : 0;
 }
 
 static cube_status_t cube_status_make_node(cube_status_code_t code, const char *format, ...)

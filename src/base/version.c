@@ -1,4 +1,4 @@
-// The library's own version, compiled in from the generated cube/version.h.
+// cubec base — the library's own version, compiled in from the generated cube/version.h.
 #include "cube/base.h"
 #include "cube/status.h"
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "core/collective.h"
+#include "core/coll/coll_api.h"
 #include "core/graph.h"
 #include "core/host_copy.h"
 #include "core/info.h"
@@ -205,6 +205,13 @@ static cube_status_t client_create(const cube_client_options_t *options, bool pr
   if (!cube_status_is_ok(loaded))
     return cube_status_wrap(loaded, CUBE_STATUS_VALIDATION,
                             "cube_client_create: the environment holds a value cubec cannot use");
+  if (options->flags & ~(uint32_t)CUBE_CLIENT_LAZY_BINDING) {
+    cube_config_release(&config);
+    return cube_status_make(
+        CUBE_STATUS_VALIDATION,
+        "cube_client_create: unknown flags 0x%x (CUBE_CLIENT_LAZY_BINDING = 0x%x)",
+        options->flags & ~(uint32_t)CUBE_CLIENT_LAZY_BINDING, (unsigned)CUBE_CLIENT_LAZY_BINDING);
+  }
   cube_backend_kind_t kind = options->backend;
   if (kind == CUBE_BACKEND_DEFAULT) kind = cube_registry_default(&config);
   const cube_backend_factory_t *factory = cube_registry_factory(kind);
@@ -256,6 +263,7 @@ static cube_status_t client_create(const cube_client_options_t *options, bool pr
     server->properties_hash = cube_device_properties_hash(&server->device->properties);
     server->free_slot = UINT32_MAX;
     server->track_failures = cube_config_u64(&config, CUBE_CONFIG_FAILURE_TRACKING) != 0;
+    server->lazy_binding = (options->flags & CUBE_CLIENT_LAZY_BINDING) != 0;
     pthread_mutex_init(&server->lock, NULL);
     cube_mm_config_t mm_config;
     cube_mm_config_default(&server->device->properties, &config, &mm_config);

@@ -103,22 +103,53 @@ static cube_status_t claim_status(const cube_claim_t *claim) {
   return cube_status_unwritten(failure->id, failure->claimed, hops, count, root);
 }
 
+static int compare_failures(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t) * (const cube_failure_t *const *)a;
+  uintptr_t y = (uintptr_t) * (const cube_failure_t *const *)b;
+  return x < y ? -1 : x > y;
+}
+
 cube_status_t cube_failure_check(const cube_claim_t *const *claims, size_t count) {
-  enum { kMaxDistinct = 32 };
-  cube_status_t found[kMaxDistinct];
-  const cube_failure_t *failures[kMaxDistinct];
+  // The first CUBE_FAILURE_LISTED distinct failures are listed in the order
+  // found; any beyond are counted (SEVERAL says how many it left out), so a
+  // check over any number of buffers reports every failure, one way or the
+  // other, in a report of bounded size.
+  cube_status_t found[CUBE_FAILURE_LISTED];
+  const cube_failure_t *listed[CUBE_FAILURE_LISTED];
   size_t distinct = 0;
+  const cube_failure_t **rest = NULL;  // failures past the listed ones, repeats included
+  size_t rest_count = 0, rest_capacity = 0, rest_lost = 0;
   for (size_t i = 0; i < count; ++i) {
     const cube_claim_t *claim = claims[i];
     if (!claim || !cube_claim_is_set(claim)) continue;
     bool seen = false;
-    for (size_t j = 0; j < distinct && !seen; ++j) seen = failures[j] == claim->failure;
-    if (seen || distinct == kMaxDistinct) continue;
-    failures[distinct] = claim->failure;
-    found[distinct++] = claim_status(claim);
+    for (size_t j = 0; j < distinct && !seen; ++j) seen = listed[j] == claim->failure;
+    if (seen) continue;
+    if (distinct < CUBE_FAILURE_LISTED) {
+      listed[distinct] = claim->failure;
+      found[distinct++] = claim_status(claim);
+      continue;
+    }
+    if (rest_count == rest_capacity) {
+      size_t capacity = rest_capacity ? 2 * rest_capacity : 64;
+      const cube_failure_t **grown = realloc(rest, capacity * sizeof *grown);
+      if (!grown) {
+        rest_lost++;  // counted as distinct: the count may then be high, never low
+        continue;
+      }
+      rest = grown;
+      rest_capacity = capacity;
+    }
+    rest[rest_count++] = claim->failure;
   }
   if (distinct == 0) return CUBE_OK;
-  return cube_status_several(found, distinct);
+  size_t unlisted = rest_lost;
+  if (rest_count) {
+    qsort(rest, rest_count, sizeof *rest, compare_failures);
+    for (size_t i = 0; i < rest_count; ++i) unlisted += i == 0 || rest[i] != rest[i - 1];
+  }
+  free(rest);
+  return cube_status_several_unlisted(found, distinct, unlisted);
 }
 
 //===--- Write scopes ---===//
@@ -169,6 +200,23 @@ uint64_t cube_write_scope_fail(cube_write_scope_t *scope, cube_status_t error) {
   uint64_t id = cube_failure_charge_id(&charge);
   cube_failure_charge_end(&charge);
   scope->count = 0;
+  return id;
+}
+
+//===--- The refusal rule ---===//
+
+uint64_t cube_failure_claim_outputs(cube_claim_t *const *outputs, size_t count,
+                                    cube_status_t error) {
+  size_t named = 0;
+  for (size_t i = 0; i < count; ++i) named += outputs[i] != NULL;
+  if (named == 0 || cube_status_is_ok(error)) return 0;
+  cube_charge_t charge;
+  cube_failure_charge_begin(&charge, error, NULL);
+  for (size_t i = 0; i < count; ++i) {
+    if (outputs[i]) cube_failure_charge(&charge, outputs[i]);
+  }
+  uint64_t id = cube_failure_charge_id(&charge);
+  cube_failure_charge_end(&charge);
   return id;
 }
 

@@ -64,9 +64,14 @@ CUBE_INTERNAL void cube_claim_drop(cube_claim_t *claim);
 // failure, or NULL: work with such an input must not run.
 CUBE_INTERNAL const cube_claim_t *cube_failure_carried(const cube_claim_t *const *inputs,
                                                        size_t count);
-// The claim check of a read, sync, check or get_resource over |count| claims:
-// NULL, one UNWRITTEN (the failure, how many buffers claim it, the chain and
-// the root), or SEVERAL (one member per distinct failure, in the order found).
+// How many distinct failures a claim check lists; more are counted.
+#define CUBE_FAILURE_LISTED 32
+
+// The claim check of a read, sync, check or get_resource over |count| claims
+// (any number): NULL, one UNWRITTEN (the failure, how many buffers claim it,
+// the chain and the root), or SEVERAL (one member per distinct failure, in
+// the order found, up to CUBE_FAILURE_LISTED; cube_status_unlisted counts
+// the distinct failures past those).
 CUBE_INTERNAL cube_status_t cube_failure_check(const cube_claim_t *const *claims, size_t count);
 
 //===--- Write scopes ---===//
@@ -103,6 +108,23 @@ CUBE_INTERNAL void cube_write_scope_commit(cube_write_scope_t *scope);
 // The work failed: every output claims one new failure owning |error|
 // (retained), or TornDown when memory ran out. Returns the failure's id.
 CUBE_INTERNAL uint64_t cube_write_scope_fail(cube_write_scope_t *scope, cube_status_t error);
+
+//===--- The refusal rule ---===//
+
+// Work that fails at any stage before it writes — an argument or signature
+// check, a count or resource limit, tensor-map validation, compile, dispatch —
+// leaves every output it named claiming one new failure owning |error|
+// (retained): its caller expected those bytes written, and a program (or a
+// library between it and cubec) that ignores the status must not compute on
+// what was there before. Launches, collectives, writes and copies all go
+// through this one call; only a dry run (CUBE_LAUNCH_COMPILE_ONLY) never
+// calls it. Entries of |outputs| may be NULL (a handle that is NULL,
+// foreign or released names no buffer: nothing to claim) or repeat. The
+// root keeps its code, so a refusal still reads as one through the chain.
+// Returns the failure's id, 0 when no output was named. Costs nothing on the
+// success path: it is only called once the work has failed.
+CUBE_INTERNAL uint64_t cube_failure_claim_outputs(cube_claim_t *const *outputs, size_t count,
+                                                  cube_status_t error);
 
 //===--- Skips ---===//
 

@@ -39,8 +39,38 @@ typedef struct pinset_t {
 
 struct cube_capture_t {
   pinset_t set;
-  cube_status_t failure;  // the first failure of work in the window
+  // Every failure of work in the window, in order: end_capture reports them
+  // all (SEVERAL when more than one), not the first alone.
+  cube_status_t *failures;
+  size_t failure_count, failure_capacity;
+  size_t failures_lost;  // not kept (out of host memory): counted in the report
 };
+
+// Drops what |capture| holds of its failures.
+static void capture_failures_release(struct cube_capture_t *capture) {
+  for (size_t i = 0; i < capture->failure_count; ++i) cube_status_release(capture->failures[i]);
+  free(capture->failures);
+  capture->failures = NULL;
+  capture->failure_count = capture->failure_capacity = 0;
+}
+
+// The window's failures as one status (retained), or NULL when none.
+static cube_status_t capture_failures(const struct cube_capture_t *capture) {
+  size_t count = capture->failure_count;
+  if (count == 0 && capture->failures_lost == 0) return CUBE_OK;
+  cube_status_t *members = calloc(count + 1, sizeof *members);
+  if (!members) return cube_status_retain(capture->failures ? capture->failures[0] : NULL);
+  for (size_t i = 0; i < count; ++i) members[i] = cube_status_retain(capture->failures[i]);
+  if (capture->failures_lost) {
+    members[count++] = cube_status_make(
+        CUBE_STATUS_HOST_OUT_OF_MEMORY,
+        "and %zu more failure(s) of work in the window, not kept (out of host memory)",
+        capture->failures_lost);
+  }
+  cube_status_t group = cube_status_several(members, count);
+  free(members);
+  return group;
+}
 
 #define GRAPH_STREAMS 8
 
@@ -191,7 +221,18 @@ void cube_capture_note_info(cube_server_t *server, uint32_t stream, cube_info_en
 void cube_capture_note_failure(cube_server_t *server, uint32_t stream, cube_status_t status) {
   struct cube_capture_t *capture =
       stream && stream <= CUBE_MAX_STREAMS ? server->streams[stream].capture : NULL;
-  if (capture && !capture->failure) capture->failure = cube_status_retain(status);
+  if (!capture || cube_status_is_ok(status)) return;
+  if (capture->failure_count == capture->failure_capacity) {
+    size_t capacity = capture->failure_capacity ? 2 * capture->failure_capacity : 4;
+    cube_status_t *grown = realloc(capture->failures, capacity * sizeof *grown);
+    if (!grown) {
+      capture->failures_lost++;
+      return;
+    }
+    capture->failures = grown;
+    capture->failure_capacity = capacity;
+  }
+  capture->failures[capture->failure_count++] = cube_status_retain(status);
 }
 
 bool cube_graph_adopt_slot(cube_server_t *server, uint32_t slot_index) {
@@ -220,7 +261,7 @@ void cube_graph_teardown(cube_server_t *server) {
     if (!capture) continue;
     server->streams[s].capture = NULL;
     pinset_release(server, &capture->set);
-    cube_status_release(capture->failure);
+    capture_failures_release(capture);
     free(capture);
   }
   while (server->graphs) {
@@ -331,8 +372,14 @@ cube_status_t cube_graph_end_capture(cube_client_t *client, cube_stream_t stream
     cube_bgraph_t *backend = NULL;
     status = cube_server_note(
         server, server->device->vtable->capture_end(server->device, s->backend, &backend));
-    if (cube_status_is_ok(status) && capture->failure) {
-      status = cube_status_wrap(cube_status_retain(capture->failure), CUBE_STATUS_CAPTURE_FAILED,
+    cube_status_t failed = capture_failures(capture);
+    if (!cube_status_is_ok(failed)) {
+      // Every failure of the window, and the driver's own if it refused too.
+      if (!cube_status_is_ok(status)) {
+        cube_status_t both[2] = {failed, status};
+        failed = cube_status_several(both, 2);
+      }
+      status = cube_status_wrap(failed, CUBE_STATUS_CAPTURE_FAILED,
                                 "cube_graph_end_capture: work recorded on stream %u failed, so the "
                                 "graph would not hold what it was given",
                                 index);
@@ -370,7 +417,7 @@ cube_status_t cube_graph_end_capture(cube_client_t *client, cube_stream_t stream
       pinset_release(server, &capture->set);
       if (server->profiler) cube_profile_note_failure(server, index, status);
     }
-    cube_status_release(capture->failure);
+    capture_failures_release(capture);
     free(capture);
   }
   cube_server_leave(server);

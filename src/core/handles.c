@@ -16,7 +16,7 @@ cube_binding_t cube_handle_slice(cube_handle_t handle, uint64_t offset, uint64_t
 // A live slot holding |slice| for |stream_index|; grows the table. Lock held.
 // |op| names the public call in the messages.
 static cube_status_t slot_add(cube_server_t *server, uint32_t stream_index, uint64_t size,
-                              cube_mm_slice_t slice, bool external, const char *op,
+                              cube_mm_slice_t slice, bool external, bool unbound, const char *op,
                               cube_handle_t *out_handle) {
   if (server->free_slot == UINT32_MAX && server->slot_count >= CUBE_HANDLE_MAX_SLOTS) {
     return cube_status_make(CUBE_STATUS_GENERIC,
@@ -46,6 +46,7 @@ static cube_status_t slot_add(cube_server_t *server, uint32_t stream_index, uint
   slot->size = size;
   slot->slice = slice;
   slot->external = external;
+  slot->unbound = unbound;
   slot->last_stream = stream_index;
   slot->home_stream = stream_index;
   slot->last_ticket = server->streams[stream_index].ticket;
@@ -69,12 +70,15 @@ cube_status_t cube_handle_create(cube_client_t *client, cube_stream_t stream, ui
   uint32_t stream_index = 0;
   status = cube_server_stream(server, stream, "cube_handle_create", &stream_index);
   cube_mm_slice_t slice = {0};
-  if (cube_status_is_ok(status)) {
+  // Lazy binding: minted now, memory at first use (cube_server_resolve).
+  const bool lazy = server->lazy_binding && size > 0;
+  if (cube_status_is_ok(status) && !lazy) {
     status = cube_server_note(server, cube_mm_reserve(server->mm, size, stream_index, &slice));
   }
   if (cube_status_is_ok(status)) {
-    status = slot_add(server, stream_index, size, slice, false, "cube_handle_create", out_handle);
-    if (!cube_status_is_ok(status))
+    status =
+        slot_add(server, stream_index, size, slice, false, lazy, "cube_handle_create", out_handle);
+    if (!cube_status_is_ok(status) && !lazy)
       cube_mm_free(server->mm, &slice, stream_index, server->streams[stream_index].ticket);
   }
   cube_server_leave(server);
@@ -120,7 +124,8 @@ cube_status_t cube_handle_from_host(cube_client_t *client, cube_stream_t stream,
                              .page_id = CUBE_MM_NO_PAGE,
                              .pool = CUBE_MM_NO_POOL,
                              .id = 0};
-    status = slot_add(server, stream_index, size, slice, true, "cube_handle_from_host", out_handle);
+    status = slot_add(server, stream_index, size, slice, true, false, "cube_handle_from_host",
+                      out_handle);
   }
   cube_server_leave(server);
   return status;
@@ -168,12 +173,15 @@ cube_status_t cube_handle_release(cube_client_t *client, cube_handle_t handle) {
       // The caller's memory is the caller's once the release returns: its
       // last use must have run by then.
       wait_stream = fenced ? fence_stream : 0;
+    } else if (slot->unbound) {
+      // Lazy binding, never bound: no memory to give back.
     } else if (!cube_graph_adopt_slot(server, index) && fenced) {
       cube_mm_free(server->mm, &slot->slice, fence_stream, fence_ticket);
     }
     cube_claim_drop(&slot->claim);
     slot->live = false;
     slot->external = false;
+    slot->unbound = false;
     // A slot whose generation would wrap is retired: its handle bits must
     // never name another buffer.
     if (++slot->generation < CUBE_HANDLE_GENERATIONS) {

@@ -10,22 +10,26 @@
 
 //===--- Writes ---===//
 
-// One write into one destination, in its own write scope: success releases
-// the destination's claim when the write covers the whole buffer, failure
-// leaves the destination claiming the error. Lock held. With |out_wait| on a
-// host-memory device a contiguous write copies straight from |source| and
-// *out_wait is the event the caller waits on, lock released, before
-// |source| may change (NULL when there is none).
-static cube_status_t write_one(cube_server_t *server, uint32_t stream, const cube_copy_desc_t *desc,
-                               const void *source, uint64_t size, cube_bevent_t **out_wait) {
-  cube_resolved_t r;
+// The refusal rule for a write or copy (cube_failure_claim_outputs): refused
+// by an argument check, the destination it named claims the refusal, as a
+// failed write leaves it claiming the failure. Lock held.
+static cube_status_t claim_destination(cube_server_t *server, cube_handle_t destination,
+                                       cube_status_t error) {
+  cube_claim_t *claim = cube_server_claim_of(server, destination);
+  cube_failure_claim_outputs(&claim, 1, error);
+  return error;
+}
+
+// The write's argument checks: the destination, its layout, the sizes.
+static cube_status_t write_checked(cube_server_t *server, const cube_copy_desc_t *desc,
+                                   const void *source, uint64_t size, cube_resolved_t *out) {
   cube_status_t status =
-      cube_server_resolve(server, desc->binding, "cube_write", "the destination", &r);
+      cube_server_resolve(server, desc->binding, "cube_write", "the destination", out);
   if (!cube_status_is_ok(status)) return status;
   uint64_t needed = 0;
   status = cube_validate_copy_desc(desc, "cube_write", &needed);
   if (!cube_status_is_ok(status)) return status;
-  if (desc->rank == 0) needed = r.size;
+  if (desc->rank == 0) needed = out->size;
   if (size != needed) {
     return cube_status_make(CUBE_STATUS_VALIDATION,
                             "cube_write: %llu source bytes for a destination of %llu bytes",
@@ -46,15 +50,28 @@ static cube_status_t write_one(cube_server_t *server, uint32_t stream, const cub
         last = UINT64_MAX;
     }
     uint64_t bytes = 0;
-    if (size > 0 && (!cube_mul_u64(last + 1, desc->elem_size, &bytes) || bytes > r.size)) {
+    if (size > 0 && (!cube_mul_u64(last + 1, desc->elem_size, &bytes) || bytes > out->size)) {
       return cube_status_make(
           CUBE_STATUS_VALIDATION,
           "cube_write: the strided layout reaches past the destination's %llu bytes",
-          (unsigned long long)r.size);
+          (unsigned long long)out->size);
     }
   }
-  if (size == 0) return CUBE_OK;
+  return CUBE_OK;
+}
 
+// One write into one destination, in its own write scope: success releases
+// the destination's claim when the write covers the whole buffer, failure
+// leaves the destination claiming the error. Lock held. With |out_wait| on a
+// host-memory device a contiguous write copies straight from |source| and
+// *out_wait is the event the caller waits on, lock released, before
+// |source| may change (NULL when there is none).
+static cube_status_t write_one(cube_server_t *server, uint32_t stream, const cube_copy_desc_t *desc,
+                               const void *source, uint64_t size, cube_bevent_t **out_wait) {
+  cube_resolved_t r;
+  cube_status_t status = write_checked(server, desc, source, size, &r);
+  if (!cube_status_is_ok(status)) return claim_destination(server, desc->binding.handle, status);
+  if (size == 0) return CUBE_OK;
   // The scope opens: the destination claims the provisional TornDown until
   // the copy is enqueued. A partial write leaves the bytes outside it exactly
   // as stale as they were, so it does not release an earlier claim.
@@ -114,8 +131,13 @@ cube_status_t cube_write(cube_client_t *client, cube_stream_t stream, cube_bindi
   (void)sources;
   uint32_t index = 0;
   cube_status_t status = cube_server_begin(server, stream, "cube_write", &index);
-  if (!cube_status_is_ok(status)) return status;
-  if (cube_status_is_ok(status)) status = cube_server_refuse_capturing(server, index, "cube_write");
+  if (!cube_status_is_ok(status)) {
+    // A bad stream: the destination named still claims the refusal.
+    cube_server_claim_refused(server, &binding.handle, 1, status);
+    return status;
+  }
+  status = cube_server_refuse_capturing(server, index, "cube_write");
+  if (!cube_status_is_ok(status)) claim_destination(server, binding.handle, status);
   cube_bevent_t *wait = NULL;
   if (cube_status_is_ok(status)) status = write_one(server, index, &desc, source, size, &wait);
   cube_server_leave(server);
@@ -138,10 +160,20 @@ cube_status_t cube_write_strided(cube_client_t *client, cube_stream_t stream,
   }
   uint32_t index = 0;
   cube_status_t status = cube_server_begin(server, stream, "cube_write_strided", &index);
-  if (!cube_status_is_ok(status)) return status;
-  if (cube_status_is_ok(status))
-    status = cube_server_refuse_capturing(server, index, "cube_write_strided");
-  if (cube_status_is_ok(status) && count > 0) {
+  const bool entered = cube_status_is_ok(status);
+  if (entered) status = cube_server_refuse_capturing(server, index, "cube_write_strided");
+  if (!cube_status_is_ok(status)) {
+    // Refused as a whole: every destination named claims the refusal.
+    if (entered) cube_server_leave(server);
+    cube_handle_t *handles = count ? malloc(count * sizeof *handles) : NULL;
+    for (size_t i = 0; handles && i < count; ++i) handles[i] = descs[i].binding.handle;
+    if (handles) cube_server_claim_refused(server, handles, count, status);
+    for (size_t i = 0; !handles && i < count; ++i)  // out of host memory: one at a time
+      cube_server_claim_refused(server, &descs[i].binding.handle, 1, status);
+    free(handles);
+    return status;
+  }
+  if (count > 0) {
     // Every descriptor is attempted, whatever happened to the one before:
     // one that stopped early would leave later destinations stale and
     // unclaimed.
@@ -180,18 +212,15 @@ cube_status_t cube_write_strided(cube_client_t *client, cube_stream_t stream,
 
 //===--- Reads ---===//
 
-static cube_status_t read_enqueue(cube_server_t *server, uint32_t stream,
-                                  const cube_copy_desc_t *desc, void *destination, uint64_t size,
-                                  const char *operation, void **out_staging) {
-  *out_staging = NULL;
-  cube_resolved_t r;
-  cube_status_t status = cube_server_resolve(server, desc->binding, operation, "the source", &r);
+// A read's argument checks: the source, its layout, the sizes, the
+// destination. |what| names the source ("the source", "descriptor 3").
+static cube_status_t read_checked(cube_server_t *server, uint32_t stream,
+                                  const cube_copy_desc_t *desc, const void *destination,
+                                  uint64_t size, const char *operation, const char *what,
+                                  cube_resolved_t *out) {
+  cube_resolved_t r = {0};
+  cube_status_t status = cube_server_resolve(server, desc->binding, operation, what, &r);
   if (cube_status_is_ok(status)) status = cube_server_refuse_capturing(server, stream, operation);
-  // The bytes are only as good as the work that wrote them.
-  if (cube_status_is_ok(status)) {
-    status = cube_server_ensure_written(server, &r.slot, 1);
-    if (status && server->profiler) cube_trace_mark_reported(server, status, operation);
-  }
   if (cube_status_is_ok(status) && desc->rank > CUBE_MAX_RANK) {
     status = cube_status_make(CUBE_STATUS_VALIDATION, "%s: rank %u exceeds %d", operation,
                               desc->rank, CUBE_MAX_RANK);
@@ -223,7 +252,19 @@ static cube_status_t read_enqueue(cube_server_t *server, uint32_t stream,
   if (cube_status_is_ok(status) && size > 0 && !destination) {
     status = cube_status_make(CUBE_STATUS_VALIDATION, "%s: destination is NULL", operation);
   }
-  if (cube_status_is_ok(status) && size > 0) {
+  *out = r;
+  return status;
+}
+
+// Enqueues the copy of a checked read (lock held). On a host-memory device
+// the device copies into |destination|; otherwise into a staging block
+// (*out_staging) the caller copies out of after the wait.
+static cube_status_t read_copy(cube_server_t *server, uint32_t stream, const cube_copy_desc_t *desc,
+                               const cube_resolved_t *resolved, void *destination, uint64_t size,
+                               void **out_staging) {
+  cube_resolved_t r = *resolved;
+  cube_status_t status = CUBE_OK;
+  if (size > 0) {
     cube_server_tag(server, stream);
     status = cube_server_order(server, stream, r.slot, false);
   }
@@ -261,6 +302,24 @@ static cube_status_t read_enqueue(cube_server_t *server, uint32_t stream,
       cube_server_used(server, stream, r.slot);
     }
   }
+  return status;
+}
+
+static cube_status_t read_enqueue(cube_server_t *server, uint32_t stream,
+                                  const cube_copy_desc_t *desc, void *destination, uint64_t size,
+                                  const char *operation, void **out_staging) {
+  *out_staging = NULL;
+  cube_resolved_t r;
+  cube_status_t status =
+      read_checked(server, stream, desc, destination, size, operation, "the source", &r);
+  // The bytes are only as good as the work that wrote them (after the
+  // argument checks: a bad argument is named whatever the buffer holds).
+  if (cube_status_is_ok(status)) {
+    status = cube_server_ensure_written(server, &r.slot, 1);
+    if (status && server->profiler) cube_trace_mark_reported(server, status, operation);
+  }
+  if (cube_status_is_ok(status))
+    status = read_copy(server, stream, desc, &r, destination, size, out_staging);
   return status;
 }
 
@@ -326,6 +385,151 @@ cube_status_t cube_read(cube_client_t *client, cube_stream_t stream, cube_bindin
     if (cube_status_is_ok(status) || read_answers_claim(server, binding, &status)) break;
     if (cube_status_is_device_poisoned(status)) break;
   }
+  return status;
+}
+
+// The claim check over |count| sources after a failed wait (lock not held):
+// the failure is settled by then, so a source it left unwritten claims it.
+// Returns the claims (UNWRITTEN / SEVERAL), or OK when none claims.
+static cube_status_t read_claims(cube_server_t *server, const cube_copy_desc_t *descs,
+                                 size_t count) {
+  cube_slot_t **slots = calloc(count, sizeof *slots);
+  if (!slots) return CUBE_OK;  // the wait's own error answers
+  pthread_mutex_lock(&server->lock);
+  cube_status_t found = CUBE_OK;
+  if (!server->poison) {
+    for (size_t i = 0; i < count; ++i) {
+      cube_resolved_t r;
+      cube_status_t resolved = cube_server_resolve(server, descs[i].binding, "", "", &r);
+      if (cube_status_is_ok(resolved)) slots[i] = r.slot;
+      cube_status_release(resolved);
+    }
+    found = cube_server_ensure_written(server, slots, count);
+  }
+  pthread_mutex_unlock(&server->lock);
+  free(slots);
+  return found;
+}
+
+// Whether two of the |count| destinations overlap: a read would write the
+// same host bytes twice. On true *out_a and *out_b name them.
+static bool destinations_overlap(void *const *destinations, const uint64_t *sizes, size_t count,
+                                 size_t *order, size_t *out_a, size_t *out_b) {
+  size_t n = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (sizes[i] == 0) continue;
+    // Insertion by address: the lists are short, and a sort needs a context.
+    size_t j = n++;
+    while (j > 0 && (uintptr_t)destinations[order[j - 1]] > (uintptr_t)destinations[i]) {
+      order[j] = order[j - 1];
+      --j;
+    }
+    order[j] = i;
+  }
+  for (size_t k = 1; k < n; ++k) {
+    uintptr_t end = (uintptr_t)destinations[order[k - 1]] + sizes[order[k - 1]];
+    if (end > (uintptr_t)destinations[order[k]] ||
+        end < (uintptr_t)destinations[order[k - 1]]) {  // wraps: past the address space
+      *out_a = order[k - 1] < order[k] ? order[k - 1] : order[k];
+      *out_b = order[k - 1] < order[k] ? order[k] : order[k - 1];
+      return true;
+    }
+  }
+  return false;
+}
+
+cube_status_t cube_read_strided(cube_client_t *client, cube_stream_t stream,
+                                const cube_copy_desc_t *descs, void *const *destinations,
+                                const uint64_t *sizes, size_t count) {
+  static const char *const op = "cube_read_strided";
+  cube_server_t *server = cube_server_of(client);
+  if (count > 0 && (!descs || !destinations || !sizes)) {
+    return cube_status_make(CUBE_STATUS_VALIDATION, "%s: descs, destinations or sizes is NULL", op);
+  }
+  if (count == 0) return CUBE_OK;
+  // One block for every per-descriptor array: the bindings the writers are
+  // waited for, the resolved sources, their slots, the staging, the order.
+  cube_binding_t *bindings = calloc(count, sizeof *bindings);
+  cube_resolved_t *resolved = calloc(count, sizeof *resolved);
+  cube_slot_t **slots = calloc(count, sizeof *slots);
+  void **staging = calloc(count, sizeof *staging);
+  size_t *order = calloc(count, sizeof *order);
+  cube_status_t status = CUBE_OK;
+  if (!bindings || !resolved || !slots || !staging || !order) {
+    status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                              "%s: out of host memory for %zu descriptors", op, count);
+  }
+  size_t a = 0, b = 0;
+  if (cube_status_is_ok(status) &&
+      destinations_overlap(destinations, sizes, count, order, &a, &b)) {
+    status = cube_status_make(CUBE_STATUS_VALIDATION,
+                              "%s: the destinations of descriptors %zu (%llu bytes at %p) and %zu "
+                              "(%llu bytes at %p) overlap",
+                              op, a, (unsigned long long)sizes[a], destinations[a], b,
+                              (unsigned long long)sizes[b], destinations[b]);
+  }
+  uint32_t index = 0;
+  bool entered = false;
+  if (cube_status_is_ok(status)) {
+    status = cube_server_begin(server, stream, op, &index);
+    entered = cube_status_is_ok(status);
+  }
+  if (entered) status = cube_server_refuse_capturing(server, index, op);
+  // 1. Every descriptor's arguments and the claim check over all of them,
+  // before anything is enqueued: a failure anywhere reads nothing.
+  if (cube_status_is_ok(status)) {
+    for (size_t i = 0; i < count; ++i) bindings[i] = descs[i].binding;
+    cube_server_wait_writers(server, index, bindings, count);
+    cube_status_t members[CUBE_FAILURE_LISTED + 1];
+    size_t listed = 0, unlisted = 0;
+    for (size_t i = 0; i < count; ++i) {
+      cube_status_t checked = read_checked(server, index, &descs[i], destinations[i], sizes[i], op,
+                                           "the source", &resolved[i]);
+      slots[i] = cube_status_is_ok(checked) ? resolved[i].slot : NULL;
+      if (cube_status_is_ok(checked)) continue;
+      checked = cube_status_wrap(checked, cube_status_code(checked), "%s: descriptor %zu", op, i);
+      if (listed < CUBE_FAILURE_LISTED) {
+        members[listed++] = checked;
+      } else {
+        cube_status_release(checked);
+        unlisted++;
+      }
+    }
+    members[listed++] = cube_server_ensure_written(server, slots, count);
+    status = cube_status_several_unlisted(members, listed, unlisted);
+    if (status && server->profiler) cube_trace_mark_reported(server, status, "cube_read_strided");
+  }
+  // 2. Every copy, then one host wait for all of them.
+  size_t enqueued = 0;
+  for (; cube_status_is_ok(status) && enqueued < count; ++enqueued) {
+    status = read_copy(server, index, &descs[enqueued], &resolved[enqueued], destinations[enqueued],
+                       sizes[enqueued], &staging[enqueued]);
+  }
+  if (entered) cube_server_leave(server);
+  if (enqueued > 0) {
+    cube_status_t waited = cube_server_wait_stream(server, index);
+    for (size_t i = 0; i < enqueued; ++i) {
+      if (staging[i]) read_settle(server, index, waited, staging[i], destinations[i], sizes[i]);
+    }
+    if (!cube_status_is_ok(waited) && !cube_status_is_device_poisoned(waited)) {
+      // A late failure of what wrote a source answers as its claim.
+      cube_status_t claims = read_claims(server, descs, count);
+      if (!cube_status_is_ok(claims)) {
+        cube_status_release(waited);
+        waited = claims;
+      }
+    }
+    if (cube_status_is_ok(status)) {
+      status = waited;
+    } else {
+      cube_status_release(waited);
+    }
+  }
+  free(bindings);
+  free(resolved);
+  free(slots);
+  free(staging);
+  free(order);
   return status;
 }
 
@@ -449,6 +653,7 @@ cube_status_t cube_copy(cube_client_t *client, cube_stream_t stream, cube_bindin
   cube_server_flush_deferred(server);
   uint32_t index = 0;
   cube_resolved_t src, dst;
+  // Refused by a check below, the destination named claims the refusal.
   status = cube_server_stream(server, stream, "cube_copy", &index);
   if (cube_status_is_ok(status)) status = cube_server_refuse_capturing(server, index, "cube_copy");
   if (cube_status_is_ok(status))
@@ -461,6 +666,7 @@ cube_status_t cube_copy(cube_client_t *client, cube_stream_t stream, cube_bindin
                               (unsigned long long)src.size, (unsigned long long)dst.size);
   }
   if (!cube_status_is_ok(status)) {
+    claim_destination(server, destination.handle, status);
     cube_server_leave(server);
     return status;
   }

@@ -26,6 +26,26 @@ static io_answer_t io_of(const char *compiled, size_t index, cube_buffer_io_t de
 
 //===--- Launch ---===//
 
+// The refusal rule for launches (cube_failure_claim_outputs): a launch that
+// fails at any stage, from its argument check to a late failure, claims each
+// buffer it names that it writes — by the compiled kernel's answer where the
+// kernel compiled, else the caller's declaration, else read and written —
+// and nothing else. A list the argument check could not trust (NULL, or more
+// buffers than a launch takes) names no buffer. Lock held; called only once
+// the launch has failed, so the success path pays nothing.
+static uint64_t launch_claim(cube_server_t *server, cube_kernel_t *kernel,
+                             const cube_kernel_args_t *args, cube_status_t error) {
+  if (!args->buffers || args->buffer_count > CUBE_MAX_BUFFERS) return 0;
+  const cube_compiled_t *compiled = kernel ? cube_kernel_cache_find(server, kernel) : NULL;
+  const char *answer = compiled && !compiled->error ? compiled->info.io : NULL;
+  cube_claim_t *outputs[CUBE_MAX_BUFFERS];
+  for (size_t i = 0; i < args->buffer_count; ++i) {
+    const bool written = io_of(answer, i, args->buffers[i].io) & IO_W;
+    outputs[i] = written ? cube_server_claim_of(server, args->buffers[i].binding.handle) : NULL;
+  }
+  return cube_failure_claim_outputs(outputs, args->buffer_count, error);
+}
+
 struct cube_pending_launch_t {
   cube_pending_launch_t *next;
   cube_kernel_t *kernel;
@@ -216,6 +236,7 @@ typedef struct launch_t {
   cube_compiled_t *compiled;
   bool tensor_maps;  // some argument is a TMA tensor map
   bool deferred;     // a queued launch, enqueued now: its caller heard OK already
+  bool claimed;      // its failure is on its outputs already (a skip, a failed scope)
 } launch_t;
 
 // A launch about to go through the phases. Field by field: zeroing the
@@ -234,6 +255,7 @@ static void launch_start(launch_t *l, cube_server_t *server, uint32_t stream, cu
   l->compiled = NULL;
   l->tensor_maps = false;
   l->deferred = false;
+  l->claimed = false;
 }
 
 // 1. Arguments: a bad one is the caller's error, and nothing is claimed.
@@ -267,7 +289,7 @@ static cube_status_t launch_resolve(launch_t *l) {
 
 // A trace shows where the failure began (core/profile.h).
 static void trace_failed(launch_t *l, uint64_t failure_id) {
-  if (!l->server->profiler) return;
+  if (!l->server->profiler || failure_id == 0) return;
   char name[96];
   snprintf(name, sizeof name, "launch of '%s' failed: failure #%llu", l->kernel->name,
            (unsigned long long)failure_id);
@@ -277,14 +299,8 @@ static void trace_failed(launch_t *l, uint64_t failure_id) {
 // Every written buffer claims a new failure owning |error|: the launch will
 // not write them.
 static void launch_fail(launch_t *l, cube_status_t error) {
-  cube_scope_output_t storage[CUBE_MAX_BUFFERS];
-  cube_write_scope_t scope;
-  cube_write_scope_open(&scope, storage, CUBE_MAX_BUFFERS, false);
-  for (size_t i = 0; i < l->n; ++i) {
-    if (l->resolved[i].slot && (l->io[i] & IO_W))
-      cube_write_scope_add(&scope, &l->resolved[i].slot->claim, true);
-  }
-  trace_failed(l, cube_write_scope_fail(&scope, error));
+  trace_failed(l, launch_claim(l->server, l->kernel, l->args, error));
+  l->claimed = true;
 }
 
 // 2. Compile (memoized): the compiled kernel says what it writes. A compile
@@ -322,6 +338,7 @@ static bool launch_skip(launch_t *l) {
   cube_failure_skip_end(&skip);
   if (l->server->profiler)
     cube_trace_mark(l->server, CUBE_TRACE_MARK_SKIPPED, cube_claim_failure_id(carried), what);
+  l->claimed = true;
   return true;
 }
 
@@ -426,22 +443,20 @@ static cube_status_t launch_dispatch(launch_t *l) {
     }
   } else {
     trace_failed(l, cube_write_scope_fail(&scope, status));
+    l->claimed = true;
   }
   return status;
 }
 
 // 2b. The arguments against what the kernel takes (core/signature.h), before
-// anything runs: VALIDATION, nothing claimed, in every launch mode; a
-// deferred launch that turns out not to match claims its outputs instead
-// (its caller was answered already). |signature| is NULL before the kernel
+// anything runs: VALIDATION in every launch mode, and the outputs claim it
+// (launch_locked) except in a dry run. |signature| is NULL before the kernel
 // is compiled: the source's SCALAR reads alone are checked then.
 static cube_status_t launch_check(launch_t *l, const cube_signature_t *signature) {
   uint64_t addresses[CUBE_MAX_BUFFERS];
   for (size_t i = 0; i < l->n; ++i) addresses[i] = l->resolved[i].address;
-  cube_status_t status = cube_signature_check(l->kernel->name, signature, &l->kernel->reads,
-                                              l->args, l->lengths, addresses);
-  if (!cube_status_is_ok(status) && l->deferred) launch_fail(l, status);
-  return status;
+  return cube_signature_check(l->kernel->name, signature, &l->kernel->reads, l->args, l->lengths,
+                              addresses);
 }
 
 static cube_status_t launch_body(launch_t *l) {
@@ -493,8 +508,10 @@ static cube_status_t launch_body(launch_t *l) {
   return launch_dispatch(l);
 }
 
-// Graphs and profiling: a failed launch fails the capture window it was
-// recorded in and invalidates open profiling windows.
+// A failed launch, whatever phase it failed in, claims its outputs (a phase
+// that claimed them already, with a skip's chain or in its scope, is not
+// claimed twice); it fails the capture window it was recorded in and
+// invalidates open profiling windows. A dry run claims nothing.
 static cube_status_t launch_locked(cube_server_t *server, uint32_t stream, cube_kernel_t *kernel,
                                    cube_cube_count_t count, const cube_kernel_args_t *args,
                                    cube_launch_mode_t mode, bool deferred) {
@@ -502,8 +519,10 @@ static cube_status_t launch_locked(cube_server_t *server, uint32_t stream, cube_
   launch_start(&l, server, stream, kernel, args, mode, count);
   l.deferred = deferred;
   cube_status_t status = launch_body(&l);
-  if (!cube_status_is_ok(status) && mode != CUBE_LAUNCH_COMPILE_ONLY)
+  if (!cube_status_is_ok(status) && mode != CUBE_LAUNCH_COMPILE_ONLY) {
+    if (!l.claimed) trace_failed(&l, launch_claim(server, kernel, args, status));
     cube_server_work_failed(server, stream, status);
+  }
   return status;
 }
 
@@ -559,14 +578,17 @@ cube_status_t cube_launch(cube_client_t *client, cube_stream_t stream, cube_kern
                           cube_cube_count_t count, const cube_kernel_args_t *args,
                           cube_launch_mode_t mode) {
   cube_server_t *server = cube_server_of(client);
-  if (!kernel) return cube_status_make(CUBE_STATUS_VALIDATION, "cube_launch: kernel is NULL");
   static const cube_kernel_args_t no_args = {0};
   if (!args) args = &no_args;
-  if (mode > CUBE_LAUNCH_QUEUE) {
-    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_launch of '%s': unknown launch mode %d",
-                            kernel->name, (int)mode);
+  cube_status_t status = CUBE_OK;
+  if (!kernel) {
+    status = cube_status_make(CUBE_STATUS_VALIDATION, "cube_launch: kernel is NULL");
+  } else if (mode > CUBE_LAUNCH_QUEUE) {
+    status = cube_status_make(CUBE_STATUS_VALIDATION, "cube_launch of '%s': unknown launch mode %d",
+                              kernel->name, (int)mode);
+  } else {
+    status = validate_args(kernel, args);
   }
-  cube_status_t status = validate_args(kernel, args);
   if (cube_status_is_ok(status) && count.dynamic && mode == CUBE_LAUNCH_QUEUE) {
     // Its count would be read back at flush time, inside another call that
     // holds the server lock: no call waits on the device holding it.
@@ -575,40 +597,63 @@ cube_status_t cube_launch(cube_client_t *client, cube_stream_t stream, cube_kern
                               "count; launch it with CUBE_LAUNCH_EXECUTE",
                               kernel->name);
   }
-  if (!cube_status_is_ok(status)) return status;
-  status = cube_server_enter(server, "cube_launch");
-  if (!cube_status_is_ok(status)) return status;
-  if (mode != CUBE_LAUNCH_QUEUE) cube_launch_flush_deferred(server);
+  // The lock is taken for a launch its argument check refused too: its
+  // outputs claim the refusal (below). A server that refuses entry (a
+  // poisoned device) answers every read of them the same way.
+  cube_status_t entered = cube_server_enter(server, "cube_launch");
+  if (!cube_status_is_ok(entered)) {
+    if (cube_status_is_ok(status)) return entered;
+    cube_status_release(entered);
+    return status;
+  }
+  bool settled = false;  // the launch path claimed what the failure leaves unwritten
   uint32_t index = 0;
-  status = cube_server_stream(server, stream, "cube_launch", &index);
-  // A static count above the device's limit is the caller's error in every
-  // mode, before anything is compiled, queued or claimed.
+  cube_status_t opened = cube_server_stream(server, stream, "cube_launch", &index);
+  if (cube_status_is_ok(status)) {
+    status = opened;
+  } else {
+    cube_status_release(opened);
+  }
+  const bool streamed = cube_status_is_ok(opened);
+  if (cube_status_is_ok(status) && mode != CUBE_LAUNCH_QUEUE) cube_launch_flush_deferred(server);
+  // A static count above the device's limit is refused before anything is
+  // compiled or queued.
   if (cube_status_is_ok(status) && !count.dynamic)
     status = cube_validate_cube_count(server, kernel->name, count.count);
   if (cube_status_is_ok(status) && count.dynamic && mode == CUBE_LAUNCH_EXECUTE) {
     count.count = (cube_dim3_t){0, 0, 0};
+    // The count could not be read: the launch cannot run (claimed below).
     status = read_dynamic_count(server, index, kernel, &count);
-    if (!cube_status_is_ok(status) && server->streams[index].live) {
-      // The count could not be read: the launch cannot run, and says so on
-      // what it would have written.
-      launch_t l;
-      launch_start(&l, server, index, kernel, args, mode, count);
-      cube_status_t resolved = launch_resolve(&l);
-      if (cube_status_is_ok(resolved)) {
-        l.compiled = cube_kernel_cache_find(server, kernel);
-        for (size_t i = 0; i < l.n; ++i) {
-          l.io[i] = io_of(l.compiled ? l.compiled->info.io : NULL, i, args->buffers[i].io);
-        }
-        launch_fail(&l, status);
-        cube_server_work_failed(server, index, status);
-      }
-      cube_status_release(resolved);
-    }
   }
-  if (cube_status_is_ok(status))
+  if (cube_status_is_ok(status)) {
     status = launch_locked(server, index, kernel, count, args, mode, false);
+    settled = true;
+  }
+  if (!cube_status_is_ok(status) && !settled && mode != CUBE_LAUNCH_COMPILE_ONLY) {
+    launch_claim(server, kernel, args, status);
+    if (streamed && server->streams[index].live) cube_server_work_failed(server, index, status);
+  }
   cube_server_leave(server);
   return status;
+}
+
+cube_status_t cube_launch_claim_outputs(cube_client_t *client, const cube_kernel_args_t *args,
+                                        cube_status_t error) {
+  static const char *const op = "cube_launch_claim_outputs";
+  if (!args) return cube_status_make(CUBE_STATUS_VALIDATION, "%s: args is NULL", op);
+  if (cube_status_is_ok(error))
+    return cube_status_make(CUBE_STATUS_VALIDATION, "%s: error is OK: nothing to claim", op);
+  if (args->buffer_count > CUBE_MAX_BUFFERS || (args->buffer_count && !args->buffers)) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "%s: %zu buffers at %p (a launch takes at most %d)", op,
+                            args->buffer_count, (const void *)args->buffers, CUBE_MAX_BUFFERS);
+  }
+  cube_server_t *server = cube_server_of(client);
+  cube_status_t status = cube_server_enter(server, op);
+  if (!cube_status_is_ok(status)) return status;
+  launch_claim(server, NULL, args, error);
+  cube_server_leave(server);
+  return CUBE_OK;
 }
 
 cube_status_t cube_compile_queued(cube_client_t *client) {

@@ -9,16 +9,29 @@
 
 cube_status_t cube_memory_allocation_mode(cube_client_t *client, cube_stream_t stream,
                                           cube_allocation_mode_t mode) {
+  static const char *const op = "cube_memory_allocation_mode";
   cube_server_t *server = cube_server_of(client);
   if (mode != CUBE_ALLOCATION_AUTO && mode != CUBE_ALLOCATION_PERSISTENT) {
-    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_memory_allocation_mode: unknown mode %d",
-                            (int)mode);
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "%s: unknown mode %d (AUTO = 0, PERSISTENT = 1)", op, (int)mode);
   }
-  cube_status_t status = cube_server_enter(server, "cube_memory_allocation_mode");
+  if (stream > CUBE_MAX_STREAMS) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "%s: stream %u is out of range (1 .. %d, or CUBE_STREAM_CURRENT)", op,
+                            stream, CUBE_MAX_STREAMS);
+  }
+  _Static_assert(CUBE_MAX_STREAMS < CUBE_MM_MODE_STREAMS, "every stream index has a mode bit");
+  cube_status_t status = cube_server_enter(server, op);
   if (!cube_status_is_ok(status)) return status;
-  uint32_t index = 0;
-  status = cube_server_stream(server, stream, "cube_memory_allocation_mode", &index);
-  if (cube_status_is_ok(status)) cube_mm_set_mode(server->mm, mode);
+  if (stream != CUBE_STREAM_CURRENT && !server->streams[stream].live) {
+    // No stream there yet: kept, and applied when one is created there.
+    server->pending_modes[stream] = (uint8_t)(1 + mode);
+  } else {
+    // That stream's reservations only; the others keep their own mode.
+    uint32_t index = 0;
+    status = cube_server_stream(server, stream, op, &index);
+    if (cube_status_is_ok(status)) cube_mm_set_stream_mode(server->mm, index, mode);
+  }
   cube_server_leave(server);
   return status;
 }

@@ -100,7 +100,8 @@ struct cube_mm_t {
   cube_mm_storage_t storage;
   uint64_t small_page, small_max, medium_page, granularity;
   mm_pool_t pools[MM_POOL_COUNT];
-  cube_allocation_mode_t mode;
+  cube_allocation_mode_t mode;                             // device-wide
+  uint64_t persistent_streams[CUBE_MM_MODE_STREAMS / 64];  // per stream, one bit each
   bool capturing;
   uint32_t next_page_id;
   mm_block_t **chunks;
@@ -826,8 +827,14 @@ void cube_mm_destroy(cube_mm_t *mm) {
 
 //===--- Reserve and free ---===//
 
-static uint32_t mm_route(const cube_mm_t *mm, uint64_t padded) {
-  if (mm->mode == CUBE_ALLOCATION_PERSISTENT) return MM_POOL_PERSISTENT;
+static bool mm_stream_persistent(const cube_mm_t *mm, uint32_t stream) {
+  return stream < CUBE_MM_MODE_STREAMS &&
+         (mm->persistent_streams[stream / 64] >> (stream % 64)) & 1;
+}
+
+static uint32_t mm_route(const cube_mm_t *mm, uint64_t padded, uint32_t stream) {
+  if (mm->mode == CUBE_ALLOCATION_PERSISTENT || mm_stream_persistent(mm, stream))
+    return MM_POOL_PERSISTENT;
   if (padded <= mm->small_max) return MM_POOL_SMALL;
   if (padded <= mm->config.sliced_max_alloc) return MM_POOL_MEDIUM;
   return MM_POOL_EXCLUSIVE;
@@ -921,7 +928,7 @@ cube_status_t cube_mm_reserve(cube_mm_t *mm, uint64_t size, uint32_t stream,
   }
   if (mm->config.passthrough) return mm_passthrough_reserve(mm, size, stream, out_slice);
   uint64_t padded = mm_round_up(size, mm->config.alignment);
-  uint32_t pool_index = mm_route(mm, padded);
+  uint32_t pool_index = mm_route(mm, padded, stream);
   mm_pool_t *pool = &mm->pools[pool_index];
   cube_status_t status = mm_records_ensure(mm);  // a split needs a spare record
   if (cube_status_is_ok(status) && !mm_stream_get(mm, stream)) {
@@ -1054,6 +1061,16 @@ cube_status_t cube_mm_cleanup(cube_mm_t *mm) {
 
 void cube_mm_set_mode(cube_mm_t *mm, cube_allocation_mode_t mode) {
   mm->mode = mode;
+}
+
+void cube_mm_set_stream_mode(cube_mm_t *mm, uint32_t stream, cube_allocation_mode_t mode) {
+  if (stream >= CUBE_MM_MODE_STREAMS) return;
+  const uint64_t bit = UINT64_C(1) << (stream % 64);
+  if (mode == CUBE_ALLOCATION_PERSISTENT) {
+    mm->persistent_streams[stream / 64] |= bit;
+  } else {
+    mm->persistent_streams[stream / 64] &= ~bit;
+  }
 }
 
 void cube_mm_set_capturing(cube_mm_t *mm, bool capturing) {

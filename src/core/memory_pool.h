@@ -78,7 +78,14 @@ CUBE_INTERNAL void cube_mm_free(cube_mm_t *mm, const cube_mm_slice_t *slice, uin
                                 uint64_t ticket);
 // Returns pages with no live slice to the backend.
 CUBE_INTERNAL cube_status_t cube_mm_cleanup(cube_mm_t *mm);
+// The device-wide mode (every stream's reservations; tests and benchmarks).
 CUBE_INTERNAL void cube_mm_set_mode(cube_mm_t *mm, cube_allocation_mode_t mode);
+// Streams the mode of one stream covers: indices 0 .. CUBE_MM_MODE_STREAMS-1.
+#define CUBE_MM_MODE_STREAMS 320
+// |stream|'s mode: PERSISTENT routes that stream's reservations (only) to the
+// persistent pool. A stream index past CUBE_MM_MODE_STREAMS is ignored.
+CUBE_INTERNAL void cube_mm_set_stream_mode(cube_mm_t *mm, uint32_t stream,
+                                           cube_allocation_mode_t mode);
 // While capturing, a reservation that needs a new page is refused.
 CUBE_INTERNAL void cube_mm_set_capturing(cube_mm_t *mm, bool capturing);
 // Pool figures are device-wide (pools are shared by every stream). Totals:

@@ -148,6 +148,10 @@ static bool stream_reached(void *context, uint32_t stream, uint64_t ticket) {
   return false;
 }
 
+void cube_server_refresh_progress(cube_server_t *server, uint32_t stream, uint64_t ticket) {
+  (void)stream_reached(server, stream, ticket);
+}
+
 static cube_status_t mm_page_alloc(void *context, uint64_t size, uint64_t *out_address) {
   cube_server_t *server = context;
   if (server->poison) {
@@ -207,6 +211,15 @@ cube_status_t cube_server_stream_open(cube_server_t *server, bool explicit_strea
     // index got, and a new stream there must not look already past it.
     s->completed = s->ticket;
     s->progress = NULL;
+    // A mode set for this index before the stream existed applies now; a
+    // stream opened here without one allocates in the default mode.
+    const uint8_t pending = server->pending_modes[index];
+    server->pending_modes[index] = 0;
+    if (server->mm) {
+      cube_mm_set_stream_mode(
+          server->mm, index,
+          pending ? (cube_allocation_mode_t)(pending - 1) : CUBE_ALLOCATION_AUTO);
+    }
     *out_index = index;
   }
   return status;
@@ -238,6 +251,8 @@ cube_status_t cube_server_stream_retire(cube_server_t *server, uint32_t index) {
   s->completed = s->ticket;
   s->live = false;
   s->retiring = false;
+  // Its mode goes with it: a later stream at this index starts in the default.
+  if (server->mm) cube_mm_set_stream_mode(server->mm, index, CUBE_ALLOCATION_AUTO);
   pthread_mutex_unlock(&server->lock);
   vt->stream_destroy(server->device, backend);  // drained: never hangs
   pthread_mutex_lock(&server->lock);
@@ -353,12 +368,76 @@ cube_status_t cube_server_slot(cube_server_t *server, cube_handle_t handle, cons
   return CUBE_OK;
 }
 
+cube_claim_t *cube_server_claim_of(cube_server_t *server, cube_handle_t handle) {
+  if (handle.bits == 0 || handle_client(handle) != (server->id & 0xffff)) return NULL;
+  uint32_t index = handle_slot(handle);
+  if (index >= server->slot_count || !server->slots[index].live ||
+      server->slots[index].generation != handle_generation(handle))
+    return NULL;
+  return &server->slots[index].claim;
+}
+
+void cube_server_claim_refused(cube_server_t *server, const cube_handle_t *handles, size_t count,
+                               cube_status_t error) {
+  if (!server || !handles || count == 0 || cube_status_is_ok(error)) return;
+  pthread_mutex_lock(&server->lock);
+  if (!server->poison) {
+    // One failure for all of them; out of host memory, one per chunk.
+    cube_claim_t *local[CUBE_MAX_BUFFERS];
+    cube_claim_t **claims = count <= CUBE_MAX_BUFFERS ? local : malloc(count * sizeof *claims);
+    const size_t chunk = claims ? count : CUBE_MAX_BUFFERS;
+    if (!claims) claims = local;
+    for (size_t done = 0; done < count; done += chunk) {
+      const size_t n = count - done < chunk ? count - done : chunk;
+      for (size_t i = 0; i < n; ++i) claims[i] = cube_server_claim_of(server, handles[done + i]);
+      cube_failure_claim_outputs(claims, n, error);
+    }
+    if (claims != local) free(claims);
+  }
+  pthread_mutex_unlock(&server->lock);
+}
+
+// Lazy binding: reserves |slot|'s memory at its first use. A reservation
+// that fails claims the handle (unless it claims a failure already), and the
+// use answers that claim: UNWRITTEN with the out-of-memory root. Each later
+// use tries again. Lock held.
+static cube_status_t slot_bind(cube_server_t *server, cube_slot_t *slot, cube_handle_t handle,
+                               const char *operation, const char *what) {
+  cube_mm_slice_t slice = {0};
+  cube_status_t status =
+      cube_server_note(server, cube_mm_reserve(server->mm, slot->size, slot->home_stream, &slice));
+  if (cube_status_is_ok(status)) {
+    slot->slice = slice;
+    slot->unbound = false;
+    return CUBE_OK;
+  }
+  if (!cube_claim_is_set(&slot->claim)) {
+    cube_status_t error = cube_status_wrap(
+        status, cube_status_code(status),
+        "%s: %s (handle 0x%016llx, %llu bytes, bound at first use) has no memory: its "
+        "reservation failed",
+        operation[0] ? operation : "first use", what[0] ? what : "the buffer",
+        (unsigned long long)handle.bits, (unsigned long long)slot->size);
+    cube_claim_t *claim = &slot->claim;
+    cube_failure_claim_outputs(&claim, 1, error);
+    cube_status_release(error);
+  } else {
+    cube_status_release(status);
+  }
+  const cube_claim_t *claim = &slot->claim;
+  return cube_failure_check(&claim, 1);
+}
+
 cube_status_t cube_server_resolve(cube_server_t *server, cube_binding_t binding,
                                   const char *operation, const char *what, cube_resolved_t *out) {
   uint32_t index = 0;
   cube_status_t status = cube_server_slot(server, binding.handle, operation, what, &index);
   if (!cube_status_is_ok(status)) return status;
   cube_slot_t *slot = &server->slots[index];
+  if (slot->unbound) {
+    status = slot_bind(server, slot, binding.handle, operation, what);
+    if (!cube_status_is_ok(status)) return status;
+  }
   uint64_t size = binding.size;
   if (size == CUBE_WHOLE) size = binding.offset <= slot->size ? slot->size - binding.offset : 0;
   uint64_t end = 0;
@@ -379,11 +458,11 @@ cube_status_t cube_server_resolve(cube_server_t *server, cube_binding_t binding,
 }
 
 // |stream| waits on the device for everything |other| has enqueued so far.
-static cube_status_t order_after(cube_server_t *server, uint32_t stream, uint32_t other) {
+cube_status_t cube_server_order_streams(cube_server_t *server, uint32_t stream, uint32_t after) {
   const cube_backend_vtable_t *vt = server->device->vtable;
   cube_bevent_t *event = NULL;
   cube_status_t status = cube_server_note(
-      server, vt->event_record(server->device, server->streams[other].backend, false, &event));
+      server, vt->event_record(server->device, server->streams[after].backend, false, &event));
   if (cube_status_is_ok(status)) {
     status = cube_server_note(
         server, vt->event_wait(server->device, server->streams[stream].backend, event));
@@ -404,7 +483,7 @@ cube_status_t cube_server_order(cube_server_t *server, uint32_t stream, cube_slo
   uint32_t w = slot->write_stream;
   cube_status_t status = CUBE_OK;
   bool after_w = w != stream && stream_pending(server, w, slot->write_ticket);
-  if (after_w) status = order_after(server, stream, w);
+  if (after_w) status = cube_server_order_streams(server, stream, w);
   if (!writes || !cube_status_is_ok(status)) return status;
   // A write also waits for every stream that used the buffer since (each
   // may still be reading it). Most buffers are used by one stream only.
@@ -420,7 +499,7 @@ cube_status_t cube_server_order(cube_server_t *server, uint32_t stream, cube_slo
       uint32_t s = word * 64 + (uint32_t)__builtin_ctzll(bits) + 1;
       if (s != stream && !(after_w && s == w) &&
           stream_pending(server, s, server->streams[s].ticket))
-        status = order_after(server, stream, s);
+        status = cube_server_order_streams(server, stream, s);
     }
   }
   return status;
@@ -441,7 +520,7 @@ bool cube_server_fence(cube_server_t *server, cube_slot_t *slot, uint32_t *out_s
         last = s;
         continue;
       }
-      cube_status_t status = order_after(server, last, s);
+      cube_status_t status = cube_server_order_streams(server, last, s);
       if (cube_status_is_ok(status)) {
         server->streams[last].ticket++;
       } else {
@@ -540,8 +619,21 @@ void cube_server_wait_writers(cube_server_t *server, uint32_t stream,
 cube_status_t cube_server_ensure_written(cube_server_t *server, cube_slot_t *const *slots,
                                          size_t count) {
   (void)server;
-  const cube_claim_t *claims[CUBE_MAX_BUFFERS + 1];
-  if (count > CUBE_MAX_BUFFERS + 1) count = CUBE_MAX_BUFFERS + 1;
-  for (size_t i = 0; i < count; ++i) claims[i] = &slots[i]->claim;
-  return cube_failure_check(claims, count);
+  // Any number of slots: a check that stopped part-way would hand back the
+  // rest unchecked.
+  if (count == 1) {  // a read's check: no array
+    const cube_claim_t *one = slots[0] ? &slots[0]->claim : NULL;
+    return cube_failure_check(&one, 1);
+  }
+  const cube_claim_t *local[CUBE_MAX_BUFFERS + 1] = {0};
+  const cube_claim_t **claims = local;
+  if (count > CUBE_MAX_BUFFERS + 1) claims = malloc(count * sizeof *claims);
+  if (!claims) {
+    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                            "the claim check of %zu buffers: out of host memory", count);
+  }
+  for (size_t i = 0; i < count; ++i) claims[i] = slots[i] ? &slots[i]->claim : NULL;
+  cube_status_t status = cube_failure_check(claims, count);
+  if (claims != local) free(claims);
+  return status;
 }

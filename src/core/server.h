@@ -1,6 +1,16 @@
 // cubec core — the server behind a client (one per device) and the server
 // primitives at the bottom of the core's layers (server.c).
 //
+// The layers of the tree, bottom to top: each includes and calls only those below it
+// (tools/check_layers.py, CI stage "layers"); the registry's factories are the one
+// arrow up, and the core reaches nothing else of a backend but its vtable.
+//   include/cube/        the public API: types and calls, no code
+//   src/base/            status, hashing, clocks, checked arithmetic, half floats
+//   src/world/           process level, no device: rank bootstrap, rendezvous, MPI
+//   src/core/            the server and every rule of the runtime (coll/: the collectives)
+//   src/backends/        the devices behind the vtable: cpu (+ split/), cuda, fault, null
+//   src/tune/            the autotuner, beside the backends: the public API and core/client_info.h
+//
 // The core's files, bottom to top (a file calls only files below it; the
 // layers above reach down, and hooks registered at client creation reach up):
 //   failure.c                 the failure model (claims, write scopes, skips)
@@ -10,8 +20,11 @@
 //   staging.c info.c kernel_cache.c   host staging and uploads; the info
 //                             block and its cache; compiled kernels
 //   profile.c graph.c         profiling windows and traces; capture and replay
-//   launch.c io.c sync.c handles.c memory.c stream.c kernel.c collective.c
+//   launch.c io.c sync.c handles.c memory.c stream.c kernel.c
 //                             the feature entry points
+//   coll/                     the collectives wing, itself in layers:
+//                             coll_api.c coll_world.c > coll_call.c >
+//                             coll_fused.c > coll_group.c > transport.h
 //   registry.c client.c       the backend registry; clients (the top)
 //
 // A server reaches the device only through the backend vtable
@@ -84,6 +97,7 @@ typedef struct cube_slot_t {
   uint32_t next_free;
   uint32_t graph_pins;  // captures and graphs using the memory (graph.c)
   bool external;        // the caller's memory (cube_handle_from_host): in no pool
+  bool unbound;         // lazy binding: no memory reserved yet (cube_server_resolve binds)
 } cube_slot_t;
 
 typedef struct cube_compiled_t {
@@ -139,7 +153,7 @@ typedef struct cube_server_hooks_t {
   // thread exits). Lock held.
   void (*thread_stream_opened)(cube_server_t *server);
   // A collective group of this server failed: the destinations it had in
-  // flight claim the failure (collective.c). Called by cube_server_begin
+  // flight claim the failure (core/coll/). Called by cube_server_begin
   // when collectives_failed is set. Lock held.
   void (*collectives_failed)(cube_server_t *server);
 } cube_server_hooks_t;
@@ -177,11 +191,15 @@ struct cube_server_t {
   cube_logger_t log;  // level and sink from the options or CUBE_LOG (log.h)
   uint64_t properties_hash;
   cube_mm_t *mm;
+  // cube_memory_allocation_mode for a stream index not live yet: 0 none, else
+  // 1 + the mode, applied when a stream opens there (then cleared).
+  uint8_t pending_modes[CUBE_MAX_STREAMS + 1];
   cube_status_t poison;  // non-NULL once the device is poisoned (sticky)
   // Claims and skips on launches (default). Off only to measure what the
   // failure store costs (CUBE_FAILURE_TRACKING=off, bench_failure_store):
   // without it a read can return bytes failed work left stale.
   bool track_failures;
+  bool lazy_binding;  // CUBE_CLIENT_LAZY_BINDING: memory reserved at first use
 
   cube_stream_state_t streams[CUBE_MAX_STREAMS + 1];  // index 0 unused
   cube_thread_stream_t *thread_streams;
@@ -211,8 +229,8 @@ struct cube_server_t {
   // kernel store it names (shared by the clients of one directory).
   cube_config_t config;
   struct cube_kstore_t *kernel_store;
-  // A collective group this server is a member of failed (comm_group.c): the
-  // destinations it had in flight claim that at its next call (collective.c,
+  // A collective group this server is a member of failed (coll/coll_group.c): the
+  // destinations it had in flight claim that at its next call (coll/coll_api.c,
   // through the hook below). Set without the lock.
   atomic_bool collectives_failed;
 };
@@ -295,6 +313,19 @@ CUBE_INTERNAL cube_status_t cube_server_refuse_capturing(cube_server_t *server, 
 // progress through tickets).
 CUBE_INTERNAL cube_mm_storage_t cube_server_storage(cube_server_t *server);
 
+// Orders |stream| after the work queued on |after| so far: an event
+// recorded there, waited for here (the device does the waiting, not the
+// host). The one stream-ordering helper: buffers' writers and users
+// (cube_server_order), a collective's ComputeWait::Now (coll_call.c).
+// Lock held.
+CUBE_INTERNAL cube_status_t cube_server_order_streams(cube_server_t *server, uint32_t stream,
+                                                      uint32_t after);
+// Asks, without waiting, whether |stream| has run its work up to |ticket|
+// (the core's progress events): a writer known done needs no event, and a
+// writer whose stream halted at a late failure is settled here, so that the
+// buffers it was writing claim it before anyone reads them. Lock held.
+CUBE_INTERNAL void cube_server_refresh_progress(cube_server_t *server, uint32_t stream,
+                                                uint64_t ticket);
 // A validated binding: the slot and the absolute range. Lock held.
 typedef struct cube_resolved_t {
   cube_slot_t *slot;
@@ -310,6 +341,17 @@ CUBE_INTERNAL cube_status_t cube_server_resolve(cube_server_t *server, cube_bind
 CUBE_INTERNAL cube_status_t cube_server_slot(cube_server_t *server, cube_handle_t handle,
                                              const char *operation, const char *what,
                                              uint32_t *out_index);
+// The claim of the live buffer |handle| names, or NULL when it names none
+// (NULL, foreign, released): what a failed operation's named output claims
+// (cube_failure_claim_outputs). Silent: the operation reports the handle's
+// error itself. Lock held.
+CUBE_INTERNAL cube_claim_t *cube_server_claim_of(cube_server_t *server, cube_handle_t handle);
+// The refusal rule for an operation refused before it took the lock for its
+// work (a bad stream, a capture window): each live buffer of |handles| claims
+// |error| (cube_failure_claim_outputs). Takes the lock; a poisoned device,
+// whose every read answers the poison, claims nothing. Lock not held.
+CUBE_INTERNAL void cube_server_claim_refused(cube_server_t *server, const cube_handle_t *handles,
+                                             size_t count, cube_status_t error);
 // The handle value of slot |index| as it is now.
 CUBE_INTERNAL cube_handle_t cube_server_handle(const cube_server_t *server, uint32_t index);
 // Orders work about to be enqueued on |stream| after what it must follow on

@@ -1,29 +1,49 @@
 // cubec core — barriers and checks: sync (the barrier, then the claim
 // check), check (the claim check alone), flush, and resource addresses.
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "core/profile.h"
 #include "core/server.h"
 
+// The claim check over every one of |bindings|, in one pass: each binding
+// that names no buffer is reported (binding i), and every buffer's claim is
+// checked whatever the others held, so failures on bindings 2 and 18 of 20
+// come back as two. At most CUBE_FAILURE_LISTED bad bindings are listed, the
+// rest counted. Lock held.
 static cube_status_t check_bindings(cube_server_t *server, const cube_binding_t *bindings,
                                     size_t count, const char *operation) {
   if (count > 0 && !bindings)
     return cube_status_make(CUBE_STATUS_VALIDATION, "%s: bindings is NULL", operation);
-  cube_status_t status = CUBE_OK;
-  cube_slot_t *slots[CUBE_MAX_BUFFERS];
-  size_t done = 0;
-  while (cube_status_is_ok(status) && done < count) {
-    size_t batch = 0;
-    for (; batch < CUBE_MAX_BUFFERS && done + batch < count && cube_status_is_ok(status); ++batch) {
-      cube_resolved_t r;
-      status = cube_server_resolve(server, bindings[done + batch], operation, "a binding", &r);
-      slots[batch] = r.slot;
-    }
-    if (cube_status_is_ok(status)) {
-      status = cube_server_ensure_written(server, slots, batch);
-      if (status && server->profiler) cube_trace_mark_reported(server, status, operation);
-    }
-    done += batch;
+  if (count == 0) return CUBE_OK;
+  cube_slot_t *local[CUBE_MAX_BUFFERS] = {0};
+  cube_slot_t **slots = count <= CUBE_MAX_BUFFERS ? local : malloc(count * sizeof *slots);
+  if (!slots) {
+    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                            "%s: out of host memory for %zu bindings", operation, count);
   }
-  return status;
+  cube_status_t members[CUBE_FAILURE_LISTED + 1];
+  size_t listed = 0, unlisted = 0;
+  for (size_t i = 0; i < count; ++i) {
+    cube_resolved_t r;
+    char what[32];
+    snprintf(what, sizeof what, "binding %zu", i);
+    cube_status_t status = cube_server_resolve(server, bindings[i], operation, what, &r);
+    slots[i] = cube_status_is_ok(status) ? r.slot : NULL;
+    if (cube_status_is_ok(status)) continue;
+    if (listed < CUBE_FAILURE_LISTED) {
+      members[listed++] = status;
+    } else {
+      cube_status_release(status);
+      unlisted++;
+    }
+  }
+  cube_status_t claims = cube_server_ensure_written(server, slots, count);
+  if (claims && server->profiler) cube_trace_mark_reported(server, claims, operation);
+  if (slots != local) free(slots);
+  if (listed == 0) return claims;
+  members[listed++] = claims;  // NULL when every buffer was clean: dropped by the group
+  return cube_status_several_unlisted(members, listed, unlisted);
 }
 
 cube_status_t cube_sync(cube_client_t *client, cube_stream_t stream, const cube_binding_t *bindings,

@@ -1,6 +1,6 @@
 // cubec core — what every transport shares: element types and their names.
 // (cube_transport_query asks the backend factories: registry.c.)
-#include "core/transport.h"
+#include "core/coll/transport.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -607,14 +607,23 @@ static cube_status_t candidate_run(const cube_tune_op_t *op, const candidate_t *
 
 // When no candidate can run: the group of why (a refusal when every one
 // refused), or UNSUPPORTED when none is valid for the key. Takes |errors|.
-static cube_status_t none_can_run(const cube_tune_op_t *op, const char *key, cube_status_t *errors,
-                                  size_t count) {
-  if (count == 0)
-    return cube_status_make(CUBE_STATUS_UNSUPPORTED,
-                            "tunable '%s': no candidate is valid for key '%s'", op->name, key);
-  return cube_status_wrap(cube_status_several(errors, count), CUBE_STATUS_GENERIC,
-                          "tunable '%s': no candidate can run for key '%s' (%zu tried)", op->name,
-                          key, count);
+// The call's declared outputs claim it, as a launch that failed would leave
+// them (cube_launch_claim_outputs): the caller expected them written.
+static cube_status_t none_can_run(const cube_tune_op_t *op, cube_client_t *client,
+                                  const cube_tune_call_t *call, const char *key,
+                                  cube_status_t *errors, size_t count) {
+  cube_status_t status;
+  if (count == 0) {
+    status = cube_status_make(CUBE_STATUS_UNSUPPORTED,
+                              "tunable '%s': no candidate is valid for key '%s'", op->name, key);
+  } else {
+    status = cube_status_wrap(cube_status_several(errors, count), CUBE_STATUS_GENERIC,
+                              "tunable '%s': no candidate can run for key '%s' (%zu tried)",
+                              op->name, key, count);
+  }
+  if (call && call->args)
+    cube_status_release(cube_launch_claim_outputs(client, call->args, status));
+  return status;
 }
 
 // The first candidate that is valid and launches, on the caller's stream
@@ -646,7 +655,7 @@ static cube_status_t run_first_valid(const cube_tune_op_t *op, cube_client_t *cl
   if (chosen < 0) {
     char text[CUBE_TUNE_KEY_TEXT_MAX];
     key_format(op, key, text, sizeof text);
-    status = none_can_run(op, text, errors, error_count);
+    status = none_can_run(op, client, call, text, errors, error_count);
   } else {
     for (size_t i = 0; i < error_count; ++i) cube_status_release(errors[i]);
   }
@@ -1053,7 +1062,7 @@ static cube_status_t tune_and_run(cube_tune_op_t *op, cube_client_t *client, cub
       if (e->tuned->results[i].status)
         errors[n++] = cube_status_retain(e->tuned->results[i].status);
     pthread_mutex_unlock(&op->lock);
-    status = none_can_run(op, key_text, errors, n);
+    status = none_can_run(op, client, call, key_text, errors, n);
   }
   tuned_free(d.tuned);
   return status;

@@ -319,7 +319,8 @@ cube_status_t cube_world_id_fetch(const char *dir, const char *name, uint32_t wo
                               strerror(last_errno));
     }
     if (cube_now_ns() >= deadline) {
-      return cube_status_make(CUBE_STATUS_GENERIC,
+      // The world cannot be formed in time (as cube_comm_init_rank answers).
+      return cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
                               "%s: '%s' did not appear within %.3f s (rank 0 publishes it; "
                               "CUBE_COLLECTIVE_TIMEOUT_S)",
                               kOp, path, limit);

@@ -136,6 +136,34 @@ static void refusal_through_skip_hops(void **state) {
   assert_false(cube_status_may_succeed_after_reclaim(CUBE_OK));
 }
 
+// A group that counts failures it does not list: always SEVERAL (even with one
+// member listed), says how many it left out, and is never a refusal, since
+// the unlisted ones may be anything.
+static void several_counts_what_it_does_not_list(void **state) {
+  (void)state;
+  cube_status_t one[1] = {make_refused()};
+  cube_status_t group = cube_status_several_unlisted(one, 1, 5);
+  assert_int_equal(cube_status_code(group), CUBE_STATUS_SEVERAL);
+  assert_int_equal(cube_status_member_count(group), 1);
+  assert_int_equal(cube_status_unlisted(group), 5);
+  assert_false(cube_status_is_refusal(group));
+  char *text = cube_status_to_string(group);
+  assert_non_null(strstr(text, "6 failures at once (1 listed, 5 more not listed)"));
+  free(text);
+  cube_status_release(group);
+  // Nothing left out: a group of refusals is a refusal, one member is itself.
+  cube_status_t two[2] = {make_refused(), make_refused()};
+  group = cube_status_several_unlisted(two, 2, 0);
+  assert_int_equal(cube_status_unlisted(group), 0);
+  assert_true(cube_status_is_refusal(group));
+  cube_status_release(group);
+  cube_status_t single[1] = {make_refused()};
+  group = cube_status_several_unlisted(single, 1, 0);
+  assert_int_equal(cube_status_code(group), CUBE_STATUS_COMPILE_REFUSED);
+  cube_status_release(group);
+  assert_int_equal(cube_status_unlisted(CUBE_OK), 0);
+}
+
 static void may_succeed_after_reclaim_for_every_code(void **state) {
   (void)state;
   for (int code = CUBE_STATUS_OK + 1; code < CUBE_STATUS_CODE_COUNT; ++code) {
@@ -428,6 +456,7 @@ int main(void) {
     cmocka_unit_test(poisoned_device_read_through_every_path),
     cmocka_unit_test(only_a_refused_kernel_reads_as_a_refusal),
     cmocka_unit_test(refusal_through_skip_hops),
+    cmocka_unit_test(several_counts_what_it_does_not_list),
     cmocka_unit_test(may_succeed_after_reclaim_for_every_code),
     cmocka_unit_test(unwritten_chain_formats_every_hop_in_order),
     cmocka_unit_test(several_groups_members_and_formats_them),

@@ -232,6 +232,13 @@ static void test_window_refuses_sync_read_write_copy_profile(void **state) {
   // Refusals of calls that are not launches leave the capture intact.
   cube_graph_t graph = 0;
   CTH_OK(cube_graph_end_capture(f.client, S, &graph));
+  // The refused write and copy named x and y as destinations: they claim the
+  // refusal (the caller expected them written), so a replay that reads x is
+  // skipped until a host write repairs it.
+  cube_binding_t x = cube_handle_binding(f.x);
+  CTH_EXPECT_RELEASE(cube_check(f.client, S, &x, 1), CUBE_STATUS_UNWRITTEN, "cube_write: stream");
+  CTH_EXPECT_RELEASE(cube_graph_replay(f.client, S, graph), CUBE_STATUS_SKIPPED, NULL);
+  write_value(f.client, f.x, 10.0f);
   CTH_OK(cube_graph_replay(f.client, S, graph));
   expect_floats(f.client, f.y, 11.0f);
   // After the window, pages may be taken again.

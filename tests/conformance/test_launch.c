@@ -628,6 +628,10 @@ static void test_bad_inputs_name_what_was_wrong(void **state) {
   CTH_EXPECT_RELEASE(
       cube_launch(client, S, k, cube_count_static(1, 1, 1), &args, (cube_launch_mode_t)7),
       CUBE_STATUS_VALIDATION, "launch mode");
+  // Each refused launch left the buffer it named for writing claiming its
+  // refusal (a launch reading it now would be skipped): a host write repairs it.
+  CTH_EXPECT_CLAIMED(client, h, CUBE_STATUS_VALIDATION, "launch mode");
+  CTH_OK(cube_write(client, S, cube_handle_binding(h), bytes, 16));
   cube_kernel_release(k);
 
   // A cube dim above the device's maximum, and too many units per cube:

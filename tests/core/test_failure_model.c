@@ -117,6 +117,61 @@ static void a_failed_scope_claims_one_new_failure(void **state) {
   assert_null(cube_failure_check(both, 3));
 }
 
+// The refusal rule: every named output claims one new failure owning the
+// error; NULL entries (handles that name no buffer) and repeats are fine;
+// nothing named, or no error, claims nothing.
+static void refused_work_claims_every_named_output(void **state) {
+  (void)state;
+  cube_claim_t a = {0}, b = {0};
+  cube_status_t error = cube_status_make(CUBE_STATUS_RESOURCE_UNITS, "too many units");
+  cube_claim_t *outputs[4] = {&a, NULL, &b, &a};
+  uint64_t id = cube_failure_claim_outputs(outputs, 4, error);
+  assert_true(id > 0);
+  assert_int_equal(cube_claim_failure_id(&a), id);
+  assert_int_equal(cube_claim_failure_id(&b), id);
+  expect_claim(&a, CUBE_STATUS_RESOURCE_UNITS, "too many units", 0);
+  cube_status_t st = check1(&a);
+  assert_true(cube_status_is_refusal(st));  // the refusal reads as one
+  assert_int_equal(cube_status_claimed(st), 2);
+  cube_status_release(st);
+  cube_claim_t *none[2] = {NULL, NULL};
+  assert_int_equal(cube_failure_claim_outputs(none, 2, error), 0);
+  assert_int_equal(cube_failure_claim_outputs(outputs, 0, error), 0);
+  cube_claim_t c = {0};
+  cube_claim_t *clean[1] = {&c};
+  assert_int_equal(cube_failure_claim_outputs(clean, 1, CUBE_OK), 0);
+  assert_false(cube_claim_is_set(&c));
+  cube_status_release(error);
+  cube_claim_drop(&a);
+  cube_claim_drop(&b);
+}
+
+// Any number of distinct failures: the first CUBE_FAILURE_LISTED are listed
+// in the order found, the rest counted once each, repeats or not.
+static void the_check_lists_32_and_counts_the_rest(void **state) {
+  (void)state;
+  enum { kDistinct = 70 };
+  cube_claim_t claims[2 * kDistinct];
+  memset(claims, 0, sizeof claims);
+  const cube_claim_t *all[2 * kDistinct];
+  cube_status_t error = cube_status_make(CUBE_STATUS_LAUNCH_UNKNOWN, "boom");
+  for (size_t i = 0; i < kDistinct; ++i) {
+    // Two buffers per failure, far apart: the repeat is not the neighbour.
+    cube_claim_t *pair[2] = {&claims[i], &claims[kDistinct + i]};
+    cube_failure_claim_outputs(pair, 2, error);
+  }
+  for (size_t i = 0; i < 2 * kDistinct; ++i) all[i] = &claims[i];
+  cube_status_t st = cube_failure_check(all, 2 * kDistinct);
+  assert_int_equal(cube_status_code(st), CUBE_STATUS_SEVERAL);
+  assert_int_equal(cube_status_member_count(st), CUBE_FAILURE_LISTED);
+  assert_int_equal(cube_status_unlisted(st), kDistinct - CUBE_FAILURE_LISTED);
+  assert_int_equal(cube_status_failure_id(cube_status_member(st, 0)),
+                   cube_claim_failure_id(&claims[0]));
+  cube_status_release(st);
+  cube_status_release(error);
+  for (size_t i = 0; i < 2 * kDistinct; ++i) cube_claim_drop(&claims[i]);
+}
+
 static void tracking_off_opens_nothing_provisional(void **state) {
   (void)state;
   cube_claim_t a = {0};
@@ -205,6 +260,8 @@ int main(void) {
       cmocka_unit_test(a_committed_whole_write_releases_what_it_covers),
       cmocka_unit_test(a_partial_write_keeps_the_earlier_claim),
       cmocka_unit_test(a_failed_scope_claims_one_new_failure),
+      cmocka_unit_test(refused_work_claims_every_named_output),
+      cmocka_unit_test(the_check_lists_32_and_counts_the_rest),
       cmocka_unit_test(tracking_off_opens_nothing_provisional),
       cmocka_unit_test(a_skip_extends_the_chain_by_one_hop),
       cmocka_unit_test(a_charge_claims_the_failed_work_and_the_work_after_it),

@@ -66,6 +66,98 @@ cube_status_t cth_expect_at(cube_status_t status, cube_status_code_t code, const
   return NULL;
 }
 
+// The SKIPPED hops between an UNWRITTEN and its root.
+static size_t chain_hops(cube_status_t unwritten) {
+  size_t hops = 0;
+  for (cube_status_t node = cube_status_cause(unwritten); node; node = cube_status_cause(node))
+    hops += cube_status_code(node) == CUBE_STATUS_SKIPPED;
+  return hops;
+}
+
+static void expect_unwritten(cube_status_t status, uint64_t failure, cube_status_code_t root_code,
+                             bool refusal, const char *what, const char *file, int line) {
+  cube_status_t root = cube_status_root(status);
+  bool good = cube_status_code(status) == CUBE_STATUS_UNWRITTEN &&
+              (!failure || cube_status_failure_id(status) == failure) &&
+              cube_status_code(root) == root_code && cube_status_is_refusal(status) == refusal;
+  if (good) return;
+  char *text = cube_status_to_string(status);
+  print_error("%s:%d: %s: expected UNWRITTEN (failure #%llu, root %s, %s), got:\n%s\n", file, line,
+              what, (unsigned long long)failure, cube_status_code_name(root_code),
+              refusal ? "a refusal" : "not a refusal", text ? text : "(ok)");
+  free(text);
+  cube_status_release(status);
+  _fail(file, line);
+}
+
+uint64_t cth_expect_claimed_at(cube_client_t *client, cube_handle_t handle,
+                               cube_status_code_t root_code, const char *needle, const char *file,
+                               int line) {
+  const cube_stream_t s = CUBE_STREAM_CURRENT;
+  cube_binding_t binding = cube_handle_binding(handle);
+  // (a) The read answers the failure, with its root; the bytes stay where they are.
+  uint64_t size = 0;
+  cth_assert_ok_at(cube_handle_size(client, handle, &size), "cube_handle_size", file, line);
+  void *host = malloc(size ? size : 1);
+  cube_status_t read = cube_read(client, s, binding, host, size);
+  free(host);
+  const bool refusal = cube_status_is_refusal(cube_status_root(read));
+  expect_unwritten(read, 0, root_code, refusal, "the read of the claimed output", file, line);
+  if (needle && !cth_status_contains(read, needle)) {
+    char *text = cube_status_to_string(read);
+    print_error("%s:%d: the claim does not say '%s':\n%s\n", file, line, needle, text);
+    free(text);
+    cube_status_release(read);
+    _fail(file, line);
+  }
+  const uint64_t failure = cube_status_failure_id(read);
+  const size_t hops = chain_hops(read);
+  cube_status_release(read);
+  // (b) A launch that reads it is skipped, and its output claims the failure.
+  static const char *const kDependent =
+      "CUBE_KERNEL(cth_dependent, IN(uint8_t, x), OUT(uint8_t, y)) {\n"
+      "  uint64_t i = ABSOLUTE_POS;\n"
+      "  if (i < LEN(y)) y[i] = x[i];\n"
+      "}\n";
+  cube_kernel_t *dependent =
+      cth_kernel_at("cth_dependent", kDependent, (cube_dim3_t){64, 1, 1}, file, line);
+  cube_handle_t out = cth_buffer_at(client, size, file, line);
+  cube_kernel_buffer_t buffers[2] = {cth_arg(handle, CUBE_IO_READ), cth_arg(out, CUBE_IO_WRITE)};
+  cube_kernel_args_t args = {buffers, 2, NULL, 0};
+  cube_status_t launched =
+      cube_launch(client, s, dependent, cube_count_static(1, 1, 1), &args, CUBE_LAUNCH_EXECUTE);
+  cube_kernel_release(dependent);
+  cube_status_release(cth_expect_at(launched, CUBE_STATUS_SKIPPED, NULL,
+                                    "the launch that reads the claimed output", file, line));
+  binding = cube_handle_binding(out);
+  expect_unwritten(cube_check(client, s, &binding, 1), failure, root_code, refusal,
+                   "the skipped launch's output", file, line);
+  cth_release_handle(client, out);
+  // (c) A copy of it is skipped; the destination claims it one hop further.
+  cube_handle_t copy = cth_buffer_at(client, size, file, line);
+  cube_status_release(
+      cth_expect_at(cube_copy(client, s, cube_handle_binding(handle), cube_handle_binding(copy)),
+                    CUBE_STATUS_SKIPPED, NULL, "the copy of the claimed output", file, line));
+  binding = cube_handle_binding(copy);
+  cube_status_t copied = cube_check(client, s, &binding, 1);
+  expect_unwritten(copied, failure, root_code, refusal, "the copy's destination", file, line);
+  if (chain_hops(copied) != hops + 1) {
+    print_error("%s:%d: the copy's destination is %zu hops from the root, expected %zu\n", file,
+                line, chain_hops(copied), hops + 1);
+    cube_status_release(copied);
+    _fail(file, line);
+  }
+  cube_status_release(copied);
+  cth_release_handle(client, copy);
+  return failure;
+}
+
+void cth_expect_clean_at(cube_client_t *client, cube_handle_t handle, const char *file, int line) {
+  cube_binding_t binding = cube_handle_binding(handle);
+  cth_assert_ok_at(cube_check(client, CUBE_STREAM_CURRENT, &binding, 1), "the unclaimed buffer",
+                   file, line);
+}
+
 cube_client_t *cth_client_at(cube_backend_kind_t kind, const char *plan, const char *file,
                              int line) {
   cube_client_options_t options;

@@ -52,6 +52,21 @@ cube_status_t cth_expect_at(cube_status_t status, cube_status_code_t code, const
 #define CTH_EXPECT_RELEASE(expr, code, needle) \
   cube_status_release(cth_expect_at((expr), (code), (needle), #expr, __FILE__, __LINE__))
 
+// Asserts |handle| claims a failure whose root has |root_code| (and whose
+// text contains |needle| when non-NULL): a whole read answers UNWRITTEN. Then
+// checks that the claim travels: a launch that reads the buffer is Skipped,
+// and a copy of it is Skipped with the destination claiming the same failure
+// one hop further; a refusal reads as a refusal at every step. Leaves
+// |handle| claimed. Returns the failure's id.
+uint64_t cth_expect_claimed_at(cube_client_t *client, cube_handle_t handle,
+                               cube_status_code_t root_code, const char *needle, const char *file,
+                               int line);
+#define CTH_EXPECT_CLAIMED(client, handle, code, needle) \
+  cth_expect_claimed_at((client), (handle), (code), (needle), __FILE__, __LINE__)
+// Asserts a whole read of |handle| answers OK (nothing claims it).
+void cth_expect_clean_at(cube_client_t *client, cube_handle_t handle, const char *file, int line);
+#define CTH_EXPECT_CLEAN(client, handle) cth_expect_clean_at((client), (handle), __FILE__, __LINE__)
+
 // Whether the full formatted text of |status| contains |needle|.
 bool cth_status_contains(cube_status_t status, const char *needle);
 

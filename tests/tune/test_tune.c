@@ -347,6 +347,15 @@ static void test_every_candidate_refused_is_a_refusal(void **state) {
   assert_true(cth_status_contains(status, "no candidate can run"));
   assert_int_equal(cube_status_member_count(cube_status_root(status)), 3);
   cube_status_release(status);
+  // No candidate ran: the call's output claims why, a refusal through the
+  // chain (a launch reading y would be skipped); the input stays clean.
+  cube_binding_t y = cube_handle_binding(f.y), x = cube_handle_binding(f.x);
+  status = cube_check(f.client, CUBE_STREAM_CURRENT, &y, 1);
+  assert_int_equal(cube_status_code(status), CUBE_STATUS_UNWRITTEN);
+  assert_true(cube_status_is_refusal(status));
+  assert_true(cth_status_contains(status, "no candidate can run"));
+  cube_status_release(status);
+  CTH_OK(cube_check(f.client, CUBE_STREAM_CURRENT, &x, 1));
   tfx_close(&f);
 }
 

@@ -792,18 +792,6 @@ static void run_differential(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
   free(after);
 }
 
-cube_status_t cube_cpu_dispatch_check(const cube_dispatch_t *dispatch) {
-  const cube_bkernel_t *k = dispatch->kernel;
-  const cube_dim3_t d = dispatch->cube_dim;
-  if (k->fixed_dim && (d.x != k->dim.x || d.y != k->dim.y || d.z != k->dim.z)) {
-    return cube_status_make(CUBE_STATUS_VALIDATION,
-                            "cpu dispatch of kernel '%s': cube dim %ux%ux%u, but it was compiled "
-                            "for %ux%ux%u",
-                            k->name, d.x, d.y, d.z, k->dim.x, k->dim.y, k->dim.z);
-  }
-  return CUBE_OK;
-}
-
 void cube_cpu_launch_run(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
                          cube_cpu_launch_t *launch) {
   cube_bkernel_t *kernel = launch->kernel;

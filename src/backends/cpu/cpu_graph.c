@@ -1,10 +1,12 @@
-// cubec CPU backend — software graphs.
+// cubec CPU backend — software graphs: capture and replay (the slots of
+// cuda_graph.c).
 //
 // The CPU has no driver graph, so a graph is the list of resolved dispatches
-// a capture window handed the stream: each record keeps the kernel
-// (retained), the grid, the cube dims, the buffer addresses and a copy of the
-// info words. A replay queues one task that runs them in order on the stream
-// thread, so it costs one enqueue however many launches it holds. The
+// a capture window handed the stream (cpu_dispatch.c records them): each
+// record keeps the kernel (retained), the grid, the cube dims, the buffer
+// addresses and a copy of the info words. A replay queues one work task that
+// runs them in order on the stream thread, so it costs one enqueue however
+// many launches it holds. The
 // records are read-only once captured: replays on several streams may run
 // at once. Graphs are refcounted: a queued replay keeps its graph alive past
 // graph_destroy.
@@ -13,7 +15,6 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_internal.h"
-#include "backends/cpu/cpu_tensor_map.h"
 
 // A recorded launch is a launch as the stream would run it; its buffers
 // pointer is the one allocation holding the buffer pointers, then the info.
@@ -26,42 +27,27 @@ struct cube_bgraph_t {
   uint32_t count, capacity;
 };
 
-cube_status_t cube_cpu_graph_record(cube_bgraph_t *graph, const cube_dispatch_t *dispatch) {
-  cube_status_t status = CUBE_OK;
+cube_status_t cube_cpu_graph_add(cube_bgraph_t *graph, const cube_cpu_launch_t *launch) {
   if (graph->count == graph->capacity) {
     uint32_t capacity = graph->capacity ? graph->capacity * 2 : 32;
     graph_launch_t *grown = realloc(graph->launches, capacity * sizeof *grown);
     if (grown == NULL) {
       return cube_status_make(CUBE_STATUS_LAUNCH_OUT_OF_MEMORY,
                               "cpu capture of kernel '%s': out of host memory (launch %u)",
-                              dispatch->kernel->name, graph->count);
+                              launch->kernel->name, graph->count);
     }
     graph->launches = grown;
     graph->capacity = capacity;
   }
-  // Info words stay 8-byte aligned after the pointers; at least one word
-  // (an empty header) so the kernel always reads a valid header.
-  uint32_t words = dispatch->info_words ? dispatch->info_words : 1;
-  const size_t map_bytes = cube_cpu_tensor_map_bytes(dispatch);  // after the info words
-  void *block =
-      malloc(sizeof(void *) * dispatch->buffer_count + sizeof(uint64_t) * words + map_bytes);
-  if (block == NULL) {
-    status =
-        cube_status_make(CUBE_STATUS_LAUNCH_OUT_OF_MEMORY,
-                         "cpu capture of kernel '%s': cannot copy %u buffers and %u info words",
-                         dispatch->kernel->name, dispatch->buffer_count, dispatch->info_words);
-  } else {
-    graph_launch_t *launch = &graph->launches[graph->count++];
-    void **buffers = block;
-    uint64_t *info = (uint64_t *)(buffers + dispatch->buffer_count);
-    cube_cpu_launch_fill(launch, dispatch, buffers, info);
-    cube_cpu_tensor_map_place(dispatch, buffers, info + words);
-  }
-  return status;
+  graph->launches[graph->count++] = *launch;
+  return CUBE_OK;
 }
 
-cube_status_t cube_cpu_graph_run(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
-                                 cube_bgraph_t *graph) {
+// Runs every recorded launch on the stream thread (a work task of the
+// stream's, cpu_internal.h "Tasks"); the first trap stops it.
+static cube_status_t replay_run(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
+                                cube_cpu_task_t *task) {
+  const cube_bgraph_t *graph = task->u.graph;
   cube_status_t status = CUBE_OK;
   for (uint32_t i = 0; i < graph->count && status == CUBE_OK; ++i) {
     const graph_launch_t *g = &graph->launches[i];
@@ -78,11 +64,7 @@ cube_status_t cube_cpu_graph_run(cube_cpu_device_t *device, cube_cpu_exec_t *exe
   return status;
 }
 
-void cube_cpu_graph_retain(cube_bgraph_t *graph) {
-  atomic_fetch_add(&graph->refs, 1);
-}
-
-void cube_cpu_graph_release(cube_backend_device_t *device, cube_bgraph_t *graph) {
+static void graph_release(cube_backend_device_t *device, cube_bgraph_t *graph) {
   if (graph == NULL || atomic_fetch_sub(&graph->refs, 1) != 1) return;
   for (uint32_t i = 0; i < graph->count; ++i) {
     cube_cpu_kernel_release(device, graph->launches[i].kernel);
@@ -92,12 +74,16 @@ void cube_cpu_graph_release(cube_backend_device_t *device, cube_bgraph_t *graph)
   free(graph);
 }
 
+static void replay_release(cube_backend_device_t *device, cube_cpu_task_t *task) {
+  graph_release(device, task->u.graph);
+}
+
 //===--- The vtable's graph slots ---===//
 
 cube_status_t cube_cpu_capture_begin(cube_backend_device_t *device, cube_bstream_t *stream) {
   cube_status_t status = CUBE_OK;
   cube_bgraph_t *graph = NULL;
-  if (cube_cpu_stream_recording(stream, NULL, false) != NULL) {
+  if (cube_cpu_stream_recording(stream, NULL, NULL, false) != NULL) {
     status = cube_status_make(CUBE_STATUS_GENERIC,
                               "cpu capture_begin: the stream is already recording a graph");
   } else {
@@ -108,7 +94,7 @@ cube_status_t cube_cpu_capture_begin(cube_backend_device_t *device, cube_bstream
   if (status == CUBE_OK) {
     atomic_init(&graph->refs, 1);
     graph->device = device;
-    cube_cpu_stream_recording(stream, graph, true);
+    cube_cpu_stream_recording(stream, graph, graph_release, true);
   }
   return status;
 }
@@ -116,7 +102,7 @@ cube_status_t cube_cpu_capture_begin(cube_backend_device_t *device, cube_bstream
 cube_status_t cube_cpu_capture_end(cube_backend_device_t *device, cube_bstream_t *stream,
                                    cube_bgraph_t **out_graph) {
   (void)device;
-  *out_graph = cube_cpu_stream_recording(stream, NULL, true);
+  *out_graph = cube_cpu_stream_recording(stream, NULL, NULL, true);
   if (*out_graph != NULL) return CUBE_OK;
   return cube_status_make(CUBE_STATUS_GENERIC, "cpu capture_end: the stream is not recording");
 }
@@ -124,9 +110,19 @@ cube_status_t cube_cpu_capture_end(cube_backend_device_t *device, cube_bstream_t
 cube_status_t cube_cpu_graph_replay(cube_backend_device_t *device, cube_bstream_t *stream,
                                     cube_bgraph_t *graph) {
   (void)device;
-  return cube_cpu_stream_enqueue_graph(stream, graph);
+  cube_status_t status = CUBE_OK;
+  cube_cpu_task_t *task = cube_cpu_task_begin(stream, replay_run, replay_release);
+  if (task == NULL) {
+    status =
+        cube_status_make(CUBE_STATUS_LAUNCH_OUT_OF_MEMORY, "cpu graph_replay: out of host memory");
+  } else {
+    atomic_fetch_add(&graph->refs, 1);  // the task's, released after it ran
+    task->u.graph = graph;
+    cube_cpu_task_submit(stream, task);
+  }
+  return status;
 }
 
 void cube_cpu_graph_destroy(cube_backend_device_t *device, cube_bgraph_t *graph) {
-  cube_cpu_graph_release(device, graph);
+  graph_release(device, graph);
 }

@@ -180,7 +180,7 @@ typedef struct cube_cpu_launch_t {
 
 // Fills |launch| from |dispatch|, copying its buffer addresses into
 // |buffers| and its info words into |info| (at least one word: an empty
-// header when it has none), and retains the kernel.
+// header when it has none), and retains the kernel (cpu_dispatch.c).
 CUBE_INTERNAL void cube_cpu_launch_fill(cube_cpu_launch_t *launch, const cube_dispatch_t *dispatch,
                                         void **buffers, uint64_t *info);
 
@@ -221,9 +221,6 @@ CUBE_INTERNAL void cube_cpu_copy_bytes(cube_cpu_device_t *device, void *destinat
 CUBE_INTERNAL void cube_cpu_stream_copy(void *destination, const void *source, uint64_t size);
 // The copy size from which cube_cpu_copy_bytes streams (the last-level cache).
 CUBE_INTERNAL uint64_t cube_cpu_copy_stream_min(void);
-// VALIDATION when |dispatch| cannot run its kernel (a cube dim other than
-// the one compiled in).
-CUBE_INTERNAL cube_status_t cube_cpu_dispatch_check(const cube_dispatch_t *dispatch);
 // Runs every cube of |launch|, on |exec| (the stream thread) and the pool.
 CUBE_INTERNAL void cube_cpu_launch_run(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
                                        cube_cpu_launch_t *launch);
@@ -262,28 +259,109 @@ CUBE_INTERNAL cube_status_t cube_cpu_world_transport(cube_backend_device_t *devi
 // What the CPU's transport is (the factory's transport_query).
 CUBE_INTERNAL void cube_cpu_transport_query(cube_transport_info_t *out_info);
 
-//===--- The vtable's slots (cpu_device/stream/memory/kernel/graph.c) ---===//
+//===--- The vtable's slots ---===//
+//
+// The same files as CUDA's hold the same slots: cpu_device.c (factory,
+// properties), cpu_stream.c (streams, events, host callbacks, tags, late
+// failures), cpu_memory.c (pages, host memory, copies), cpu_dispatch.c
+// (dispatch), cpu_kernel.c (compile and load), cpu_graph.c (capture and
+// replay), cpu_tensor_map.c (the encode).
 
 #define CUBE_BACKEND_PREFIX cube_cpu
 CUBE_BACKEND_DECLARE_SLOTS()
 #undef CUBE_BACKEND_PREFIX
 
-//===--- Graphs (cpu_graph.c) ---===//
+//===--- Tasks: what a stream runs (cpu_stream.c) ---===//
 //
-// A software graph: capture_begin makes the stream record each dispatch
-// (kernel retained, grid, dims, buffer addresses and info words copied)
-// instead of queueing it; replay queues one task that runs them in order.
+// A stream is a FIFO of tasks its own thread runs in order. Work — copies
+// (cpu_memory.c), dispatches (cpu_dispatch.c), graph replays (cpu_graph.c)
+// — is queued by the file that owns it, which says how the task runs and
+// what it holds: the stream calls |run| when it reaches the task (a failure
+// it answers halts the stream, core/backend.h stream_take_failure) and
+// |release| once the task ran or was dropped. The stream itself names none
+// of those files; events, host callbacks and collective parts are its own.
 
-// Appends a resolved dispatch to |graph|.
-CUBE_INTERNAL cube_status_t cube_cpu_graph_record(cube_bgraph_t *graph,
-                                                  const cube_dispatch_t *dispatch);
-// Runs every recorded launch on the stream thread; the first trap stops it.
-CUBE_INTERNAL cube_status_t cube_cpu_graph_run(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
-                                               cube_bgraph_t *graph);
-CUBE_INTERNAL void cube_cpu_graph_retain(cube_bgraph_t *graph);
-CUBE_INTERNAL void cube_cpu_graph_release(cube_backend_device_t *device, cube_bgraph_t *graph);
-// The graph |stream| records into (NULL: none); sets it to |graph| when |replace|.
+typedef enum cube_cpu_task_kind_t {
+  CUBE_CPU_TASK_WORK,      // run through |run|, dropped on a halted stream
+  CUBE_CPU_TASK_CALLBACK,  // the stream's own from here on (cpu_stream.c)
+  CUBE_CPU_TASK_RECORD,
+  CUBE_CPU_TASK_WAIT,
+  CUBE_CPU_TASK_TRANSPORT,  // a collective's part (cpu_transport_*.c): fails late like a dispatch
+} cube_cpu_task_kind_t;
+
+typedef struct cube_cpu_task_t cube_cpu_task_t;
+// Runs a work task on the stream's thread, |exec| its execution context;
+// answers the asynchronous error it leaves.
+typedef cube_status_t (*cube_cpu_task_run_t)(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
+                                             cube_cpu_task_t *task);
+// Releases what a work task holds, run or dropped (the task is then recycled).
+typedef void (*cube_cpu_task_release_t)(cube_backend_device_t *device, cube_cpu_task_t *task);
+
+struct cube_cpu_task_t {
+  struct cube_cpu_task_t *next;
+  cube_cpu_task_kind_t kind;
+  uint64_t seq;                     // 1-based position in the stream
+  uint64_t tag;                     // the core's tag of the operation that queued it
+  cube_cpu_task_run_t run;          // work only
+  cube_cpu_task_release_t release;  // work only; NULL: it holds nothing
+  union {
+    // Work (filled by the file that queues it).
+    struct {
+      void *destination;
+      const void *source;
+      uint64_t size;
+    } copy;
+    struct {
+      bool to_host;
+      void *host;
+      unsigned char *device;
+      uint32_t rank;
+      uint32_t elem_size;
+      uint64_t shape[CUBE_CPU_MAX_RANK];
+      uint64_t strides[CUBE_CPU_MAX_RANK];
+    } strided;
+    struct {
+      cube_cpu_launch_t launch;
+      void *heap;  // buffers and info when they do not fit inline
+      void *buffers[CUBE_CPU_INLINE_BUFFERS];
+      uint64_t info[CUBE_CPU_INLINE_INFO];
+    } dispatch;
+    cube_bgraph_t *graph;  // retained by the task
+    // The stream's own.
+    struct {
+      void (*fn)(void *arg);
+      void *arg;
+    } callback;
+    struct {
+      cube_status_t (*fn)(void *arg, cube_status_t dropped);
+      void *arg;
+    } transport;
+    cube_bevent_t *event;
+  } u;
+};
+
+// Locks |stream| and hands out a work task that runs through |run| and
+// releases through |release|, for the caller to fill and then queue with
+// cube_cpu_task_submit (or, the stream idle, do itself and close with
+// cube_cpu_task_done); NULL, the stream unlocked, when out of memory.
+CUBE_INTERNAL cube_cpu_task_t *cube_cpu_task_begin(cube_bstream_t *stream, cube_cpu_task_run_t run,
+                                                   cube_cpu_task_release_t release);
+// Queues |task| at the end of |stream| and unlocks it.
+CUBE_INTERNAL void cube_cpu_task_submit(cube_bstream_t *stream, cube_cpu_task_t *task);
+// Whether work queued now would run at once: nothing queued or running, not
+// halted (the stream locked, between cube_cpu_task_begin and its end).
+CUBE_INTERNAL bool cube_cpu_stream_idle(const cube_bstream_t *stream);
+// The caller did |task|'s work itself, in stream order (the stream idle and
+// still locked, so nothing queued meanwhile started first): counted as run,
+// recycled (|release| is not called), the stream unlocked.
+CUBE_INTERNAL void cube_cpu_task_done(cube_bstream_t *stream, cube_cpu_task_t *task);
+
+// The graph |stream| records dispatches into (NULL: none); when |replace|,
+// sets it to |graph| (NULL ends the recording), with |release| called on it
+// should the stream be destroyed while it records.
 CUBE_INTERNAL cube_bgraph_t *cube_cpu_stream_recording(cube_bstream_t *stream, cube_bgraph_t *graph,
+                                                       void (*release)(cube_backend_device_t *,
+                                                                       cube_bgraph_t *),
                                                        bool replace);
 // A collective's part (cpu_transport_*.c), run in stream order: |fn(arg, NULL)|
 // when the stream reaches it, its failure halting the stream like a
@@ -300,7 +378,6 @@ CUBE_INTERNAL cube_status_t cube_cpu_stream_transport(
 // failure halts the stream as the thread's would (and is answered, retained,
 // as well). A stream that is not idle queues it as cube_cpu_stream_transport
 // does (*out_claim NULL).
-typedef struct cube_cpu_task_t cube_cpu_task_t;
 // Short local work of a part (a fused round's reduction: no call to other
 // ranks) run now on the calling thread, holding the stream, when it is idle
 // (*out_ran true; its answer is the part's, and does not halt the stream:
@@ -313,8 +390,18 @@ CUBE_INTERNAL cube_status_t cube_cpu_stream_transport_claim(
     cube_cpu_task_t **out_claim);
 CUBE_INTERNAL cube_status_t cube_cpu_stream_run_claimed(cube_bstream_t *stream,
                                                         cube_cpu_task_t *claim);
-CUBE_INTERNAL cube_status_t cube_cpu_stream_enqueue_graph(cube_bstream_t *stream,
-                                                          cube_bgraph_t *graph);
+
+//===--- Graphs (cpu_graph.c) ---===//
+//
+// A software graph: capture_begin makes the stream record each dispatch
+// (kernel retained, grid, dims, buffer addresses and info words copied)
+// instead of queueing it; replay queues one task that runs them in order.
+
+// Appends |launch| (filled by cpu_dispatch.c: its kernel retained, its
+// buffers pointer the one block holding buffers, info words and maps) to
+// |graph|, which owns both from then on; on failure the caller keeps them.
+CUBE_INTERNAL cube_status_t cube_cpu_graph_add(cube_bgraph_t *graph,
+                                               const cube_cpu_launch_t *launch);
 
 //===--- Strided copies (cpu_memory.c) ---===//
 

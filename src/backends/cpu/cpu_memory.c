@@ -1,5 +1,6 @@
 // cubec CPU backend — memory: host pages (device memory on the CPU is plain
-// aligned host memory), pinned staging (plain host memory too), and the
+// aligned host memory), pinned staging (plain host memory too), copies in
+// stream order (plain and strided: the slots of cuda_memory.c), and the
 // strided gathers and scatters between a dense host array and a strided view
 // of a page.
 #include <assert.h>
@@ -202,4 +203,112 @@ void cube_cpu_strided_copy(bool to_host, void *host, unsigned char *device, uint
     }
     if (d < 0) break;
   }
+}
+
+//===--- Copies in stream order ---===//
+
+// Work tasks of the stream (cpu_internal.h, "Tasks"): run on its thread.
+static cube_status_t copy_task_run(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
+                                   cube_cpu_task_t *task) {
+  (void)exec;
+  cube_cpu_copy_bytes(device, task->u.copy.destination, task->u.copy.source, task->u.copy.size);
+  return CUBE_OK;
+}
+
+static cube_status_t strided_task_run(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
+                                      cube_cpu_task_t *task) {
+  (void)device;
+  (void)exec;
+  cube_cpu_strided_copy(task->u.strided.to_host, task->u.strided.host, task->u.strided.device,
+                        task->u.strided.rank, task->u.strided.shape, task->u.strided.strides,
+                        task->u.strided.elem_size);
+  return CUBE_OK;
+}
+
+static cube_status_t enqueue_copy(cube_cpu_device_t *device, cube_bstream_t *stream,
+                                  const char *operation, void *destination, const void *source,
+                                  uint64_t size) {
+  cube_status_t status = CUBE_OK;
+  if (size == 0) return status;
+  cube_cpu_task_t *task = cube_cpu_task_begin(stream, copy_task_run, NULL);
+  if (task == NULL) {
+    status = cube_status_make(CUBE_STATUS_IO_UNKNOWN, "cpu %s of %llu bytes: out of host memory",
+                              operation, (unsigned long long)size);
+  } else if (cube_cpu_stream_idle(stream)) {
+    // In stream order already: the caller copies, holding the stream so that
+    // nothing queued meanwhile starts first (no hand-off to the thread).
+    cube_cpu_copy_bytes(device, destination, source, size);
+    cube_cpu_task_done(stream, task);
+  } else {
+    task->u.copy.destination = destination;
+    task->u.copy.source = source;
+    task->u.copy.size = size;
+    cube_cpu_task_submit(stream, task);
+  }
+  return status;
+}
+
+cube_status_t cube_cpu_copy_to_device(cube_backend_device_t *device, cube_bstream_t *stream,
+                                      uint64_t destination, const void *source, uint64_t size) {
+  return enqueue_copy((cube_cpu_device_t *)device, stream, "copy_to_device",
+                      (void *)(uintptr_t)destination, source, size);
+}
+
+cube_status_t cube_cpu_copy_to_host(cube_backend_device_t *device, cube_bstream_t *stream,
+                                    void *destination, uint64_t source, uint64_t size) {
+  return enqueue_copy((cube_cpu_device_t *)device, stream, "copy_to_host", destination,
+                      (const void *)(uintptr_t)source, size);
+}
+
+cube_status_t cube_cpu_copy_device(cube_backend_device_t *device, cube_bstream_t *stream,
+                                   uint64_t destination, uint64_t source, uint64_t size) {
+  return enqueue_copy((cube_cpu_device_t *)device, stream, "copy_device",
+                      (void *)(uintptr_t)destination, (const void *)(uintptr_t)source, size);
+}
+
+static cube_status_t enqueue_strided(cube_bstream_t *stream, bool to_host, void *host,
+                                     const cube_bcopy_t *view) {
+  const char *operation = to_host ? "copy_strided_to_host" : "copy_strided_to_device";
+  cube_status_t status = CUBE_OK;
+  if (view->rank > CUBE_CPU_MAX_RANK) {
+    status = cube_status_make(CUBE_STATUS_IO_UNSUPPORTED_STRIDES,
+                              "cpu %s: rank %u exceeds the backend's maximum of %u", operation,
+                              view->rank, CUBE_CPU_MAX_RANK);
+  } else if (!to_host && !cube_cpu_layout_injective(view->rank, view->shape, view->strides)) {
+    // Two elements would land on one address: which one wins is undefined.
+    status = cube_status_make(CUBE_STATUS_IO_UNSUPPORTED_STRIDES,
+                              "cpu %s: the destination layout (rank %u, element size %u) maps "
+                              "several elements to one address (a zero or overlapping stride)",
+                              operation, view->rank, view->elem_size);
+  }
+  cube_cpu_task_t *task =
+      status == CUBE_OK ? cube_cpu_task_begin(stream, strided_task_run, NULL) : NULL;
+  if (status == CUBE_OK && task == NULL) {
+    status = cube_status_make(CUBE_STATUS_IO_UNKNOWN, "cpu %s: out of host memory", operation);
+  }
+  if (status == CUBE_OK) {
+    task->u.strided.to_host = to_host;
+    task->u.strided.host = host;
+    task->u.strided.device = (unsigned char *)(uintptr_t)view->device_address;
+    task->u.strided.rank = view->rank;
+    task->u.strided.elem_size = view->elem_size;
+    for (uint32_t d = 0; d < view->rank; ++d) {
+      task->u.strided.shape[d] = view->shape[d];
+      task->u.strided.strides[d] = view->strides[d];
+    }
+    cube_cpu_task_submit(stream, task);
+  }
+  return status;
+}
+
+cube_status_t cube_cpu_copy_strided_to_device(cube_backend_device_t *device, cube_bstream_t *stream,
+                                              const cube_bcopy_t *destination, const void *source) {
+  (void)device;
+  return enqueue_strided(stream, false, (void *)source, destination);
+}
+
+cube_status_t cube_cpu_copy_strided_to_host(cube_backend_device_t *device, cube_bstream_t *stream,
+                                            void *destination, const cube_bcopy_t *source) {
+  (void)device;
+  return enqueue_strided(stream, true, destination, source);
 }

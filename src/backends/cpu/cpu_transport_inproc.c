@@ -38,7 +38,7 @@
 #include "backends/cpu/cpu_internal.h"
 #include "base/half.h"
 #include "base/util.h"
-#include "core/transport.h"
+#include "core/coll/transport.h"
 
 #define INPROC_MAX_RANKS 64
 #define INPROC_BLOCK 1024  // elements reduced per pass (an accumulator on the stack)
@@ -631,11 +631,13 @@ static cube_status_t inproc_comm_create(cube_backend_device_t *device, const cub
   inproc_exchange_t *exchange = inproc_registry;
   while (exchange && exchange->key != key) exchange = exchange->next;
   if (!comm || !seq) {
-    status = cube_status_make(CUBE_STATUS_GENERIC, "inproc comm_create: out of host memory");
+    status =
+        cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "inproc comm_create: out of host memory");
   } else if (!exchange) {
     exchange = calloc(1, sizeof *exchange);
     if (!exchange) {
-      status = cube_status_make(CUBE_STATUS_GENERIC, "inproc comm_create: out of host memory");
+      status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                                "inproc comm_create: out of host memory");
     } else {
       exchange->key = key;
       exchange->nranks = nranks;

@@ -16,7 +16,7 @@
 
 #include "backends/cpu/cpu_internal.h"
 #include "base/util.h"
-#include "core/transport.h"
+#include "core/coll/transport.h"
 #include "world/mpi.h"
 
 static const uint8_t kMpiMagic[16] = "cube-mpi-world1";
@@ -45,7 +45,7 @@ static const uint8_t kMpiMagic[16] = "cube-mpi-world1";
 #endif
 
 // An all_reduce source of at most this many bytes rides in its status
-// record (fused_max_bytes): one exchange per call instead of an exchange
+// record (fused->max_bytes): one exchange per call instead of an exchange
 // and a payload collective. Every world record then holds 40 + 32768 bytes;
 // a ready part sends only what it carries. Up to 3 ranks each record goes
 // to every rank, which reduces them all; from 4 the records are relayed in
@@ -83,7 +83,7 @@ typedef struct mpi_task_t mpi_task_t;
 typedef struct mpi_tcomm_t {
   cube_mpi_comm_t *mpi;
   uint64_t timeout_ns;  // every wait of its parts (CUBE_COLLECTIVE_TIMEOUT_S)
-  // The part the last submit left for its caller to run (run_inline), or
+  // The part the last submit left for its caller to run (fused->run_inline), or
   // NULL: taken once, by exchange, so that it runs exactly once.
   _Atomic(mpi_task_t *) claimed;
 } mpi_tcomm_t;
@@ -280,7 +280,7 @@ static cube_status_t mpi_submit(cube_backend_device_t *device, cube_tcomm_t *com
     cube_cpu_task_t *claim = NULL;
     status = cube_cpu_stream_transport_claim(stream, mpi_task_run, task, &claim);
     if (!status && claim) {
-      // A part left to the caller (the thread will not run it): run_inline,
+      // A part left to the caller (the thread will not run it): fused->run_inline,
       // right after this call, runs it.
       task->claim = claim;
       atomic_store(&c->claimed, task);
@@ -353,12 +353,19 @@ static cube_status_t mpi_exchange_carry(cube_backend_device_t *device, cube_tcom
   return status;
 }
 
+// MPI's latency path (core/coll/transport.h): parts run on the caller's
+// thread, small all_reduce sources ride in the records.
+static const cube_transport_fused_t kMpiFused = {
+    .enqueues_at_once = true,
+    .max_bytes = MPI_FUSED_MAX_BYTES,
+    .read = mpi_fused_read,
+    .run_inline = mpi_run_inline,
+    .exchange_carry = mpi_exchange_carry,
+};
+
 static const cube_transport_vtable_t kMpiTransport = {
     .name = "mpi",
     .fails_late = true,
-    .enqueues_at_once = true,
-    .fused_max_bytes = MPI_FUSED_MAX_BYTES,
-    .fused_read = mpi_fused_read,
     .reduces = mpi_reduces,
     .unique_id = mpi_unique_id,
     .group_begin = mpi_group_nop,
@@ -366,14 +373,13 @@ static const cube_transport_vtable_t kMpiTransport = {
     .comm_create = mpi_comm_create,
     .comm_ready = mpi_comm_ready,
     .submit = mpi_submit,
-    .run_inline = mpi_run_inline,
     .poll = mpi_poll,
     .abort = mpi_abort,
     .comm_destroy = mpi_comm_destroy,
     .device_key = NULL,
     .exchange_status = mpi_exchange_status,
-    .exchange_carry = mpi_exchange_carry,
     .world = NULL,  // it is the world form
+    .fused = &kMpiFused,
 };
 
 cube_status_t cube_cpu_world_transport(cube_backend_device_t *device,

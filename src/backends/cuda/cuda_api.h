@@ -315,7 +315,8 @@ CUBE_INTERNAL const cube_cuda_nvrtc_t *cube_cuda_nvrtc(const char **out_detail);
 CUBE_INTERNAL void cube_cuda_nvrtc_prefer(const char *path);
 
 // Whether a CUresult leaves the context unusable (perf-reliability-anchors §3:
-// the sticky list plus ECC/NVLink uncorrectable and UNKNOWN).
+// the sticky list plus ECC/NVLink uncorrectable and UNKNOWN). This and the
+// names below live in cuda_status.c.
 CUBE_INTERNAL bool cube_cuda_result_is_sticky(CUresult result);
 // "CUDA_ERROR_ILLEGAL_ADDRESS" (or "CUresult <n>" when the driver has no name).
 CUBE_INTERNAL const char *cube_cuda_result_name(const cube_cuda_driver_t *cu, CUresult result);

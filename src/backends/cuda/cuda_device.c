@@ -1,81 +1,13 @@
-// cubec CUDA backend — the factory, the device (properties, teardown), the
-// vtable and the mapping of driver results to statuses.
+// cubec CUDA backend — the factory, the device (properties, teardown) and
+// the vtable. Driver results become statuses in cuda_status.c.
 //
 // Only driver calls live here: every runtime rule (pools, claims, capture
 // state, caching across devices) belongs to src/core. See README.md.
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/cuda/cuda_internal.h"
-
-_Thread_local CUcontext cube_cuda_tls_context CUBE_CUDA_TLS;
-_Thread_local unsigned cube_cuda_tls_generation CUBE_CUDA_TLS;
-atomic_uint cube_cuda_generation;
-
-//===--- Errors ---===//
-
-static cube_status_code_t cube_cuda_result_code(CUresult result, cube_cuda_op_t op) {
-  // A sticky fault is "poisoned" whatever the call: the core, which knows what
-  // it asked for, names the family (launch, io, compile).
-  if (cube_cuda_result_is_sticky(result)) return CUBE_STATUS_DEVICE_POISONED;
-  if (result == CUDA_ERROR_OUT_OF_MEMORY)
-    return op == CUBE_CUDA_OP_LAUNCH ? CUBE_STATUS_LAUNCH_OUT_OF_MEMORY
-                                     : CUBE_STATUS_IO_OUT_OF_MEMORY;
-  switch (op) {
-    case CUBE_CUDA_OP_LAUNCH:
-      // Too many registers/threads for this function: the kernel cannot run
-      // with this configuration here (a refusal, not a defect).
-      if (result == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES) return CUBE_STATUS_RESOURCE_UNITS;
-      return CUBE_STATUS_LAUNCH_UNKNOWN;
-    case CUBE_CUDA_OP_IO:
-      if (result == CUDA_ERROR_NOT_SUPPORTED) return CUBE_STATUS_IO_UNSUPPORTED_OPERATION;
-      return CUBE_STATUS_IO_UNKNOWN;
-    case CUBE_CUDA_OP_COMPILE:
-      return CUBE_STATUS_COMPILE_REFUSED;
-    case CUBE_CUDA_OP_PROFILE:
-      return CUBE_STATUS_PROFILE_UNKNOWN;
-    case CUBE_CUDA_OP_SERVER:
-    default:
-      return CUBE_STATUS_GENERIC;
-  }
-}
-
-cube_status_t cube_cuda_error_at(cube_cuda_device_t *device, CUresult result, cube_cuda_op_t op,
-                                 const char *file, int line, const char *format, ...) {
-  char call[512];
-  va_list args;
-  va_start(args, format);
-  vsnprintf(call, sizeof call, format, args);
-  va_end(args);
-  const cube_cuda_driver_t *cu = device ? device->cu : cube_cuda_driver(NULL);
-  const char *name = cube_cuda_result_name(cu, result);
-  const char *text = NULL;
-  if (!cu || cu->cuGetErrorString(result, &text) != CUDA_SUCCESS || !text) text = "";
-  bool sticky = cube_cuda_result_is_sticky(result);
-  if (sticky && device) {
-    int expected = 0;
-    if (atomic_compare_exchange_strong(&device->poisoned, &expected, result)) {
-      snprintf(device->poison_where, sizeof device->poison_where, "%.200s", call);
-      atomic_store(&device->poison_described, true);
-    }
-  }
-  return cube_status_make_at(
-      cube_cuda_result_code(result, op), file, line, "cuda device %d: %s failed: %s (%d)%s%s%s",
-      device ? (int)device->index : -1, call, name, result, text[0] ? ": " : "", text,
-      sticky ? " [sticky: the device is poisoned]" : "");
-}
-
-cube_status_t cube_cuda_poisoned_status(cube_cuda_device_t *device, cube_cuda_op_t op) {
-  (void)op;
-  int result = atomic_load(&device->poisoned);
-  const char *where = atomic_load(&device->poison_described) ? device->poison_where : "";
-  return cube_status_make(CUBE_STATUS_DEVICE_POISONED,
-                          "cuda device %u is poisoned by %s (%d)%s%s; it answers nothing else",
-                          device->index, cube_cuda_result_name(device->cu, result), result,
-                          where[0] ? ", first seen at " : "", where);
-}
 
 //===--- Factory ---===//
 

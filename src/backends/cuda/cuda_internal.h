@@ -80,6 +80,11 @@ static inline cube_cuda_device_t *cube_cuda_device(cube_backend_device_t *device
   return (cube_cuda_device_t *)device;
 }
 
+//===--- Statuses (cuda_status.c) ---===//
+//
+// What the inline helpers below call and read is in cuda_status.c, which calls
+// nothing else of the backend: every file may use them without a circle.
+
 // The context current on this thread, as last set by the backend, and the
 // teardown generation it was set in: a device teardown bumps the generation
 // so that every thread sets its context again (a released primary context
@@ -93,9 +98,10 @@ CUBE_INTERNAL extern _Thread_local unsigned cube_cuda_tls_generation CUBE_CUDA_T
 CUBE_INTERNAL extern atomic_uint cube_cuda_generation;
 
 // A status for |result| from a driver call described by |format| (the call
-// and its key arguments). Sticky results poison |device| (may be NULL) and
-// come back with the DEVICE_POISONED code of |op|'s family; OUT_OF_MEMORY is
-// IO_OUT_OF_MEMORY (LAUNCH_OUT_OF_MEMORY for launches).
+// and its key arguments). Sticky results poison |device| (may be NULL: the
+// result is then named from the backend's own list, without the driver's
+// text) and come back with the DEVICE_POISONED code of |op|'s family;
+// OUT_OF_MEMORY is IO_OUT_OF_MEMORY (LAUNCH_OUT_OF_MEMORY for launches).
 CUBE_INTERNAL cube_status_t cube_cuda_error_at(cube_cuda_device_t *device, CUresult result,
                                                cube_cuda_op_t op, const char *file, int line,
                                                const char *format, ...) CUBE_PRINTF(6, 7);

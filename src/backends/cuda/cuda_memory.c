@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backends/cuda/cuda_internal.h"
+#include "backends/cuda/cuda_strided.h"
 
 //===--- Storage ---===//
 
@@ -111,191 +112,102 @@ cube_status_t cube_cuda_copy_device(cube_backend_device_t *base, cube_bstream_t 
   return CUBE_OK;
 }
 
-// A strided device layout reduced to what cuMemcpy2D/3D can express:
-// |depth| slices of |height| rows of |width| bytes; rows |pitch| bytes apart
-// and slices |pitch| * |slice_rows| bytes apart on the device. The host side
-// is dense (pitch = width, slice_rows = height).
-typedef struct cube_cuda_plan_t {
-  uint64_t width, height, depth;
-  uint64_t pitch, slice_rows;
-  uint64_t total;  // bytes on the host side
-} cube_cuda_plan_t;
+// One exact piece of a strided copy, enqueued with cuMemcpy2D/3DAsync.
+typedef struct strided_copy_t {
+  cube_cuda_device_t *device;
+  CUstream stream;
+  bool to_device;
+  void *host_destination;
+  const void *host_source;
+} strided_copy_t;
 
-static bool cube_cuda_mul_ok(uint64_t a, uint64_t b, uint64_t *out) {
-  return !__builtin_mul_overflow(a, b, out);
-}
-
-// Plans |copy|; false for a layout that has no exact 2D/3D form. A zero
-// extent gives total == 0 (nothing to copy).
-static bool cube_cuda_plan_strided(const cube_cuda_device_t *device, const cube_bcopy_t *copy,
-                                   cube_cuda_plan_t *out_plan) {
-  memset(out_plan, 0, sizeof *out_plan);
-  const uint64_t elem = copy->elem_size;
-  if (elem == 0 || copy->rank > CUBE_MAX_RANK) return false;
-  // Normalize: drop extent-1 dims, stop at a zero extent, merge dims that
-  // are contiguous with the next inner one.
-  uint64_t shape[CUBE_MAX_RANK], stride[CUBE_MAX_RANK];
-  uint32_t rank = 0;
-  for (uint32_t d = 0; d < copy->rank; ++d) {
-    if (copy->shape[d] == 0) return true;  // empty: total stays 0
-    if (copy->shape[d] == 1) continue;
-    if (copy->strides[d] == 0) return false;  // broadcast: not an exact copy
-    shape[rank] = copy->shape[d];
-    stride[rank] = copy->strides[d];
-    ++rank;
-  }
-  uint32_t merged = 0;
-  for (uint32_t d = 0; d < rank; ++d) {
-    uint64_t span;
-    if (merged > 0 && cube_cuda_mul_ok(shape[d], stride[d], &span) && stride[merged - 1] == span) {
-      // The previous (outer) dim steps exactly over this one: fold it in.
-      uint64_t folded;
-      if (!cube_cuda_mul_ok(shape[merged - 1], shape[d], &folded)) return false;
-      shape[merged - 1] = folded;
-      stride[merged - 1] = stride[d];
-      continue;
-    }
-    shape[merged] = shape[d];
-    stride[merged] = stride[d];
-    ++merged;
-  }
-  rank = merged;
-
-  // Rows: either the innermost dim is contiguous (a row of shape*elem bytes),
-  // or each element is its own row (width = elem).
-  uint64_t outer_shape[3], outer_stride[3];
-  uint32_t outer = 0;
-  uint64_t width;
-  if (rank == 0) {
-    width = elem;
-  } else if (stride[rank - 1] == 1) {
-    if (!cube_cuda_mul_ok(shape[rank - 1], elem, &width)) return false;
-    if (rank - 1 > 2) return false;
-    for (uint32_t d = 0; d + 1 < rank; ++d) {
-      outer_shape[outer] = shape[d];
-      outer_stride[outer] = stride[d];
-      ++outer;
-    }
-  } else {
-    width = elem;
-    if (rank > 2) return false;
-    for (uint32_t d = 0; d < rank; ++d) {
-      outer_shape[outer] = shape[d];
-      outer_stride[outer] = stride[d];
-      ++outer;
-    }
-  }
-  cube_cuda_plan_t plan = {
-      .width = width, .height = 1, .depth = 1, .pitch = width, .slice_rows = 1};
-  if (outer >= 1) {
-    // The innermost outer dim steps rows.
-    uint64_t row_stride = outer_stride[outer - 1];
-    if (!cube_cuda_mul_ok(row_stride, elem, &plan.pitch)) return false;
-    if (plan.pitch < width) return false;  // rows overlap
-    plan.height = outer_shape[outer - 1];
-    plan.slice_rows = plan.height;
-    if (outer == 2) {
-      uint64_t slice_stride = outer_stride[0];
-      if (slice_stride % row_stride != 0) return false;
-      plan.slice_rows = slice_stride / row_stride;
-      if (plan.slice_rows < plan.height) return false;  // slices overlap
-      plan.depth = outer_shape[0];
-    }
-    if (device->max_pitch && plan.pitch > device->max_pitch) return false;
-  }
-  uint64_t rows;
-  if (!cube_cuda_mul_ok(plan.height, plan.depth, &rows) ||
-      !cube_cuda_mul_ok(rows, plan.width, &plan.total))
-    return false;
-  *out_plan = plan;
-  return true;
-}
-
-static cube_status_t cube_cuda_copy_strided(cube_cuda_device_t *device, cube_bstream_t *stream,
-                                            const cube_bcopy_t *layout, void *host_destination,
-                                            const void *host_source) {
-  const bool to_device = host_source != NULL;
-  cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_IO);
-  if (status) return status;
-  cube_cuda_plan_t plan;
-  if (!cube_cuda_plan_strided(device, layout, &plan)) {
-    char dims[256];
-    size_t used = 0;
-    dims[0] = '\0';
-    for (uint32_t d = 0; d < layout->rank && d < CUBE_MAX_RANK && used < sizeof dims; ++d) {
-      int n =
-          snprintf(dims + used, sizeof dims - used, "%s%llu:%llu", d ? " " : "",
-                   (unsigned long long)layout->shape[d], (unsigned long long)layout->strides[d]);
-      if (n > 0) used += (size_t)n;
-    }
-    return cube_status_make(CUBE_STATUS_IO_UNSUPPORTED_STRIDES,
-                            "cuda: strided copy %s device of rank %u (shape:stride %s, elem "
-                            "size %u) has no exact cuMemcpy2D/3D form",
-                            to_device ? "to" : "from", layout->rank, dims, layout->elem_size);
-  }
-  if (plan.total == 0) return CUBE_OK;
-  CUstream cu_stream = cube_cuda_stream(stream);
+static cube_status_t strided_piece(void *context, const cube_cuda_plan_t *plan,
+                                   uint64_t device_address, uint64_t host_offset) {
+  const strided_copy_t *c = context;
+  if (plan->total == 0) return CUBE_OK;
+  const bool to_device = c->to_device;
+  const void *host_source = to_device ? (const char *)c->host_source + host_offset : NULL;
+  void *host_destination = to_device ? NULL : (char *)c->host_destination + host_offset;
   CUresult result;
   const char *call;
-  if (plan.depth == 1) {
+  if (plan->depth == 1) {
     CUDA_MEMCPY2D p;
     memset(&p, 0, sizeof p);
-    p.WidthInBytes = plan.width;
-    p.Height = plan.height;
+    p.WidthInBytes = plan->width;
+    p.Height = plan->height;
     if (to_device) {
       p.srcMemoryType = CU_MEMORYTYPE_HOST;
       p.srcHost = host_source;
-      p.srcPitch = plan.width;
+      p.srcPitch = plan->width;
       p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-      p.dstDevice = layout->device_address;
-      p.dstPitch = plan.pitch;
+      p.dstDevice = device_address;
+      p.dstPitch = plan->pitch;
     } else {
       p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
-      p.srcDevice = layout->device_address;
-      p.srcPitch = plan.pitch;
+      p.srcDevice = device_address;
+      p.srcPitch = plan->pitch;
       p.dstMemoryType = CU_MEMORYTYPE_HOST;
       p.dstHost = host_destination;
-      p.dstPitch = plan.width;
+      p.dstPitch = plan->width;
     }
     call = "cuMemcpy2DAsync_v2";
-    result = device->cu->cuMemcpy2DAsync(&p, cu_stream);
+    result = c->device->cu->cuMemcpy2DAsync(&p, c->stream);
   } else {
     CUDA_MEMCPY3D p;
     memset(&p, 0, sizeof p);
-    p.WidthInBytes = plan.width;
-    p.Height = plan.height;
-    p.Depth = plan.depth;
+    p.WidthInBytes = plan->width;
+    p.Height = plan->height;
+    p.Depth = plan->depth;
     if (to_device) {
       p.srcMemoryType = CU_MEMORYTYPE_HOST;
       p.srcHost = host_source;
-      p.srcPitch = plan.width;
-      p.srcHeight = plan.height;
+      p.srcPitch = plan->width;
+      p.srcHeight = plan->height;
       p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-      p.dstDevice = layout->device_address;
-      p.dstPitch = plan.pitch;
-      p.dstHeight = plan.slice_rows;
+      p.dstDevice = device_address;
+      p.dstPitch = plan->pitch;
+      p.dstHeight = plan->slice_rows;
     } else {
       p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
-      p.srcDevice = layout->device_address;
-      p.srcPitch = plan.pitch;
-      p.srcHeight = plan.slice_rows;
+      p.srcDevice = device_address;
+      p.srcPitch = plan->pitch;
+      p.srcHeight = plan->slice_rows;
       p.dstMemoryType = CU_MEMORYTYPE_HOST;
       p.dstHost = host_destination;
-      p.dstPitch = plan.width;
-      p.dstHeight = plan.height;
+      p.dstPitch = plan->width;
+      p.dstHeight = plan->height;
     }
     call = "cuMemcpy3DAsync_v2";
-    result = device->cu->cuMemcpy3DAsync(&p, cu_stream);
+    result = c->device->cu->cuMemcpy3DAsync(&p, c->stream);
   }
   if (result != CUDA_SUCCESS)
-    return cube_cuda_error(device, result, CUBE_CUDA_OP_IO,
+    return cube_cuda_error(c->device, result, CUBE_CUDA_OP_IO,
                            "%s(%s device 0x%llx, width=%llu, height=%llu, depth=%llu, "
                            "pitch=%llu)",
-                           call, to_device ? "to" : "from",
-                           (unsigned long long)layout->device_address,
-                           (unsigned long long)plan.width, (unsigned long long)plan.height,
-                           (unsigned long long)plan.depth, (unsigned long long)plan.pitch);
+                           call, to_device ? "to" : "from", (unsigned long long)device_address,
+                           (unsigned long long)plan->width, (unsigned long long)plan->height,
+                           (unsigned long long)plan->depth, (unsigned long long)plan->pitch);
   return CUBE_OK;
+}
+
+// A strided copy: one cuMemcpy2D/3D when the layout has an exact form,
+// otherwise one per index of the outer dims split off (cuda_strided.h), all
+// on |stream| in order; refused (IO_UNSUPPORTED_STRIDES) only for a copy to
+// the device that maps two elements to one address, or one that would take
+// more than CUBE_CUDA_MAX_PIECES copies. A piece that fails part-way leaves
+// the earlier ones enqueued: the core claims the destination either way.
+static cube_status_t cube_cuda_copy_strided(cube_cuda_device_t *device, cube_bstream_t *stream,
+                                            const cube_bcopy_t *layout, void *host_destination,
+                                            const void *host_source) {
+  cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_IO);
+  if (status) return status;
+  strided_copy_t copy = {.device = device,
+                         .stream = cube_cuda_stream(stream),
+                         .to_device = host_source != NULL,
+                         .host_destination = host_destination,
+                         .host_source = host_source};
+  return cube_cuda_copy_pieces(device->max_pitch, layout, copy.to_device, CUBE_CUDA_MAX_PIECES,
+                               strided_piece, &copy, NULL);
 }
 
 cube_status_t cube_cuda_copy_strided_to_device(cube_backend_device_t *base, cube_bstream_t *stream,

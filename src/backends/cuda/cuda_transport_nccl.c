@@ -20,7 +20,7 @@
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/cuda_nccl_api.h"
 #include "base/util.h"
-#include "core/transport.h"
+#include "core/coll/transport.h"
 
 //===--- Loading ---===//
 
@@ -208,7 +208,8 @@ static cube_status_t nccl_comm_create(cube_backend_device_t *base, const cube_tu
   cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_SERVER);
   if (status) return status;
   nccl_comm_t *comm = calloc(1, sizeof *comm);
-  if (!comm) return cube_status_make(CUBE_STATUS_GENERIC, "nccl comm_create: out of host memory");
+  if (!comm)
+    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "nccl comm_create: out of host memory");
   *comm = (nccl_comm_t){.device = device, .rank = rank, .nranks = nranks, .timeout_ns = timeout_ns};
   cube_nccl_config_t config = {
       .size = sizeof config,

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 
 #include "backends/fault/fault.h"
-#include "core/transport.h"
+#include "core/coll/transport.h"
 
 static const cube_transport_vtable_t *fault_inner_transport(cube_backend_device_t *device) {
   return cube_backend_transport(cube_fault_inner(device));

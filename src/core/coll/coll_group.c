@@ -1,5 +1,5 @@
-// cubec core — collective groups (see comm_group.h).
-#include "core/comm_group.h"
+// cubec core, collectives wing — collective groups (see coll_group.h).
+#include "core/coll/coll_group.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -346,7 +346,8 @@ cube_status_t cube_comm_group_join(cube_client_t *const *clients, size_t count, 
   if (!group) {
     group = calloc(1, sizeof *group + count * sizeof group->members[0]);
     if (!group) {
-      status = cube_status_make(CUBE_STATUS_GENERIC, "%s: out of host memory", operation);
+      status =
+          cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "%s: out of host memory", operation);
     } else {
       group->id = id;
       group->transfers = transfers;
@@ -416,7 +417,8 @@ cube_status_t cube_comm_group_find(cube_client_t *const *clients, size_t count, 
   if (group) group->refs++;
   pthread_mutex_unlock(&registry_lock);
   if (!group) {
-    return cube_status_make(CUBE_STATUS_GENERIC,
+    // The caller's mistake, and one it can mend: VALIDATION naming the call.
+    return cube_status_make(CUBE_STATUS_VALIDATION,
                             "%s: the group of %zu clients (id %016llx) was never joined: call "
                             "cube_comm_init on it first",
                             operation, count, (unsigned long long)id);
@@ -583,7 +585,8 @@ cube_status_t cube_comm_group_post(cube_comm_group_t *group, uint32_t channel, u
   pthread_mutex_lock(&group->lock);
   cube_round_t *round = round_find_locked(group, channel, seq, true);
   if (!round) {
-    status = cube_status_make(CUBE_STATUS_GENERIC, "collective round: out of host memory");
+    status =
+        cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "collective round: out of host memory");
   } else if (!round->present[rank]) {
     round->headers[rank] = *header;
     round->present[rank] = 1;

@@ -1,4 +1,4 @@
-// cubec core — collective groups: the registry of communicators, the ids
+// cubec core, collectives wing — collective groups: the registry of communicators, the ids
 // that do not depend on the members' order, group state (joined / failed
 // with its root), and the board that carries every member's status for each
 // round to the others (docs/collectives.md).
@@ -7,21 +7,21 @@
 // device list), each member's transport communicator and communicator
 // stream, the rendezvous of a round's parts, group failure and the abort of
 // every member's communicator. Must not touch: buffers, claims or any
-// client's server state (collective.c does that, under the client's lock).
+// client's server state (coll_call.c does that, under the client's lock).
 //
 // Locks: the registry lock, then a group's lock; a member's lock is a leaf
 // (held only around its own transport calls, never while waiting). A
 // server's lock is taken only to open or retire a member's stream (joining,
 // leaving, the last release of a group): those calls are made with no server
 // lock held. Every other call may be made holding one.
-#ifndef CUBE_CORE_COMM_GROUP_H_
-#define CUBE_CORE_COMM_GROUP_H_
+#ifndef CUBE_CORE_COLL_COLL_GROUP_H_
+#define CUBE_CORE_COLL_COLL_GROUP_H_
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 
-#include "core/transport.h"
+#include "core/coll/transport.h"
 
 #define CUBE_COMM_MAX_RANKS 64
 
@@ -74,7 +74,7 @@ typedef struct cube_comm_member_t {
   // they are known to have landed.
   uint32_t *inflight;  // pairs of (slot index, slot generation)
   size_t inflight_count, inflight_capacity;
-  // A world's records (collective.c), kept for the member's next call
+  // A world's records (coll_fused.c), kept for the member's next call
   // outside a group call (one thread per world): taken while |records_busy|.
   uint8_t *records;
   size_t records_bytes;
@@ -221,4 +221,4 @@ CUBE_INTERNAL size_t cube_comm_group_members_of(cube_server_t *server, cube_memb
 // For tests and the benchmark: groups in the registry.
 CUBE_INTERNAL size_t cube_comm_group_count(void);
 
-#endif  // CUBE_CORE_COMM_GROUP_H_
+#endif  // CUBE_CORE_COLL_COLL_GROUP_H_

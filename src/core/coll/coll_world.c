@@ -1,8 +1,9 @@
-// cubec core — worlds: one rank of a group whose ranks live in several
-// processes (include/cube/world.h). The bootstrap (which rank, which
-// device, how the unique id reaches every rank) and the cube_comm_* entry
-// points; the collectives themselves are collective.c's, with the members'
-// records carried by the world transport (comm_group.c: worlds).
+// cubec core, collectives wing — worlds: one rank of a group whose ranks
+// live in several processes (include/cube/world.h). The bootstrap (which
+// rank, which device, how the unique id reaches every rank) and a comm's
+// life; the collectives over it are coll_api.c's cube_comm_* entry points,
+// with the members' records carried by the world transport (coll_group.c:
+// worlds).
 //
 // The bootstrap's public entry points that need the configuration
 // (cube_comm_id_fetch's default deadline, CUBE_COMM_NAME) are here: the
@@ -18,18 +19,11 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "core/collective.h"
-#include "core/comm_group.h"
+#include "core/coll/coll_group.h"
+#include "core/coll/coll_world.h"
 #include "cube/world.h"
 #include "world/bootstrap.h"
 #include "world/provider.h"
-
-struct cube_comm_s {
-  cube_client_t *client;  // retained
-  cube_server_t *server;
-  cube_comm_group_t *group;
-  uint32_t rank, size;
-};
 
 #define ID_MAGIC "CUBEWID1"
 #define ID_NAME_OFFSET 12
@@ -308,92 +302,4 @@ cube_client_t *cube_comm_client(const cube_comm_t *comm) {
 }
 const char *cube_comm_transport(const cube_comm_t *comm) {
   return comm ? comm->group->transport->name : "";
-}
-
-//===--- The collectives over a world ---===//
-
-static cube_status_t world_call(cube_comm_t *comm, cube_world_op_t op) {
-  if (!comm) {
-    return cube_status_make(CUBE_STATUS_VALIDATION, "%s: comm is NULL",
-                            cube_top_kind_name(op.kind));
-  }
-  return cube_collective_world(comm->server, comm->group, &op);
-}
-
-cube_status_t cube_comm_all_reduce(cube_comm_t *comm, cube_stream_t stream, cube_binding_t source,
-                                   cube_binding_t destination, cube_dtype_t dtype,
-                                   cube_reduce_op_t op, cube_compute_wait_t wait) {
-  return world_call(comm, (cube_world_op_t){.kind = CUBE_TOP_ALL_REDUCE,
-                                            .stream = stream,
-                                            .source = source,
-                                            .destination = destination,
-                                            .has_source = true,
-                                            .dtype = dtype,
-                                            .op = op,
-                                            .wait = wait});
-}
-
-cube_status_t cube_comm_all_gather(cube_comm_t *comm, cube_stream_t stream, cube_binding_t source,
-                                   cube_binding_t destination, cube_compute_wait_t wait) {
-  return world_call(comm, (cube_world_op_t){.kind = CUBE_TOP_ALL_GATHER,
-                                            .stream = stream,
-                                            .source = source,
-                                            .destination = destination,
-                                            .has_source = true,
-                                            .wait = wait});
-}
-
-cube_status_t cube_comm_reduce_scatter(cube_comm_t *comm, cube_stream_t stream,
-                                       cube_binding_t source, cube_binding_t destination,
-                                       cube_dtype_t dtype, cube_reduce_op_t op,
-                                       cube_compute_wait_t wait) {
-  return world_call(comm, (cube_world_op_t){.kind = CUBE_TOP_REDUCE_SCATTER,
-                                            .stream = stream,
-                                            .source = source,
-                                            .destination = destination,
-                                            .has_source = true,
-                                            .dtype = dtype,
-                                            .op = op,
-                                            .wait = wait});
-}
-
-cube_status_t cube_comm_broadcast(cube_comm_t *comm, cube_stream_t stream, cube_binding_t source,
-                                  cube_binding_t destination, uint32_t root,
-                                  cube_compute_wait_t wait) {
-  return world_call(comm, (cube_world_op_t){.kind = CUBE_TOP_BROADCAST,
-                                            .stream = stream,
-                                            .source = source,
-                                            .destination = destination,
-                                            .has_source = source.handle.bits != 0,
-                                            .root = root,
-                                            .wait = wait});
-}
-
-cube_status_t cube_comm_all_to_all(cube_comm_t *comm, cube_stream_t stream, cube_binding_t source,
-                                   cube_binding_t destination, cube_compute_wait_t wait) {
-  return world_call(comm, (cube_world_op_t){.kind = CUBE_TOP_ALL_TO_ALL,
-                                            .stream = stream,
-                                            .source = source,
-                                            .destination = destination,
-                                            .has_source = true,
-                                            .wait = wait});
-}
-
-cube_status_t cube_comm_send(cube_comm_t *comm, cube_stream_t stream, cube_binding_t source,
-                             uint32_t peer, cube_compute_wait_t wait) {
-  return world_call(comm, (cube_world_op_t){.kind = CUBE_TOP_SEND,
-                                            .stream = stream,
-                                            .source = source,
-                                            .has_source = true,
-                                            .peer = peer,
-                                            .wait = wait});
-}
-
-cube_status_t cube_comm_recv(cube_comm_t *comm, cube_stream_t stream, cube_binding_t destination,
-                             uint32_t peer, cube_compute_wait_t wait) {
-  return world_call(comm, (cube_world_op_t){.kind = CUBE_TOP_RECV,
-                                            .stream = stream,
-                                            .destination = destination,
-                                            .peer = peer,
-                                            .wait = wait});
 }

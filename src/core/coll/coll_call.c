@@ -1,11 +1,13 @@
-// cubec core — the collectives' entry points: validation, the settle path
-// (check sources, claim or release destinations), the members' status
-// carried across the group, ordering against the compute stream, group
-// calls, sync_collective (docs/collectives.md).
+// cubec core, collectives wing — one rank's call (coll_call.h): validation,
+// the settle path (check sources, claim or release destinations), the
+// members' status carried across the group, ordering against the compute
+// stream (docs/collectives.md). The entry points, group calls and
+// sync_collective are coll_api.c's; records that carry payloads,
+// coll_fused.c's.
 //
 // One collective on one rank, outside a group call:
 //   1. no transport: NO_DEVICE_TRANSPORT, before any argument is looked at;
-//   2. the group and this client's rank (comm_group.c); a pair joins lazily;
+//   2. the group and this client's rank (coll_group.c); a pair joins lazily;
 //   3. under the server's lock: resolve the bindings, validate this rank's
 //      part (sizes per expect_size, types, overlap, streams, capture), check
 //      the source like a read, and post the verdict as this rank's header of
@@ -27,9 +29,8 @@
 // fails the group (every communicator aborted); for NCCL, whose parts end
 // silently on abort, the destinations in flight claim it at the server's
 // next call.
-#include "core/collective.h"
+#include "core/coll/coll_call.h"
 
-#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,19 +38,13 @@
 #include <time.h>
 
 #include "base/util.h"
-#include "core/comm_group.h"
+#include "core/coll/coll_group.h"
 
 //===--- Write scopes ---===//
 //
 // A collective's destination goes through the failure model's calls
 // (core/failure.h): a write scope around the enqueue, a skip for a source
 // that carries a failure, a charge for failures found later.
-
-typedef struct coll_scope_t {
-  cube_scope_output_t output;
-  cube_write_scope_t scope;
-  bool open;
-} coll_scope_t;
 
 static void scope_open(coll_scope_t *s, cube_server_t *server, cube_slot_t *slot, bool whole) {
   cube_write_scope_open(&s->scope, &s->output, 1, server->track_failures);
@@ -83,103 +78,51 @@ static void claim_skip(cube_slot_t *slot, const cube_slot_t *source, const char 
   cube_failure_skip_end(&skip);
 }
 
-// Asks, without waiting, whether |stream| has run its work up to |ticket|
-// (the core's progress events): a writer known done needs no event, and a
-// writer whose stream halted at a late failure is settled here, so that the
-// buffers it was writing claim it before anyone reads them (lock held).
-static void refresh_progress(cube_server_t *server, uint32_t stream, uint64_t ticket) {
-  if (!stream || stream > CUBE_MAX_STREAMS || server->streams[stream].completed >= ticket) return;
-  cube_mm_storage_t storage = cube_server_storage(server);
-  (void)storage.reached(storage.context, stream, ticket);
-}
+//===--- A call ---===//
 
-//===--- Calls ---===//
-
-// One rank's call. The small fields come first and are all a call starts
-// with (call_init); the group list, the header and the outcome, large, are
-// written before they are read.
-typedef struct coll_call_t {
-  cube_top_kind_t kind;
-  const char *operation;
-  cube_server_t *server;
-  cube_stream_t stream;
-  cube_binding_t source, destination;
-  bool has_source;
-  cube_dtype_t dtype;
-  cube_reduce_op_t op;
-  cube_server_t *root;  // broadcast
-  cube_server_t *peer;  // send / recv
-  size_t client_count;
-  cube_compute_wait_t wait;
-  // A world call (cube_comm_*): the group is given (retained), the root and
-  // the peer are ranks, the members' records travel through the transport.
-  bool world;
-  uint32_t root_rank, peer_rank;
-  bool group_borrowed;  // the caller's reference, not the call's (no release)
-
-  cube_comm_group_t *group;
-  uint32_t rank, channel;
-  uint64_t seq;
-  bool posted;
-  cube_status_t local;    // this rank's own failure
-  bool stale;             // its source carries a failure
-  uint32_t stream_index;  // the compute stream
-  // A call outside a group call: its part may be left for this thread to
-  // run (the transport's run_inline), on |inline_comm| once submitted.
-  bool inline_ok;
-  cube_tcomm_t *inline_comm;
-  // A world's records with room for payloads (fused_max_bytes): every
-  // rank's, |record_bytes| apart (owned; this rank's source bytes are put in
-  // its own at the post when it carries them). |fused|: every rank carried
-  // its source, so the part reduces these and no payload moves; |reduced|:
-  // the transport reduced them on the way (exchange_carry), and the result
-  // is in this rank's own record, after the header words.
-  uint8_t *records;
-  size_t record_bytes;
-  bool fused;
-  bool reduced, whole;  // how the records came (call_exchange_records)
-  bool records_kept;    // |records| is the member's kept buffer (call_records)
-  // The exchange that reduced into |records| in place failed: a transport's
-  // receives may still write there, so they are never freed or reused.
-  bool records_left;
-  // Between the submit and the commit.
-  bool submitting;
-  coll_scope_t scope;
-  cube_status_t result;
-
-  cube_client_t *clients[CUBE_COMM_MAX_RANKS];  // |client_count| of them
-  cube_coll_header_t header;
-  cube_round_outcome_t outcome;
-} coll_call_t;
-
-static void call_init_on(coll_call_t *call, cube_top_kind_t kind, const char *operation,
-                         cube_server_t *server, cube_stream_t stream, cube_compute_wait_t wait) {
+void cube_coll_call_init(coll_call_t *call, const cube_coll_op_t *op) {
+  // The small fields: the group list, the header and the outcome, large,
+  // are written before they are read.
   memset(call, 0, offsetof(coll_call_t, clients));
-  call->kind = kind;
-  call->operation = operation;
-  call->server = server;
-  call->stream = stream;
-  call->wait = wait;
+  call->kind = op->kind;
+  call->operation = op->operation;
+  call->server = op->server;
+  call->stream = op->stream;
+  call->wait = op->wait;
+  call->source = op->source;
+  call->destination = op->destination;
+  call->has_source = op->has_source;
+  call->dtype = op->dtype;
+  call->op = op->op;
+  call->root = op->root;
+  call->peer = op->peer;
+  call->client_count = op->client_count;
   call->clients[0] = NULL;
+  for (size_t i = 0; op->clients && i < op->client_count && i < CUBE_COMM_MAX_RANKS; ++i)
+    call->clients[i] = op->clients[i];
+  if (op->world) {
+    call->world = true;
+    call->root_rank = op->root_rank;
+    call->peer_rank = op->peer_rank;
+    call->group = op->group;
+    call->rank = op->group->local_rank;
+  }
   call->outcome.ok = false;
   call->outcome.failed_count = 0;
 }
 
-static void call_init(coll_call_t *call, cube_top_kind_t kind, const char *operation,
-                      cube_client_t *client, cube_stream_t stream, cube_compute_wait_t wait) {
-  call_init_on(call, kind, operation, cube_server_of(client), stream, wait);
+void cube_coll_call_release(coll_call_t *call) {
+  cube_status_release(call->local);
+  call->local = NULL;
+  cube_coll_call_records_done(call);
+  if (!call->group_borrowed) cube_comm_group_release(call->group);
+  call->group = NULL;
 }
 
-static bool is_transfer(cube_top_kind_t kind) {
-  return kind == CUBE_TOP_SEND || kind == CUBE_TOP_RECV;
-}
+//===--- Validation ---===//
 
 static bool reduces(cube_top_kind_t kind) {
   return kind == CUBE_TOP_ALL_REDUCE || kind == CUBE_TOP_REDUCE_SCATTER;
-}
-
-static uint64_t deadline_from_now(const cube_server_t *server) {
-  return cube_now_ns() + cube_collective_timeout_ns(server);
 }
 
 // Records |status| as this call's own failure (taken; the first one wins).
@@ -194,7 +137,7 @@ static void call_fail_local(coll_call_t *call, cube_status_t status) {
 static cube_status_t expect_size(const char *operation, const char *which, uint64_t size,
                                  uint64_t needed) {
   if (size == needed) return CUBE_OK;
-  return cube_status_make(CUBE_STATUS_GENERIC,
+  return cube_status_make(CUBE_STATUS_VALIDATION,
                           "%s: the collective's %s holds %llu bytes where it needs %llu", operation,
                           which, (unsigned long long)size, (unsigned long long)needed);
 }
@@ -232,7 +175,7 @@ static cube_status_t call_validate(coll_call_t *call, const cube_resolved_t *src
   switch (call->kind) {
     case CUBE_TOP_ALL_REDUCE:
       if (s % esize)
-        status = cube_status_make(CUBE_STATUS_GENERIC,
+        status = cube_status_make(CUBE_STATUS_VALIDATION,
                                   "%s: the collective's source holds %llu bytes, not a whole "
                                   "number of %s elements (%u bytes)",
                                   op, (unsigned long long)s, cube_dtype_name(call->dtype), esize);
@@ -251,7 +194,7 @@ static cube_status_t call_validate(coll_call_t *call, const cube_resolved_t *src
     }
     case CUBE_TOP_REDUCE_SCATTER: {
       if (d % esize)
-        status = cube_status_make(CUBE_STATUS_GENERIC,
+        status = cube_status_make(CUBE_STATUS_VALIDATION,
                                   "%s: the collective's destination holds %llu bytes, not a whole "
                                   "number of %s elements (%u bytes)",
                                   op, (unsigned long long)d, cube_dtype_name(call->dtype), esize);
@@ -271,7 +214,7 @@ static cube_status_t call_validate(coll_call_t *call, const cube_resolved_t *src
     case CUBE_TOP_ALL_TO_ALL:
       status = expect_size(op, "destination", d, s);
       if (!status && s % n)
-        status = cube_status_make(CUBE_STATUS_GENERIC,
+        status = cube_status_make(CUBE_STATUS_VALIDATION,
                                   "%s: the collective's source holds %llu bytes, not %u equal "
                                   "chunks (one per rank)",
                                   op, (unsigned long long)s, n);
@@ -301,97 +244,10 @@ static void header_device(cube_coll_header_t *header, const cube_server_t *serve
 
 //===--- The round: the group, the post, the settle ---===//
 
-// The size of a world's record for collectives over |t|: a header, or the
-// header's words and the largest payload that may ride after them.
-static size_t world_record_bytes(const cube_transport_vtable_t *t) {
-  size_t fused = CUBE_COLL_HEADER_WORDS + (size_t)t->fused_max_bytes;
-  if (!t->fused_max_bytes || fused <= sizeof(cube_coll_header_t)) return sizeof(cube_coll_header_t);
-  return (fused + 7) & ~(size_t)7;
-}
-
-// This call's records: the member's kept buffer for a call outside a group
-// call (no allocation per call once warm), else its own. NULL when out of
-// memory.
-static uint8_t *call_records(coll_call_t *call) {
-  if (call->records) return call->records;
-  cube_comm_member_t *m = &call->group->members[call->rank];
-  size_t bytes = call->record_bytes * call->group->nranks;
-  if (call->inline_ok && !atomic_exchange(&m->records_busy, true)) {
-    if (m->records_bytes < bytes) {
-      free(m->records);
-      m->records = malloc(bytes);
-      m->records_bytes = m->records ? bytes : 0;
-    }
-    if (m->records) {
-      call->records = m->records;
-      call->records_kept = true;
-      return call->records;
-    }
-    atomic_store(&m->records_busy, false);
-  }
-  call->records = malloc(bytes);
-  return call->records;
-}
-
-// Gives back what call_records gave; records an abandoned exchange may
-// still write are left to it (the member keeps none).
-static void call_records_done(coll_call_t *call) {
-  if (call->records_kept) {
-    cube_comm_member_t *m = &call->group->members[call->rank];
-    if (call->records_left) {
-      m->records = NULL;
-      m->records_bytes = 0;
-    }
-    atomic_store(&m->records_busy, false);
-  } else if (!call->records_left) {
-    free(call->records);
-  }
-  call->records = NULL;
-  call->records_kept = call->records_left = false;
-}
-
-// Whether the last writer of |slot| is known to have finished, so its bytes
-// can be read now (lock held). Asked twice: the first question may only
-// mark the stream's end with an event that the second finds reached.
-static bool writer_done(cube_server_t *server, const cube_slot_t *slot) {
-  uint32_t w = slot->write_stream;
-  if (!w || w > CUBE_MAX_STREAMS) return true;
-  const cube_stream_state_t *s = &server->streams[w];
-  for (int i = 0; i < 2 && s->live && s->completed < slot->write_ticket; ++i)
-    refresh_progress(server, w, slot->write_ticket);
-  return !s->live || s->completed >= slot->write_ticket;
-}
-
-// A ready world all_reduce whose source is small and written: its bytes go
-// in this rank's record, so that a round where every rank's did needs no
-// payload call (fused_max_bytes). Lock held.
-static void call_carry_locked(coll_call_t *call, const cube_resolved_t *src) {
-  cube_server_t *server = call->server;
-  const cube_transport_vtable_t *t = call->group->transport;
-  uint32_t n = call->group->nranks;
-  if (!call->world || call->kind != CUBE_TOP_ALL_REDUCE || n < 2 || !t->fused_max_bytes ||
-      !t->fused_read || src->size == 0 || src->size > t->fused_max_bytes ||
-      call->header.verdict != CUBE_VERDICT_OK || !writer_done(server, src->slot))
-    return;
-  // Asking after the writer may have settled a late failure of it.
-  cube_slot_t *slot = src->slot;
-  cube_status_t carried =
-      server->track_failures ? cube_server_ensure_written(server, &slot, 1) : CUBE_OK;
-  if (carried) {
-    cube_status_release(carried);  // the submit drops the part (its source claims)
-    return;
-  }
-  call->record_bytes = world_record_bytes(t);
-  if (!call_records(call)) return;  // out of memory: the payload call instead
-  uint8_t *mine = call->records + call->record_bytes * call->rank;
-  t->fused_read(server->device, src->address, src->size, mine + CUBE_COLL_HEADER_WORDS);
-  call->header.carried = (uint32_t)src->size;
-}
-
 // Resolves the group and this client's rank; joins a pair. No lock held.
 static cube_status_t call_group(coll_call_t *call) {
   if (call->world) return CUBE_OK;  // the comm's group, retained by the caller
-  if (is_transfer(call->kind)) {
+  if (cube_coll_is_transfer(call->kind)) {
     if (!call->peer || call->peer == call->server) {
       return cube_status_make(CUBE_STATUS_VALIDATION, "%s: the peer must be another client (%s)",
                               call->operation, call->peer ? "got the client itself" : "got NULL");
@@ -415,7 +271,7 @@ static cube_status_t call_group(coll_call_t *call) {
 // member's).
 static void call_round(coll_call_t *call) {
   cube_comm_member_t *m = &call->group->members[call->rank];
-  if (is_transfer(call->kind)) {
+  if (cube_coll_is_transfer(call->kind)) {
     uint32_t other = call->world ? call->peer_rank : 1 - call->rank;
     // A world's transfers: a channel per peer and direction (the peer's
     // sends to this rank, this rank's sends to the peer, apart).
@@ -485,7 +341,7 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
           cube_status_make(CUBE_STATUS_VALIDATION, "%s: the root %s is not a member of the group",
                            call->operation, call->root ? call->root->name : "(null)"));
     }
-  } else if (is_transfer(call->kind)) {
+  } else if (cube_coll_is_transfer(call->kind)) {
     h->root = call->world ? call->peer_rank : 1 - call->rank;
   }
   if (!call->local)
@@ -516,9 +372,10 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
     }
   }
   if (!call->local && have_src && have_dst && src.slot->home_stream != dst.slot->home_stream) {
-    // The seed's rule (reduce_checked): one collective, one stream.
+    // The seed's rule (reduce_checked): one collective, one stream. (The
+    // seed's message; a caller's mistake, so VALIDATION.)
     call_fail_local(
-        call, cube_status_make(CUBE_STATUS_GENERIC,
+        call, cube_status_make(CUBE_STATUS_VALIDATION,
                                "%s: Source and destination should be on the same "
                                "stream (the source was made on stream %u, the "
                                "destination on stream %u).",
@@ -533,7 +390,7 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
     // Sources are checked like reads: a claimed source moves no byte. A
     // writer whose stream is known to have failed late is settled first.
     if (src.slot->write_stream)
-      refresh_progress(server, src.slot->write_stream, src.slot->write_ticket);
+      cube_server_refresh_progress(server, src.slot->write_stream, src.slot->write_ticket);
     cube_status_t carried = cube_server_ensure_written(server, &src.slot, 1);
     if (carried) {
       call->stale = true;
@@ -549,7 +406,7 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
     header_device(h, server);
   }
   if (call->world) {
-    if (have_src) call_carry_locked(call, &src);
+    if (have_src) cube_coll_call_carry_locked(call, &src);
     call->posted = true;  // exchanged by call_wait_round, with no lock held
     return;
   }
@@ -559,56 +416,6 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
   call_fail_local(call, posted);
 }
 
-// A world collective's round over a transport whose records have room for
-// payloads: every rank's record into call->records, the headers out of
-// them (a ready part's words only: a carried payload sits in its text).
-// No lock held.
-static cube_status_t call_exchange_records(coll_call_t *call, cube_bstream_t *stream,
-                                           cube_coll_header_t *headers) {
-  cube_comm_group_t *g = call->group;
-  cube_comm_member_t *m = &g->members[call->rank];
-  uint32_t n = g->nranks;
-  const size_t words = CUBE_COLL_HEADER_WORDS;
-  call->record_bytes = world_record_bytes(g->transport);
-  if (!call_records(call)) {
-    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "%s: out of host memory for %u records",
-                            call->operation, n);
-  }
-  uint8_t *mine = call->records + call->record_bytes * call->rank;
-  bool ready = call->header.verdict == CUBE_VERDICT_OK;
-  // Past |used| the record is never read (exchange_status leaves a short
-  // record's tail unspecified): only a header's text is zeroed, for a
-  // transport that sends whole records, not a payload's room.
-  size_t used = ready ? words + call->header.carried : sizeof call->header;
-  memcpy(mine, &call->header, ready ? words : sizeof call->header);
-  if (used < sizeof call->header) memset(mine + used, 0, sizeof call->header - used);
-  // A transport that reduces carried sources on the way writes the result
-  // over this rank's own (sent by then).
-  cube_carry_t carry = {.bytes = ready ? call->header.carried : 0,
-                        .dtype = call->dtype,
-                        .op = call->op,
-                        .out = mine + words,
-                        .in_place = true};
-  cube_status_t status =
-      g->transport->exchange_carry
-          ? g->transport->exchange_carry(call->server->device, m->comm, stream, mine, used,
-                                         call->records, call->record_bytes, &carry)
-          : g->transport->exchange_status(call->server->device, m->comm, stream, UINT32_MAX, mine,
-                                          used, call->records, call->record_bytes);
-  if (!g->transport->exchange_carry) carry.whole = true;
-  call->records_left = status && g->transport->exchange_carry;
-  call->reduced = !status && carry.reduced;
-  call->whole = !status && carry.whole;
-  // A ready record's words are all that is read of it (its text holds a
-  // carried payload, or nothing sent): only a failed part's comes whole.
-  for (uint32_t r = 0; r < n && !status; ++r) {
-    const uint8_t *record = call->records + call->record_bytes * r;
-    memcpy(&headers[r], record, words);
-    if (headers[r].verdict != CUBE_VERDICT_OK) memcpy(&headers[r], record, sizeof headers[r]);
-  }
-  return status;
-}
-
 // A world call's round: this rank's record exchanged with every rank (or,
 // for a transfer, with its peer) through the transport, then judged as the
 // board's rounds are. No lock held.
@@ -616,7 +423,7 @@ static cube_status_t call_exchange_world(coll_call_t *call) {
   cube_comm_group_t *g = call->group;
   cube_comm_member_t *m = &g->members[call->rank];
   cube_coll_header_t headers[CUBE_COMM_MAX_RANKS];
-  bool transfer = is_transfer(call->kind);
+  bool transfer = cube_coll_is_transfer(call->kind);
   cube_status_t status = CUBE_OK;
   cube_bstream_t *stream = NULL;  // the comm's own
   // A ready part's text is empty and never read: its words are the record.
@@ -643,11 +450,11 @@ static cube_status_t call_exchange_world(coll_call_t *call) {
     status =
         g->transport->exchange_status(call->server->device, m->comm, stream, peer, &call->header,
                                       used, &headers[1 - mine], sizeof call->header);
-  } else if (world_record_bytes(g->transport) == sizeof call->header) {
+  } else if (cube_coll_world_record_bytes(g->transport) == sizeof call->header) {
     status = g->transport->exchange_status(call->server->device, m->comm, stream, UINT32_MAX,
                                            &call->header, used, headers, sizeof call->header);
   } else {
-    status = call_exchange_records(call, stream, headers);
+    status = cube_coll_call_exchange_records(call, stream, headers);
   }
   if (status) {
     // The others wait for this record or already gave up: the group fails.
@@ -768,8 +575,8 @@ static void member_note_inflight(cube_comm_member_t *member, uint32_t slot, uint
 
 // The destinations |member| wrote since its last sync claim |why|: the group
 // failed before they were known to have landed. Lock held.
-static void member_claim_inflight(cube_server_t *server, cube_comm_member_t *member,
-                                  cube_status_t why) {
+void cube_coll_member_claim_inflight(cube_server_t *server, cube_comm_member_t *member,
+                                     cube_status_t why) {
   if (member->inflight_count) {
     cube_charge_t charge;
     cube_failure_charge_begin(&charge, why, NULL);
@@ -786,19 +593,6 @@ static void member_claim_inflight(cube_server_t *server, cube_comm_member_t *mem
 }
 
 //===--- Submit and commit ---===//
-
-static cube_status_t fence_into_compute(cube_server_t *server, uint32_t comm, uint32_t compute) {
-  const cube_backend_vtable_t *vt = server->device->vtable;
-  cube_bevent_t *event = NULL;
-  cube_status_t status = cube_server_note(
-      server, vt->event_record(server->device, server->streams[comm].backend, false, &event));
-  if (cube_status_is_ok(status)) {
-    status = cube_server_note(
-        server, vt->event_wait(server->device, server->streams[compute].backend, event));
-    vt->event_release(server->device, event);
-  }
-  return status;
-}
 
 // The transport op of a ready part, from its resolved bindings.
 static cube_top_t call_top(const coll_call_t *call, const cube_resolved_t *src, bool have_src,
@@ -840,11 +634,12 @@ static cube_top_t call_top(const coll_call_t *call, const cube_resolved_t *src, 
 // work not known to be done (lock held).
 static cube_status_t comm_order(cube_server_t *server, uint32_t comm, cube_slot_t *slot,
                                 bool writes) {
-  if (slot->write_stream != comm) refresh_progress(server, slot->write_stream, slot->write_ticket);
+  if (slot->write_stream != comm)
+    cube_server_refresh_progress(server, slot->write_stream, slot->write_ticket);
   for (uint32_t word = 0; writes && word < CUBE_MAX_STREAMS / 64; ++word) {
     for (uint64_t bits = slot->users[word]; bits; bits &= bits - 1) {
       uint32_t u = word * 64 + (uint32_t)__builtin_ctzll(bits) + 1;
-      if (u != comm) refresh_progress(server, u, server->streams[u].ticket);
+      if (u != comm) cube_server_refresh_progress(server, u, server->streams[u].ticket);
     }
   }
   return cube_server_order(server, comm, slot, writes);
@@ -853,7 +648,7 @@ static cube_status_t comm_order(cube_server_t *server, uint32_t comm, cube_slot_
 // After the round: settles a part that moves nothing, or opens the scope,
 // orders and submits it (lock held). A submitted part is finished by
 // call_commit_locked.
-static void call_submit_locked(coll_call_t *call) {
+void cube_coll_call_submit_locked(coll_call_t *call) {
   cube_server_t *server = call->server;
   cube_resolved_t src = {0}, dst = {0};
   bool have_src = false, have_dst = false;
@@ -924,7 +719,8 @@ static void call_submit_locked(coll_call_t *call) {
     carried = CUBE_OK;
   }
   top.dropped = carried;
-  top.inline_ok = call->inline_ok && call->group->transport->run_inline != NULL;
+  const cube_transport_fused_t *fused = call->group->transport->fused;
+  top.inline_ok = call->inline_ok && fused && fused->run_inline != NULL;
   if (call->fused && call->reduced) {
     top.records = call->records + call->record_bytes * call->rank + CUBE_COLL_HEADER_WORDS;
     top.record_bytes = call->header.carried;
@@ -965,7 +761,7 @@ static void call_submit_locked(coll_call_t *call) {
 
 // Waits (bounded, no lock held) until the transport has taken the part:
 // non-blocking NCCL may still be enqueuing.
-static cube_status_t call_wait_enqueued(coll_call_t *call) {
+cube_status_t cube_coll_call_wait_enqueued(coll_call_t *call) {
   cube_comm_member_t *m = &call->group->members[call->rank];
   cube_server_t *server = call->server;
   const cube_transport_vtable_t *t = call->group->transport;
@@ -980,7 +776,7 @@ static cube_status_t call_wait_enqueued(coll_call_t *call) {
             : t->comm_ready(server->device, m->comm, &ready);
     pthread_mutex_unlock(&m->lock);
     if (!cube_status_is_ok(status) || ready) return status;
-    if (!deadline) deadline = deadline_from_now(server);
+    if (!deadline) deadline = cube_coll_deadline(server);
     if (cube_now_ns() >= deadline) {
       return cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
                               "%s: the transport did not take the part within %.3f s "
@@ -995,7 +791,7 @@ static cube_status_t call_wait_enqueued(coll_call_t *call) {
 
 // Finishes a submitted part (lock held): ComputeWait::Now, then commit. A
 // failure to enqueue fails the group and settles the destination.
-static void call_commit_locked(coll_call_t *call, cube_status_t enqueued) {
+void cube_coll_call_commit_locked(coll_call_t *call, cube_status_t enqueued) {
   if (!call->submitting) {
     cube_status_release(enqueued);
     return;
@@ -1010,7 +806,7 @@ static void call_commit_locked(coll_call_t *call, cube_status_t enqueued) {
   // compute stream after it can overtake it, and a failure of it is the
   // call's answer (call_run), not the compute stream's.
   if (cube_status_is_ok(status) && call->wait == CUBE_COMPUTE_WAIT_NOW && !call->inline_comm)
-    status = fence_into_compute(server, member->stream, call->stream_index);
+    status = cube_server_order_streams(server, call->stream_index, member->stream);
   if (cube_status_is_ok(status)) {
     // The result is on its way: what the destination claimed before has
     // nothing left to say about it.
@@ -1042,7 +838,7 @@ static void claim_destination_locked(coll_call_t *call, cube_status_t status) {
 // Resolves the group and enters the server; posts the part, or settles it
 // when it cannot take part. Returns false when the call is over
 // (call->result set). Leaves the lock held when it returns true.
-static bool call_enter_and_post(coll_call_t *call, coll_call_t *const *earlier, size_t count) {
+bool cube_coll_call_enter_and_post(coll_call_t *call, coll_call_t *const *earlier, size_t count) {
   cube_server_t *server = call->server;
   uint32_t index = 0;
   cube_status_t status = call_group(call);
@@ -1093,7 +889,7 @@ static bool call_enter_and_post(coll_call_t *call, coll_call_t *const *earlier, 
 }
 
 // The round's outcome (no server lock held).
-static void call_wait_round(coll_call_t *call) {
+void cube_coll_call_wait_round(coll_call_t *call) {
   if (!call->posted) return;
   cube_status_t status =
       call->world ? call_exchange_world(call)
@@ -1113,7 +909,7 @@ static void call_wait_round(coll_call_t *call) {
 // stream, which goes on.
 static void call_run_inline(coll_call_t *call) {
   cube_server_t *server = call->server;
-  cube_status_t ran = call->group->transport->run_inline(server->device, call->inline_comm);
+  cube_status_t ran = call->group->transport->fused->run_inline(server->device, call->inline_comm);
   if (!ran) return;
   cube_comm_group_fail(call->group,
                        cube_status_wrap(cube_status_retain(ran), CUBE_STATUS_TRANSPORT_FAILED,
@@ -1132,22 +928,23 @@ static void call_run_inline(coll_call_t *call) {
 }
 
 // One call outside a group call, to its end.
-static cube_status_t call_run(coll_call_t *call) {
+cube_status_t cube_coll_call_run(coll_call_t *call) {
   cube_server_t *server = call->server;
   call->inline_ok = true;  // this thread runs the part itself if it is left to it
-  if (call_enter_and_post(call, NULL, 0)) {
+  if (cube_coll_call_enter_and_post(call, NULL, 0)) {
     // The rendezvous waits with the lock let go: the server stays usable.
     cube_server_leave(server);
-    call_wait_round(call);
+    cube_coll_call_wait_round(call);
     pthread_mutex_lock(&server->lock);
-    call_submit_locked(call);
-    if (call->submitting && call->group->transport->enqueues_at_once) {
-      call_commit_locked(call, CUBE_OK);
+    cube_coll_call_submit_locked(call);
+    if (call->submitting && call->group->transport->fused &&
+        call->group->transport->fused->enqueues_at_once) {
+      cube_coll_call_commit_locked(call, CUBE_OK);
     } else if (call->submitting) {
       cube_server_leave(server);
-      cube_status_t enqueued = call_wait_enqueued(call);
+      cube_status_t enqueued = cube_coll_call_wait_enqueued(call);
       pthread_mutex_lock(&server->lock);
-      call_commit_locked(call, enqueued);
+      cube_coll_call_commit_locked(call, enqueued);
     }
     cube_server_leave(server);
     // A part left inline runs now, committed (its destination's write is
@@ -1156,487 +953,6 @@ static cube_status_t call_run(coll_call_t *call) {
     // must run even when the commit failed: the stream waits for it.
     if (call->inline_comm) call_run_inline(call);
   }
-  cube_status_release(call->local);
-  call_records_done(call);
-  if (!call->group_borrowed) cube_comm_group_release(call->group);
+  cube_coll_call_release(call);
   return call->result;
-}
-
-//===--- Group calls ---===//
-
-typedef struct coll_batch_t {
-  uint32_t depth;
-  coll_call_t **calls;
-  size_t count, capacity;
-} coll_batch_t;
-
-static _Thread_local coll_batch_t tls_batch;
-
-cube_status_t cube_collective_group_begin(void) {
-  if (tls_batch.depth == UINT32_MAX)
-    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_collective_group_begin: nested too deep");
-  tls_batch.depth++;
-  return CUBE_OK;
-}
-
-// A call's record goes in the thread's array; the records of the last group
-// call are kept for the next one (no allocation per call once warm).
-static cube_status_t batch_record(const coll_call_t *call) {
-  if (tls_batch.count == tls_batch.capacity) {
-    size_t capacity = tls_batch.capacity ? tls_batch.capacity * 2 : 16;
-    coll_call_t **grown = realloc(tls_batch.calls, capacity * sizeof *grown);
-    if (!grown)
-      return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "%s: out of host memory",
-                              call->operation);
-    for (size_t i = tls_batch.capacity; i < capacity; ++i) grown[i] = NULL;
-    tls_batch.calls = grown;
-    tls_batch.capacity = capacity;
-  }
-  coll_call_t **slot = &tls_batch.calls[tls_batch.count];
-  if (!*slot) *slot = malloc(sizeof **slot);
-  if (!*slot)
-    return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "%s: out of host memory",
-                            call->operation);
-  // The small fields and the clients named (the header and the outcome are
-  // written before they are read).
-  size_t names =
-      call->client_count < CUBE_COMM_MAX_RANKS ? call->client_count : CUBE_COMM_MAX_RANKS;
-  memcpy(*slot, call, offsetof(coll_call_t, clients));
-  memcpy((*slot)->clients, call->clients, (names ? names : 1) * sizeof call->clients[0]);
-  (*slot)->outcome.ok = false;
-  (*slot)->outcome.failed_count = 0;
-  tls_batch.count++;
-  return CUBE_OK;
-}
-
-cube_status_t cube_collective_group_end(void) {
-  if (tls_batch.depth == 0) {
-    return cube_status_make(CUBE_STATUS_VALIDATION,
-                            "cube_collective_group_end without cube_collective_group_begin");
-  }
-  if (--tls_batch.depth > 0) return CUBE_OK;
-  // The records stay the thread's (reused by its next group call); this call
-  // works on them while a nested group call cannot start.
-  coll_call_t **calls = tls_batch.calls;
-  size_t count = tls_batch.count, capacity = tls_batch.capacity;
-  tls_batch.calls = NULL;
-  tls_batch.count = tls_batch.capacity = 0;
-
-  // 1. Every part is checked and posted first, so that no rank's round waits
-  //    on a part this thread has yet to post.
-  bool live_small[64];
-  bool *live = count <= 64 ? live_small : calloc(count, sizeof *live);
-  for (size_t i = 0; i < count; ++i) {
-    live[i] = live && call_enter_and_post(calls[i], calls, i);
-    if (live && live[i]) cube_server_leave(calls[i]->server);
-  }
-  // 2. The rounds, then the submits, bracketed for the transports that group
-  //    (one thread driving several devices: NCCL).
-  const cube_transport_vtable_t *begun[8];
-  cube_backend_device_t *begun_device[8];
-  size_t begun_count = 0;
-  for (size_t i = 0; i < count && live; ++i) {
-    coll_call_t *call = calls[i];
-    if (!live[i]) continue;
-    call_wait_round(call);
-    const cube_transport_vtable_t *t = call->group ? call->group->transport : NULL;
-    bool seen = false;
-    for (size_t b = 0; b < begun_count; ++b) seen = seen || begun[b] == t;
-    if (t && !seen && begun_count < 8 && call->outcome.ok && !call->local && !call->stale) {
-      cube_status_t status = t->group_begin(call->server->device);
-      if (cube_status_is_ok(status)) {
-        begun[begun_count] = t;
-        begun_device[begun_count++] = call->server->device;
-      }
-      cube_status_release(status);
-    }
-    cube_status_t entered = cube_server_enter(call->server, call->operation);
-    if (!cube_status_is_ok(entered)) {
-      // Posted as ready, now unable to take part: the others must not wait.
-      if (call->outcome.ok && !call->local && !call->stale)
-        cube_comm_group_fail(call->group, cube_status_retain(entered));
-      call->result = entered;
-      continue;
-    }
-    call_submit_locked(call);
-    cube_server_leave(call->server);
-  }
-  cube_status_t ended = CUBE_OK;
-  for (size_t b = 0; b < begun_count; ++b) {
-    cube_status_t status = begun[b]->group_end(begun_device[b]);
-    if (!ended) {
-      ended = status;
-    } else {
-      cube_status_release(status);
-    }
-  }
-  // 3. Every part is queued (or the group failed): commit.
-  cube_status_t failures[64];
-  size_t failed = 0;
-  for (size_t i = 0; i < count; ++i) {
-    coll_call_t *call = calls[i];
-    if (call->submitting) {
-      cube_status_t enqueued = ended ? cube_status_retain(ended) : call_wait_enqueued(call);
-      pthread_mutex_lock(&call->server->lock);
-      call_commit_locked(call, enqueued);
-      pthread_mutex_unlock(&call->server->lock);
-    }
-    if (!live) {
-      call->result = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
-                                      "cube_collective_group_end: out of host memory");
-    }
-    if (call->result && cube_status_code(call->result) != CUBE_STATUS_SKIPPED && failed < 64) {
-      failures[failed++] = call->result;
-    } else {
-      cube_status_release(call->result);  // SKIPPED is static
-    }
-    cube_status_release(call->local);
-    call_records_done(call);
-    cube_comm_group_release(call->group);
-  }
-  cube_status_release(ended);
-  if (live != live_small) free(live);
-  if (!tls_batch.calls) {
-    tls_batch.calls = calls;
-    tls_batch.capacity = capacity;
-  } else {
-    for (size_t i = 0; i < capacity; ++i) free(calls[i]);
-    free(calls);
-  }
-  return failed ? cube_status_several(failures, failed) : CUBE_OK;
-}
-
-//===--- Entry points ---===//
-
-static cube_status_t collective(coll_call_t *call) {
-  if (!call->server)
-    return cube_status_make(CUBE_STATUS_VALIDATION, "%s: client is NULL", call->operation);
-  // A runtime without a transport answers first, before any argument.
-  if (!cube_backend_transport(call->server->device)) {
-    return cube_status_make(CUBE_STATUS_NO_DEVICE_TRANSPORT,
-                            "%s needs a transport between devices, and this runtime has none",
-                            call->operation);
-  }
-  if (call->wait != CUBE_COMPUTE_WAIT_AT_SYNC && call->wait != CUBE_COMPUTE_WAIT_NOW) {
-    return cube_status_make(CUBE_STATUS_VALIDATION, "%s: unknown compute wait %d", call->operation,
-                            (int)call->wait);
-  }
-  if (!is_transfer(call->kind) &&
-      (call->client_count == 0 || call->client_count > CUBE_COMM_MAX_RANKS || !call->clients[0])) {
-    return cube_status_make(CUBE_STATUS_VALIDATION,
-                            "%s: the group needs 1 to %d clients (got %s, count %zu)",
-                            call->operation, CUBE_COMM_MAX_RANKS,
-                            call->clients[0] ? "a list" : "NULL", call->client_count);
-  }
-  if (tls_batch.depth > 0) return batch_record(call);
-  return call_run(call);
-}
-
-static void call_group_copy(coll_call_t *call, cube_client_t *const *group, size_t count) {
-  call->client_count = count;
-  call->clients[0] = NULL;
-  for (size_t i = 0; group && i < count && i < CUBE_COMM_MAX_RANKS; ++i)
-    call->clients[i] = group[i];
-}
-
-cube_status_t cube_all_reduce(cube_client_t *client, cube_stream_t stream, cube_binding_t source,
-                              cube_binding_t destination, cube_dtype_t dtype, cube_reduce_op_t op,
-                              cube_client_t *const *group, size_t group_count,
-                              cube_compute_wait_t wait) {
-  coll_call_t call;
-  call_init(&call, CUBE_TOP_ALL_REDUCE, "all_reduce", client, stream, wait);
-  call.source = source;
-  call.destination = destination;
-  call.has_source = true;
-  call.dtype = dtype;
-  call.op = op;
-  call_group_copy(&call, group, group_count);
-  return collective(&call);
-}
-
-cube_status_t cube_all_gather(cube_client_t *client, cube_stream_t stream, cube_binding_t source,
-                              cube_binding_t destination, cube_client_t *const *group,
-                              size_t group_count, cube_compute_wait_t wait) {
-  coll_call_t call;
-  call_init(&call, CUBE_TOP_ALL_GATHER, "all_gather", client, stream, wait);
-  call.source = source;
-  call.destination = destination;
-  call.has_source = true;
-  call_group_copy(&call, group, group_count);
-  return collective(&call);
-}
-
-cube_status_t cube_reduce_scatter(cube_client_t *client, cube_stream_t stream,
-                                  cube_binding_t source, cube_binding_t destination,
-                                  cube_dtype_t dtype, cube_reduce_op_t op,
-                                  cube_client_t *const *group, size_t group_count,
-                                  cube_compute_wait_t wait) {
-  coll_call_t call;
-  call_init(&call, CUBE_TOP_REDUCE_SCATTER, "reduce_scatter", client, stream, wait);
-  call.source = source;
-  call.destination = destination;
-  call.has_source = true;
-  call.dtype = dtype;
-  call.op = op;
-  call_group_copy(&call, group, group_count);
-  return collective(&call);
-}
-
-cube_status_t cube_broadcast(cube_client_t *client, cube_stream_t stream, cube_binding_t source,
-                             cube_binding_t destination, cube_client_t *root,
-                             cube_client_t *const *group, size_t group_count,
-                             cube_compute_wait_t wait) {
-  coll_call_t call;
-  call_init(&call, CUBE_TOP_BROADCAST, "broadcast", client, stream, wait);
-  call.source = source;
-  call.destination = destination;
-  call.has_source = source.handle.bits != 0;
-  call.root = cube_server_of(root);
-  call_group_copy(&call, group, group_count);
-  return collective(&call);
-}
-
-cube_status_t cube_all_to_all(cube_client_t *client, cube_stream_t stream, cube_binding_t source,
-                              cube_binding_t destination, cube_client_t *const *group,
-                              size_t group_count, cube_compute_wait_t wait) {
-  coll_call_t call;
-  call_init(&call, CUBE_TOP_ALL_TO_ALL, "all_to_all", client, stream, wait);
-  call.source = source;
-  call.destination = destination;
-  call.has_source = true;
-  call_group_copy(&call, group, group_count);
-  return collective(&call);
-}
-
-cube_status_t cube_send(cube_client_t *client, cube_stream_t stream, cube_binding_t source,
-                        cube_client_t *peer, cube_compute_wait_t wait) {
-  coll_call_t call;
-  call_init(&call, CUBE_TOP_SEND, "send", client, stream, wait);
-  call.source = source;
-  call.has_source = true;
-  call.peer = cube_server_of(peer);
-  return collective(&call);
-}
-
-cube_status_t cube_recv(cube_client_t *client, cube_stream_t stream, cube_binding_t destination,
-                        cube_client_t *peer, cube_compute_wait_t wait) {
-  coll_call_t call;
-  call_init(&call, CUBE_TOP_RECV, "recv", client, stream, wait);
-  call.destination = destination;
-  call.peer = cube_server_of(peer);
-  return collective(&call);
-}
-
-cube_status_t cube_comm_init(cube_client_t *const *clients, size_t count) {
-  if (!clients || count == 0 || count > CUBE_COMM_MAX_RANKS) {
-    return cube_status_make(CUBE_STATUS_VALIDATION,
-                            "comm_init: the group needs 1 to %d clients (got %s, count %zu)",
-                            CUBE_COMM_MAX_RANKS, clients ? "a list" : "NULL", count);
-  }
-  for (size_t i = 0; i < count; ++i) {
-    cube_server_t *server = cube_server_of(clients[i]);
-    if (!server)
-      return cube_status_make(CUBE_STATUS_VALIDATION, "comm_init: client %zu is NULL", i);
-    if (!cube_backend_transport(server->device)) {
-      return cube_status_make(CUBE_STATUS_NO_DEVICE_TRANSPORT,
-                              "comm_init needs a transport between devices, and this runtime has "
-                              "none (%s)",
-                              server->name);
-    }
-    for (size_t j = 0; j < i; ++j) {
-      if (clients[j] == clients[i]) {
-        return cube_status_make(CUBE_STATUS_VALIDATION,
-                                "comm_init: client %s appears twice in the group", server->name);
-      }
-    }
-  }
-  cube_comm_group_t *group = NULL;
-  cube_status_t status = cube_comm_group_join(clients, count, false, true, "comm_init", &group);
-  cube_comm_group_release(group);
-  if (cube_status_is_ok(status))
-    status = cube_comm_group_rebuild_pairs(clients, count, "comm_init");
-  return status;
-}
-
-//===--- Worlds (cube_comm_*: groups whose ranks live in several processes) ---===//
-
-cube_status_t cube_collective_world(cube_server_t *server, cube_comm_group_t *group,
-                                    const cube_world_op_t *op) {
-  if (op->wait != CUBE_COMPUTE_WAIT_AT_SYNC && op->wait != CUBE_COMPUTE_WAIT_NOW) {
-    return cube_status_make(CUBE_STATUS_VALIDATION, "%s: unknown compute wait %d",
-                            cube_top_kind_name(op->kind), (int)op->wait);
-  }
-  if (is_transfer(op->kind) && (op->peer >= group->nranks || op->peer == group->local_rank)) {
-    return cube_status_make(CUBE_STATUS_VALIDATION,
-                            "%s: the peer must be another rank of the world (rank %u of %u, "
-                            "this rank is %u)",
-                            cube_top_kind_name(op->kind), op->peer, group->nranks,
-                            group->local_rank);
-  }
-  coll_call_t call;
-  call_init_on(&call, op->kind, cube_top_kind_name(op->kind), server, op->stream, op->wait);
-  call.source = op->source;
-  call.destination = op->destination;
-  call.has_source = op->has_source;
-  call.dtype = op->dtype;
-  call.op = op->op;
-  call.world = true;
-  call.root_rank = op->root;
-  call.peer_rank = op->peer;
-  call.group = group;
-  call.rank = group->local_rank;
-  if (tls_batch.depth > 0) {
-    cube_comm_group_retain(group);  // the recorded call's, released at its end
-    return batch_record(&call);
-  }
-  // A call run now borrows the comm's reference: the comm outlives it.
-  call.group_borrowed = true;
-  return call_run(&call);
-}
-
-//===--- Failed groups, sync_collective, release ---===//
-
-void cube_collective_groups_failed(cube_server_t *server) {
-  atomic_store(&server->collectives_failed, false);
-  cube_member_ref_t refs[32];
-  size_t count = cube_comm_group_members_of(server, refs, 32);
-  for (size_t i = 0; i < count; ++i) {
-    cube_comm_member_t *m = &refs[i].group->members[refs[i].rank];
-    cube_status_t refused = cube_comm_group_refusal(refs[i].group, "a collective");
-    if (refused) {
-      member_claim_inflight(server, m, refused);
-      if (m->stream && !server->poison) cube_server_settle(server, m->stream);
-    }
-    cube_status_release(refused);
-    // Reachable through a member that has not left: the group is in the
-    // registry, or its teardown (which holds it) is yet to come, so this is
-    // never its last reference.
-    cube_comm_group_release(refs[i].group);
-  }
-}
-
-void cube_collective_server_release(cube_server_t *server) {
-  cube_comm_group_leave_all(server);
-}
-
-// Waits (no lock held, within the deadline) until |member|'s stream has run
-// what was queued by |event|, watching its communicator's error.
-static cube_status_t member_wait(cube_server_t *server, cube_comm_group_t *group,
-                                 cube_comm_member_t *m, cube_bevent_t *event, bool *out_transport) {
-  const cube_backend_vtable_t *vt = server->device->vtable;
-  const cube_transport_vtable_t *t = group->transport;
-  const uint64_t start = cube_now_ns();
-  const uint64_t deadline = deadline_from_now(server);
-  *out_transport = false;
-  for (;;) {
-    bool done = false;
-    // A failed event: the stream halted at a late failure of a part.
-    cube_status_t status = vt->event_query(server->device, event, &done);
-    if (status) return status;
-    pthread_mutex_lock(&m->lock);
-    status = m->aborted || !m->comm ? cube_comm_group_refusal(group, "sync_collective")
-                                    : t->poll(server->device, m->comm);
-    pthread_mutex_unlock(&m->lock);
-    if (status || done) {
-      *out_transport = status != CUBE_OK;
-      return status;
-    }
-    uint64_t now = cube_now_ns();
-    if (now >= deadline) {
-      *out_transport = true;
-      return cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
-                              "sync_collective: the collectives queued on %s's %s communicator "
-                              "(group %016llx) did not finish within %.3f s "
-                              "(CUBE_COLLECTIVE_TIMEOUT_S)",
-                              server->name, group->transport->name, (unsigned long long)group->id,
-                              (double)cube_collective_timeout_ns(server) * 1e-9);
-    }
-    // Yield while the wait is young: a queue of parts is usually micro- to
-    // milliseconds from done, and any sleep overshoots by the timer slack
-    // (50-100 us), which a fixed back-off turned into a tenth of a 128 MiB
-    // all_reduce. Later, sleep 1/128 of the time waited so far (at most
-    // 1 ms): the overshoot stays near 1 % of the wait.
-    uint64_t waited = now - start;
-    if (waited < UINT64_C(5000000)) {
-      sched_yield();
-    } else {
-      uint64_t pause_ns = waited / 128 < UINT64_C(1000000) ? waited / 128 : UINT64_C(1000000);
-      struct timespec pause = {0, (long)pause_ns};
-      nanosleep(&pause, NULL);
-    }
-  }
-}
-
-cube_status_t cube_sync_collective(cube_client_t *client, cube_stream_t stream) {
-  static const char kOperation[] = "sync_collective";
-  cube_server_t *server = cube_server_of(client);
-  if (!server) return cube_status_make(CUBE_STATUS_VALIDATION, "sync_collective: client is NULL");
-  if (!cube_backend_transport(server->device)) {
-    return cube_status_make(CUBE_STATUS_NO_DEVICE_TRANSPORT,
-                            "sync_collective needs a transport between devices, and this runtime "
-                            "has none");
-  }
-  uint32_t index = 0;
-  cube_status_t status = cube_server_begin(server, stream, kOperation, &index);
-  if (!cube_status_is_ok(status)) return status;
-  status = cube_server_refuse_capturing(server, index, kOperation);
-  cube_member_ref_t refs[32];
-  size_t count = cube_comm_group_members_of(server, refs, 32);
-  const cube_backend_vtable_t *vt = server->device->vtable;
-  for (size_t i = 0; i < count && cube_status_is_ok(status); ++i) {
-    cube_comm_group_t *group = refs[i].group;
-    cube_comm_member_t *m = &group->members[refs[i].rank];
-    if (m->left || !m->stream) continue;
-    const uint32_t comm = m->stream;
-    // Every communicator stream with work not known to have finished is
-    // waited for, a failed group's too: nothing queued there may surface
-    // after this returns.
-    if (!server->poison) cube_server_settle(server, comm);
-    uint64_t ticket = server->streams[comm].ticket;
-    if (server->streams[comm].completed >= ticket && !m->busy) continue;
-    cube_bevent_t *event = NULL;
-    cube_status_t s = cube_server_note(
-        server, vt->event_record(server->device, server->streams[comm].backend, false, &event));
-    bool transport = false;
-    if (cube_status_is_ok(s)) {
-      cube_server_leave(server);
-      s = member_wait(server, group, m, event, &transport);
-      pthread_mutex_lock(&server->lock);
-    }
-    if (transport) {
-      // An asynchronous error or the deadline: the communicators are aborted
-      // (which ends the work in flight), the group fails; not device poison.
-      // The work still queued drains before this returns.
-      cube_comm_group_fail(group, cube_status_retain(s));
-      cube_status_t why = cube_comm_group_refusal(group, kOperation);
-      member_claim_inflight(server, m, why ? why : s);
-      cube_status_release(why);
-      if (!m->left && m->stream == comm && event) {
-        cube_server_leave(server);
-        cube_status_release(vt->event_sync(server->device, event));
-        pthread_mutex_lock(&server->lock);
-      }
-    }
-    if (!m->left && m->stream == comm) {
-      if (cube_status_is_ok(s)) {
-        // Everything queued there has run: the compute stream waits for it
-        // (at once), and nothing is in flight any more.
-        s = cube_server_note(server,
-                             vt->event_wait(server->device, server->streams[index].backend, event));
-        if (server->streams[comm].completed < ticket) server->streams[comm].completed = ticket;
-        m->inflight_count = 0;
-      } else if (!server->poison) {
-        // A part that failed late (or was aborted): what it was writing
-        // claims it.
-        cube_server_settle(server, comm);
-      }
-      m->busy = false;
-    }
-    if (!cube_status_is_ok(s)) cube_server_work_failed(server, index, s);
-    if (event) vt->event_release(server->device, event);
-    status = s;
-  }
-  cube_server_leave(server);
-  for (size_t i = 0; i < count; ++i) cube_comm_group_release(refs[i].group);
-  return status;
 }

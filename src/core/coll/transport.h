@@ -1,9 +1,11 @@
-// cubec core — the transport interface: what a backend offers so that its
-// devices can run collectives (the backend slot "transport").
+// cubec core, collectives wing — the transport interface: what a backend
+// offers so that its devices can run collectives (the backend slot
+// "transport").
 //
 // A transport only moves bytes and reduces elements on raw device addresses,
 // in the order of a backend stream (the communicator's own stream). It holds
-// none of the runtime's rules: the core (collective.c, comm_group.c) checks
+// none of the runtime's rules: the core (core/coll/: coll_call.c,
+// coll_group.c) checks
 // sources, claims and releases destinations, keeps groups, carries the
 // members' status to each other, and validates every argument before a slot
 // sees it (NCCL checks no pointer, and in non-blocking mode one invalid
@@ -21,8 +23,8 @@
 // Part of the backend interface: the build's backend view holds this header
 // beside core/backend.h (CMakeLists.txt), and it includes nothing else of
 // the core.
-#ifndef CUBE_CORE_TRANSPORT_H_
-#define CUBE_CORE_TRANSPORT_H_
+#ifndef CUBE_CORE_COLL_TRANSPORT_H_
+#define CUBE_CORE_COLL_TRANSPORT_H_
 
 #include "core/backend.h"
 
@@ -72,24 +74,25 @@ typedef struct cube_top_t {
   // all until the comm is aborted.
   cube_status_t dropped;
   bool hold;
-  // The caller calls the transport's run_inline, with no lock held, right
-  // after this part's call returns (one call outside a group call): the
-  // transport may leave the part for it to run on the caller's thread, when
-  // the stream is idle and a hand-off would cost more than the work.
+  // The caller calls the transport's fused->run_inline, with no lock held,
+  // right after this part's call returns (one call outside a group call):
+  // the transport may leave the part for it to run on the caller's thread,
+  // when the stream is idle and a hand-off would cost more than the work.
   bool inline_ok;
-  // A fused round (fused_max_bytes): every rank's source bytes came in the
+  // A fused round (fused->max_bytes): every rank's source bytes came in the
   // status records, rank r's at records + r * record_bytes (borrowed until
   // submit returns). The part reduces them into recv, in rank order, and
-  // moves nothing itself. |reduced| (exchange_carry reduced them on the
-  // way): |records| is the result itself, |record_bytes| long, which the
-  // part copies into recv.
+  // moves nothing itself. |reduced| (fused->exchange_carry reduced them on
+  // the way): |records| is the result itself, |record_bytes| long, which
+  // the part copies into recv.
   const void *records;
   size_t record_bytes;
   bool reduced;
 } cube_top_t;
 
 // A world all_reduce's source carried at the end of this rank's record
-// (exchange_carry): its |bytes| are the last of the record's used ones.
+// (fused->exchange_carry): its |bytes| are the last of the record's used
+// ones.
 typedef struct cube_carry_t {
   size_t bytes;  // 0: this rank carries none
   cube_dtype_t dtype;
@@ -109,6 +112,43 @@ typedef struct cube_carry_t {
   bool whole, reduced;
 } cube_carry_t;
 
+// The latency path of a transport whose calls are mostly waiting on other
+// processes (MPI): parts run on the caller's thread, and small all_reduce
+// sources carried in the status records so that no payload call is made.
+// Optional (ggml's "optional member" style): NULL for inproc and NCCL, and
+// the core then takes its ordinary path (every part on its stream, records
+// of headers only). Every member below is for that path alone.
+typedef struct cube_transport_fused_t {
+  // Whether submit has taken the part when it returns (comm_ready always
+  // true): the core then does not let go of its lock to ask.
+  bool enqueues_at_once;
+  // A world's all_reduce whose source holds at most this many bytes per
+  // rank may carry them in its status record (the core reads them with
+  // read when it posts the part, its writers done); a round where every
+  // part did needs no payload call: each rank's part reduces the records
+  // (cube_top_t.records). Every world record then has room for them
+  // (whatever a rank calls: its peers may be carrying). 0: none.
+  uint32_t max_bytes;
+  // Copies |bytes| at device address |address|, whose writers are done, to
+  // |out| (host memory), now. NULL: nothing is carried.
+  void (*read)(cube_backend_device_t *device, uint64_t address, size_t bytes, void *out);
+  // Runs, on the calling thread and with no lock held, the part the last
+  // submit on |comm| left for it (inline_ok): the part holds its place in
+  // its stream's order until then, and fails late there like a queued one;
+  // its failure is answered too (owned by the caller). Does nothing (NULL)
+  // when that submit queued its part. NULL: parts always run on their
+  // stream.
+  cube_status_t (*run_inline)(cube_backend_device_t *device, cube_tcomm_t *comm);
+  // exchange_status for a world round over records with room for payloads
+  // (every rank, whatever each carries), where this rank's record may end
+  // with a carried source (|carry|). A transport that relays records may
+  // reduce those sources on the way, so that no record's bytes need reach
+  // every rank. NULL: exchange_status, records whole.
+  cube_status_t (*exchange_carry)(cube_backend_device_t *device, cube_tcomm_t *comm,
+                                  cube_bstream_t *stream, const void *mine, size_t mine_bytes,
+                                  void *out, size_t bytes, cube_carry_t *carry);
+} cube_transport_fused_t;
+
 // How a comm's work is reporting. |error| (owned by the caller) is a
 // transport failure (TRANSPORT_FAILED or a poisoned device's status); NULL
 // while healthy. A comm with an error is dead: the core aborts it.
@@ -120,19 +160,6 @@ typedef struct cube_transport_vtable_t {
   // when their communicator is aborted: the core then claims the
   // destinations in flight itself.
   bool fails_late;
-  // Whether submit has taken the part when it returns (comm_ready always
-  // true): the core then does not let go of its lock to ask.
-  bool enqueues_at_once;
-  // A world's all_reduce whose source holds at most this many bytes per
-  // rank may carry them in its status record (the core reads them with
-  // fused_read when it posts the part, its writers done); a round where
-  // every part did needs no payload call: each rank's part reduces the
-  // records (cube_top_t.records). Every world record then has room for
-  // them (whatever a rank calls: its peers may be carrying). 0: none.
-  uint32_t fused_max_bytes;
-  // Copies |bytes| at device address |address|, whose writers are done, to
-  // |out| (host memory), now.
-  void (*fused_read)(cube_backend_device_t *device, uint64_t address, size_t bytes, void *out);
   // Whether |op| reduces |dtype| (the seed's DeviceTransport::reduces).
   bool (*reduces)(cube_dtype_t dtype, cube_reduce_op_t op);
   // A new group token, made once per group by its first rank.
@@ -153,13 +180,6 @@ typedef struct cube_transport_vtable_t {
   // returns: comm_ready answers false until it has.
   cube_status_t (*submit)(cube_backend_device_t *device, cube_tcomm_t *comm, cube_bstream_t *stream,
                           const cube_top_t *op);
-  // Runs, on the calling thread and with no lock held, the part the last
-  // submit on |comm| left for it (inline_ok): the part holds its place in
-  // its stream's order until then, and fails late there like a queued one;
-  // its failure is answered too (owned by the caller). Does nothing (NULL)
-  // when that submit queued its part. NULL: parts always run on their
-  // stream.
-  cube_status_t (*run_inline)(cube_backend_device_t *device, cube_tcomm_t *comm);
   // The comm's asynchronous error, without blocking: NULL while healthy.
   cube_status_t (*poll)(cube_backend_device_t *device, cube_tcomm_t *comm);
   // Stops the comm's work now (it may be running on another thread): queued
@@ -178,7 +198,7 @@ typedef struct cube_transport_vtable_t {
   // and bounded by the collective deadline, so that the members of a group
   // that spans processes learn each other's verdict before any payload
   // moves. NULL for transports whose ranks all live in this process: the
-  // core's board (comm_group.c) carries the status there.
+  // core's board (coll_group.c) carries the status there.
   // |stream| is the comm's own (NCCL moves the records there, in order
   // with the payloads). Only the first |mine_bytes| of |mine|'s |bytes|
   // carry anything (a ready part's record needs no text): a transport may
@@ -188,18 +208,12 @@ typedef struct cube_transport_vtable_t {
   cube_status_t (*exchange_status)(cube_backend_device_t *device, cube_tcomm_t *comm,
                                    cube_bstream_t *stream, uint32_t peer, const void *mine,
                                    size_t mine_bytes, void *out, size_t bytes);
-  // Optional: exchange_status for a world round over records with room for
-  // payloads (every rank, whatever each carries), where this rank's record
-  // may end with a carried source (|carry|). A transport that relays
-  // records may reduce those sources on the way, so that no record's bytes
-  // need reach every rank. NULL: exchange_status, records whole.
-  cube_status_t (*exchange_carry)(cube_backend_device_t *device, cube_tcomm_t *comm,
-                                  cube_bstream_t *stream, const void *mine, size_t mine_bytes,
-                                  void *out, size_t bytes, cube_carry_t *carry);
   // This device's transport for groups whose ranks live in several
   // processes (cube_comm_init_rank): MPI for CPU clients, NCCL itself for
   // CUDA. NULL, or an error, when it has none (NO_DEVICE_TRANSPORT).
   cube_status_t (*world)(cube_backend_device_t *device, const cube_transport_vtable_t **out_world);
+  // Optional: the latency path (above). NULL for inproc and NCCL.
+  const cube_transport_fused_t *fused;
 } cube_transport_vtable_t;
 
 // |device|'s transport (the backend slot "transport"), or NULL: then every
@@ -221,4 +235,4 @@ static inline const char *cube_top_kind_name(cube_top_kind_t kind) {
   return (unsigned)kind < CUBE_TOP_KIND_COUNT ? names[kind] : "collective";
 }
 
-#endif  // CUBE_CORE_TRANSPORT_H_
+#endif  // CUBE_CORE_COLL_TRANSPORT_H_
