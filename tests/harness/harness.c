@@ -130,8 +130,10 @@ uint64_t cth_expect_claimed_at(cube_client_t *client, cube_handle_t handle,
   cube_status_release(cth_expect_at(launched, CUBE_STATUS_SKIPPED, NULL,
                                     "the launch that reads the claimed output", file, line));
   binding = cube_handle_binding(out);
-  expect_unwritten(cube_check(client, s, &binding, 1), failure, root_code, refusal,
-                   "the skipped launch's output", file, line);
+  cube_status_t skipped_output = cube_check(client, s, &binding, 1);
+  expect_unwritten(skipped_output, failure, root_code, refusal, "the skipped launch's output", file,
+                   line);
+  cube_status_release(skipped_output);  // expect_unwritten keeps it on success
   cth_release_handle(client, out);
   // (c) A copy of it is skipped; the destination claims it one hop further.
   cube_handle_t copy = cth_buffer_at(client, size, file, line);
