@@ -92,10 +92,15 @@ info: configure
 	./$(BUILD_DIR)/cubec info
 
 # --no-tests=error: a build that somehow has no tests fails instead of
-# printing "No tests were found!!!" and exiting 0.
+# printing "No tests were found!!!" and exiting 0. Afterwards
+# tests/skipped.sh names the tests that skipped (no GPU, no Open MPI, ...),
+# why, and the one command that enables each group.
 test: deps-test
 	$(MAKE) --no-print-directory build-all TESTS=ON
-	$(CTEST) --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error -j $(JOBS)
+	@{ $(CTEST) --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error -j $(JOBS); \
+	  echo $$? >$(BUILD_DIR)/ctest-status; } | tee $(BUILD_DIR)/ctest-output.txt; \
+	tests/skipped.sh $(BUILD_DIR) $(BUILD_DIR)/ctest-output.txt; \
+	exit "$$(cat $(BUILD_DIR)/ctest-status)"
 
 # The bench's own set-up: PoCL (pocl-opencl-icd, ocl-icd-opencl-dev,
 # opencl-headers) runs the same barrier kernels written in OpenCL C beside
@@ -122,7 +127,10 @@ bench: deps-bench configure
 asan: deps-test
 	$(CMAKE) -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DCUBE_ENABLE_ASAN=ON -DCUBE_BUILD_BENCH=OFF -DCUBE_BUILD_TESTS=ON >/dev/null
 	$(CMAKE) --build $(ASAN_DIR) -j $(JOBS)
-	$(CTEST) --test-dir $(ASAN_DIR) --output-on-failure --no-tests=error -j $(JOBS)
+	@{ $(CTEST) --test-dir $(ASAN_DIR) --output-on-failure --no-tests=error -j $(JOBS); \
+	  echo $$? >$(ASAN_DIR)/ctest-status; } | tee $(ASAN_DIR)/ctest-output.txt; \
+	tests/skipped.sh $(ASAN_DIR) $(ASAN_DIR)/ctest-output.txt; \
+	exit "$$(cat $(ASAN_DIR)/ctest-status)"
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_DIR)

@@ -1,4 +1,5 @@
-// cubec — a GPU compute runtime for C programs. The umbrella header.
+/// @file
+/// cubec — a GPU compute runtime for C programs. The umbrella header.
 #ifndef CUBE_CUBE_H_
 #define CUBE_CUBE_H_
 

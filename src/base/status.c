@@ -314,6 +314,10 @@ void cube_status_release(cube_status_t status) {
   }
 }
 
+void cube_status_ignore(cube_status_t status) {
+  cube_status_release(status);
+}
+
 bool cube_status_consume_ok(cube_status_t status) {
   bool ok = status == CUBE_OK;
   cube_status_release(status);

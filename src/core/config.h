@@ -171,17 +171,18 @@ enum {
     "the log level of clients whose options leave it at CUBE_LOG_DEFAULT: warn (warnings only, "   \
     "the default), error, info (decisions: backend, compiles, fallbacks), debug or off")           \
   X(TRACE, "CUBE_TRACE", PATH, 0, 0, 4000, 0, NULL,                                                \
-    "trace every client from creation to release and write the Chrome trace to this file (later "  \
-    "clients of the process: <stem>.1<ext>, <stem>.2<ext>, ...)")                                  \
+    "trace every client from creation to release (or exit) and write the Chrome trace to this "    \
+    "file; %p: the process id, %r: the rank (later clients of the process: <stem>.1<ext>, ...)")   \
   X(NVTX, "CUBE_NVTX", SWITCH, 1, 0, 0, 0, NULL,                                                   \
     "NVTX ranges named after each launch, copy, collective, graph replay and profiling window "    \
     "when an NVTX tool is attached (NVTX_INJECTION64_PATH); 0: none")                              \
-  /* The command-line tool (tools/) */                                                             \
+  /* The CLI (tools/): read by `cubec bench --plot` only */                                        \
   X(PLOT_SCRIPT, "CUBE_PLOT_SCRIPT", PATH, 0, 0, 4000, 0, NULL,                                    \
-    "cubec bench --plot: the plot script (default: the source tree's tools/plot_bench.py, else "   \
-    "the installed one)")                                                                          \
-  X(PYTHON, "CUBE_PYTHON", PATH, 0, 0, 1023, 0, NULL,                                              \
-    "cubec bench --plot: the Python interpreter that runs the plot script (default: python3)")     \
+    "cubec bench --plot: the plotting script (default: the source tree's or the installed "        \
+    "tools/plot_bench.py)")                                                                        \
+  X(PYTHON, "CUBE_PYTHON", COMMAND, 0, 0, 255, 0, NULL,                                            \
+    "cubec bench --plot: the Python interpreter that runs the plotting script (default: "          \
+    "python3)")                                                                                    \
   /* Read, not cubec's own */                                                                      \
   X(XDG_CACHE_HOME, "XDG_CACHE_HOME", PATH, 0, 0, 4000,                                            \
     CUBE_CONFIG_ABSOLUTE | CUBE_CONFIG_FOREIGN, NULL,                                              \
@@ -194,7 +195,9 @@ enum {
     "where a kernel is compiled when the kernel cache is in memory only (default: /tmp)")          \
   X(NVTX_INJECTION64_PATH, "NVTX_INJECTION64_PATH", PATH, 0, 0, 4000, CUBE_CONFIG_FOREIGN, NULL,   \
     "the NVTX tool to load (set by Nsight Systems and other tools; the first client's value "      \
-    "holds for the process)")
+    "holds for the process)")                                                                      \
+  X(SEARCH_PATH, "PATH", TEXT, 0, 0, 65535, CUBE_CONFIG_FOREIGN, NULL,                             \
+    "cubec info: the directories the C compiler (CUBE_CC, else cc) is looked for in")
 
 typedef enum cube_config_id_t {
 #define CUBE_CONFIG_X(id, name, kind, def, min, max, flags, choices, doc) CUBE_CONFIG_##id,

@@ -339,7 +339,10 @@ static cube_status_t read_enqueue(cube_server_t *server, uint32_t stream,
       read_checked(server, stream, desc, destination, size, operation, "the source", &r);
   // The bytes are only as good as the work that wrote them (after the
   // argument checks: a bad argument is named whatever the buffer holds).
-  if (cube_status_is_ok(status)) status = cube_server_ensure_written(server, &r.slot, 1);
+  if (cube_status_is_ok(status)) {
+    status = cube_server_ensure_written(server, &r.slot, 1);
+    if (status && server->profiler) cube_trace_mark_reported(server, status, operation);
+  }
   if (cube_status_is_ok(status))
     status = read_copy(server, stream, desc, &r, destination, size, out_staging);
   return status;
@@ -530,6 +533,7 @@ static cube_status_t read_strided_entry(cube_client_t *client, cube_stream_t str
     }
     members[listed++] = cube_server_ensure_written(server, slots, count);
     status = cube_status_several_unlisted(members, listed, unlisted);
+    if (status && server->profiler) cube_trace_mark_reported(server, status, "cube_read_strided");
   }
   // 2. Every copy, then one host wait for all of them.
   size_t enqueued = 0;
@@ -734,6 +738,10 @@ static cube_status_t copy_entry(cube_client_t *client, cube_stream_t stream, cub
       cube_failure_skip_begin(&skip, carried, "copy skipped: its source carried a failure");
       cube_failure_skip_charge(&skip, &dst.slot->claim);
       cube_failure_skip_end(&skip);
+    }
+    if (server->profiler) {
+      cube_trace_mark(server, CUBE_TRACE_MARK_SKIPPED, cube_claim_failure_id(carried),
+                      "copy skipped: its source carried a failure");
     }
     cube_server_leave(server);
     return cube_status_skipped();

@@ -1,9 +1,11 @@
 // cubec core — kernel objects, scalar and cube-count values, and the seeds'
 // cube dim and cube count helpers.
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/kernel_check.h"
 #include "core/server.h"
 
 static char *dup_string(const char *s) {
@@ -39,7 +41,10 @@ static bool valid_identifier(const char *name) {
   return true;
 }
 
-cube_status_t cube_kernel_create(const cube_kernel_desc_t *desc, cube_kernel_t **out_kernel) {
+// cube_kernel_create's work; |origin| (a file name or NULL) names where the
+// source came from in a malformed parameter's message.
+static cube_status_t kernel_create(const cube_kernel_desc_t *desc, const char *origin,
+                                   cube_kernel_t **out_kernel) {
   if (!out_kernel)
     return cube_status_make(CUBE_STATUS_VALIDATION, "cube_kernel_create: out_kernel is NULL");
   *out_kernel = NULL;
@@ -68,6 +73,12 @@ cube_status_t cube_kernel_create(const cube_kernel_desc_t *desc, cube_kernel_t *
     return cube_status_make(CUBE_STATUS_VALIDATION,
                             "cube_kernel_create: kernel '%s' has an empty cube dim (%u, %u, %u)",
                             desc->name, d.x, d.y, d.z);
+  }
+  // A malformed IN(...)/OUT(...)/ARG(...) would make the compiler print
+  // pages about the dialect's macros: one line naming the kernel's own line.
+  if (desc->language == CUBE_KERNEL_DIALECT) {
+    cube_status_t status = cube_kernel_check_params(desc->name, desc->source, origin);
+    if (status) return status;
   }
   cube_kernel_t *kernel = calloc(1, sizeof *kernel);
   if (kernel) {
@@ -108,6 +119,66 @@ cube_status_t cube_kernel_create(const cube_kernel_desc_t *desc, cube_kernel_t *
   }
   *out_kernel = kernel;
   return CUBE_OK;
+}
+
+cube_status_t cube_kernel_create(const cube_kernel_desc_t *desc, cube_kernel_t **out_kernel) {
+  return kernel_create(desc, NULL, out_kernel);
+}
+
+// Kernel sources are small; a larger file is a mistake (a binary, a log).
+#define CUBE_KERNEL_FILE_MAX (16u << 20)
+
+cube_status_t cube_kernel_create_from_file(const cube_kernel_desc_t *desc, const char *path,
+                                           cube_kernel_t **out_kernel) {
+  if (out_kernel) *out_kernel = NULL;
+  if (!desc || !path || !out_kernel) {
+    return cube_status_make(CUBE_STATUS_VALIDATION, "cube_kernel_create_from_file: %s is NULL",
+                            !desc   ? "desc"
+                            : !path ? "path"
+                                    : "out_kernel");
+  }
+  if (desc->source) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "cube_kernel_create_from_file: kernel '%s' has both a source and the "
+                            "file '%s' (leave desc->source NULL)",
+                            desc->name ? desc->name : "(null)", path);
+  }
+  cube_status_t status = CUBE_OK;
+  char *text = NULL;
+  FILE *file = fopen(path, "rb");
+  if (!file) {
+    status = cube_status_make(CUBE_STATUS_VALIDATION,
+                              "cube_kernel_create_from_file: cannot open '%s': %s", path,
+                              strerror(errno));
+    goto done;
+  }
+  text = malloc(CUBE_KERNEL_FILE_MAX + 1);
+  if (!text) {
+    status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                              "cube_kernel_create_from_file: out of host memory");
+    goto done;
+  }
+  size_t length = fread(text, 1, CUBE_KERNEL_FILE_MAX + 1, file);
+  if (ferror(file)) {
+    status = cube_status_make(CUBE_STATUS_VALIDATION,
+                              "cube_kernel_create_from_file: cannot read '%s': %s", path,
+                              strerror(errno));
+    goto done;
+  }
+  if (length > CUBE_KERNEL_FILE_MAX || memchr(text, '\0', length)) {
+    status = cube_status_make(CUBE_STATUS_VALIDATION,
+                              "cube_kernel_create_from_file: '%s' is not a kernel source (%s)",
+                              path, length > CUBE_KERNEL_FILE_MAX ? "over 16 MiB" : "a NUL byte");
+    goto done;
+  }
+  text[length] = '\0';
+  cube_kernel_desc_t from_file = *desc;
+  from_file.source = text;
+  status = kernel_create(&from_file, path, out_kernel);
+done:
+  if (file) fclose(file);
+  free(text);
+  return status;
 }
 
 cube_kernel_t *cube_kernel_retain(cube_kernel_t *kernel) {

@@ -34,9 +34,9 @@ static io_answer_t io_of(const char *compiled, size_t index, cube_buffer_io_t de
 // and nothing else. A list the argument check could not trust (NULL, or more
 // buffers than a launch takes) names no buffer. Lock held; called only once
 // the launch has failed, so the success path pays nothing.
-static void launch_claim(cube_server_t *server, cube_kernel_t *kernel,
-                         const cube_kernel_args_t *args, cube_status_t error) {
-  if (!args->buffers || args->buffer_count > CUBE_MAX_BUFFERS) return;
+static uint64_t launch_claim(cube_server_t *server, cube_kernel_t *kernel,
+                             const cube_kernel_args_t *args, cube_status_t error) {
+  if (!args->buffers || args->buffer_count > CUBE_MAX_BUFFERS) return 0;
   const cube_compiled_t *compiled = kernel ? cube_kernel_cache_find(server, kernel) : NULL;
   const char *answer = compiled && !compiled->error ? compiled->info.io : NULL;
   cube_claim_t *outputs[CUBE_MAX_BUFFERS];
@@ -44,7 +44,7 @@ static void launch_claim(cube_server_t *server, cube_kernel_t *kernel,
     const bool written = io_of(answer, i, args->buffers[i].io) & IO_W;
     outputs[i] = written ? cube_server_claim_of(server, args->buffers[i].binding.handle) : NULL;
   }
-  cube_failure_claim_outputs(outputs, args->buffer_count, error);
+  return cube_failure_claim_outputs(outputs, args->buffer_count, error);
 }
 
 struct cube_pending_launch_t {
@@ -288,10 +288,19 @@ static cube_status_t launch_resolve(launch_t *l) {
   return status;
 }
 
+// A trace shows where the failure began (core/profile.h).
+static void trace_failed(launch_t *l, uint64_t failure_id) {
+  if (!l->server->profiler || failure_id == 0) return;
+  char name[96];
+  snprintf(name, sizeof name, "launch of '%s' failed: failure #%llu", l->kernel->name,
+           (unsigned long long)failure_id);
+  cube_trace_mark(l->server, CUBE_TRACE_MARK_FAILED, failure_id, name);
+}
+
 // Every written buffer claims a new failure owning |error|: the launch will
 // not write them.
 static void launch_fail(launch_t *l, cube_status_t error) {
-  launch_claim(l->server, l->kernel, l->args, error);
+  trace_failed(l, launch_claim(l->server, l->kernel, l->args, error));
   l->claimed = true;
 }
 
@@ -328,6 +337,8 @@ static bool launch_skip(launch_t *l) {
     if (l->io[i] & IO_W) cube_failure_skip_charge(&skip, &l->resolved[i].slot->claim);
   }
   cube_failure_skip_end(&skip);
+  if (l->server->profiler)
+    cube_trace_mark(l->server, CUBE_TRACE_MARK_SKIPPED, cube_claim_failure_id(carried), what);
   l->claimed = true;
   return true;
 }
@@ -440,7 +451,7 @@ static cube_status_t launch_dispatch(launch_t *l) {
       }
     }
   } else {
-    cube_write_scope_fail(&scope, status);
+    trace_failed(l, cube_write_scope_fail(&scope, status));
     l->claimed = true;
   }
   return status;
@@ -518,7 +529,7 @@ static cube_status_t launch_locked(cube_server_t *server, uint32_t stream, cube_
   l.deferred = deferred;
   cube_status_t status = launch_body(&l);
   if (!cube_status_is_ok(status) && mode != CUBE_LAUNCH_COMPILE_ONLY) {
-    if (!l.claimed) launch_claim(server, kernel, args, status);
+    if (!l.claimed) trace_failed(&l, launch_claim(server, kernel, args, status));
     cube_server_work_failed(server, stream, status);
   }
   return status;

@@ -11,19 +11,27 @@
 //
 // Tracing records a timed event pair around every dispatch, replay and copy
 // (not on a recording stream) and writes them as Chrome trace JSON: one
-// slice per kernel and copy, one track per stream, opening in Perfetto.
+// slice per kernel and copy, one track per stream, opening in Perfetto;
+// the memory in use as a counter track; the failure chain (failed work,
+// skipped work, the read that reported it) as host slices on the calling
+// threads' tracks joined by flow events. Events carry the real process id,
+// so several processes' traces merge (tools/trace_merge.py).
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/fs.h"
+#include "core/memory_pool.h"
 #include "core/nvtx.h"
 #include "core/profile.h"
 #include "core/server.h"
+#include "cube/world.h"
 
 typedef struct window_t {
   struct window_t *next;
@@ -41,8 +49,18 @@ typedef struct trace_record_t {
   bool done;  // the work was enqueued and |end| recorded
   char name[64];
   cube_trace_detail_t detail;
+  uint64_t memory_in_use;  // the device's, when the work was enqueued
   cube_bevent_t *start, *end;
 } trace_record_t;
+
+// A host-side step of a failure chain (cube_trace_mark).
+typedef struct trace_mark_t {
+  cube_trace_mark_kind_t kind;
+  uint32_t tid;
+  uint64_t failure_id;
+  uint64_t host_ns;  // CLOCK_MONOTONIC
+  char name[96];
+} trace_mark_t;
 
 struct cube_profiler_t {
   window_t *windows;
@@ -52,12 +70,27 @@ struct cube_profiler_t {
   cube_bevent_t *anchor;  // reached before every traced event was enqueued
   trace_record_t *records;
   size_t record_count, record_capacity;
+  trace_mark_t *marks;
+  size_t mark_count, mark_capacity;
+  // When the anchor was reached, on the host's monotonic clock (the marks'
+  // origin) and on the wall clock (to line up several processes' traces).
+  uint64_t host_origin_ns, wall_origin_ns;
   // Two may trace at once: CUBE_TRACE, over the client's whole life (it owns
   // the records then), and cube_trace_start/stop, from |user_first| on.
   bool env_tracing, user_tracing;
-  size_t user_first;
+  size_t user_first, user_first_mark;
   char env_path[4096];
 };
+
+static uint64_t clock_ns(clockid_t clock) {
+  struct timespec ts;
+  clock_gettime(clock, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint32_t thread_id(void) {
+  return (uint32_t)syscall(SYS_gettid);
+}
 
 static cube_status_t profiler_get(cube_server_t *server, const char *operation,
                                   struct cube_profiler_t **out) {
@@ -146,6 +179,9 @@ void *cube_profile_before_work(cube_server_t *server, uint32_t stream, bool is_l
   }
   trace_record_t *r = &p->records[p->record_count];
   *r = (trace_record_t){.stream = stream};
+  cube_memory_report_t memory;
+  cube_mm_report(server->mm, CUBE_MM_ALL_STREAMS, &memory);
+  r->memory_in_use = memory.in_use;
   cube_status_t status =
       cube_server_note(server, vt->event_record(server->device, bstream, true, &r->start));
   if (!cube_status_is_ok(status)) {
@@ -172,6 +208,46 @@ void cube_profile_after_work(cube_server_t *server, uint32_t stream, void *mark,
   cube_status_release(recorded);
 }
 
+void cube_trace_mark(cube_server_t *server, cube_trace_mark_kind_t kind, uint64_t failure_id,
+                     const char *name) {
+  struct cube_profiler_t *p = server->profiler;
+  if (!p || !p->tracing || failure_id == 0) return;
+  if (p->mark_count == p->mark_capacity) {
+    size_t capacity = p->mark_capacity ? p->mark_capacity * 2 : 64;
+    trace_mark_t *grown = realloc(p->marks, capacity * sizeof *grown);
+    if (!grown) return;  // this step goes untraced
+    p->marks = grown;
+    p->mark_capacity = capacity;
+  }
+  trace_mark_t *m = &p->marks[p->mark_count++];
+  *m = (trace_mark_t){.kind = kind,
+                      .tid = thread_id(),
+                      .failure_id = failure_id,
+                      .host_ns = clock_ns(CLOCK_MONOTONIC)};
+  snprintf(m->name, sizeof m->name, "%s", name ? name : "");
+}
+
+static void mark_reported(cube_server_t *server, cube_status_t status, const char *operation,
+                          int depth) {
+  if (!status || depth > 4) return;
+  if (cube_status_code(status) == CUBE_STATUS_SEVERAL) {
+    for (size_t i = 0; i < cube_status_member_count(status); ++i)
+      mark_reported(server, cube_status_member(status, i), operation, depth + 1);
+    return;
+  }
+  cube_status_t unwritten = cube_status_find(status, CUBE_STATUS_UNWRITTEN);
+  if (!unwritten) return;
+  char name[96];
+  snprintf(name, sizeof name, "%s reported failure #%llu", operation,
+           (unsigned long long)cube_status_failure_id(unwritten));
+  cube_trace_mark(server, CUBE_TRACE_MARK_REPORTED, cube_status_failure_id(unwritten), name);
+}
+
+void cube_trace_mark_reported(cube_server_t *server, cube_status_t status, const char *operation) {
+  if (!server->profiler || !server->profiler->tracing) return;
+  mark_reported(server, status, operation, 0);
+}
+
 void cube_profile_teardown(cube_server_t *server) {
   struct cube_profiler_t *p = server->profiler;
   if (!p) return;
@@ -187,6 +263,7 @@ void cube_profile_teardown(cube_server_t *server) {
   }
   if (p->anchor) vt->event_release(server->device, p->anchor);
   free(p->records);
+  free(p->marks);
   free(p);
   server->profiler = NULL;
 }
@@ -367,6 +444,7 @@ static cube_status_t trace_begin(cube_server_t *server, bool env) {
     } else {
       p->user_tracing = true;
       p->user_first = p->record_count;
+      p->user_first_mark = p->mark_count;
     }
     cube_server_leave(server);
     return CUBE_OK;
@@ -416,16 +494,21 @@ static cube_status_t trace_begin(cube_server_t *server, bool env) {
       cube_status_release(synced);
     }
   }
+  // The host clocks at the anchor, just reached: the marks' origin.
+  const uint64_t host_origin = clock_ns(CLOCK_MONOTONIC), wall_origin = clock_ns(CLOCK_REALTIME);
   pthread_mutex_lock(&server->lock);
   if (p && p->anchor == (cube_bevent_t *)(uintptr_t)1) {
     p->anchor = cube_status_is_ok(status) ? anchor : NULL;
     p->tracing = cube_status_is_ok(status);
+    p->host_origin_ns = host_origin;
+    p->wall_origin_ns = wall_origin;
     if (cube_status_is_ok(status)) {
       if (env) {
         p->env_tracing = true;
       } else {
         p->user_tracing = true;
         p->user_first = 0;
+        p->user_first_mark = 0;
       }
     }
     if (!cube_status_is_ok(status) && anchor) vt->event_release(server->device, anchor);
@@ -499,8 +582,17 @@ static void json_string(FILE *f, const char *text) {
   }
 }
 
+// What the file says about the process: its id, its rank, and where its
+// clock starts, so that tools/trace_merge.py can line up several.
+typedef struct trace_origin_t {
+  uint64_t host_ns, wall_ns;
+} trace_origin_t;
+
+static const char *const kMarkNames[] = {"failed", "skipped", "reported"};
+
 static bool write_json(const cube_server_t *server, const char *path, const trace_record_t *records,
-                       const uint64_t *starts, const uint64_t *durations, size_t count) {
+                       const uint64_t *starts, const uint64_t *durations, size_t count,
+                       const trace_mark_t *marks, size_t mark_count, trace_origin_t origin) {
   // A regular file (or none yet) is written by the one atomic writer: a
   // reader never sees half a trace. A device or pipe (/dev/stdout) is
   // written in place.
@@ -517,10 +609,18 @@ static bool write_json(const cube_server_t *server, const char *path, const trac
     f = fopen(path, "w");
   }
   if (!f) return false;
-  fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
-  fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"");
+  const unsigned pid = (unsigned)getpid();
+  cube_rank_env_t rank = {.world_size = 1};
+  cube_status_ignore(cube_rank_env_discover(&rank));
+  fprintf(f,
+          "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"cubec %s\",\"pid\":%u,"
+          "\"rank\":%u,\"world_size\":%u,\"clock_origin_unix_ns\":%" PRIu64 "},\n",
+          cube_version(), pid, rank.rank, rank.world_size, origin.wall_ns);
+  fprintf(f, "\"traceEvents\":[\n");
+  fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%u,\"args\":{\"name\":\"", pid);
   json_string(f, server->name);
-  fprintf(f, "\"}}");
+  if (rank.world_size > 1) fprintf(f, " rank %u", rank.rank);
+  fprintf(f, " (pid %u)\"}}", pid);
   bool named[CUBE_MAX_STREAMS + 1] = {false};
   for (size_t i = 0; i < count; ++i) {
     const trace_record_t *r = &records[i];
@@ -528,19 +628,20 @@ static bool write_json(const cube_server_t *server, const char *path, const trac
     if (r->stream <= CUBE_MAX_STREAMS && !named[r->stream]) {
       named[r->stream] = true;
       fprintf(f,
-              ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%u,"
+              ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%u,\"tid\":%u,"
               "\"args\":{\"name\":\"stream %u\"}}",
-              r->stream, r->stream);
+              pid, r->stream, r->stream);
     }
     static const char *const kCategories[] = {"copy", "kernel", "graph"};
     const cube_trace_detail_t *d = &r->detail;
+    const double ts = (double)starts[i] * 1e-3;
     fprintf(f, ",\n{\"name\":\"");
     json_string(f, r->name);
     fprintf(f,
-            "\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":1,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,"
+            "\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%u,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,"
             "\"args\":{\"bytes_read\":%" PRIu64 ",\"bytes_written\":%" PRIu64,
-            kCategories[d->kind], r->stream, (double)starts[i] * 1e-3, (double)durations[i] * 1e-3,
-            d->bytes_read, d->bytes_written);
+            kCategories[d->kind], pid, r->stream, ts, (double)durations[i] * 1e-3, d->bytes_read,
+            d->bytes_written);
     if (d->kind == CUBE_TRACE_KERNEL) {
       fprintf(f, ",\"cube_count\":[%u,%u,%u],\"cubes\":%" PRIu64, d->cube_count.x, d->cube_count.y,
               d->cube_count.z, (uint64_t)d->cube_count.x * d->cube_count.y * d->cube_count.z);
@@ -549,6 +650,48 @@ static bool write_json(const cube_server_t *server, const char *path, const trac
               d->bytes_read > d->bytes_written ? d->bytes_read : d->bytes_written);
     }
     fprintf(f, "}}");
+    // The memory in use when the work was enqueued: a counter track.
+    fprintf(f,
+            ",\n{\"name\":\"memory in use\",\"ph\":\"C\",\"pid\":%u,\"ts\":%.3f,"
+            "\"args\":{\"bytes\":%" PRIu64 "}}",
+            pid, ts, r->memory_in_use);
+  }
+  // The failure chains: a short host slice per step on the thread that
+  // took it, and flow events from the first step of each failure through
+  // every later one (ids unique across processes: the pid in the high bits).
+  for (size_t i = 0; i < mark_count; ++i) {
+    const trace_mark_t *m = &marks[i];
+    bool thread_named = false;
+    for (size_t j = 0; j < i && !thread_named; ++j) thread_named = marks[j].tid == m->tid;
+    if (!thread_named) {
+      fprintf(f,
+              ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%u,\"tid\":%u,"
+              "\"args\":{\"name\":\"host thread %u\"}}",
+              pid, m->tid, m->tid);
+    }
+    const double ts =
+        m->host_ns > origin.host_ns ? (double)(m->host_ns - origin.host_ns) * 1e-3 : 0.0;
+    fprintf(f, ",\n{\"name\":\"");
+    json_string(f, m->name);
+    fprintf(f,
+            "\",\"cat\":\"failure\",\"ph\":\"X\",\"pid\":%u,\"tid\":%u,\"ts\":%.3f,"
+            "\"dur\":1,\"args\":{\"failure\":%" PRIu64 ",\"step\":\"%s\"}}",
+            pid, m->tid, ts, m->failure_id, kMarkNames[m->kind]);
+    bool earlier = false, later = false;
+    for (size_t j = 0; j < mark_count; ++j) {
+      if (j == i || marks[j].failure_id != m->failure_id) continue;
+      earlier = earlier || j < i;
+      later = later || j > i;
+    }
+    if (!earlier && !later) continue;
+    const char *phase = !earlier ? "s" : later ? "t" : "f";
+    fprintf(f,
+            ",\n{\"name\":\"failure #%" PRIu64
+            "\",\"cat\":\"failure\",\"ph\":\"%s\","
+            "\"id\":%" PRIu64 ",\"pid\":%u,\"tid\":%u,\"ts\":%.3f%s}",
+            m->failure_id, phase,
+            ((uint64_t)(pid & 0xfffffu) << 32) | (m->failure_id & 0xffffffffu), pid, m->tid, ts,
+            earlier ? ",\"bp\":\"e\"" : "");
   }
   fprintf(f, "\n]}\n");
   bool ok = fclose(f) == 0;
@@ -569,6 +712,9 @@ static cube_status_t trace_end(cube_server_t *server, bool env, const char *json
   struct cube_profiler_t *p = server->profiler;
   cube_status_t status = CUBE_OK;
   trace_record_t *records = NULL, *owned = NULL;
+  trace_mark_t *marks = NULL;
+  size_t mark_count = 0;
+  trace_origin_t origin = {0};
   bool last = false;  // nobody traces after this one: it releases the events
   size_t count = 0;
   cube_bevent_t *anchor = NULL;
@@ -584,7 +730,20 @@ static cube_status_t trace_end(cube_server_t *server, bool env, const char *json
     }
     anchor = p->anchor;
     count = p->record_count - first;
+    origin = (trace_origin_t){p->host_origin_ns, p->wall_origin_ns};
+    // The marks: a copy of this trace's (the array stays with the other one).
+    const size_t first_mark = env ? 0 : p->user_first_mark;
+    mark_count = p->mark_count - first_mark;
+    marks = mark_count ? malloc(mark_count * sizeof *marks) : NULL;
+    if (marks) {
+      memcpy(marks, p->marks + first_mark, mark_count * sizeof *marks);
+    } else {
+      mark_count = 0;  // out of memory: the chain goes untraced
+    }
     if (!p->env_tracing && !p->user_tracing) {
+      free(p->marks);
+      p->marks = NULL;
+      p->mark_count = p->mark_capacity = 0;
       // The last one out takes the records (and later releases the events).
       last = true;
       owned = p->records;
@@ -607,7 +766,10 @@ static cube_status_t trace_end(cube_server_t *server, bool env, const char *json
     }
   }
   pthread_mutex_unlock(&server->lock);
-  if (!p || (!cube_status_is_ok(status) && !records && !last)) return status;
+  if (!p || (!cube_status_is_ok(status) && !records && !last)) {
+    free(marks);
+    return status;
+  }
 
   const cube_backend_vtable_t *vt = server->device->vtable;
   uint64_t *starts = calloc(count ? count : 1, sizeof *starts);
@@ -625,7 +787,8 @@ static cube_status_t trace_end(cube_server_t *server, bool env, const char *json
       status = vt->event_elapsed(server->device, r->start, r->end, &durations[i]);
   }
   if (cube_status_is_ok(status) && json_path &&
-      !write_json(server, json_path, records, starts, durations, count)) {
+      !write_json(server, json_path, records, starts, durations, count, marks, mark_count,
+                  origin)) {
     status = cube_status_make(CUBE_STATUS_PROFILE_UNKNOWN, "%s: cannot write '%s'", operation,
                               json_path);
   }
@@ -643,6 +806,7 @@ static cube_status_t trace_end(cube_server_t *server, bool env, const char *json
   }
   free(starts);
   free(durations);
+  free(marks);
   if (!cube_status_is_ok(status)) {
     pthread_mutex_lock(&server->lock);
     status = cube_server_note(server, status);
@@ -705,9 +869,99 @@ static void env_trace_path(const char *path, unsigned n, char *out, size_t capac
   snprintf(out, capacity, "%.*s.%u%s", (int)(dot - path), path, n, dot);
 }
 
+// CUBE_TRACE's pattern: %p the process id, %r the rank (0 outside a
+// launcher), %% a '%'; anything else stays as written.
+static void env_trace_expand(const char *pattern, char *out, size_t capacity) {
+  size_t n = 0;
+  for (const char *c = pattern; *c && n + 1 < capacity; ++c) {
+    char number[16] = "";
+    if (c[0] == '%' && c[1] == 'p') {
+      snprintf(number, sizeof number, "%u", (unsigned)getpid());
+    } else if (c[0] == '%' && c[1] == 'r') {
+      cube_rank_env_t rank = {0};
+      cube_status_ignore(cube_rank_env_discover(&rank));
+      snprintf(number, sizeof number, "%u", rank.rank);
+    } else if (c[0] == '%' && c[1] == '%') {
+      snprintf(number, sizeof number, "%%");
+    }
+    if (number[0]) {
+      ++c;
+      for (const char *d = number; *d && n + 1 < capacity; ++d) out[n++] = *d;
+    } else {
+      out[n++] = *c;
+    }
+  }
+  out[n] = '\0';
+}
+
+// The clients tracing with CUBE_TRACE, for the exit handler: a program that
+// exits without releasing a client still gets its trace. A client leaves
+// the list in cube_trace_env_stop, before its teardown (the list's lock is
+// held while the handler writes, so a release on another thread waits).
+#define ENV_TRACE_LIVE 64
+static struct {
+  pthread_mutex_t lock;
+  cube_server_t *servers[ENV_TRACE_LIVE];
+  bool handler_installed;
+} env_live = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void env_trace_write(cube_server_t *server);
+
+static void env_trace_at_exit(void) {
+  pthread_mutex_lock(&env_live.lock);
+  for (size_t i = 0; i < ENV_TRACE_LIVE; ++i) {
+    cube_server_t *server = env_live.servers[i];
+    if (!server) continue;
+    env_live.servers[i] = NULL;
+    // Another thread inside the client at exit: waiting could hang the
+    // exit, so the trace is given up, and said so.
+    if (pthread_mutex_trylock(&server->lock) != 0) {
+      CUBE_LOG(&server->log, CUBE_LOG_WARN,
+               "CUBE_TRACE: %s was not released before exit and another thread is using it: "
+               "the trace was not written (release the client before exit)",
+               server->name);
+      continue;
+    }
+    const bool tracing = server->profiler && server->profiler->env_tracing;
+    pthread_mutex_unlock(&server->lock);
+    if (!tracing) continue;
+    CUBE_LOG(&server->log, CUBE_LOG_INFO,
+             "CUBE_TRACE: %s was not released before exit; writing its trace now", server->name);
+    env_trace_write(server);
+  }
+  pthread_mutex_unlock(&env_live.lock);
+}
+
+static void env_live_add(cube_server_t *server) {
+  pthread_mutex_lock(&env_live.lock);
+  size_t i = 0;
+  while (i < ENV_TRACE_LIVE && env_live.servers[i]) ++i;
+  if (i < ENV_TRACE_LIVE) {
+    env_live.servers[i] = server;
+    if (!env_live.handler_installed) env_live.handler_installed = atexit(env_trace_at_exit) == 0;
+  }
+  const bool listed = i < ENV_TRACE_LIVE && env_live.handler_installed;
+  pthread_mutex_unlock(&env_live.lock);
+  if (!listed) {
+    CUBE_LOG(&server->log, CUBE_LOG_INFO,
+             "CUBE_TRACE: %s's trace is written only when it is released (%s)", server->name,
+             i < ENV_TRACE_LIVE ? "atexit failed" : "64 clients trace already");
+  }
+}
+
+static void env_live_remove(cube_server_t *server) {
+  pthread_mutex_lock(&env_live.lock);
+  for (size_t i = 0; i < ENV_TRACE_LIVE; ++i) {
+    if (env_live.servers[i] == server) env_live.servers[i] = NULL;
+  }
+  pthread_mutex_unlock(&env_live.lock);
+}
+
 void cube_trace_env_start(cube_server_t *server) {
-  const char *path = cube_config_text(&server->config, CUBE_CONFIG_TRACE, NULL);
-  if (!path || !path[0]) return;
+  const char *pattern = cube_config_text(&server->config, CUBE_CONFIG_TRACE, NULL);
+  if (!pattern || !pattern[0]) return;
+  char path[4096];
+  env_trace_expand(pattern, path, sizeof path);
   cube_status_t status = trace_begin(server, true);
   if (cube_status_is_ok(status)) {
     unsigned n = env_trace_number(path);
@@ -716,9 +970,10 @@ void cube_trace_env_start(cube_server_t *server) {
     CUBE_LOG(&server->log, CUBE_LOG_INFO, "CUBE_TRACE: tracing every kernel and copy into %s",
              server->profiler->env_path);
     pthread_mutex_unlock(&server->lock);
+    env_live_add(server);
   } else {
     char *text = cube_status_to_string(status);
-    CUBE_LOG(&server->log, CUBE_LOG_WARN, "CUBE_TRACE=%s: tracing could not start: %s", path,
+    CUBE_LOG(&server->log, CUBE_LOG_WARN, "CUBE_TRACE=%s: tracing could not start: %s", pattern,
              text ? text : "");
     free(text);
     cube_status_release(status);
@@ -726,6 +981,12 @@ void cube_trace_env_start(cube_server_t *server) {
 }
 
 void cube_trace_env_stop(cube_server_t *server) {
+  env_live_remove(server);  // waits while the exit handler writes this trace
+  env_trace_write(server);
+}
+
+// Ends CUBE_TRACE's trace of |server| and writes it, if it is still on.
+static void env_trace_write(cube_server_t *server) {
   pthread_mutex_lock(&server->lock);
   bool tracing = server->profiler && server->profiler->env_tracing;
   char path[sizeof server->profiler->env_path];

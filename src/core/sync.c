@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/profile.h"
 #include "core/server.h"
 
 // The claim check over every one of |bindings|, in one pass: each binding
@@ -38,6 +39,7 @@ static cube_status_t check_bindings(cube_server_t *server, const cube_binding_t 
     }
   }
   cube_status_t claims = cube_server_ensure_written(server, slots, count);
+  if (claims && server->profiler) cube_trace_mark_reported(server, claims, operation);
   if (slots != local) free(slots);
   if (listed == 0) return claims;
   members[listed++] = claims;  // NULL when every buffer was clean: dropped by the group

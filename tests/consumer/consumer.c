@@ -1,7 +1,8 @@
 // A program outside cubec's tree, built against an installed cubec (by
 // tests/consumer/run.sh, through CMake's find_package and through
-// pkg-config). It checks that the headers and the library it runs with are
-// the same version, then runs saxpy on the CPU and checks the result.
+// pkg-config, and as a sub-project). It checks that the headers and the
+// library it runs with are the same version (and cube_version_check agrees),
+// then runs saxpy on the CPU and checks the result.
 //
 // Built with CONSUMER_EMBEDDED (and the C source `cubec bundle build
 // --c-source` wrote, symbol consumer_kernels), it registers its kernels
@@ -37,6 +38,7 @@ int main(void) {
             cube_version());
     return 1;
   }
+  if (failed(CUBE_VERSION_CHECK(), "version check")) return 1;
 #ifdef CONSUMER_EMBEDDED
   cube_status_t consumer_kernels_register(void);
   if (failed(consumer_kernels_register(), "registering the embedded bundle")) return 1;
