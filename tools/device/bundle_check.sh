@@ -12,7 +12,7 @@
 #      bundle without NVRTC) and the CPU figures beside it.
 # Run from the repository root on the GPU machine (reuses build-gpu when
 # gpu_run.sh made it):
-#   bash tools/device/bundle_check.sh
+#   bash tools/device/bundle_check.sh [nobench]   (nobench: checks 1-3 only)
 # Logs under $OUT (or build-gpu/logs/bundle). Exit status 1 if a check failed.
 set -uo pipefail
 out="${OUT:-build-gpu/logs}/bundle"
@@ -73,9 +73,11 @@ desc="refusal names the held target ($other) and the device's ($own)"
 check grep -q "the bundles hold it for: $other.*this device takes: $own" "$out/demo-other.log"
 desc="refusal says NVRTC is off"; check grep -q "CUBE_NVRTC_PATH=none" "$out/demo-other.log"
 
+if [ "${1:-}" != nobench ]; then
 echo "==== 4. figures"
 ./build-gpu/bench/bench_bundle --cuda --runs 7 2>&1 | tee "$out/bench-cuda.txt" | tail -8
 ./build-gpu/bench/bench_bundle --runs 7 2>&1 | tee "$out/bench-cpu.txt" | tail -9
+fi
 ./build-gpu/tests/test_bundle >"$out/test_bundle.log" 2>&1
 rc=$?
 desc="test_bundle (CPU) passes on this machine (rc=$rc)"; check test "$rc" = 0

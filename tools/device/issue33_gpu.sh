@@ -10,7 +10,8 @@ set -uo pipefail
 out="${OUT:-build-gpu/logs}"
 mkdir -p "$out"
 fail=0
-./build/cubec info --json >"$out/info.json" && python3 -m json.tool "$out/info.json" >/dev/null &&
+build="${BUILD:-build}"
+"$build/cubec" info --json >"$out/info.json" && python3 -m json.tool "$out/info.json" >/dev/null &&
   python3 - "$out/info.json" <<'PY' || fail=1
 import json, sys
 info = json.load(open(sys.argv[1]))
@@ -22,9 +23,9 @@ assert any(d["properties"]["backend"] == "cuda" for d in info["devices"]), "no C
 print("issue33: cubec info --json lists cuda, nvrtc and nccl with paths")
 PY
 rm -f "$out"/trace-cuda-*.json
-CUBE_BACKEND=cuda CUBE_TRACE="$out/trace-cuda-%p.json" ./build/examples/saxpy &&
+CUBE_BACKEND=cuda CUBE_TRACE="$out/trace-cuda-%p.json" "$build/examples/saxpy" &&
   python3 tests/conformance/check_trace.py "$out"/trace-cuda-*.json --kernels 1 --writes 2 \
     --reads 1 --memory || fail=1
-CUBE_DOC_BACKEND=cuda python3 tools/doc_programs.py build || fail=1
+CUBE_DOC_BACKEND=cuda python3 tools/doc_programs.py "$build" || fail=1
 echo "issue33_gpu.sh: $([ "$fail" = 0 ] && echo ok || echo FAILED)"
 exit "$fail"
