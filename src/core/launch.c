@@ -306,12 +306,20 @@ static void launch_fail(launch_t *l, cube_status_t error) {
 
 // 2. Compile (memoized): the compiled kernel says what it writes. A compile
 // that fails claims only the outputs the caller declared; a dry run claims
-// nothing.
+// nothing, but its compile failure still invalidates the open profiling
+// windows, as a failed launch's does (the seed's compile_failed: a window
+// around a dry run that failed measured no kernel that will ever run).
 static cube_status_t launch_compile(launch_t *l) {
   cube_status_t status = cube_kernel_cache_get(l->server, l->kernel, l->compiled, &l->compiled);
   const char *answer = cube_status_is_ok(status) ? l->compiled->info.io : NULL;
   for (size_t i = 0; i < l->n; ++i) l->io[i] = io_of(answer, i, l->args->buffers[i].io);
-  if (!cube_status_is_ok(status) && l->mode != CUBE_LAUNCH_COMPILE_ONLY) launch_fail(l, status);
+  if (!cube_status_is_ok(status)) {
+    if (l->mode != CUBE_LAUNCH_COMPILE_ONLY) {
+      launch_fail(l, status);
+    } else {
+      cube_profile_note_failure(l->server, l->stream, status);
+    }
+  }
   return status;
 }
 
