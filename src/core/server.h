@@ -241,6 +241,9 @@ struct cube_server_t {
   cube_tmap_cache_t tmap_cache;
   uint64_t info_stamp;
   uint64_t info_uploads;  // how many dynamic-metadata uploads were made
+  // A backend stream of the info cache's own, made at the first miss inside a
+  // capture window: the miss is uploaded there, outside the window (info.c).
+  cube_bstream_t *info_aside;
   // Graph registry and profiling windows/trace (graph.c, profile.c); NULL
   // until first used.
   struct cube_graph_t *graphs;
