@@ -175,7 +175,8 @@ static cube_status_t info_upload_aside(cube_server_t *server, uint32_t stream,
   const cube_backend_vtable_t *vt = server->device->vtable;
   cube_status_t status = CUBE_OK;
   if (!server->info_aside)
-    status = cube_server_note(server, vt->stream_create(server->device, &server->info_aside));
+    status = cube_server_note(
+        server, vt->stream_create(server->device, server->stream_priority, &server->info_aside));
   cube_bevent_t *start = cube_capture_start_event(server, stream);
   if (cube_status_is_ok(status) && start)
     status = cube_server_note(server, vt->event_wait(server->device, server->info_aside, start));
