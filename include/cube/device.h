@@ -112,7 +112,7 @@ typedef struct cube_client_options_t {
   /// The key bundles must be signed with (NULL: CUBE_BUNDLE_KEY_FILE's
   /// contents, else no signature is asked for).
   const void *bundle_key;
-  size_t bundle_key_size;
+  size_t bundle_key_size;  ///< bytes of |bundle_key|
   /// The most streams the client may have at once, its threads' default
   /// streams, explicit streams and collectives' communicator streams
   /// together (CubeCL's max_streams): 1 to 256, 0 for 256. A stream beyond

@@ -322,6 +322,18 @@ static bool check_tiled(const cube_tensor_map_desc_t *desc, const cube_device_pr
   //--- cubec's rules.
   if (desc->interleave == CUBE_TENSOR_MAP_INTERLEAVE_NONE && elements_bytes(info, inner) % 16 != 0)
     return fail(message, capacity, "Innermost tile dim must be a multiple of 16 bytes");
+  // Measured on the H200 (tools/device/tma_sweep.c, 7596 cases): with a
+  // swizzle, a box whose rows are narrower than the swizzle's span does not
+  // land densely in shared memory (row 1 is not at the row width), so the
+  // box's byte count no longer describes what the unit writes there.
+  if (desc->interleave == CUBE_TENSOR_MAP_INTERLEAVE_NONE &&
+      desc->swizzle != CUBE_TENSOR_MAP_SWIZZLE_NONE &&
+      elements_bytes(info, inner) != swizzle_span(desc->swizzle))
+    return fail(message, capacity,
+                "With a swizzle the innermost tile dim must span the swizzle exactly "
+                "(%llu bytes against %llu): narrower rows do not land densely in shared memory",
+                (unsigned long long)elements_bytes(info, inner),
+                (unsigned long long)swizzle_span(desc->swizzle));
   uint64_t box = cube_tensor_map_box_bytes(desc);
   uint64_t max = cube_tensor_map_max_box_bytes(props);
   if (box > max)

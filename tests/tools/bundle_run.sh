@@ -16,6 +16,9 @@ failed=0
 fail() { echo "FAIL: $*"; failed=1; }
 
 export CUBE_TUNE=test
+# The CPU's compiler is the one taken away: on a GPU machine the demo would
+# otherwise record CUDA kernels (sm_90a options no CPU build takes).
+export CUBE_BACKEND=cpu
 # 1. Record, with the compiler.
 for program in "$cubec demo" "$@"; do
   CUBE_CACHE_DIR="$work/record-cache" CUBE_BUNDLE_RECORD="$work/all.manifest" \

@@ -502,7 +502,10 @@ cube_status_t cube_cuda_kernel_compile(cube_backend_device_t *base,
   // PTX is text that cuModuleLoadData reads up to its NUL: the NUL is part of
   // the binary. A cubin is an ELF image, taken as it is.
   *out_binary = image;
-  *out_size = is_cubin ? size : size + 1;
+  // NVRTC's PTX size counts its NUL already: the entry is the text up to its
+  // first NUL and that NUL (the loader takes PTX whose only NUL is the last
+  // byte; image[size] is a NUL of our own).
+  *out_size = is_cubin ? size : strnlen(image, size) + 1;
   return CUBE_OK;
 }
 
@@ -577,7 +580,10 @@ cube_status_t cube_cuda_bundle_compile(const cube_config_t *config,
   cube_cuda_build_free(&build);
   if (status) return status;
   *out_binary = image;
-  *out_size = is_cubin ? size : size + 1;
+  // NVRTC's PTX size counts its NUL already: the entry is the text up to its
+  // first NUL and that NUL (the loader takes PTX whose only NUL is the last
+  // byte; image[size] is a NUL of our own).
+  *out_size = is_cubin ? size : strnlen(image, size) + 1;
   return CUBE_OK;
 }
 
