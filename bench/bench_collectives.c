@@ -296,7 +296,7 @@ static void raw_setup(bench_t *b) {
   CHECK(b->transport->unique_id(d0, &uid));
   for (uint32_t r = 0; r < b->n; ++r) {
     cube_backend_device_t *device = cube_server_of(b->c[r])->device;
-    CHECK(device->vtable->stream_create(device, &b->tstream[r]));
+    CHECK(device->vtable->stream_create(device, 0, &b->tstream[r]));
     CHECK(b->transport->comm_create(device, &uid, b->n, r, UINT64_C(600000000000), &b->tcomm[r]));
   }
 }

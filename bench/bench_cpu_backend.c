@@ -44,7 +44,7 @@ int main(int argc, char **argv) {
   if (check(cube_cpu_backend_factory.create_device(0, NULL, &device))) return 1;
   const cube_backend_vtable_t *vt = device->vtable;
   cube_bstream_t *stream = NULL;
-  if (check(vt->stream_create(device, &stream))) return 1;
+  if (check(vt->stream_create(device, 0, &stream))) return 1;
   printf("device: %s, %u cores\n", device->properties.name, device->properties.core_count);
 
   //===--- Empty launches ---===//

@@ -182,6 +182,53 @@ typedef struct cube_transport_info_t {
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_transport_query(cube_backend_kind_t kind,
                                                                  cube_transport_info_t *out_info);
 
+/// Whether |client|'s transport reduces |dtype| with |op| (the seed's
+/// DeviceTransport::reduces): the pairs cube_all_reduce and
+/// cube_reduce_scatter accept on it (byte-moving collectives take any
+/// buffer). VALIDATION for a NULL client or output, or a |dtype| or |op|
+/// outside its enum (naming the value); NO_DEVICE_TRANSPORT, with
+/// *out_reduces false, when the client's runtime has no transport.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_collective_reduces(cube_client_t *client,
+                                                                    cube_dtype_t dtype,
+                                                                    cube_reduce_op_t op,
+                                                                    bool *out_reduces);
+
+/// One group a client belongs to (the seed's initialized_comms).
+typedef struct cube_comm_info_t {
+  bool joined;            ///< whether the group is joined (cube_comm_query); always true in a list
+  uint64_t id;            ///< the communication id (the same in any order of the members)
+  uint32_t rank;          ///< this client's rank (its place in the sorted device list)
+  uint32_t size;          ///< the group's ranks
+  bool pair;              ///< a send/recv pair's own communicator (joined by its first transfer)
+  bool world;             ///< ranks in several processes (cube_comm_init_rank)
+  bool failed;            ///< refuses collectives (GROUP_FAILED) until cube_comm_init rebuilds it
+  const char *transport;  ///< "inproc", "nccl", "mpi"; static; "" when not joined
+} cube_comm_info_t;
+
+/// The groups |client| has joined and not left (groups of cube_comm_init,
+/// pairs joined by a transfer, worlds of cube_comm_init_rank), newest first:
+/// the first min(count, |capacity|) are written to |out_comms| and
+/// *|out_count| is how many there are (so a list too short can be grown:
+/// |out_comms| may be NULL when |capacity| is 0). A group that was rebuilt
+/// is listed once (the new one), a group a released client was in is gone.
+/// VALIDATION for a NULL client or count, or NULL |out_comms| with a
+/// |capacity|; NO_DEVICE_TRANSPORT (count 0) without a transport.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_list(cube_client_t *client,
+                                                           cube_comm_info_t *out_comms,
+                                                           size_t capacity, size_t *out_count);
+
+/// Whether the group of |group| (|group_count| clients, any order, |client|
+/// among them) is joined, and |client|'s place in it. A group never joined
+/// is an answer, not an error: OK with out_info->joined false (its id, rank
+/// and size filled in: what cube_comm_init would make). VALIDATION for a
+/// NULL client or output, a bad list (NULL, 0 or more than 64 clients, a
+/// NULL member, a device twice, transports mixed) or a |client| outside it;
+/// NO_DEVICE_TRANSPORT without a transport.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_comm_query(cube_client_t *client,
+                                                            cube_client_t *const *group,
+                                                            size_t group_count,
+                                                            cube_comm_info_t *out_info);
+
 // The caller's location (C51): each call below records its file:line in the
 // statuses it makes (cube/status.h: CUBE_CALL_SITE).
 #if !defined(CUBE_NO_CALL_SITE) && !defined(CUBE_BUILDING_SHARED)
@@ -197,6 +244,9 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_transport_query(cube_backend_ki
 #define cube_collective_group_begin(...) CUBE_CALL_SITE(cube_collective_group_begin(__VA_ARGS__))
 #define cube_collective_group_end(...) CUBE_CALL_SITE(cube_collective_group_end(__VA_ARGS__))
 #define cube_transport_query(...) CUBE_CALL_SITE(cube_transport_query(__VA_ARGS__))
+#define cube_collective_reduces(...) CUBE_CALL_SITE(cube_collective_reduces(__VA_ARGS__))
+#define cube_comm_list(...) CUBE_CALL_SITE(cube_comm_list(__VA_ARGS__))
+#define cube_comm_query(...) CUBE_CALL_SITE(cube_comm_query(__VA_ARGS__))
 #endif
 
 #ifdef __cplusplus

@@ -63,6 +63,12 @@ typedef struct cube_device_properties_t {
   uint64_t max_shared_memory_optin;     ///< CUDA: shared memory a cube may opt into (0 elsewhere)
   bool supports_tma;                    ///< tensor maps run here (CUDA sm_90+, and the CPU)
   bool supports_clusters;               ///< CUDA: thread-block clusters (sm_90+)
+  /// The stream priorities the device offers, from the one that runs last
+  /// (least, the default: 0) to the one that runs first (greatest); CUDA's
+  /// cuCtxGetStreamPriorityRange (numerically greatest <= least, e.g. -5 and
+  /// 0). The CPU backend has one priority: both 0.
+  int32_t stream_priority_least;
+  int32_t stream_priority_greatest;  ///< see stream_priority_least
 } cube_device_properties_t;
 
 /// Backend enumeration; never fails for a missing vendor library (the backend
@@ -107,6 +113,17 @@ typedef struct cube_client_options_t {
   /// contents, else no signature is asked for).
   const void *bundle_key;
   size_t bundle_key_size;  ///< bytes of |bundle_key|
+  /// The most streams the client may have at once, its threads' default
+  /// streams, explicit streams and collectives' communicator streams
+  /// together (CubeCL's max_streams): 1 to 256, 0 for 256. A stream beyond
+  /// it is refused (VALIDATION naming the limit).
+  uint32_t max_streams;
+  /// The priority of every stream the client makes (except those of
+  /// cube_stream_create_with_priority): 0, the default, or a value in the
+  /// device's range (cube_device_properties_t.stream_priority_greatest to
+  /// _least; CUDA: lower numbers run first). Out of range: VALIDATION naming
+  /// the value and the range.
+  int32_t stream_priority;
 } cube_client_options_t;
 
 /// Lazy binding: cube_handle_create mints the handle at once and reserves its
@@ -144,10 +161,22 @@ typedef uint32_t cube_stream_t;
 /// when the thread exits).
 #define CUBE_STREAM_CURRENT ((cube_stream_t)0)
 
-/// A new explicit stream of |client| (at most 256 streams per client,
-/// thread defaults included).
+/// A new explicit stream of |client| (at most the client's max_streams, 256
+/// by default, thread defaults included), at the client's stream_priority.
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_stream_create(cube_client_t *client,
                                                                cube_stream_t *out_stream);
+/// cube_stream_create at |priority|: a value in the device's range
+/// (cube_device_properties_t.stream_priority_greatest to _least; CUDA:
+/// cuStreamCreateWithPriority, lower numbers run first; the CPU backend has
+/// one priority, 0). Out of range: VALIDATION naming the value and the range.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_stream_create_with_priority(
+    cube_client_t *client, int32_t priority, cube_stream_t *out_stream);
+/// The priority |stream| was created with (CUBE_STREAM_CURRENT: the calling
+/// thread's default stream, created if it has none). VALIDATION for a stream
+/// that is not one of the client's live streams.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_stream_priority(cube_client_t *client,
+                                                                 cube_stream_t stream,
+                                                                 int32_t *out_priority);
 /// Waits for the stream's work, then retires its id.
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_stream_destroy(cube_client_t *client,
                                                                 cube_stream_t stream);
@@ -162,6 +191,9 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_stream_current(cube_client_t *c
 #define cube_device_properties(...) CUBE_CALL_SITE(cube_device_properties(__VA_ARGS__))
 #define cube_client_create(...) CUBE_CALL_SITE(cube_client_create(__VA_ARGS__))
 #define cube_stream_create(...) CUBE_CALL_SITE(cube_stream_create(__VA_ARGS__))
+#define cube_stream_create_with_priority(...) \
+  CUBE_CALL_SITE(cube_stream_create_with_priority(__VA_ARGS__))
+#define cube_stream_priority(...) CUBE_CALL_SITE(cube_stream_priority(__VA_ARGS__))
 #define cube_stream_destroy(...) CUBE_CALL_SITE(cube_stream_destroy(__VA_ARGS__))
 #define cube_stream_current(...) CUBE_CALL_SITE(cube_stream_current(__VA_ARGS__))
 #endif

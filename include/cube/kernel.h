@@ -201,6 +201,26 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_launch(cube_client_t *client, c
                                                         cube_cube_count_t count,
                                                         const cube_kernel_args_t *args,
                                                         cube_launch_mode_t mode);
+/// The most custom info words cube_launch_with_info takes: the by-value info
+/// parameter holds 64 words.
+#define CUBE_MAX_INFO_WORDS 64
+/// cube_launch with custom info words, for a kernel written outside the
+/// dialect (raw CUDA, CUBE_KERNEL_CUDA; the seed's MetadataBindingInfo::custom,
+/// "for externally compiled kernels"): the kernel's info parameter (the
+/// by-value block after its buffers, `struct { uint64_t w[64]; }`) holds
+/// exactly |info_words| (1 to CUBE_MAX_INFO_WORDS, copied: borrowed for the
+/// call), the rest zero, in place of the block cubec packs from scalars and
+/// the buffers' lengths and shapes. |args| then passes no scalars and no
+/// shapes (put them in the words). NULL words and 0 count: cube_launch
+/// itself. Every mode, graph capture and the failure rules as for
+/// cube_launch. VALIDATION (the declared outputs claim it, as any refused
+/// launch's) for NULL words with a count, 0 or more than 64 words, a dialect
+/// kernel (it reads the block cubec packs), scalars or shapes beside the
+/// words.
+CUBE_API CUBE_MUST_USE_RESULT cube_status_t
+cube_launch_with_info(cube_client_t *client, cube_stream_t stream, cube_kernel_t *kernel,
+                      cube_cube_count_t count, const cube_kernel_args_t *args,
+                      const uint64_t *info_words, size_t info_word_count, cube_launch_mode_t mode);
 /// For a layer above the API whose work could not run (a tuned call none of
 /// whose candidates ran, a library refusing a call): each buffer of |args|
 /// declared written (CUBE_IO_WRITE / READ_WRITE, or an undeclared io) claims
@@ -249,6 +269,7 @@ CUBE_API cube_count_selection_t cube_count_selection_new(const cube_client_t *cl
 #define cube_kernel_create(...) CUBE_CALL_SITE(cube_kernel_create(__VA_ARGS__))
 #define cube_kernel_create_from_file(...) CUBE_CALL_SITE(cube_kernel_create_from_file(__VA_ARGS__))
 #define cube_launch(...) CUBE_CALL_SITE(cube_launch(__VA_ARGS__))
+#define cube_launch_with_info(...) CUBE_CALL_SITE(cube_launch_with_info(__VA_ARGS__))
 #define cube_launch_claim_outputs(...) CUBE_CALL_SITE(cube_launch_claim_outputs(__VA_ARGS__))
 #define cube_compile_queued(...) CUBE_CALL_SITE(cube_compile_queued(__VA_ARGS__))
 #endif

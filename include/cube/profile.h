@@ -17,7 +17,8 @@ typedef uint64_t cube_profile_token_t;
 /// Opens a window on |stream| now (a timed event recorded where the stream
 /// is). Windows nest and overlap. Refused (CAPTURE_REFUSED) while the stream
 /// records a graph. Any failure of work while the window is open invalidates
-/// it (cube_profile_end then answers PROFILE_SERVER with that failure).
+/// it (cube_profile_end then answers PROFILE_SERVER with that failure), a
+/// dry run's compile failure (CUBE_LAUNCH_COMPILE_ONLY) among them.
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_profile_start(cube_client_t *client,
                                                                cube_stream_t stream,
                                                                cube_profile_token_t *out_token);

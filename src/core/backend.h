@@ -128,6 +128,10 @@ typedef struct cube_bcopy_t {
 // Queues and events
 //   stream_create / stream_destroy   a queue; destroy waits for its work, then
 //                        frees it, and must not hang on a poisoned device.
+//                        |priority| lies in the device's range (properties:
+//                        stream_priority_greatest .. _least; the core checked
+//                        it): CUDA's cuStreamCreateWithPriority; 0 where the
+//                        device has one priority.
 //   stream_sync          blocks until everything queued so far has run (or was
 //                        dropped, see below); answers the stream's failure.
 //   stream_flush         submits queued work without waiting.
@@ -233,8 +237,8 @@ typedef struct cube_bcopy_t {
 #define CUBE_BACKEND_SLOTS(XS, XV)                                                              \
   XV(destroy, (cube_backend_device_t *device), (device))                                        \
   /* Queues and events */                                                                       \
-  XS(stream_create, (cube_backend_device_t *device, cube_bstream_t **out_stream),               \
-     (device, out_stream))                                                                      \
+  XS(stream_create, (cube_backend_device_t *device, int32_t priority, cube_bstream_t **out_stream), \
+     (device, priority, out_stream))                                                            \
   XV(stream_destroy, (cube_backend_device_t *device, cube_bstream_t *stream), (device, stream)) \
   XS(stream_sync, (cube_backend_device_t *device, cube_bstream_t *stream), (device, stream))    \
   XS(stream_flush, (cube_backend_device_t *device, cube_bstream_t *stream), (device, stream))   \

@@ -232,6 +232,13 @@ static cube_status_t client_create(const cube_client_options_t *options, bool pr
         "cube_client_create: unknown flags 0x%x (CUBE_CLIENT_LAZY_BINDING = 0x%x)",
         options->flags & ~(uint32_t)CUBE_CLIENT_LAZY_BINDING, (unsigned)CUBE_CLIENT_LAZY_BINDING);
   }
+  if (options->max_streams > CUBE_MAX_STREAMS) {
+    cube_config_release(&config);
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "cube_client_create: max_streams %u is out of range (1 to %d, or 0 for "
+                            "%d)",
+                            options->max_streams, CUBE_MAX_STREAMS, CUBE_MAX_STREAMS);
+  }
   cube_backend_kind_t kind = options->backend;
   if (kind == CUBE_BACKEND_DEFAULT) kind = cube_registry_default(&config);
   const cube_backend_factory_t *factory = cube_registry_factory(kind);
@@ -290,12 +297,17 @@ static cube_status_t client_create(const cube_client_options_t *options, bool pr
     server->free_slot = UINT32_MAX;
     server->track_failures = cube_config_u64(&config, CUBE_CONFIG_FAILURE_TRACKING) != 0;
     server->lazy_binding = (options->flags & CUBE_CLIENT_LAZY_BINDING) != 0;
+    server->max_streams = options->max_streams ? options->max_streams : CUBE_MAX_STREAMS;
+    server->stream_priority = options->stream_priority;
     pthread_mutex_init(&server->lock, NULL);
     cube_mm_config_t mm_config;
     cube_mm_config_default(&server->device->properties, &config, &mm_config);
     cube_mm_storage_t storage = cube_server_storage(server);
     status = cube_mm_create(&mm_config, &storage, &server->mm);
     cube_host_copy_configure(&config);
+    // The device's range is known now (its properties).
+    if (cube_status_is_ok(status))
+      status = cube_server_priority_check(server, server->stream_priority, "cube_client_create");
     if (cube_status_is_ok(status))
       status = cube_kstore_acquire(&config, &server->log, &server->kernel_store);
     if (cube_status_is_ok(status))

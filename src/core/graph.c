@@ -40,6 +40,10 @@ typedef struct pinset_t {
 
 struct cube_capture_t {
   pinset_t set;
+  // Recorded on the stream just before the window began: the info cache's
+  // uploads outside the window wait for it (core/info.c), so that memory
+  // the stream's earlier work still uses is not written under it.
+  cube_bevent_t *start;
   // Every failure of work in the window, in order: end_capture reports them
   // all (SEVERAL when more than one), not the first alone.
   cube_status_t *failures;
@@ -53,6 +57,19 @@ static void capture_failures_release(struct cube_capture_t *capture) {
   free(capture->failures);
   capture->failures = NULL;
   capture->failure_count = capture->failure_capacity = 0;
+}
+
+// Frees a capture window's record (its pins released by the caller).
+static void capture_free(cube_server_t *server, struct cube_capture_t *capture) {
+  capture_failures_release(capture);
+  if (capture->start) server->device->vtable->event_release(server->device, capture->start);
+  free(capture);
+}
+
+cube_bevent_t *cube_capture_start_event(cube_server_t *server, uint32_t stream) {
+  struct cube_capture_t *capture =
+      stream && stream <= CUBE_MAX_STREAMS ? server->streams[stream].capture : NULL;
+  return capture ? capture->start : NULL;
 }
 
 // The window's failures as one status (retained), or NULL when none.
@@ -262,8 +279,7 @@ void cube_graph_teardown(cube_server_t *server) {
     if (!capture) continue;
     server->streams[s].capture = NULL;
     pinset_release(server, &capture->set);
-    capture_failures_release(capture);
-    free(capture);
+    capture_free(server, capture);
   }
   while (server->graphs) {
     struct cube_graph_t *g = server->graphs;
@@ -329,6 +345,10 @@ cube_status_t cube_graph_begin_capture(cube_client_t *client, cube_stream_t stre
                                 "cube_graph_begin_capture: out of host memory (stream %u)", index);
   }
   if (cube_status_is_ok(status)) {
+    status = cube_server_note(server, server->device->vtable->event_record(
+                                          server->device, s->backend, false, &capture->start));
+  }
+  if (cube_status_is_ok(status)) {
     status =
         cube_server_note(server, server->device->vtable->capture_begin(server->device, s->backend));
   }
@@ -339,8 +359,8 @@ cube_status_t cube_graph_begin_capture(cube_client_t *client, cube_stream_t stre
     server->capturing_streams++;
     cube_mm_set_capturing(server->mm, true);
     if (server->profiler) cube_profile_stream_captures(server, index);
-  } else {
-    free(capture);
+  } else if (capture) {
+    capture_free(server, capture);
   }
   cube_server_leave(server);
   return status;
@@ -418,8 +438,7 @@ cube_status_t cube_graph_end_capture(cube_client_t *client, cube_stream_t stream
       pinset_release(server, &capture->set);
       if (server->profiler) cube_profile_note_failure(server, index, status);
     }
-    capture_failures_release(capture);
-    free(capture);
+    capture_free(server, capture);
   }
   cube_server_leave(server);
   return status;

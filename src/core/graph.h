@@ -9,6 +9,10 @@
 // (reads/writes as the launch's IO answer says). Lock held.
 CUBE_INTERNAL void cube_capture_note_buffer(cube_server_t *server, uint32_t stream,
                                             uint32_t slot_index, bool reads, bool writes);
+// The event recorded on |stream| where its capture window began (NULL when
+// it records none): work outside the window that must follow the stream's
+// earlier work waits for it. Lock held.
+CUBE_INTERNAL cube_bevent_t *cube_capture_start_event(cube_server_t *server, uint32_t stream);
 // A capture window read the info-cache entry |entry| (pinned until the graph goes).
 CUBE_INTERNAL void cube_capture_note_info(cube_server_t *server, uint32_t stream,
                                           cube_info_entry_t *entry);

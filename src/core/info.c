@@ -2,11 +2,14 @@
 // metadata into 64-bit words (layout in cube/dialect.h), and the info cache
 // that uploads a launch's dynamic metadata once per distinct content.
 //
-// Owns: a server's info cache. Must not touch: claims or captures (the
-// launch path tells graphs which entry a captured launch read).
+// Owns: a server's info cache and its side stream (uploads made inside a
+// capture window). Must not touch: claims or captures (the launch path tells
+// graphs which entry a captured launch read; a capture's start event is only
+// waited for).
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/graph.h"
 #include "core/info.h"
 #include "core/staging.h"
 
@@ -149,6 +152,48 @@ void cube_info_cache_clear(cube_server_t *server) {
     free(e->data);
   }
   server->info_cache_count = 0;
+  if (server->info_aside)
+    server->device->vtable->stream_destroy(server->device, server->info_aside);
+  server->info_aside = NULL;
+}
+
+// A miss inside a capture window (H34; the seed's info_buffer: "during
+// capture every buffer is cached and none is evicted"): an upload on the
+// capturing stream would be recorded into the graph, reading staging that is
+// handed back after the window. So the words go up now, on a stream of the
+// cache's own that no capture records, and are waited for (a few hundred
+// bytes, the lock held: no other thread's work is waited on). The slice was
+// reserved in the capturing stream's order, so that stream's work from
+// before the window may still use its memory: the side stream waits for the
+// event recorded where the window began first. Work recorded in the window
+// frees nothing (a graph pins what it uses). The launch then pins the entry
+// for the graph's life: the bytes every replay reads never change. A failed
+// upload leaves the side stream halted: it is destroyed, and the next miss
+// makes another.
+static cube_status_t info_upload_aside(cube_server_t *server, uint32_t stream,
+                                       const cube_info_entry_t *entry) {
+  const cube_backend_vtable_t *vt = server->device->vtable;
+  cube_status_t status = CUBE_OK;
+  if (!server->info_aside)
+    status = cube_server_note(
+        server, vt->stream_create(server->device, server->stream_priority, &server->info_aside));
+  cube_bevent_t *start = cube_capture_start_event(server, stream);
+  if (cube_status_is_ok(status) && start)
+    status = cube_server_note(server, vt->event_wait(server->device, server->info_aside, start));
+  if (cube_status_is_ok(status)) {
+    status = cube_server_note_in(
+        server,
+        vt->copy_to_device(server->device, server->info_aside, entry->slice.address, entry->data,
+                           entry->words * 8ull),
+        CUBE_STATUS_FAMILY_IO);
+  }
+  if (cube_status_is_ok(status))
+    status = cube_server_note(server, vt->stream_sync(server->device, server->info_aside));
+  if (!cube_status_is_ok(status) && server->info_aside) {
+    vt->stream_destroy(server->device, server->info_aside);
+    server->info_aside = NULL;
+  }
+  return status;
 }
 
 cube_status_t cube_info_cache_get(cube_server_t *server, uint32_t stream, const uint64_t *words,
@@ -160,15 +205,9 @@ cube_status_t cube_info_cache_get(cube_server_t *server, uint32_t stream, const 
     if (e->hash == hash && e->words == count && memcmp(e->data, words, count * 8) == 0) hit = e;
   }
   cube_status_t status = CUBE_OK;
-  // Graphs: a capture window uploads nothing (its upload would be recorded
-  // from staging that is handed back); the warm-up run fills the cache.
-  if (!hit && server->streams[stream].capturing) {
-    return cube_status_make(CUBE_STATUS_CAPTURE_REFUSED,
-                            "launch on stream %u: its shape metadata (%u words) was not seen "
-                            "before the capture window; run the same work once between "
-                            "cube_graph_prepare and cube_graph_begin_capture",
-                            stream, count);
-  }
+  // Graphs: a miss inside a capture window is uploaded outside it
+  // (info_upload_aside) and pinned by the launch for the graph's life.
+  const bool capturing = server->streams[stream].capturing;
   if (!hit) {
     cube_info_entry_t *slot = NULL;
     if (server->info_cache_count < CUBE_INFO_CACHE_ENTRIES) {
@@ -197,9 +236,17 @@ cube_status_t cube_info_cache_get(cube_server_t *server, uint32_t stream, const 
             : cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "info cache: out of host memory");
     if (cube_status_is_ok(status)) {
       memcpy(slot->data, words, count * 8ull);
-      status = cube_staging_upload(server, stream, NULL, slot->slice.address, words, count * 8ull);
-      slot->upload_stream = stream;
-      slot->upload_ticket = server->streams[stream].ticket + 1;  // the launch's tag
+      if (capturing) {
+        // Not in any stream's order: nothing a late failure drops.
+        status = info_upload_aside(server, stream, slot);
+        slot->upload_stream = 0;
+        slot->upload_ticket = 0;
+      } else {
+        status =
+            cube_staging_upload(server, stream, NULL, slot->slice.address, words, count * 8ull);
+        slot->upload_stream = stream;
+        slot->upload_ticket = server->streams[stream].ticket + 1;  // the launch's tag
+      }
       server->info_uploads++;
     }
     if (!cube_status_is_ok(status)) {

@@ -47,6 +47,13 @@ static uint64_t launch_claim(cube_server_t *server, cube_kernel_t *kernel,
   return cube_failure_claim_outputs(outputs, args->buffer_count, error);
 }
 
+// Custom info words (B15, cube_launch_with_info): a kernel written outside
+// the dialect gets exactly these as its info block. NULL: none.
+typedef struct custom_info_t {
+  const uint64_t *words;
+  size_t count;
+} custom_info_t;
+
 struct cube_pending_launch_t {
   cube_pending_launch_t *next;
   cube_kernel_t *kernel;
@@ -57,9 +64,52 @@ struct cube_pending_launch_t {
   uint64_t meta[CUBE_MAX_BUFFERS][2 * CUBE_MAX_RANK];
   cube_tensor_map_desc_t tensor_maps[CUBE_MAX_BUFFERS];  // the maps' descriptors, copied
   cube_scalar_t *scalars;
+  uint64_t info[CUBE_MAX_INFO_WORDS];  // custom info words, copied
+  custom_info_t custom;                // .words: |info|, or NULL
 };
 
-static cube_status_t validate_args(const cube_kernel_t *kernel, const cube_kernel_args_t *args) {
+// Custom info words (B15): a raw kernel's whole info block, in place of the
+// one packed from scalars and metadata, which the launch must not pass too.
+static cube_status_t validate_custom_info(const cube_kernel_t *kernel,
+                                          const cube_kernel_args_t *args,
+                                          const custom_info_t *custom) {
+  if (!custom->words) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "launch of '%s': info_word_count is %zu but info_words is NULL",
+                            kernel->name, custom->count);
+  }
+  if (custom->count == 0 || custom->count > CUBE_MAX_INFO_WORDS) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "launch of '%s': %zu custom info words (1 to %d: the by-value info "
+                            "parameter)",
+                            kernel->name, custom->count, CUBE_MAX_INFO_WORDS);
+  }
+  if (kernel->language == CUBE_KERNEL_DIALECT) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "launch of '%s': custom info words are for kernels written outside "
+                            "the dialect (CUBE_KERNEL_CUDA); a dialect kernel reads the info block "
+                            "cubec packs from its scalars, lengths and shapes",
+                            kernel->name);
+  }
+  if (args->scalar_count) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "launch of '%s': %zu scalars beside custom info words, which replace "
+                            "them (pass them in the words)",
+                            kernel->name, args->scalar_count);
+  }
+  for (size_t i = 0; i < args->buffer_count; ++i) {
+    if (args->buffers[i].rank) {
+      return cube_status_make(CUBE_STATUS_VALIDATION,
+                              "launch of '%s': buffer %zu has a shape (rank %u) beside custom info "
+                              "words, which replace the metadata (pass it in the words)",
+                              kernel->name, i, args->buffers[i].rank);
+    }
+  }
+  return CUBE_OK;
+}
+
+static cube_status_t validate_args(const cube_kernel_t *kernel, const cube_kernel_args_t *args,
+                                   const custom_info_t *custom) {
   if (args->buffer_count > CUBE_MAX_BUFFERS) {
     return cube_status_make(CUBE_STATUS_VALIDATION, "launch of '%s': %zu buffers (max %d)",
                             kernel->name, args->buffer_count, CUBE_MAX_BUFFERS);
@@ -87,7 +137,7 @@ static cube_status_t validate_args(const cube_kernel_t *kernel, const cube_kerne
                               kernel->name, i, (int)args->scalars[i].type);
     }
   }
-  return CUBE_OK;
+  return custom ? validate_custom_info(kernel, args, custom) : CUBE_OK;
 }
 
 static cube_status_t check_resources(cube_server_t *server, const cube_kernel_t *kernel,
@@ -144,10 +194,12 @@ static cube_status_t fits_device(cube_server_t *server, const cube_kernel_t *ker
 
 static cube_status_t launch_locked(cube_server_t *server, uint32_t stream, cube_kernel_t *kernel,
                                    cube_cube_count_t count, const cube_kernel_args_t *args,
-                                   cube_launch_mode_t mode, bool deferred);
+                                   const custom_info_t *custom, cube_launch_mode_t mode,
+                                   bool deferred);
 
 static cube_status_t queue_launch(cube_server_t *server, uint32_t stream, cube_kernel_t *kernel,
-                                  cube_cube_count_t count, const cube_kernel_args_t *args) {
+                                  cube_cube_count_t count, const cube_kernel_args_t *args,
+                                  const custom_info_t *custom) {
   cube_pending_launch_t *p = calloc(1, sizeof *p);
   cube_scalar_t *scalars = args->scalar_count ? malloc(args->scalar_count * sizeof *scalars) : NULL;
   if (!p || (args->scalar_count && !scalars)) {
@@ -175,6 +227,10 @@ static cube_status_t queue_launch(cube_server_t *server, uint32_t stream, cube_k
   if (scalars) memcpy(scalars, args->scalars, args->scalar_count * sizeof *scalars);
   p->scalars = scalars;
   p->args = (cube_kernel_args_t){p->buffers, args->buffer_count, scalars, args->scalar_count};
+  if (custom) {
+    memcpy(p->info, custom->words, custom->count * sizeof *p->info);
+    p->custom = (custom_info_t){p->info, custom->count};
+  }
   if (server->pending_tail) {
     server->pending_tail->next = p;
   } else {
@@ -199,7 +255,8 @@ void cube_launch_flush_deferred(cube_server_t *server) {
     // buffers it leaves unwritten.
     if (server->streams[p->stream].live) {
       cube_status_release(launch_locked(server, p->stream, p->kernel, p->count, &p->args,
-                                        CUBE_LAUNCH_EXECUTE, true));
+                                        p->custom.words ? &p->custom : NULL, CUBE_LAUNCH_EXECUTE,
+                                        true));
     }
     pending_free(p);
     p = next;
@@ -235,9 +292,10 @@ typedef struct launch_t {
   bool dynamic;
   cube_resolved_t count_buffer;
   cube_compiled_t *compiled;
-  bool tensor_maps;  // some argument is a TMA tensor map
-  bool deferred;     // a queued launch, enqueued now: its caller heard OK already
-  bool claimed;      // its failure is on its outputs already (a skip, a failed scope)
+  bool tensor_maps;             // some argument is a TMA tensor map
+  bool deferred;                // a queued launch, enqueued now: its caller heard OK already
+  bool claimed;                 // its failure is on its outputs already (a skip, a failed scope)
+  const custom_info_t *custom;  // custom info words (B15), or NULL
 } launch_t;
 
 // A launch about to go through the phases. Field by field: zeroing the
@@ -257,6 +315,7 @@ static void launch_start(launch_t *l, cube_server_t *server, uint32_t stream, cu
   l->tensor_maps = false;
   l->deferred = false;
   l->claimed = false;
+  l->custom = NULL;
 }
 
 // 1. Arguments: a bad one is the caller's error, and nothing is claimed.
@@ -306,12 +365,20 @@ static void launch_fail(launch_t *l, cube_status_t error) {
 
 // 2. Compile (memoized): the compiled kernel says what it writes. A compile
 // that fails claims only the outputs the caller declared; a dry run claims
-// nothing.
+// nothing, but its compile failure still invalidates the open profiling
+// windows, as a failed launch's does (the seed's compile_failed: a window
+// around a dry run that failed measured no kernel that will ever run).
 static cube_status_t launch_compile(launch_t *l) {
   cube_status_t status = cube_kernel_cache_get(l->server, l->kernel, l->compiled, &l->compiled);
   const char *answer = cube_status_is_ok(status) ? l->compiled->info.io : NULL;
   for (size_t i = 0; i < l->n; ++i) l->io[i] = io_of(answer, i, l->args->buffers[i].io);
-  if (!cube_status_is_ok(status) && l->mode != CUBE_LAUNCH_COMPILE_ONLY) launch_fail(l, status);
+  if (!cube_status_is_ok(status)) {
+    if (l->mode != CUBE_LAUNCH_COMPILE_ONLY) {
+      launch_fail(l, status);
+    } else {
+      cube_profile_note_failure(l->server, l->stream, status);
+    }
+  }
   return status;
 }
 
@@ -371,7 +438,12 @@ static cube_status_t launch_dispatch(launch_t *l) {
   if (cube_status_is_ok(status)) status = fits_device(server, l->kernel, l->compiled);
   uint64_t words[CUBE_INFO_MAX_WORDS];
   uint32_t info_words = 0, static_words = 0;
-  if (cube_status_is_ok(status)) {
+  if (cube_status_is_ok(status) && l->custom) {
+    // Custom words: the whole block, all static (the seed's custom(): its
+    // dynamic metadata starts past the end), never uploaded.
+    memcpy(words, l->custom->words, l->custom->count * sizeof *words);
+    info_words = static_words = (uint32_t)l->custom->count;
+  } else if (cube_status_is_ok(status)) {
     status = cube_info_pack(l->kernel, l->args, l->lengths, words, &info_words, &static_words);
   }
   uint64_t addresses[CUBE_MAX_BUFFERS];
@@ -475,7 +547,7 @@ static cube_status_t launch_body(launch_t *l) {
   if (l->mode == CUBE_LAUNCH_QUEUE && !l->compiled) {
     status = launch_check(l, NULL);
     if (!cube_status_is_ok(status)) return status;
-    return queue_launch(l->server, l->stream, l->kernel, l->count, l->args);
+    return queue_launch(l->server, l->stream, l->kernel, l->count, l->args, l->custom);
   }
   status = launch_compile(l);
   if (!cube_status_is_ok(status)) return status;
@@ -523,9 +595,11 @@ static cube_status_t launch_body(launch_t *l) {
 // invalidates open profiling windows. A dry run claims nothing.
 static cube_status_t launch_locked(cube_server_t *server, uint32_t stream, cube_kernel_t *kernel,
                                    cube_cube_count_t count, const cube_kernel_args_t *args,
-                                   cube_launch_mode_t mode, bool deferred) {
+                                   const custom_info_t *custom, cube_launch_mode_t mode,
+                                   bool deferred) {
   launch_t l;
   launch_start(&l, server, stream, kernel, args, mode, count);
+  l.custom = custom;
   l.deferred = deferred;
   cube_status_t status = launch_body(&l);
   if (!cube_status_is_ok(status) && mode != CUBE_LAUNCH_COMPILE_ONLY) {
@@ -585,7 +659,8 @@ static cube_status_t read_dynamic_count(cube_server_t *server, uint32_t stream,
 
 static cube_status_t launch_entry(cube_client_t *client, cube_stream_t stream,
                                   cube_kernel_t *kernel, cube_cube_count_t count,
-                                  const cube_kernel_args_t *args, cube_launch_mode_t mode) {
+                                  const cube_kernel_args_t *args, const custom_info_t *custom,
+                                  cube_launch_mode_t mode) {
   cube_server_t *server = cube_server_of(client);
   static const cube_kernel_args_t no_args = {0};
   if (!args) args = &no_args;
@@ -596,7 +671,7 @@ static cube_status_t launch_entry(cube_client_t *client, cube_stream_t stream,
     status = cube_status_make(CUBE_STATUS_VALIDATION, "cube_launch of '%s': unknown launch mode %d",
                               kernel->name, (int)mode);
   } else {
-    status = validate_args(kernel, args);
+    status = validate_args(kernel, args, custom);
   }
   if (cube_status_is_ok(status) && count.dynamic && mode == CUBE_LAUNCH_QUEUE) {
     // Its count would be read back at flush time, inside another call that
@@ -635,7 +710,7 @@ static cube_status_t launch_entry(cube_client_t *client, cube_stream_t stream,
     status = read_dynamic_count(server, index, kernel, &count);
   }
   if (cube_status_is_ok(status)) {
-    status = launch_locked(server, index, kernel, count, args, mode, false);
+    status = launch_locked(server, index, kernel, count, args, custom, mode, false);
     settled = true;
   }
   if (!cube_status_is_ok(status) && !settled && mode != CUBE_LAUNCH_COMPILE_ONLY) {
@@ -652,7 +727,22 @@ cube_status_t cube_launch(cube_client_t *client, cube_stream_t stream, cube_kern
   cube_server_t *nvtx_server = cube_server_of(client);
   bool nvtx = nvtx_server && nvtx_server->nvtx;
   if (__builtin_expect(nvtx, 0)) cube_nvtx_push(kernel ? kernel->name : "cube_launch");
-  cube_status_t status = launch_entry(client, stream, kernel, count, args, mode);
+  cube_status_t status = launch_entry(client, stream, kernel, count, args, NULL, mode);
+  if (__builtin_expect(nvtx, 0)) cube_nvtx_pop();
+  return status;
+}
+
+cube_status_t cube_launch_with_info(cube_client_t *client, cube_stream_t stream,
+                                    cube_kernel_t *kernel, cube_cube_count_t count,
+                                    const cube_kernel_args_t *args, const uint64_t *info_words,
+                                    size_t info_word_count, cube_launch_mode_t mode) {
+  cube_server_t *nvtx_server = cube_server_of(client);
+  bool nvtx = nvtx_server && nvtx_server->nvtx;
+  if (__builtin_expect(nvtx, 0)) cube_nvtx_push(kernel ? kernel->name : "cube_launch_with_info");
+  const custom_info_t custom = {info_words, info_word_count};
+  // No words at all: a plain launch.
+  cube_status_t status = launch_entry(client, stream, kernel, count, args,
+                                      info_words || info_word_count ? &custom : NULL, mode);
   if (__builtin_expect(nvtx, 0)) cube_nvtx_pop();
   return status;
 }

@@ -239,22 +239,47 @@ cube_mm_storage_t cube_server_storage(cube_server_t *server) {
 
 //===--- Streams ---===//
 
+cube_status_t cube_server_priority_check(const cube_server_t *server, int32_t priority,
+                                         const char *operation) {
+  const cube_device_properties_t *p = &server->device->properties;
+  int32_t least = p->stream_priority_least, greatest = p->stream_priority_greatest;
+  int32_t low = least < greatest ? least : greatest, high = least < greatest ? greatest : least;
+  if (priority >= low && priority <= high) return CUBE_OK;
+  return cube_status_make(CUBE_STATUS_VALIDATION,
+                          "%s: stream priority %d is outside %s's range, %d (greatest, runs "
+                          "first) to %d (least, the default)%s",
+                          operation, (int)priority, server->name, (int)greatest, (int)least,
+                          least == greatest ? ": the device has one priority" : "");
+}
+
 cube_status_t cube_server_stream_open(cube_server_t *server, bool explicit_stream,
                                       uint32_t *out_index) {
-  uint32_t index = 0;
-  for (uint32_t i = 1; i <= CUBE_MAX_STREAMS && !index; ++i) {
-    if (!server->streams[i].live) index = i;
+  return cube_server_stream_open_at(server, explicit_stream, server->stream_priority, out_index);
+}
+
+cube_status_t cube_server_stream_open_at(cube_server_t *server, bool explicit_stream,
+                                         int32_t priority, uint32_t *out_index) {
+  uint32_t index = 0, live = 0;
+  for (uint32_t i = 1; i <= CUBE_MAX_STREAMS; ++i) {
+    if (server->streams[i].live) {
+      live++;
+    } else if (!index) {
+      index = i;
+    }
   }
-  if (!index) {
+  const uint32_t limit = server->max_streams ? server->max_streams : CUBE_MAX_STREAMS;
+  if (!index || live >= limit) {
     return cube_status_make(CUBE_STATUS_VALIDATION,
-                            "cube_stream_create: all %d streams of %s are in use", CUBE_MAX_STREAMS,
-                            server->name);
+                            "cube_stream_create: all %u streams of %s are in use (its max_streams; "
+                            "thread defaults, explicit and collectives' streams count)",
+                            limit, server->name);
   }
   cube_stream_state_t *s = &server->streams[index];
-  cube_status_t status =
-      cube_server_note(server, server->device->vtable->stream_create(server->device, &s->backend));
+  cube_status_t status = cube_server_note(
+      server, server->device->vtable->stream_create(server->device, priority, &s->backend));
   if (cube_status_is_ok(status)) {
     s->live = true;
+    s->priority = priority;
     s->explicit_stream = explicit_stream;
     s->capturing = false;
     // Tickets go on from the slot's last stream (destroyed drained, so all

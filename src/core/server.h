@@ -61,6 +61,7 @@ typedef struct cube_stream_state_t {
   bool live;
   bool retiring;         // being drained before it goes: takes no new work
   bool explicit_stream;  // from cube_stream_create (not a thread default)
+  int32_t priority;      // what the backend stream was created with
   bool capturing;
   // Graphs (graph.c): graph_prepare was called and no capture began since;
   // what the open capture window has recorded so far.
@@ -222,7 +223,9 @@ struct cube_server_t {
   // failure store costs (CUBE_FAILURE_TRACKING=off, bench_failure_store):
   // without it a read can return bytes failed work left stale.
   bool track_failures;
-  bool lazy_binding;  // CUBE_CLIENT_LAZY_BINDING: memory reserved at first use
+  uint32_t max_streams;     // the client's limit (1 to CUBE_MAX_STREAMS)
+  int32_t stream_priority;  // of every stream it opens unless told otherwise
+  bool lazy_binding;        // CUBE_CLIENT_LAZY_BINDING: memory reserved at first use
 
   cube_stream_state_t streams[CUBE_MAX_STREAMS + 1];  // index 0 unused
   cube_thread_stream_t *thread_streams;
@@ -241,6 +244,9 @@ struct cube_server_t {
   cube_tmap_cache_t tmap_cache;
   uint64_t info_stamp;
   uint64_t info_uploads;  // how many dynamic-metadata uploads were made
+  // A backend stream of the info cache's own, made at the first miss inside a
+  // capture window: the miss is uploaded there, outside the window (info.c).
+  cube_bstream_t *info_aside;
   // Graph registry and profiling windows/trace (graph.c, profile.c); NULL
   // until first used.
   struct cube_graph_t *graphs;
@@ -328,9 +334,17 @@ CUBE_INTERNAL cube_status_t cube_server_wait_stream(cube_server_t *server, uint3
 // calling thread's default stream on first use. Lock held.
 CUBE_INTERNAL cube_status_t cube_server_stream(cube_server_t *server, cube_stream_t stream,
                                                const char *operation, uint32_t *out_index);
-// Opens a new stream slot (explicit: from cube_stream_create). Lock held.
+// Opens a new stream slot (explicit: from cube_stream_create) at the
+// client's stream priority, within its max_streams. Lock held.
 CUBE_INTERNAL cube_status_t cube_server_stream_open(cube_server_t *server, bool explicit_stream,
                                                     uint32_t *out_index);
+// The same at |priority| (checked by the caller: cube_server_priority_check).
+CUBE_INTERNAL cube_status_t cube_server_stream_open_at(cube_server_t *server, bool explicit_stream,
+                                                       int32_t priority, uint32_t *out_index);
+// VALIDATION naming |priority| and the device's range when it lies outside
+// it, for |operation|; OK otherwise.
+CUBE_INTERNAL cube_status_t cube_server_priority_check(const cube_server_t *server,
+                                                       int32_t priority, const char *operation);
 // Drains stream |index|, settles a late failure the drain finds, and frees
 // it; the slot takes no new work meanwhile. Answers the drain's status. Lock
 // held on entry and exit, released while draining.

@@ -15,6 +15,40 @@ cube_status_t cube_stream_create(cube_client_t *client, cube_stream_t *out_strea
   return status;
 }
 
+cube_status_t cube_stream_create_with_priority(cube_client_t *client, int32_t priority,
+                                               cube_stream_t *out_stream) {
+  static const char kOperation[] = "cube_stream_create_with_priority";
+  cube_server_t *server = cube_server_of(client);
+  if (!out_stream)
+    return cube_status_make(CUBE_STATUS_VALIDATION, "%s: out_stream is NULL", kOperation);
+  *out_stream = CUBE_STREAM_CURRENT;
+  cube_status_t status = cube_server_enter(server, kOperation);
+  if (!cube_status_is_ok(status)) return status;
+  status = cube_server_priority_check(server, priority, kOperation);
+  uint32_t index = 0;
+  if (cube_status_is_ok(status))
+    status = cube_server_stream_open_at(server, true, priority, &index);
+  if (cube_status_is_ok(status)) *out_stream = index;
+  cube_server_leave(server);
+  return status;
+}
+
+cube_status_t cube_stream_priority(cube_client_t *client, cube_stream_t stream,
+                                   int32_t *out_priority) {
+  static const char kOperation[] = "cube_stream_priority";
+  cube_server_t *server = cube_server_of(client);
+  if (!out_priority)
+    return cube_status_make(CUBE_STATUS_VALIDATION, "%s: out_priority is NULL", kOperation);
+  *out_priority = 0;
+  cube_status_t status = cube_server_enter(server, kOperation);
+  if (!cube_status_is_ok(status)) return status;
+  uint32_t index = 0;
+  status = cube_server_stream(server, stream, kOperation, &index);
+  if (cube_status_is_ok(status)) *out_priority = server->streams[index].priority;
+  cube_server_leave(server);
+  return status;
+}
+
 cube_status_t cube_stream_current(cube_client_t *client, cube_stream_t *out_stream) {
   cube_server_t *server = cube_server_of(client);
   if (!out_stream)

@@ -188,6 +188,61 @@ static void test_failure_inside_window_invalidates_it(void **state) {
   fixture_close(&f);
 }
 
+// H7: a dry run whose kernel fails to compile claims nothing, but
+// invalidates the open windows as a failed launch does (the seed's
+// compile_failed: "else self.profile_failure"); a dry run that compiles
+// leaves them measuring.
+static cube_status_t dry_run(fixture_t *f, cube_kernel_t *kernel) {
+  cube_kernel_buffer_t bufs[] = {cth_arg(f->y, CUBE_IO_READ_WRITE)};
+  cube_scalar_t scalars[] = {cube_scalar_u32(1)};
+  cube_kernel_args_t args = {bufs, 1, scalars, 1};
+  return cube_launch(f->client, S, kernel, cube_count_static(N / 64, 1, 1), &args,
+                     CUBE_LAUNCH_COMPILE_ONLY);
+}
+
+static void test_dry_run_compile_failure_invalidates_windows(void **state) {
+  (void)state;
+  fixture_t f;
+  fixture_open(&f);
+  cube_kernel_t *broken = CTH_KERNEL("pr_broken", kBroken, ((cube_dim3_t){1, 1, 1}));
+  uint64_t ns = 0;
+  // A dry run that compiles: the window measures.
+  cube_profile_token_t token = 0, outer = 0, at_launch = 0;
+  CTH_OK(cube_profile_start(f.client, S, &token));
+  CTH_OK(dry_run(&f, f.spin));
+  CTH_OK(spin(&f, f.spin, 10));
+  CTH_OK(cube_profile_end(f.client, S, token, &ns));
+  assert_true(ns > 0);
+  // Two windows open (one at launch, not yet started): a dry run that fails
+  // to compile invalidates both, and claims nothing.
+  CTH_OK(cube_profile_start(f.client, S, &outer));
+  CTH_OK(spin(&f, f.spin, 10));
+  CTH_OK(cube_profile_start_at_launch(f.client, S, &at_launch));
+  CTH_EXPECT_RELEASE(dry_run(&f, broken), CUBE_STATUS_COMPILE_REFUSED, "pr_no_such_identifier");
+  CTH_EXPECT_CLEAN(f.client, f.y);
+  CTH_OK(spin(&f, f.spin, 10));
+  cube_status_t status = CTH_EXPECT(cube_profile_end(f.client, S, outer, &ns),
+                                    CUBE_STATUS_PROFILE_SERVER, "invalidated");
+  assert_non_null(cube_status_find(status, CUBE_STATUS_COMPILE_REFUSED));
+  assert_false(cube_status_is_device_poisoned(status));
+  cube_status_release(status);
+  CTH_EXPECT_RELEASE(cube_profile_end(f.client, S, at_launch, &ns), CUBE_STATUS_PROFILE_SERVER,
+                     "invalidated");
+  // The failure is memoized, and each dry run of it is a failure again: a
+  // window opened after the first is invalidated by the second.
+  CTH_OK(cube_profile_start(f.client, S, &token));
+  CTH_EXPECT_RELEASE(dry_run(&f, broken), CUBE_STATUS_COMPILE_REFUSED, NULL);
+  CTH_EXPECT_RELEASE(cube_profile_end(f.client, S, token, &ns), CUBE_STATUS_PROFILE_SERVER,
+                     "invalidated");
+  // After it, windows measure again; the buffer was never claimed.
+  CTH_OK(cube_profile_start(f.client, S, &token));
+  CTH_OK(spin(&f, f.spin, 10));
+  CTH_OK(cube_profile_end(f.client, S, token, &ns));
+  CTH_EXPECT_CLEAN(f.client, f.y);
+  cube_kernel_release(broken);
+  fixture_close(&f);
+}
+
 static void test_abandon_and_unknown_tokens(void **state) {
   (void)state;
   fixture_t f;
@@ -313,6 +368,7 @@ static const struct CMUnitTest kTests[] = {
     cmocka_unit_test(test_at_launch_excludes_host_preparation),
     cmocka_unit_test(test_nested_and_overlapping_windows),
     cmocka_unit_test(test_failure_inside_window_invalidates_it),
+    cmocka_unit_test(test_dry_run_compile_failure_invalidates_windows),
     cmocka_unit_test(test_abandon_and_unknown_tokens),
     cmocka_unit_test(test_refused_on_recording_stream),
     cmocka_unit_test(test_chrome_trace_and_summary),

@@ -89,7 +89,7 @@ static void sleep_ms(int ms) {
 
 static cube_bstream_t *make_stream(cube_backend_device_t *device) {
   cube_bstream_t *stream = NULL;
-  ASSERT_OK(device->vtable->stream_create(device, &stream));
+  ASSERT_OK(device->vtable->stream_create(device, 0, &stream));
   return stream;
 }
 

@@ -130,7 +130,7 @@ static const cube_backend_vtable_t *vt(void) {
 
 static cube_bstream_t *make_stream(void) {
   cube_bstream_t *stream = NULL;
-  ASSERT_OK(vt()->stream_create(g_device, &stream));
+  ASSERT_OK(vt()->stream_create(g_device, 0, &stream));
   assert_non_null(stream);
   return stream;
 }

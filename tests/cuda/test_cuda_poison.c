@@ -47,7 +47,7 @@ static void test_wild_pointer_poisons(void **state) {
   ASSERT_OK(cube_cuda_backend_factory.create_device(0, NULL, &device));
   const cube_backend_vtable_t *vt = device->vtable;
   cube_bstream_t *stream = NULL;
-  ASSERT_OK(vt->stream_create(device, &stream));
+  ASSERT_OK(vt->stream_create(device, 0, &stream));
   uint64_t out = 0;
   ASSERT_OK(vt->page_alloc(device, 256, &out));
 
@@ -114,7 +114,7 @@ static void test_wild_pointer_poisons(void **state) {
   ASSERT_POISONED(vt->event_record(device, stream, true, &event), CUBE_STATUS_DEVICE_POISONED);
   assert_null(event);
   cube_bstream_t *other = NULL;
-  ASSERT_POISONED(vt->stream_create(device, &other), CUBE_STATUS_DEVICE_POISONED);
+  ASSERT_POISONED(vt->stream_create(device, 0, &other), CUBE_STATUS_DEVICE_POISONED);
   ASSERT_POISONED(vt->capture_begin(device, stream), CUBE_STATUS_DEVICE_POISONED);
 
   // Teardown: nothing hangs, nothing aborts.

@@ -79,8 +79,9 @@ static void fake_destroy(cube_backend_device_t *device) {
   ++fake_destroyed;
 }
 
-static cube_status_t fake_stream_create(cube_backend_device_t *device,
+static cube_status_t fake_stream_create(cube_backend_device_t *device, int32_t priority,
                                         cube_bstream_t **out_stream) {
+  assert_int_equal(priority, 0);
   fake_count(device, SLOT_STREAM_CREATE);
   *out_stream = malloc(8);  // a real object: a leak would show under ASan
   return CUBE_OK;
@@ -454,7 +455,7 @@ static cube_status_t call_kind(cube_backend_device_t *device, kind_t kind) {
       break;
     case KIND_STREAM: {
       cube_bstream_t *created = (cube_bstream_t *)(uintptr_t)1;
-      status = vt->stream_create(device, &created);
+      status = vt->stream_create(device, 0, &created);
       if (status) {
         assert_null(created);
       } else {
@@ -572,7 +573,7 @@ static void empty_plan_passes_every_call_through(void **state) {
   }
   // Every slot once, outputs forwarded unchanged.
   cube_bstream_t *stream = NULL;
-  assert_null(vt->stream_create(device, &stream));
+  assert_null(vt->stream_create(device, 0, &stream));
   assert_non_null(stream);
   assert_null(vt->stream_flush(device, stream));
   cube_bevent_t *start = NULL, *end = NULL;

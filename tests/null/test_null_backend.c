@@ -39,7 +39,7 @@ static void every_slot_answers_unsupported(void **state) {
   cube_compile_request_t request = {.name = "k", .source = ""};
   cube_dispatch_t dispatch = {0};
 
-  expect_unsupported(cube_null_stream_create(d, &stream), "stream_create");
+  expect_unsupported(cube_null_stream_create(d, 0, &stream), "stream_create");
   assert_null(stream);
   expect_unsupported(cube_null_stream_sync(d, stream), "stream_sync");
   expect_unsupported(cube_null_stream_flush(d, stream), "stream_flush");

@@ -269,7 +269,10 @@ void cube_cpu_task_done(cube_bstream_t *stream, cube_cpu_task_t *task) {
 
 //===--- Streams ---===//
 
-cube_status_t cube_cpu_stream_create(cube_backend_device_t *device, cube_bstream_t **out_stream) {
+cube_status_t cube_cpu_stream_create(cube_backend_device_t *device, int32_t priority,
+                                     cube_bstream_t **out_stream) {
+  // One priority (0): the device's range says so, and the core checked it.
+  (void)priority;
   cube_cpu_device_t *cpu = (cube_cpu_device_t *)device;
   cube_status_t status = CUBE_OK;
   cube_bstream_t *stream = calloc(1, sizeof(*stream));

@@ -186,6 +186,10 @@ typedef struct CUDA_MEMCPY3D {
   X(cuCtxGetCurrent, 1, "cuCtxGetCurrent", NULL, CUresult, (CUcontext *))                          \
   X(cuCtxSynchronize, 1, "cuCtxSynchronize", NULL, CUresult, (void))                               \
   X(cuStreamCreate, 1, "cuStreamCreate", NULL, CUresult, (CUstream *, unsigned int))               \
+  X(cuStreamCreateWithPriority, 1, "cuStreamCreateWithPriority", NULL, CUresult,                   \
+    (CUstream *, unsigned int, int))                                                               \
+  X(cuStreamGetPriority, 1, "cuStreamGetPriority", NULL, CUresult, (CUstream, int *))              \
+  X(cuCtxGetStreamPriorityRange, 1, "cuCtxGetStreamPriorityRange", NULL, CUresult, (int *, int *)) \
   X(cuStreamDestroy, 1, "cuStreamDestroy_v2", NULL, CUresult, (CUstream))                          \
   X(cuStreamSynchronize, 1, "cuStreamSynchronize", NULL, CUresult, (CUstream))                     \
   X(cuStreamQuery, 1, "cuStreamQuery", NULL, CUresult, (CUstream))                                 \

@@ -116,6 +116,14 @@ static cube_status_t cube_cuda_fill_properties(cube_cuda_device_t *device) {
   p->max_page_size = total;
   p->supports_tma = p->compute_capability_major >= 9;
   p->supports_clusters = p->compute_capability_major >= 9;
+  // The context is current (cube_cuda_enter): its stream priorities.
+  int least = 0, greatest = 0;
+  result = device->cu->cuCtxGetStreamPriorityRange(&least, &greatest);
+  if (result != CUDA_SUCCESS)
+    return cube_cuda_error(device, result, CUBE_CUDA_OP_SERVER,
+                           "cuCtxGetStreamPriorityRange(device %u)", device->index);
+  p->stream_priority_least = least;
+  p->stream_priority_greatest = greatest;
   return CUBE_OK;
 }
 

@@ -79,6 +79,11 @@ static inline CUstream cube_cuda_stream(cube_bstream_t *stream) {
 static inline cube_cuda_device_t *cube_cuda_device(cube_backend_device_t *device) {
   return (cube_cuda_device_t *)device;
 }
+// The priority the driver gives |stream| (cuStreamGetPriority), for tests:
+// what cube_stream_create_with_priority asked for is what the stream has.
+CUBE_INTERNAL cube_status_t cube_cuda_stream_priority(cube_backend_device_t *device,
+                                                      cube_bstream_t *stream,
+                                                      int32_t *out_priority);
 
 //===--- Statuses (cuda_status.c) ---===//
 //

@@ -10,18 +10,39 @@
 
 //===--- Streams ---===//
 
-cube_status_t cube_cuda_stream_create(cube_backend_device_t *base, cube_bstream_t **out_stream) {
+cube_status_t cube_cuda_stream_create(cube_backend_device_t *base, int32_t priority,
+                                      cube_bstream_t **out_stream) {
   cube_cuda_device_t *device = cube_cuda_device(base);
   *out_stream = NULL;
   cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_SERVER);
   if (status) return status;
   CUstream stream = NULL;
-  CUresult result = device->cu->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+  // The core checked |priority| against cuCtxGetStreamPriorityRange's range
+  // (the device's properties); 0 is the default, what cuStreamCreate gives.
+  CUresult result =
+      device->cu->cuStreamCreateWithPriority(&stream, CU_STREAM_NON_BLOCKING, (int)priority);
   if (result != CUDA_SUCCESS)
     return cube_cuda_error(device, result, CUBE_CUDA_OP_SERVER,
-                           "cuStreamCreate(flags=CU_STREAM_NON_BLOCKING) on device %u",
-                           device->index);
+                           "cuStreamCreateWithPriority(flags=CU_STREAM_NON_BLOCKING, priority=%d) "
+                           "on device %u",
+                           (int)priority, device->index);
   *out_stream = (cube_bstream_t *)stream;
+  return CUBE_OK;
+}
+
+cube_status_t cube_cuda_stream_priority(cube_backend_device_t *base, cube_bstream_t *stream,
+                                        int32_t *out_priority) {
+  cube_cuda_device_t *device = cube_cuda_device(base);
+  *out_priority = 0;
+  cube_status_t status = cube_cuda_enter(device, CUBE_CUDA_OP_SERVER);
+  if (status) return status;
+  int priority = 0;
+  CUresult result = device->cu->cuStreamGetPriority(cube_cuda_stream(stream), &priority);
+  if (result != CUDA_SUCCESS)
+    return cube_cuda_error(device, result, CUBE_CUDA_OP_SERVER,
+                           "cuStreamGetPriority(stream %p) on device %u", (void *)stream,
+                           device->index);
+  *out_priority = priority;
   return CUBE_OK;
 }
 

@@ -432,7 +432,8 @@ static bool stream_drops(cube_bstream_t *stream) {
   return drops;
 }
 
-cube_status_t cube_fault_stream_create(cube_backend_device_t *device, cube_bstream_t **out_stream) {
+cube_status_t cube_fault_stream_create(cube_backend_device_t *device, int32_t priority,
+                                       cube_bstream_t **out_stream) {
   *out_stream = NULL;
   cube_status_t status = cube_fault_check(cube_fault_cast(device), CUBE_FAULT_STREAM);
   cube_fault_stream_t *s = status ? NULL : calloc(1, sizeof *s);
@@ -440,7 +441,7 @@ cube_status_t cube_fault_stream_create(cube_backend_device_t *device, cube_bstre
     status =
         cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "fault stream_create: out of host memory");
   }
-  if (!status) status = cube_fault_fwd_stream_create(device, &s->inner);
+  if (!status) status = cube_fault_fwd_stream_create(device, priority, &s->inner);
   if (!status) {
     pthread_mutex_init(&s->lock, NULL);
     *out_stream = (cube_bstream_t *)(void *)s;

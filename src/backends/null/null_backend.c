@@ -18,7 +18,9 @@ void cube_null_destroy(cube_backend_device_t *device) {
 
 //===--- Queues and events ---===//
 
-cube_status_t cube_null_stream_create(cube_backend_device_t *device, cube_bstream_t **out_stream) {
+cube_status_t cube_null_stream_create(cube_backend_device_t *device, int32_t priority,
+                                      cube_bstream_t **out_stream) {
+  (void)priority;
   *out_stream = NULL;
   return unsupported(device, "stream_create");
 }

@@ -599,3 +599,75 @@ cube_status_t cube_sync_collective(cube_client_t *client, cube_stream_t stream) 
   for (size_t i = 0; i < count; ++i) cube_comm_group_release(refs[i].group);
   return status;
 }
+//===--- What a transport reduces, which groups exist (B7/B9) ---===//
+
+cube_status_t cube_collective_reduces(cube_client_t *client, cube_dtype_t dtype,
+                                      cube_reduce_op_t op, bool *out_reduces) {
+  if (out_reduces) *out_reduces = false;
+  cube_server_t *server = cube_server_of(client);
+  if (!server || !out_reduces) {
+    return cube_status_make(CUBE_STATUS_VALIDATION, "collective_reduces: %s is NULL",
+                            !server ? "client" : "out_reduces");
+  }
+  // As every collective: no transport is answered before the other
+  // arguments are looked at.
+  const cube_transport_vtable_t *transport = cube_backend_transport(server->device);
+  if (!transport) {
+    return cube_status_make(CUBE_STATUS_NO_DEVICE_TRANSPORT,
+                            "collective_reduces: %s has no transport between devices, so it "
+                            "reduces nothing",
+                            server->name);
+  }
+  if ((unsigned)dtype >= CUBE_DTYPE_COUNT) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "collective_reduces: unknown element type %d (0 to %d)", (int)dtype,
+                            CUBE_DTYPE_COUNT - 1);
+  }
+  if ((unsigned)op >= CUBE_REDUCE_OP_COUNT) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "collective_reduces: unknown reduction %d (0 to %d)", (int)op,
+                            CUBE_REDUCE_OP_COUNT - 1);
+  }
+  *out_reduces = transport->reduces(dtype, op);
+  return CUBE_OK;
+}
+
+cube_status_t cube_comm_list(cube_client_t *client, cube_comm_info_t *out_comms, size_t capacity,
+                             size_t *out_count) {
+  if (out_count) *out_count = 0;
+  cube_server_t *server = cube_server_of(client);
+  if (!server || !out_count) {
+    return cube_status_make(CUBE_STATUS_VALIDATION, "comm_list: %s is NULL",
+                            !server ? "client" : "out_count");
+  }
+  if (!out_comms && capacity) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "comm_list: out_comms is NULL with a capacity of %zu (pass 0 to ask "
+                            "the count)",
+                            capacity);
+  }
+  if (!cube_backend_transport(server->device)) {
+    return cube_status_make(CUBE_STATUS_NO_DEVICE_TRANSPORT,
+                            "comm_list: %s has no transport between devices, so it is in no group",
+                            server->name);
+  }
+  *out_count = cube_comm_group_list(server, out_comms, capacity);
+  return CUBE_OK;
+}
+
+cube_status_t cube_comm_query(cube_client_t *client, cube_client_t *const *group,
+                              size_t group_count, cube_comm_info_t *out_info) {
+  cube_server_t *server = cube_server_of(client);
+  if (out_info) memset(out_info, 0, sizeof *out_info);
+  if (out_info) out_info->transport = "";
+  if (!server || !out_info) {
+    return cube_status_make(CUBE_STATUS_VALIDATION, "comm_query: %s is NULL",
+                            !server ? "client" : "out_info");
+  }
+  if (!cube_backend_transport(server->device)) {
+    return cube_status_make(CUBE_STATUS_NO_DEVICE_TRANSPORT,
+                            "comm_query: %s has no transport between devices, so it is in no group",
+                            server->name);
+  }
+  return cube_comm_group_describe(group, group_count, "comm_query", server, out_info);
+}

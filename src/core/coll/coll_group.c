@@ -397,9 +397,12 @@ cube_status_t cube_comm_group_join(cube_client_t *const *clients, size_t count, 
   return status;
 }
 
-cube_status_t cube_comm_group_find(cube_client_t *const *clients, size_t count, bool transfers,
-                                   const char *operation, cube_server_t *self,
-                                   cube_comm_group_t **out_group, uint32_t *out_rank) {
+// The joined group of |clients| (retained into *|out_group|, NULL when
+// there is none) and |self|'s rank and the group's id, whether joined or not.
+static cube_status_t group_locate(cube_client_t *const *clients, size_t count, bool transfers,
+                                  const char *operation, cube_server_t *self,
+                                  cube_comm_group_t **out_group, uint32_t *out_rank,
+                                  uint64_t *out_id) {
   *out_group = NULL;
   uint64_t keys[CUBE_COMM_MAX_RANKS];
   uint32_t order[CUBE_COMM_MAX_RANKS] = {0};
@@ -424,16 +427,77 @@ cube_status_t cube_comm_group_find(cube_client_t *const *clients, size_t count, 
   }
   if (group) group->refs++;
   pthread_mutex_unlock(&registry_lock);
-  if (!group) {
+  *out_group = group;
+  *out_rank = rank;
+  *out_id = id;
+  return CUBE_OK;
+}
+
+cube_status_t cube_comm_group_find(cube_client_t *const *clients, size_t count, bool transfers,
+                                   const char *operation, cube_server_t *self,
+                                   cube_comm_group_t **out_group, uint32_t *out_rank) {
+  uint64_t id = 0;
+  cube_status_t status =
+      group_locate(clients, count, transfers, operation, self, out_group, out_rank, &id);
+  if (!cube_status_is_ok(status)) return status;
+  if (!*out_group) {
     // The caller's mistake, and one it can mend: VALIDATION naming the call.
     return cube_status_make(CUBE_STATUS_VALIDATION,
                             "%s: the group of %zu clients (id %016llx) was never joined: call "
                             "cube_comm_init on it first",
                             operation, count, (unsigned long long)id);
   }
-  *out_group = group;
-  *out_rank = rank;
   return CUBE_OK;
+}
+
+// |group| as the public API shows it to its member |rank| (registry lock
+// held: the group's lock nests inside it).
+static cube_comm_info_t group_info_locked(cube_comm_group_t *group, uint32_t rank) {
+  pthread_mutex_lock(&group->lock);
+  bool failed = group->failed;
+  pthread_mutex_unlock(&group->lock);
+  return (cube_comm_info_t){.joined = true,
+                            .id = group->id,
+                            .rank = rank,
+                            .size = group->nranks,
+                            .pair = group->transfers,
+                            .world = group->world,
+                            .failed = failed,
+                            .transport = group->transport->name};
+}
+
+cube_status_t cube_comm_group_describe(cube_client_t *const *clients, size_t count,
+                                       const char *operation, cube_server_t *self,
+                                       cube_comm_info_t *out_info) {
+  cube_comm_group_t *group = NULL;
+  uint32_t rank = 0;
+  uint64_t id = 0;
+  cube_status_t status = group_locate(clients, count, false, operation, self, &group, &rank, &id);
+  if (!cube_status_is_ok(status)) return status;
+  if (group) {
+    pthread_mutex_lock(&registry_lock);
+    *out_info = group_info_locked(group, rank);
+    pthread_mutex_unlock(&registry_lock);
+    cube_comm_group_release(group);
+  } else {
+    *out_info = (cube_comm_info_t){
+        .joined = false, .id = id, .rank = rank, .size = (uint32_t)count, .transport = ""};
+  }
+  return CUBE_OK;
+}
+
+size_t cube_comm_group_list(cube_server_t *server, cube_comm_info_t *out, size_t capacity) {
+  size_t count = 0;
+  pthread_mutex_lock(&registry_lock);
+  for (cube_comm_group_t *g = all_groups; g; g = g->next_all) {
+    for (uint32_t r = 0; r < g->nranks; ++r) {
+      if (g->members[r].server != server || g->members[r].left) continue;
+      if (count < capacity) out[count] = group_info_locked(g, r);
+      count++;
+    }
+  }
+  pthread_mutex_unlock(&registry_lock);
+  return count;
 }
 
 //===--- Worlds: groups whose ranks live in several processes ---===//

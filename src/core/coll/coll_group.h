@@ -218,6 +218,18 @@ typedef struct cube_member_ref_t {
 CUBE_INTERNAL size_t cube_comm_group_members_of(cube_server_t *server, cube_member_ref_t *out,
                                                 size_t capacity);
 
+// What cube_comm_query answers: the group of |clients| (not a pair) as
+// |self| sees it, joined or not (the id, rank and size it would have).
+// Errors as cube_comm_group_find's, but never "never joined".
+CUBE_INTERNAL cube_status_t cube_comm_group_describe(cube_client_t *const *clients, size_t count,
+                                                     const char *operation, cube_server_t *self,
+                                                     cube_comm_info_t *out_info);
+// What cube_comm_list answers: the groups alive that |server| is a member
+// of and has not left, newest first; the first |capacity| written to
+// |out|. Returns how many there are.
+CUBE_INTERNAL size_t cube_comm_group_list(cube_server_t *server, cube_comm_info_t *out,
+                                          size_t capacity);
+
 // For tests and the benchmark: groups in the registry.
 CUBE_INTERNAL size_t cube_comm_group_count(void);
 
