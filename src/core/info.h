@@ -13,6 +13,30 @@
 // The most words one launch's info block can take.
 #define CUBE_INFO_MAX_WORDS (CUBE_INFO_STATIC_WORDS + CUBE_MAX_BUFFERS * (1 + 2 * CUBE_MAX_RANK))
 
+// Where a launch's info words go, given the types of its scalars and its
+// buffer count (cube_info_layout): the same for every launch of one argument
+// shape, so a launch plan (core/launch_plan.h) keeps it. Words 0..63 hold
+// the static part, so each position fits a byte.
+typedef struct cube_info_layout_t {
+  uint64_t header, extension;
+  uint8_t at[CUBE_SCALAR_TYPE_COUNT];  // the first word of each scalar type's group
+  uint8_t extension_at;                // 0: no extension word
+  uint8_t lengths_at;                  // the buffer lengths, then one meta word per buffer
+  uint8_t static_words;
+} cube_info_layout_t;
+
+// The layout of a launch of |kernel| with |args|' scalar types and buffer
+// count. VALIDATION when the block does not fit (too many scalars, or
+// scalars and buffers past the static words) or a scalar's type is unknown.
+CUBE_INTERNAL cube_status_t cube_info_layout(const cube_kernel_t *kernel,
+                                             const cube_kernel_args_t *args,
+                                             cube_info_layout_t *out_layout);
+// Packs |args| (buffer lengths in bytes in |lengths|) into |words| by
+// |layout|, which must be |args|' own shape's; the static word count is
+// returned, every word's in |*out_words|.
+CUBE_INTERNAL uint32_t cube_info_pack_laid(const cube_info_layout_t *layout,
+                                           const cube_kernel_args_t *args, const uint64_t *lengths,
+                                           uint64_t *words, uint32_t *out_words);
 // Packs the info block of a launch of |kernel| with |args| (buffer lengths
 // in bytes in |lengths|) into |words|. VALIDATION when it does not fit.
 CUBE_INTERNAL cube_status_t cube_info_pack(const cube_kernel_t *kernel,
