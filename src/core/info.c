@@ -19,37 +19,6 @@ _Static_assert(CUBE_INFO_NO_META_WORD == CUBE_INFO_NO_META,
 
 //===--- Info packing ---===//
 
-static uint64_t scalar_word(const cube_scalar_t *s) {
-  uint64_t word = 0;
-  switch (s->type) {
-    case CUBE_SCALAR_F64:
-      memcpy(&word, &s->value.f64, 8);
-      break;
-    case CUBE_SCALAR_F32: {
-      uint32_t bits;
-      memcpy(&bits, &s->value.f32, 4);
-      word = bits;
-      break;
-    }
-    case CUBE_SCALAR_U64:
-    case CUBE_SCALAR_I64:
-      word = s->value.u64;
-      break;
-    case CUBE_SCALAR_F16:
-    case CUBE_SCALAR_BF16:
-      word = s->value.f16;
-      break;
-    case CUBE_SCALAR_E4M3:
-    case CUBE_SCALAR_E5M2:
-      word = s->value.e4m3;
-      break;
-    default:
-      word = s->value.u32;
-      break;
-  }
-  return word;
-}
-
 // The dialect-1 types (f64 .. i32) count in the header word; the reduced-
 // precision ones (f16 .. e5m2) in an extension word after the dialect-1
 // scalars, present only when the launch passes any.
@@ -120,7 +89,7 @@ uint32_t cube_info_pack_laid(const cube_info_layout_t *layout, const cube_kernel
   uint8_t at[CUBE_SCALAR_TYPE_COUNT];
   memcpy(at, layout->at, sizeof at);
   for (size_t i = 0; i < args->scalar_count; ++i)
-    words[at[args->scalars[i].type]++] = scalar_word(&args->scalars[i]);
+    words[at[args->scalars[i].type]++] = cube_info_scalar_word(&args->scalars[i]);
   uint32_t n = layout->lengths_at;
   for (size_t b = 0; b < args->buffer_count; ++b) words[n++] = lengths[b];
   uint32_t meta_at = n;

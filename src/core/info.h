@@ -3,6 +3,8 @@
 #ifndef CUBE_CORE_INFO_H_
 #define CUBE_CORE_INFO_H_
 
+#include <string.h>
+
 #include "core/server.h"
 
 // The info-block constants. cube/dialect.h, embedded in front of kernel
@@ -12,6 +14,38 @@
 #define CUBE_INFO_NO_META_WORD 0xffffffffffffffffull
 // The most words one launch's info block can take.
 #define CUBE_INFO_MAX_WORDS (CUBE_INFO_STATIC_WORDS + CUBE_MAX_BUFFERS * (1 + 2 * CUBE_MAX_RANK))
+
+// A scalar's info word: its bits, zero-extended to 64.
+static inline uint64_t cube_info_scalar_word(const cube_scalar_t *s) {
+  uint64_t word = 0;
+  switch (s->type) {
+    case CUBE_SCALAR_F64:
+      memcpy(&word, &s->value.f64, 8);
+      break;
+    case CUBE_SCALAR_F32: {
+      uint32_t bits;
+      memcpy(&bits, &s->value.f32, 4);
+      word = bits;
+      break;
+    }
+    case CUBE_SCALAR_U64:
+    case CUBE_SCALAR_I64:
+      word = s->value.u64;
+      break;
+    case CUBE_SCALAR_F16:
+    case CUBE_SCALAR_BF16:
+      word = s->value.f16;
+      break;
+    case CUBE_SCALAR_E4M3:
+    case CUBE_SCALAR_E5M2:
+      word = s->value.e4m3;
+      break;
+    default:
+      word = s->value.u32;
+      break;
+  }
+  return word;
+}
 
 // Where a launch's info words go, given the types of its scalars and its
 // buffer count (cube_info_layout): the same for every launch of one argument

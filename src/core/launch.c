@@ -73,6 +73,8 @@ static cube_status_t validate_args(const cube_kernel_t *kernel, const cube_kerne
     return cube_status_make(CUBE_STATUS_VALIDATION, "launch of '%s': buffers or scalars is NULL",
                             kernel->name);
   }
+  const bool shaped = args->scalar_count <= CUBE_LAUNCH_SHAPE_SCALARS;
+  cube_launch_shape_start(out_shape, args->buffer_count, args->scalar_count);
   for (size_t i = 0; i < args->buffer_count; ++i) {
     const cube_kernel_buffer_t *b = &args->buffers[i];
     if (b->io > CUBE_IO_DEAD) {
@@ -85,14 +87,16 @@ static cube_status_t validate_args(const cube_kernel_t *kernel, const cube_kerne
           "launch of '%s': buffer %zu has rank %u without shape/strides (max rank %d)",
           kernel->name, i, b->rank, CUBE_MAX_RANK);
     }
+    cube_launch_shape_buffer(out_shape, i, b);
   }
   for (size_t i = 0; i < args->scalar_count; ++i) {
     if ((unsigned)args->scalars[i].type >= CUBE_SCALAR_TYPE_COUNT) {
       return cube_status_make(CUBE_STATUS_VALIDATION, "launch of '%s': scalar %zu has type %d",
                               kernel->name, i, (int)args->scalars[i].type);
     }
+    if (shaped) cube_launch_shape_scalar(out_shape, i, args->scalars[i].type);
   }
-  *out_shaped = cube_launch_shape_of(args, out_shape);
+  *out_shaped = shaped;
   return CUBE_OK;
 }
 
@@ -326,6 +330,10 @@ static void launch_fail(launch_t *l, cube_status_t error) {
 // that fails claims only the outputs the caller declared; a dry run claims
 // nothing.
 static cube_status_t launch_compile(launch_t *l) {
+  if (l->compiled && !l->compiled->error) {
+    cube_kernel_stats_count(false, false, true, 0);  // as cube_kernel_cache_get counts a hit
+    return CUBE_OK;
+  }
   cube_status_t status = cube_kernel_cache_get(l->server, l->kernel, l->compiled, &l->compiled);
   if (!cube_status_is_ok(status) && l->mode != CUBE_LAUNCH_COMPILE_ONLY) launch_fail(l, status);
   return status;
@@ -389,7 +397,7 @@ static cube_status_t launch_dispatch(launch_t *l) {
   uint64_t words[CUBE_INFO_MAX_WORDS];
   uint32_t info_words = 0, static_words = 0;
   if (cube_status_is_ok(status) && l->plan) {
-    static_words = cube_info_pack_laid(&l->plan->layout, l->args, l->lengths, words, &info_words);
+    static_words = cube_launch_plan_pack(l->plan, l->args, l->lengths, words, &info_words);
   } else if (cube_status_is_ok(status)) {
     status = cube_info_pack(l->kernel, l->args, l->lengths, words, &info_words, &static_words);
   }
@@ -437,10 +445,10 @@ static cube_status_t launch_dispatch(launch_t *l) {
                                 .tensor_map_mask = maps.mask,
                                 .tensor_maps = maps.maps};
     void *mark = server->profiler ? cube_profile_before_work(server, stream, true) : NULL;
-    status = cube_server_note_in(server,
-                                 server->device->vtable->dispatch(
-                                     server->device, server->streams[stream].backend, &dispatch),
-                                 CUBE_STATUS_FAMILY_LAUNCH);
+    status = server->device->vtable->dispatch(server->device, server->streams[stream].backend,
+                                              &dispatch);
+    if (!cube_status_is_ok(status))
+      status = cube_server_note_in(server, status, CUBE_STATUS_FAMILY_LAUNCH);
     if (mark) {
       // The slice carries what the kernel may touch: the bytes of the
       // bindings it reads and writes, and its cube count.
@@ -494,8 +502,8 @@ static cube_status_t launch_match(launch_t *l) {
   l->plan = l->shaped ? cube_launch_plan_find(compiled, &l->shape) : NULL;
   if (l->plan) {
     l->io = l->plan->io;
-    return cube_signature_check_buffers(l->kernel->name, &compiled->signature, l->args, l->lengths,
-                                        l->addresses);
+    return cube_launch_plan_check(l->plan, l->kernel->name, &compiled->signature, l->args,
+                                  l->lengths, l->addresses);
   }
   for (size_t i = 0; i < l->n; ++i)
     l->own[i] = (uint8_t)io_of(compiled->info.io, i, l->args->buffers[i].io);
@@ -668,8 +676,10 @@ static cube_status_t launch_entry(cube_client_t *client, cube_stream_t stream,
   const bool streamed = cube_status_is_ok(opened);
   if (cube_status_is_ok(status) && mode != CUBE_LAUNCH_QUEUE) cube_launch_flush_deferred(server);
   // A static count above the device's limit is refused before anything is
-  // compiled or queued.
-  if (cube_status_is_ok(status) && !count.dynamic)
+  // compiled or queued (the comparison here, the message only when it fails).
+  const cube_dim3_t max = server->device->properties.max_cube_count;
+  if (cube_status_is_ok(status) && !count.dynamic &&
+      (count.count.x > max.x || count.count.y > max.y || count.count.z > max.z))
     status = cube_validate_cube_count(server, kernel->name, count.count);
   if (cube_status_is_ok(status) && count.dynamic && mode == CUBE_LAUNCH_EXECUTE) {
     count.count = (cube_dim3_t){0, 0, 0};

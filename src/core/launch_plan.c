@@ -13,20 +13,11 @@
 bool cube_launch_shape_of(const cube_kernel_args_t *args, cube_launch_shape_t *out) {
   if (args->scalar_count > CUBE_LAUNCH_SHAPE_SCALARS || args->buffer_count > CUBE_MAX_BUFFERS)
     return false;
-  uint64_t buffers[2] = {0, 0}, scalars[2] = {0, 0}, maps = 0;
-  for (size_t i = 0; i < args->buffer_count; ++i) {
-    const cube_kernel_buffer_t *b = &args->buffers[i];
-    const uint64_t map = b->tensor_map != NULL;
-    buffers[i / 8] |= ((uint64_t)b->io | (uint64_t)b->rank << 3 | map << 7) << (8 * (i % 8));
-    maps |= map << i;
-  }
+  cube_launch_shape_start(out, args->buffer_count, args->scalar_count);
+  for (size_t i = 0; i < args->buffer_count; ++i)
+    cube_launch_shape_buffer(out, i, &args->buffers[i]);
   for (size_t i = 0; i < args->scalar_count; ++i)
-    scalars[i / 16] |= (uint64_t)args->scalars[i].type << (4 * (i % 16));
-  out->counts = (uint64_t)args->buffer_count | (uint64_t)args->scalar_count << 8 | maps << 32;
-  out->buffers[0] = buffers[0];
-  out->buffers[1] = buffers[1];
-  out->scalars[0] = scalars[0];
-  out->scalars[1] = scalars[1];
+    cube_launch_shape_scalar(out, i, args->scalars[i].type);
   return true;
 }
 
@@ -53,14 +44,46 @@ const cube_launch_plan_t *cube_launch_plan_keep(const cube_kernel_t *kernel,
     plan = &p->plans[p->next];
     p->next = (p->next + 1) % CUBE_LAUNCH_PLANS;
   }
+  memset(plan, 0, sizeof *plan);
   plan->shape = *shape;
-  plan->writes = 0;
+  const cube_signature_t *signature = &compiled->signature;
+  plan->checks_bindings = signature->known;
+  plan->odd_sizes = signature->odd_sizes;
   for (size_t i = 0; i < args->buffer_count; ++i) {
     plan->io[i] = io[i];
     if (io[i] & CUBE_IO_SET_WRITE) plan->writes |= 1u << i;
+    if (args->buffers[i].rank) plan->ranked = true;
+    if (signature->known && i < signature->buffer_count) {
+      plan->size_mask[i] = signature->size_mask[i];
+      plan->align_mask[i] = signature->align_mask[i];
+    }
   }
   plan->layout = layout;
+  // Each scalar's word: its type's group, in argument order (as
+  // cube_info_pack_laid places them).
+  uint8_t at[CUBE_SCALAR_TYPE_COUNT];
+  memcpy(at, layout.at, sizeof at);
+  for (size_t i = 0; i < args->scalar_count; ++i) plan->scalar_at[i] = at[args->scalars[i].type]++;
   return plan;
+}
+
+uint32_t cube_launch_plan_pack(const cube_launch_plan_t *plan, const cube_kernel_args_t *args,
+                               const uint64_t *lengths, uint64_t *words, uint32_t *out_words) {
+  if (plan->ranked) return cube_info_pack_laid(&plan->layout, args, lengths, words, out_words);
+  // No metadata: the static words are the whole block.
+  const cube_info_layout_t *layout = &plan->layout;
+  words[0] = layout->header;
+  if (layout->extension_at) words[layout->extension_at] = layout->extension;
+  for (size_t i = 0; i < args->scalar_count; ++i)
+    words[plan->scalar_at[i]] = cube_info_scalar_word(&args->scalars[i]);
+  uint64_t *at = words + layout->lengths_at;
+  const size_t n = args->buffer_count;
+  for (size_t b = 0; b < n; ++b) {
+    at[b] = lengths[b];
+    at[n + b] = CUBE_INFO_NO_META_WORD;
+  }
+  *out_words = layout->static_words;
+  return layout->static_words;
 }
 
 void cube_launch_plans_free(cube_compiled_t *compiled) {

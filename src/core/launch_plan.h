@@ -16,6 +16,7 @@
 
 #include "core/info.h"
 #include "core/server.h"
+#include "core/signature.h"
 
 // Plans kept per compiled kernel (the oldest one is replaced), and the most
 // scalars a shape key holds (a launch with more is checked in full each
@@ -35,7 +36,18 @@ typedef struct cube_launch_plan_t {
   cube_launch_shape_t shape;
   uint8_t io[CUBE_MAX_BUFFERS];  // the resolved IO per buffer (core/io_sets.h bits)
   uint32_t writes;               // bit i: buffer i is written
+  // The bindings' check, the signature's masks copied here so that a launch
+  // reads the plan alone (core/signature.h; |odd_sizes|: some element size
+  // is not a power of two, and the signature's own check runs).
+  bool checks_bindings;  // the kernel exported a signature
+  uint32_t odd_sizes;
+  uint32_t size_mask[CUBE_MAX_BUFFERS];
+  uint32_t align_mask[CUBE_MAX_BUFFERS];
+  // The info block: its layout, each scalar's word, and whether some buffer
+  // has a rank (its metadata is packed per call then).
   cube_info_layout_t layout;
+  uint8_t scalar_at[CUBE_LAUNCH_SHAPE_SCALARS];
+  bool ranked;
 } cube_launch_plan_t;
 
 struct cube_launch_plans_t {
@@ -43,6 +55,25 @@ struct cube_launch_plans_t {
   uint32_t count;
   uint32_t next;  // the one replaced next when all are used
 };
+
+// The shape is built a buffer and a scalar at a time: the launch's argument
+// validation builds it in the same loop that checks them (launch.c).
+static inline void cube_launch_shape_start(cube_launch_shape_t *shape, size_t buffers,
+                                           size_t scalars) {
+  *shape = (cube_launch_shape_t){.counts = (uint64_t)buffers | (uint64_t)scalars << 8};
+}
+// Buffer |i| (< CUBE_MAX_BUFFERS) with a valid IO and rank.
+static inline void cube_launch_shape_buffer(cube_launch_shape_t *shape, size_t i,
+                                            const cube_kernel_buffer_t *b) {
+  const uint64_t map = b->tensor_map != NULL;
+  shape->buffers[i / 8] |= ((uint64_t)b->io | (uint64_t)b->rank << 3 | map << 7) << (8 * (i % 8));
+  shape->counts |= map << (32 + i);
+}
+// Scalar |i| (< CUBE_LAUNCH_SHAPE_SCALARS) of a valid type.
+static inline void cube_launch_shape_scalar(cube_launch_shape_t *shape, size_t i,
+                                            cube_scalar_type_t type) {
+  shape->scalars[i / 16] |= (uint64_t)type << (4 * (i % 16));
+}
 
 // The shape of |args|, which passed the launch's argument validation (IO,
 // ranks, scalar types in range). False when the key cannot hold it (more
@@ -75,6 +106,30 @@ CUBE_INTERNAL const cube_launch_plan_t *cube_launch_plan_keep(const cube_kernel_
                                                               const cube_kernel_args_t *args,
                                                               const cube_launch_shape_t *shape,
                                                               const uint8_t *io);
+
+// The bindings of a launch of |plan|'s shape (sizes in bytes |sizes|,
+// device |addresses|) against the kernel's elements: OK, or the
+// signature's VALIDATION (cube_signature_check_buffers) naming the binding.
+static inline cube_status_t cube_launch_plan_check(
+    const cube_launch_plan_t *plan, const char *kernel_name, const cube_signature_t *signature,
+    const cube_kernel_args_t *args, const uint64_t *sizes, const uint64_t *addresses) {
+  if (!plan->checks_bindings) return CUBE_OK;
+  if (!plan->odd_sizes) {
+    uint64_t bad = 0;
+    for (size_t i = 0; i < args->buffer_count; ++i)
+      bad |= (sizes[i] & plan->size_mask[i]) | (addresses[i] & plan->align_mask[i]);
+    if (!bad) return CUBE_OK;
+  }
+  return cube_signature_check_buffers(kernel_name, signature, args, sizes, addresses);
+}
+
+// Packs the info block of a launch of |plan|'s shape into |words| (as
+// cube_info_pack would); returns the static word count, every word's in
+// |*out_words|.
+CUBE_INTERNAL uint32_t cube_launch_plan_pack(const cube_launch_plan_t *plan,
+                                             const cube_kernel_args_t *args,
+                                             const uint64_t *lengths, uint64_t *words,
+                                             uint32_t *out_words);
 
 // Frees the plans of |compiled| (the kernel cache's teardown).
 CUBE_INTERNAL void cube_launch_plans_free(cube_compiled_t *compiled);

@@ -119,6 +119,50 @@ static void shape_tells_every_checked_property_apart(void **state) {
   assert_false(cube_launch_shape_of(&lots, &other));
 }
 
+// A plan's packing gives the words cube_info_pack gives, for random shapes
+// (every scalar type, with and without ranked buffers).
+static void planned_pack_is_the_info_pack(void **state) {
+  (void)state;
+  cube_kernel_t *kernel = scale_kernel();
+  uint64_t seed = 31;
+  const uint64_t extents[3] = {5, 6, 7}, strides[3] = {42, 7, 1};
+  for (int round = 0; round < 500; ++round) {
+    cube_kernel_buffer_t buffers[8];
+    uint64_t lengths[8];
+    cube_scalar_t scalars[20];
+    const size_t n = cth_rand_below(&seed, 9), m = cth_rand_below(&seed, 21);
+    const bool ranked = cth_rand_below(&seed, 2);
+    uint8_t io[8];
+    for (size_t b = 0; b < n; ++b) {
+      buffers[b] = (cube_kernel_buffer_t){.io = CUBE_IO_READ_WRITE};
+      buffers[b].rank = ranked ? cth_rand_below(&seed, 4) : 0;
+      buffers[b].shape = extents;
+      buffers[b].strides = strides;
+      lengths[b] = cth_rand_next(&seed);
+      io[b] = 3;
+    }
+    for (size_t i = 0; i < m; ++i) {
+      scalars[i].type = (cube_scalar_type_t)cth_rand_below(&seed, CUBE_SCALAR_TYPE_COUNT);
+      scalars[i].value.u64 = cth_rand_next(&seed);  // each type reads its own bits of it
+    }
+    cube_kernel_args_t args = {buffers, n, scalars, m};
+    cube_launch_shape_t shape;
+    assert_true(cube_launch_shape_of(&args, &shape));
+    cube_compiled_t compiled = {0};
+    const cube_launch_plan_t *plan = cube_launch_plan_keep(kernel, &compiled, &args, &shape, io);
+    assert_non_null(plan);
+    uint64_t want[CUBE_INFO_MAX_WORDS], got[CUBE_INFO_MAX_WORDS];
+    uint32_t want_words = 0, want_static = 0, got_words = 0;
+    assert_null(cube_info_pack(kernel, &args, lengths, want, &want_words, &want_static));
+    uint32_t got_static = cube_launch_plan_pack(plan, &args, lengths, got, &got_words);
+    assert_int_equal(got_static, want_static);
+    assert_int_equal(got_words, want_words);
+    assert_memory_equal(got, want, want_words * sizeof(uint64_t));
+    cube_launch_plans_free(&compiled);
+  }
+  cube_kernel_release(kernel);
+}
+
 //===--- Through the launch path ---===//
 
 // A planned shape still checks each call's bindings; a refusal claims the
@@ -399,6 +443,7 @@ static void threads_with_different_shapes_get_their_own_answers(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(shape_tells_every_checked_property_apart),
+      cmocka_unit_test(planned_pack_is_the_info_pack),
       cmocka_unit_test(planned_shape_still_checks_bindings),
       cmocka_unit_test(other_shapes_after_a_plan_are_checked),
       cmocka_unit_test(plans_past_the_limit_replace_the_oldest),
