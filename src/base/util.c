@@ -111,10 +111,6 @@ void cube_hash128_hex(cube_hash128_t hash, char out_hex[CUBE_HASH128_HEX_SIZE]) 
   out_hex[32] = '\0';
 }
 
-bool cube_hash128_equal(cube_hash128_t a, cube_hash128_t b) {
-  return a.low == b.low && a.high == b.high;
-}
-
 //===--- Clock ---===//
 
 uint64_t cube_now_ns(void) {

@@ -42,7 +42,10 @@ CUBE_INTERNAL cube_hash128_t cube_hash128_final(const cube_hash128_state_t *stat
 CUBE_INTERNAL cube_hash128_t cube_hash128(const void *bytes, size_t size);
 // 32 lower-case hex digits, high half first, NUL-terminated.
 CUBE_INTERNAL void cube_hash128_hex(cube_hash128_t hash, char out_hex[CUBE_HASH128_HEX_SIZE]);
-CUBE_INTERNAL bool cube_hash128_equal(cube_hash128_t a, cube_hash128_t b);
+// Inline: every launch compares its kernel's key (core/kernel_cache.c).
+static inline bool cube_hash128_equal(cube_hash128_t a, cube_hash128_t b) {
+  return a.low == b.low && a.high == b.high;
+}
 
 //===--- Clock ---===//
 

@@ -138,8 +138,8 @@ static cube_status_t check_resources(cube_server_t *server, const cube_kernel_t 
 
 // The resource check, once per compiled kernel and launch shape: its answer
 // depends only on them and the device.
-static cube_status_t fits_device(cube_server_t *server, const cube_kernel_t *kernel,
-                                 cube_compiled_t *compiled) {
+static inline cube_status_t fits_device(cube_server_t *server, const cube_kernel_t *kernel,
+                                        cube_compiled_t *compiled) {
   cube_dim3_t d = kernel->cube_dim;
   if (compiled->fits && compiled->fits_dim.x == d.x && compiled->fits_dim.y == d.y &&
       compiled->fits_dim.z == d.z && compiled->fits_shared == kernel->dynamic_shared_memory) {
@@ -463,7 +463,7 @@ static cube_status_t launch_dispatch(launch_t *l) {
   // Settle the scope: a launch that lands into a claimed output releases it.
   if (cube_status_is_ok(status)) {
     server->streams[stream].ticket++;
-    cube_write_scope_commit(&scope);
+    if (scope.count) cube_write_scope_commit(&scope);
     for (size_t i = 0; i < l->n; ++i) {
       if (capturing) {
         // Recorded, not run: the buffers' last use stays the real one, which
@@ -674,7 +674,8 @@ static cube_status_t launch_entry(cube_client_t *client, cube_stream_t stream,
     cube_status_release(opened);
   }
   const bool streamed = cube_status_is_ok(opened);
-  if (cube_status_is_ok(status) && mode != CUBE_LAUNCH_QUEUE) cube_launch_flush_deferred(server);
+  if (cube_status_is_ok(status) && mode != CUBE_LAUNCH_QUEUE && server->pending_head)
+    cube_launch_flush_deferred(server);
   // A static count above the device's limit is refused before anything is
   // compiled or queued (the comparison here, the message only when it fails).
   const cube_dim3_t max = server->device->properties.max_cube_count;
