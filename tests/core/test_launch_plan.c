@@ -4,8 +4,8 @@
 // checked in full and refused when wrong (scalar types, buffer count, a map
 // where a pointer goes and the reverse); a planned shape still checks its
 // bindings' sizes and alignment, and a refusal claims the outputs as
-// before; a kernel released and re-created under the same name with another
-// signature is held to the new one; plans past the limit replace the
+// before; a planned shape with a failed input is skipped; a kernel released and re-created under
+// the same name with another signature is held to the new one; plans past the limit replace the
 // oldest; several threads launching one kernel with different shapes each
 // get their own answer (the CI's tsan stage runs it under ThreadSanitizer).
 #include <pthread.h>
@@ -187,6 +187,34 @@ static void planned_shape_still_checks_bindings(void **state) {
   CTH_EXPECT_CLEAN(f.client, f.y);
   expect_scaled(&f, 5);
   assert_int_equal(plans_of(f.client, f.kernel), 1);
+  fixture_close(&f);
+}
+
+// A planned shape whose input carries a failure is skipped, and its output
+// claims that failure one hop further, as without a plan.
+static void planned_shape_still_skips_on_failed_inputs(void **state) {
+  (void)state;
+  fixture_t f;
+  fixture_open(&f);
+  CTH_OK(launch(&f, cube_handle_binding(f.y), cube_scalar_f32(2)));
+  assert_int_equal(plans_of(f.client, f.kernel), 1);
+  // x claims a failure (as a failed producer of x would leave it).
+  cube_kernel_buffer_t producer = cth_arg(f.x, CUBE_IO_WRITE);
+  cube_kernel_args_t produced = {&producer, 1, NULL, 0};
+  cube_status_t injected =
+      cube_status_make(CUBE_STATUS_LAUNCH_UNKNOWN, "test: x's producer failed");
+  CTH_OK(cube_launch_claim_outputs(f.client, &produced, injected));
+  cube_status_release(injected);
+  CTH_EXPECT_RELEASE(launch(&f, cube_handle_binding(f.y), cube_scalar_f32(3)), CUBE_STATUS_SKIPPED,
+                     NULL);
+  CTH_EXPECT_CLAIMED(f.client, f.y, CUBE_STATUS_LAUNCH_UNKNOWN, "x's producer failed");
+  // A host write repairs x: the planned launch runs again and releases y.
+  float host[N];
+  for (int i = 0; i < N; ++i) host[i] = (float)i;
+  CTH_OK(cube_write(f.client, S, cube_handle_binding(f.x), host, sizeof host));
+  CTH_OK(launch(&f, cube_handle_binding(f.y), cube_scalar_f32(4)));
+  CTH_EXPECT_CLEAN(f.client, f.y);
+  expect_scaled(&f, 4);
   fixture_close(&f);
 }
 
@@ -445,6 +473,7 @@ int main(void) {
       cmocka_unit_test(shape_tells_every_checked_property_apart),
       cmocka_unit_test(planned_pack_is_the_info_pack),
       cmocka_unit_test(planned_shape_still_checks_bindings),
+      cmocka_unit_test(planned_shape_still_skips_on_failed_inputs),
       cmocka_unit_test(other_shapes_after_a_plan_are_checked),
       cmocka_unit_test(plans_past_the_limit_replace_the_oldest),
       cmocka_unit_test(recreated_kernel_is_held_to_its_own_signature),
