@@ -126,19 +126,3 @@ uint64_t cube_deadline_after_s(uint64_t now_ns, double seconds) {
   if (!(ns < room)) return UINT64_MAX;
   return now_ns + (uint64_t)ns;
 }
-
-//===--- Overflow-checked arithmetic ---===//
-
-bool cube_mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
-  uint64_t result;
-  if (__builtin_mul_overflow(a, b, &result)) return false;
-  *out = result;
-  return true;
-}
-
-bool cube_add_u64(uint64_t a, uint64_t b, uint64_t *out) {
-  uint64_t result;
-  if (__builtin_add_overflow(a, b, &result)) return false;
-  *out = result;
-  return true;
-}

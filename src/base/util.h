@@ -60,7 +60,18 @@ CUBE_INTERNAL uint64_t cube_deadline_after_s(uint64_t now_ns, double seconds);
 //===--- Overflow-checked arithmetic ---===//
 
 // Each returns false, and leaves |*out| untouched, when the result overflows.
-CUBE_INTERNAL bool cube_mul_u64(uint64_t a, uint64_t b, uint64_t *out);
-CUBE_INTERNAL bool cube_add_u64(uint64_t a, uint64_t b, uint64_t *out);
+// Inline: every binding a launch resolves checks its range with one.
+static inline bool cube_mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
+  uint64_t result;
+  if (__builtin_mul_overflow(a, b, &result)) return false;
+  *out = result;
+  return true;
+}
+static inline bool cube_add_u64(uint64_t a, uint64_t b, uint64_t *out) {
+  uint64_t result;
+  if (__builtin_add_overflow(a, b, &result)) return false;
+  *out = result;
+  return true;
+}
 
 #endif  // CUBE_BASE_UTIL_H_
