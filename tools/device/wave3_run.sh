@@ -13,6 +13,9 @@
 #        graph ratios against the raw driver, TMA and GEMM against cuMemcpy
 #        and PyTorch, collectives against NCCL, first launch from a bundle,
 #        interop costs, allocation
+#   bash tools/device/wave3_run.sh launch   issue 31's launch and graph
+#        replay ratios over several runs each, with their medians and ranges
+#        and the launch path's breakdown (tools/device/launch_bench.sh)
 # Logs under $OUT (or build-gpu/logs); every log is also packed into
 # $OUT/all-logs.tgz (the tool returns a few files per call).
 set -uo pipefail
@@ -70,6 +73,13 @@ if [ "$phase" = check ]; then
   OUT="$out" timeout 120 bash tools/device/bundle_check.sh nobench 2>&1 | tail -25
   step issue33
   BUILD=build-gpu OUT="$out" timeout 90 bash tools/device/issue33_gpu.sh 2>&1 | tail -12
+  pack
+  exit 0
+fi
+
+if [ "$phase" = launch ]; then
+  step launch_bench
+  BUILD=build-gpu OUT="$out" timeout 500 bash tools/device/launch_bench.sh 5 3 2>&1 | tail -30
   pack
   exit 0
 fi
