@@ -809,6 +809,65 @@ static void test_stack_table(void **state) {
   cube_client_release(client);
 }
 
+// cube_write and cube_read land exactly whatever the size (below, at and
+// past 4 KiB pages, the split-copy and the streamed-copy thresholds) and
+// wherever a slice starts or the host bytes sit, and touch nothing else.
+static void test_copies_at_boundaries(void **state) {
+  (void)state;
+  cube_client_t *client = client_with(NULL, NULL);
+  const uint64_t stream_min = cube_cpu_copy_stream_min();
+  const uint64_t sizes[] = {1,
+                            63,
+                            4095,
+                            4096,
+                            4097,
+                            (1 << 20) - 1,
+                            1 << 20,
+                            (1 << 20) + 1,
+                            (8 << 20) + 13,
+                            stream_min + 4099};
+  const uint64_t offsets[] = {0, 1, 4095, 4096 - 17};
+  enum { GUARD = 64 };
+  const uint64_t most = stream_min + 4099 + 4096;
+  unsigned char *src = malloc(most + 2 * GUARD), *dst = malloc(most + 2 * GUARD);
+  assert_non_null(src);
+  assert_non_null(dst);
+  for (uint64_t i = 0; i < most + 2 * GUARD; ++i) src[i] = (unsigned char)(i * 131 + (i >> 12));
+  cube_handle_t h = CTH_BUFFER(client, most);
+  for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; ++z) {
+    for (size_t o = 0; o < sizeof offsets / sizeof offsets[0]; ++o) {
+      const uint64_t n = sizes[z], at = offsets[o];
+      const unsigned host = (unsigned)(o * 5 % 17);  // the host side's own misalignment
+      // The whole buffer to a known byte, then the slice from |src|.
+      memset(dst, 0x5c, most + 2 * GUARD);
+      CTH_OK(cube_write(client, S, cube_handle_binding(h), dst, most));
+      CTH_OK(cube_write(client, S, cube_handle_slice(h, at, n), src + host, n));
+      memset(dst, 0xee, most + 2 * GUARD);
+      CTH_OK(cube_read(client, S, cube_handle_slice(h, at, n), dst + GUARD + host, n));
+      if (memcmp(dst + GUARD + host, src + host, n) != 0)
+        fail_msg("%llu bytes at offset %llu: the read differs from the write",
+                 (unsigned long long)n, (unsigned long long)at);
+      for (uint64_t g = 0; g < GUARD + host; ++g) assert_int_equal(dst[g], 0xee);
+      for (uint64_t g = GUARD + host + n; g < most + 2 * GUARD; ++g)
+        if (dst[g] != 0xee)
+          fail_msg("%llu bytes at offset %llu: the read wrote past its end", (unsigned long long)n,
+                   (unsigned long long)at);
+      // The bytes around the slice in the buffer kept what they were.
+      uint64_t around[2] = {at ? at - 1 : 0, at + n < most ? at + n : most - 1};
+      for (int e = 0; e < 2; ++e) {
+        if ((e == 0 && at == 0) || (e == 1 && at + n >= most)) continue;
+        unsigned char byte = 0;
+        CTH_OK(cube_read(client, S, cube_handle_slice(h, around[e], 1), &byte, 1));
+        assert_int_equal(byte, 0x5c);
+      }
+    }
+  }
+  cth_release_handle(client, h);
+  free(src);
+  free(dst);
+  cube_client_release(client);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_uniform_if),
@@ -831,6 +890,7 @@ int main(void) {
       cmocka_unit_test(test_handle_from_host),
       cmocka_unit_test(test_split_needed),
       cmocka_unit_test(test_stack_table),
+      cmocka_unit_test(test_copies_at_boundaries),
   };
   return cmocka_run_group_tests_name("cpu paths", tests, NULL, NULL);
 }
