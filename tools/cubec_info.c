@@ -272,10 +272,10 @@ static bool config_by_name(const char *name, char *out, size_t capacity) {
 static void probe_component(const component_t *component, probe_t *out) {
   memset(out, 0, sizeof *out);
   char configured[1024];
-  const char *override = component->variable &&
-                                 config_by_name(component->variable, configured, sizeof configured)
-                             ? configured
-                             : NULL;
+  const char *override =
+      component->variable && config_by_name(component->variable, configured, sizeof configured)
+          ? configured
+          : NULL;
   if (override && !override[0]) override = NULL;
   if (override && strcmp(component->variable, "CUBE_LIBCLANG") == 0 &&
       strcmp(override, "none") == 0) {

@@ -106,7 +106,7 @@ typedef struct cube_client_options_t {
   /// The key bundles must be signed with (NULL: CUBE_BUNDLE_KEY_FILE's
   /// contents, else no signature is asked for).
   const void *bundle_key;
-  size_t bundle_key_size;
+  size_t bundle_key_size;  ///< bytes of |bundle_key|
 } cube_client_options_t;
 
 /// Lazy binding: cube_handle_create mints the handle at once and reserves its

@@ -220,7 +220,7 @@ typedef struct cube_kernel_cache_stats_t {
   uint64_t memory_hits;    ///< launches served from the in-memory cache
   uint64_t disk_hits;      ///< kernels loaded from the on-disk cache
   double compile_seconds;  ///< time spent compiling
-  uint64_t bundle_hits;     ///< kernels taken from a bundle (cube/bundle.h)
+  uint64_t bundle_hits;    ///< kernels taken from a bundle (cube/bundle.h)
 } cube_kernel_cache_stats_t;
 /// This process's kernel cache counters so far. Thread-safe.
 CUBE_API void cube_kernel_cache_stats(cube_kernel_cache_stats_t *out_stats);

@@ -9,7 +9,7 @@
 ///   cubec[cpu:0] warn: cube_client_release: 2 handles still alive ...
 /// unless the options give a callback (cube_client_options_t.log), which then
 /// receives every message at or above the level instead.
-/// 
+///
 /// This is the only channel: every message cubec prints (a cache directory
 /// it will not trust, a damaged cache entry, a library it could not load, a
 /// tuning candidate that failed, CUBE_CPU_PATH_LOG's lines) goes through the

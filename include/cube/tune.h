@@ -311,25 +311,26 @@ CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_tune_cache_clear(const char *op
 
 //===--- Tune results that travel (docs/tune.md, docs/bundles.md) ---===//
 
-// Writes every stored decision (of |op|, NULL: all) to |path| as a text file
-// that names this cubec's version; each decision keeps its device
-// fingerprint (the properties hash) and its candidate set's checksum.
+/// Writes every stored decision (of |op|, NULL: all) to |path| as a text file
+/// that names this cubec's version; each decision keeps its device
+/// fingerprint (the properties hash) and its candidate set's checksum.
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_tune_cache_export(const char *op, const char *path,
                                                                    uint64_t *out_count);
 
+/// What cube_tune_cache_import did with the decisions of an export.
 typedef struct cube_tune_import_report_t {
-  uint64_t imported;       // decisions written to this machine's tune cache
-  uint64_t other_version;  // ignored: exported by another cubec version
-  uint64_t other_device;   // ignored: for a device this machine does not have
+  uint64_t imported;       ///< decisions written to this machine's tune cache
+  uint64_t other_version;  ///< ignored: exported by another cubec version
+  uint64_t other_device;   ///< ignored: for a device this machine does not have
 } cube_tune_import_report_t;
 
-// Reads an export into this machine's tune cache. A decision is applied only
-// when the file is of this cubec version and the decision's device is one of
-// this machine's (every available backend's devices are asked); every other
-// one is ignored, never applied, and |note| (may be NULL) gets one line
-// saying which and why. A program then finds covered keys in the cache and
-// runs no benchmark launch for them. VALIDATION for a file that is not an
-// export; the tune cache must be a file (not memory only).
+/// Reads an export into this machine's tune cache. A decision is applied only
+/// when the file is of this cubec version and the decision's device is one of
+/// this machine's (every available backend's devices are asked); every other
+/// one is ignored, never applied, and |note| (may be NULL) gets one line
+/// saying which and why. A program then finds covered keys in the cache and
+/// runs no benchmark launch for them. VALIDATION for a file that is not an
+/// export; the tune cache must be a file (not memory only).
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t
 cube_tune_cache_import(const char *path, void (*note)(const char *line, void *user), void *user,
                        cube_tune_import_report_t *out_report);

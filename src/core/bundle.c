@@ -735,7 +735,7 @@ void cube_bundle_record(const char *path, const cube_compile_request_t *request)
   free(text);
   if (!ok && !atomic_exchange(&g_record_warned, true))
     CUBE_LOG(NULL, CUBE_LOG_WARN,
-        "CUBE_BUNDLE_RECORD: cannot append kernel '%s' to '%s' (%s); later failures are not "
-        "reported",
-        request->name, path, strerror(error));
+             "CUBE_BUNDLE_RECORD: cannot append kernel '%s' to '%s' (%s); later failures are not "
+             "reported",
+             request->name, path, strerror(error));
 }

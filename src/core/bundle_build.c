@@ -218,7 +218,8 @@ cube_status_t cube_bundle_build(const cube_bundle_kernel_t *kernels, size_t coun
     cube_bundle_put_u32(header + 12, CUBE_BUNDLE_HEADER_SIZE);
     cube_bundle_put_u32(header + 16, made);
     cube_bundle_put_u32(header + 20, options->key ? 1u : 0u);
-    cube_bundle_put_u64(header + 24, CUBE_BUNDLE_HEADER_SIZE + entries.size + CUBE_BUNDLE_TRAILER_SIZE);
+    cube_bundle_put_u64(header + 24,
+                        CUBE_BUNDLE_HEADER_SIZE + entries.size + CUBE_BUNDLE_TRAILER_SIZE);
     cube_bundle_put_u32(header + 32, CUBE_VERSION_MAJOR);
     cube_bundle_put_u32(header + 36, CUBE_VERSION_MINOR);
     cube_bundle_put_u32(header + 40, CUBE_VERSION_PATCH);
@@ -253,7 +254,6 @@ void cube_bundle_free(void *bytes) {
 }
 
 //===--- Writing ---===//
-
 
 // Writes |bytes| through the one atomic writer (base/fs.h); a bundle is
 // read by other users' programs, so it is made 0644 before it is renamed.
@@ -328,4 +328,3 @@ cube_status_t cube_bundle_write_c_source(const void *bytes, size_t size, const c
   free(text.data);
   return status;
 }
-

@@ -112,8 +112,9 @@ static void dl_export_deleter(DLManagedTensorVersioned *self) {
   if (!self) return;
   dl_export_t *e = (dl_export_t *)(void *)self;
   if (atomic_exchange(&e->live, 0) != 1) {
-    CUBE_LOG(NULL, CUBE_LOG_WARN, "DLPack: the deleter of a tensor cubec exported (%p) was called again; ignored",
-              (void *)self);
+    CUBE_LOG(NULL, CUBE_LOG_WARN,
+             "DLPack: the deleter of a tensor cubec exported (%p) was called again; ignored",
+             (void *)self);
     return;
   }
   cube_interop_unexport(&e->pin);

@@ -135,7 +135,7 @@ static void attach(void) {
   for (size_t i = 1; i < NVTX_CBID_##upper##_SIZE; ++i) lower##_table[i] = &lower##_slots[i];
   NVTX_MODULES(NVTX_MODULE_TABLE)
 #undef NVTX_MODULE_TABLE
-  if (!attach_path[0]) return;  // no tool named: nothing is loaded
+  if (!attach_path[0]) return;   // no tool named: nothing is loaded
   static cube_dynlib_t library;  // stays loaded once attached: the tool's functions are in it
   if (!cube_dynlib_open(&library, attach_path, NULL, 0, NULL, NULL)) {
     CUBE_LOG(NULL, CUBE_LOG_WARN,
