@@ -46,22 +46,49 @@ static cube_kernel_t *kernel(const char *name, const char *source, cube_dim3_t d
   return ok(cube_kernel_create(&desc, &k), "kernel create") ? k : NULL;
 }
 
-// Launch + sync of |k|, |reps| times after a compile and a warm-up run.
-static double time_launch(cube_client_t *client, cube_kernel_t *k, cube_cube_count_t count,
-                          cube_kernel_args_t *args, int reps) {
+// One kernel's launches, timed one at a time (launch + sync).
+typedef struct launches_t {
+  cube_client_t *client;
+  cube_kernel_t *kernel;
+  cube_cube_count_t count;
+  cube_kernel_args_t *args;
   double samples[MAX_REPS];
+  int kept;
+} launches_t;
+
+static bool launch_once(void *arg, bool keep) {
+  launches_t *l = arg;
   const cube_stream_t s = CUBE_STREAM_CURRENT;
-  if (!ok(cube_launch(client, s, k, count, args, CUBE_LAUNCH_EXECUTE), "launch") ||
-      !ok(cube_sync(client, s, NULL, 0), "sync"))
-    return -1.0;
-  for (int r = 0; r < reps; ++r) {
-    double t0 = now_s();
-    if (!ok(cube_launch(client, s, k, count, args, CUBE_LAUNCH_EXECUTE), "launch") ||
-        !ok(cube_sync(client, s, NULL, 0), "sync"))
-      return -1.0;
-    samples[r] = now_s() - t0;
+  double t0 = now_s();
+  if (!ok(cube_launch(l->client, s, l->kernel, l->count, l->args, CUBE_LAUNCH_EXECUTE), "launch") ||
+      !ok(cube_sync(l->client, s, NULL, 0), "sync"))
+    return false;
+  if (keep && l->kept < MAX_REPS) l->samples[l->kept++] = now_s() - t0;
+  return true;
+}
+
+// The median seconds of |reps| launches of |k| after a compile (the first
+// launch) and a warm-up run; with |cl| non-NULL, the warm-up and each launch
+// run beside |cl_run|'s OpenCL runs of the same kernel (bench_beside_t),
+// whose median lands in *out_cl (negative when it failed or was not run).
+static double time_launch(cube_client_t *client, cube_kernel_t *k, cube_cube_count_t count,
+                          cube_kernel_args_t *args, int reps, bool with_cl,
+                          double (*cl_run)(void *arg, const bench_beside_t *beside), void *cl_arg,
+                          double *out_cl) {
+  launches_t l = {client, k, count, args, {0}, 0};
+  *out_cl = -1.0;
+  if (!launch_once(&l, false)) return -1.0;  // compiles
+  if (with_cl) {
+    bench_beside_t beside = {launch_once, &l};
+    *out_cl = cl_run(cl_arg, &beside);
   }
-  return median(samples, reps);
+  if (*out_cl < 0) {  // no OpenCL, or it failed (maybe before cubec ran): cubec alone
+    l.kept = 0;
+    for (int r = -1; r < reps; ++r) {
+      if (!launch_once(&l, r >= 0)) return -1.0;
+    }
+  }
+  return l.kept == reps ? median(l.samples, reps) : -1.0;
 }
 
 static cube_handle_t upload(cube_client_t *client, const void *host, uint64_t bytes) {
@@ -91,6 +118,47 @@ static void print_pocl(double t, double work, const char *unit, const char *why)
   }
 }
 
+// The OpenCL runs of each kernel, as time_launch calls them.
+typedef struct matmul_cl_t {
+  bench_cl_t *cl;
+  const float *a, *b;
+  float *c;
+  uint32_t n;
+  int reps;
+} matmul_cl_t;
+
+static double matmul_cl(void *arg, const bench_beside_t *beside) {
+  matmul_cl_t *m = arg;
+  return bench_cl_matmul(m->cl, m->a, m->b, m->c, m->n, m->reps, beside);
+}
+
+typedef struct reduce_cl_t {
+  bench_cl_t *cl;
+  const float *x;
+  uint64_t n;
+  uint32_t cubes;
+  float *partial;
+  int reps;
+} reduce_cl_t;
+
+static double reduce_cl(void *arg, const bench_beside_t *beside) {
+  reduce_cl_t *r = arg;
+  return bench_cl_reduce(r->cl, r->x, r->n, r->cubes, r->partial, r->reps, beside);
+}
+
+typedef struct scan_cl_t {
+  bench_cl_t *cl;
+  const float *x;
+  uint64_t n;
+  float *y, *sums;
+  int reps;
+} scan_cl_t;
+
+static double scan_cl(void *arg, const bench_beside_t *beside) {
+  scan_cl_t *c = arg;
+  return bench_cl_scan(c->cl, c->x, c->n, c->y, c->sums, c->reps, beside);
+}
+
 //===--- (d) tiled matmul ---===//
 
 static bool matmul_section(cube_client_t *client, bench_cl_t *cl, const char *no_cl, int reps,
@@ -112,13 +180,15 @@ static bool matmul_section(cube_client_t *client, bench_cl_t *cl, const char *no
       good ? kernel("matmul_tiled", CUBE_BENCH_MATMUL, (cube_dim3_t){16, 16, 1}) : NULL;
   cube_handle_t ha = upload(client, a, bytes), hb = upload(client, b, bytes),
                 hc = upload(client, NULL, bytes);
-  double tc = -1.0;
+  double tc = -1.0, tl = -1.0;
   if (k && ha.bits && hb.bits && hc.bits) {
     cube_kernel_buffer_t buffers[3] = {arg(ha, CUBE_IO_READ), arg(hb, CUBE_IO_READ),
                                        arg(hc, CUBE_IO_WRITE)};
     cube_scalar_t scalars[1] = {cube_scalar_u32(n)};
     cube_kernel_args_t args = {buffers, 3, scalars, 1};
-    tc = time_launch(client, k, cube_count_static(n / 16, n / 16, 1), &args, reps);
+    matmul_cl_t m = {cl, a, b, c, n, reps};
+    tc = time_launch(client, k, cube_count_static(n / 16, n / 16, 1), &args, reps, cl != NULL,
+                     matmul_cl, &m, &tl);
     if (tc > 0 &&
         !ok(cube_read(client, CUBE_STREAM_CURRENT, cube_handle_binding(hc), got, bytes), "read"))
       tc = -1.0;
@@ -130,7 +200,6 @@ static bool matmul_section(cube_client_t *client, bench_cl_t *cl, const char *no
     samples[r] = now_s() - t0;
   }
   double tp = good ? median(samples, reps) : -1.0;
-  double tl = cl != NULL ? bench_cl_matmul(cl, a, b, c, n, reps) : -1.0;
   bool right = tc > 0 && memcmp(got, want, bytes) == 0 && (tl <= 0 || memcmp(c, want, bytes) == 0);
   printf("    cubec (split)  %8.2f ms  %8.2f GFLOP/s\n", tc * 1e3, flops / tc / 1e9);
   print_pocl(tl, flops, "GFLOP/s", no_cl);
@@ -168,11 +237,13 @@ static bool reduce_section(cube_client_t *client, bench_cl_t *cl, const char *no
       good ? kernel("reduce_grid", CUBE_BENCH_REDUCE, (cube_dim3_t){256, 1, 1}) : NULL;
   cube_handle_t hx = upload(client, x, n * sizeof(float)),
                 hp = upload(client, NULL, cubes * sizeof(float));
-  double tc = -1.0, sum_c = 0.0;
+  double tc = -1.0, tl = -1.0, sum_c = 0.0;
   if (k && hx.bits && hp.bits) {
     cube_kernel_buffer_t buffers[2] = {arg(hx, CUBE_IO_READ), arg(hp, CUBE_IO_WRITE)};
     cube_kernel_args_t args = {buffers, 2, NULL, 0};
-    tc = time_launch(client, k, cube_count_static(cubes, 1, 1), &args, reps);
+    reduce_cl_t rc = {cl, x, n, cubes, cl_partial, reps};
+    tc = time_launch(client, k, cube_count_static(cubes, 1, 1), &args, reps, cl != NULL, reduce_cl,
+                     &rc, &tl);
     if (tc > 0 && ok(cube_read(client, CUBE_STREAM_CURRENT, cube_handle_binding(hp), partial,
                                cubes * sizeof(float)),
                      "read")) {
@@ -193,7 +264,6 @@ static bool reduce_section(cube_client_t *client, bench_cl_t *cl, const char *no
   }
   sink = plain + vectorized;
   double tp = median(samples, reps), tv = median(samples_v, reps);
-  double tl = cl != NULL ? bench_cl_reduce(cl, x, n, cubes, cl_partial, reps) : -1.0;
   double sum_l = 0.0;
   for (uint32_t c = 0; tl > 0 && c < cubes; ++c) sum_l += cl_partial[c];
   bool right = tc > 0 && fabs(sum_c - exact) <= 1e-5 * exact &&
@@ -237,12 +307,14 @@ static bool scan_section(cube_client_t *client, bench_cl_t *cl, const char *no_c
   cube_handle_t hx = upload(client, x, n * sizeof(float)),
                 hy = upload(client, NULL, n * sizeof(float)),
                 hs = upload(client, NULL, cubes * sizeof(float));
-  double tc = -1.0;
+  double tc = -1.0, tl = -1.0;
   if (k && hx.bits && hy.bits && hs.bits) {
     cube_kernel_buffer_t buffers[3] = {arg(hx, CUBE_IO_READ), arg(hy, CUBE_IO_WRITE),
                                        arg(hs, CUBE_IO_WRITE)};
     cube_kernel_args_t args = {buffers, 3, NULL, 0};
-    tc = time_launch(client, k, cube_count_static((uint32_t)cubes, 1, 1), &args, reps);
+    scan_cl_t sc = {cl, x, n, ly, lsums, reps};
+    tc = time_launch(client, k, cube_count_static((uint32_t)cubes, 1, 1), &args, reps, cl != NULL,
+                     scan_cl, &sc, &tl);
     if (tc > 0 &&
         (!ok(cube_read(client, CUBE_STREAM_CURRENT, cube_handle_binding(hy), y, n * sizeof(float)),
              "read") ||
@@ -258,7 +330,6 @@ static bool scan_section(cube_client_t *client, bench_cl_t *cl, const char *no_c
     samples[r] = now_s() - t0;
   }
   double tp = median(samples, reps);
-  double tl = cl != NULL ? bench_cl_scan(cl, x, n, ly, lsums, reps) : -1.0;
   bool right = tc > 0 && memcmp(y, want, n * sizeof(float)) == 0 &&
                memcmp(sums, want_sums, cubes * sizeof(float)) == 0 &&
                (tl <= 0 || memcmp(ly, want, n * sizeof(float)) == 0);
