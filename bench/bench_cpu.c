@@ -10,8 +10,11 @@
 //   (d)-(g) (cpu_sections.c, run first so the first write meets fresh
 //       memory): a 512^2 tiled matmul, a grid-stride reduction of 16 Mi floats
 //       and a block scan, each against PoCL running the same kernel in
-//       OpenCL C and a plain C loop; cube_write / cube_read / cube_copy
-//       against memcpy, and a first write of 64 MiB against a warm one.
+//       OpenCL C (one cubec launch beside each PoCL run, their order
+//       alternating, so both meet the same load) and a plain C loop;
+//       cube_write / cube_read / cube_copy against memcpy between the same
+//       addresses (rotating order, at least 15 samples), and a first write
+//       of 64 MiB against a warm one.
 // Every figure is the median of several runs.
 //
 //   ./build/bench/bench_cpu [--mib N] [--launches N] [--reps N] [--saxpy-units N]

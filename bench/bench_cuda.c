@@ -61,6 +61,13 @@ static CUfunction function_of(cube_client_t *client, cube_kernel_t *k) {
   exit(1);
 }
 
+// The dispatch slot that enqueues nothing: the core's path alone.
+static cube_status_t noop_dispatch(cube_backend_device_t *device, cube_bstream_t *stream,
+                                   const cube_dispatch_t *dispatch) {
+  (void)device, (void)stream, (void)dispatch;
+  return CUBE_OK;
+}
+
 static CUstream stream_of(cube_client_t *client) {
   cube_stream_t s = 0;
   CHECK(cube_stream_current(client, &s));
@@ -139,11 +146,13 @@ static void bench_launch(cube_client_t *client, const cube_cuda_driver_t *cu) {
       CU(cu->cuStreamSynchronize(stream));
     }
   }
-  report("empty-kernel launch enqueue", median(c, repeats), median(r, repeats), "us", true, 1.10,
-         "<= 1.10x");
+  report("empty-kernel launch enqueue", median(c, repeats), median(r, repeats), "us", true, 1.03,
+         "<= 1.03x");
 
-  // Where the difference goes: the backend's dispatch slot alone (the core
-  // bypassed), and the core's path up to dispatch (a compile-only launch).
+  // Where the difference goes, each side alternating with the raw launch:
+  // the backend's dispatch slot alone (the core bypassed), the core's whole
+  // path with the dispatch slot a no-op (no driver call), and the core's
+  // path up to dispatch (a compile-only launch).
   {
     cube_bkernel_t *bk = NULL;
     for (size_t i = 0; i < cube_server_of(client)->compiled_count; ++i) {
@@ -160,14 +169,33 @@ static void bench_launch(cube_client_t *client, const cube_cuda_driver_t *cu) {
     cube_stream_t s = 0;
     CHECK(cube_stream_current(client, &s));
     cube_bstream_t *bs = cube_server_of(client)->streams[s].backend;
-    double b[128], p[128];
+    cube_backend_device_t *device = cube_server_of(client)->device;
+    const cube_backend_vtable_t *real = device->vtable;
+    cube_backend_vtable_t noop = *real;
+    noop.dispatch = noop_dispatch;
+    double b[128], rb[128], q[128], p[128];
     for (int rep = 0; rep < repeats; ++rep) {
+      for (int side = 0; side < 2; ++side) {
+        bool slot_side = (side == 0) == (rep % 2 == 0);
+        double t0 = now_s();
+        for (int i = 0; i < batch; ++i) {
+          if (slot_side) {
+            CHECK(real->dispatch(device, bs, &d));
+          } else {
+            CU(cu->cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, stream, params, NULL));
+          }
+        }
+        (slot_side ? b : rb)[rep] = (now_s() - t0) / batch * 1e6;
+        CU(cu->cuStreamSynchronize(stream));
+      }
+      device->vtable = &noop;
       double t0 = now_s();
-      for (int i = 0; i < batch; ++i)
-        CHECK(cube_server_of(client)->device->vtable->dispatch(cube_server_of(client)->device, bs,
-                                                               &d));
-      b[rep] = (now_s() - t0) / batch * 1e6;
-      CU(cu->cuStreamSynchronize(stream));
+      for (int i = 0; i < batch; ++i) {
+        CHECK(cube_launch(client, CUBE_STREAM_CURRENT, empty, cube_count_static(1, 1, 1), NULL,
+                          CUBE_LAUNCH_EXECUTE));
+      }
+      q[rep] = (now_s() - t0) / batch * 1e6;
+      device->vtable = real;
       t0 = now_s();
       for (int i = 0; i < batch; ++i) {
         CHECK(cube_launch(client, CUBE_STREAM_CURRENT, empty, cube_count_static(1, 1, 1), NULL,
@@ -175,8 +203,11 @@ static void bench_launch(cube_client_t *client, const cube_cuda_driver_t *cu) {
       }
       p[rep] = (now_s() - t0) / batch * 1e6;
     }
-    printf("    (breakdown: backend dispatch slot alone %.3f us, core path to dispatch %.3f us)\n",
-           median(b, repeats), median(p, repeats));
+    printf(
+        "    (breakdown: backend dispatch slot alone %.3f us vs raw %.3f us (%.3fx); core path "
+        "with a no-op dispatch %.3f us; core path to dispatch %.3f us)\n",
+        median(b, repeats), median(rb, repeats), median(b, repeats) / median(rb, repeats),
+        median(q, repeats), median(p, repeats));
   }
 
   // A 4-argument axpy launch (two buffers, a scalar, a length).
@@ -220,8 +251,8 @@ static void bench_launch(cube_client_t *client, const cube_cuda_driver_t *cu) {
       CU(cu->cuStreamSynchronize(stream));
     }
   }
-  report("4-argument axpy launch enqueue", median(c, repeats), median(r, repeats), "us", true, 1.10,
-         "<= 1.10x");
+  report("4-argument axpy launch enqueue", median(c, repeats), median(r, repeats), "us", true, 1.03,
+         "<= 1.03x");
   // Where the difference goes: cubec's own entry for this launch (saxpy__w8:
   // two pointers, 8 info words by value, the dynamic-info pointer) enqueued
   // by hand, against the raw axpy, alternating as above.
@@ -445,20 +476,22 @@ static void bench_compile(void) {
 }
 
 int main(int argc, char **argv) {
-  static const char *const flags[] = {"--quick", "--dialect", "--launch-tma", NULL};
+  static const char *const flags[] = {"--quick", "--dialect", "--launch-tma", "--launch", NULL};
   bench_check_args(argc, argv,
-                   "usage: bench_cuda [--quick] [--dialect] [--launch-tma]\n"
+                   "usage: bench_cuda [--quick] [--dialect] [--launch-tma] [--launch]\n"
                    "cubec vs the raw CUDA driver on the first GPU (launch enqueue, axpy, D2D,\n"
                    "H2D/D2H, copy kernel, NVRTC cache), and the dialect's line copy, reduction\n"
                    "and bf16 GEMM against CUDA by hand (--dialect: only those, with the GEMM\n"
-                   "over seven tile shapes; --launch-tma: only the launch and TMA rows); exits 0\n"
+                   "over seven tile shapes; --launch-tma: only the launch and TMA rows; --launch:\n"
+                   "only the launch rows and their breakdown); exits 0\n"
                    "with a note without a GPU\n",
                    flags);
-  bool dialect_only = false, launch_tma = false;
+  bool dialect_only = false, launch_tma = false, launch_only = false;
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--quick") == 0) quick = true;
     if (strcmp(argv[i], "--dialect") == 0) dialect_only = true;
     if (strcmp(argv[i], "--launch-tma") == 0) launch_tma = true;
+    if (strcmp(argv[i], "--launch") == 0) launch_only = true;
   }
   cube_backend_info_t info;
   CHECK(cube_backend_query(CUBE_BACKEND_CUDA, &info));
@@ -471,6 +504,11 @@ int main(int argc, char **argv) {
   cube_client_t *client = bench_client(CUBE_BACKEND_CUDA);
   printf("bench_cuda on %s (%s), medians\n", cube_client_properties(client)->name,
          cube_client_backend_name(client));
+  if (launch_only) {
+    bench_launch(client, cu);
+    cube_client_release(client);
+    return 0;
+  }
   if (launch_tma) {
     // Only the launch enqueue and the TMA rows (a short run).
     bench_launch(client, cu);

@@ -6,8 +6,9 @@
 //    over 1024 floats, alternating buffers): cubec (dialect kernel, captured
 //    through cube_graph_*) against the same 100 launches of a raw CUDA kernel
 //    captured with raw driver calls (cuStreamBeginCapture / cuLaunchKernel /
-//    cuGraphInstantiate / cuGraphLaunch) on the same CUstream. CUDA only;
-//    target <= 1.05x.
+//    cuGraphInstantiate / cuGraphLaunch) on the same CUstream, and against
+//    a raw driver graph of cubec's own entry with cubec's parameters (the
+//    replay path alone). CUDA only; target <= 1.01x; repeats alternate.
 // 2. The decode step (docs/graphs.md, bench/graph_torch.py does the same work
 //    in PyTorch): 16 layers x 4 kernels = 64 small kernels of mixed shapes
 //    per step, hidden 4096, with per layer
@@ -92,6 +93,21 @@ static void inc_work(cube_client_t *client, cube_kernel_t *k, cube_handle_t a, c
   }
 }
 
+// A raw driver graph of |GRAPH_KERNELS| launches of |fn| on |stream|,
+// alternating the parameter lists |even| and |odd|, instantiated.
+static CUgraphExec raw_graph(const cube_cuda_driver_t *cu, CUstream stream, CUfunction fn,
+                             void **even, void **odd, CUgraph *out_graph) {
+  CUgraphExec exec = NULL;
+  CU(cu->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  for (int i = 0; i < GRAPH_KERNELS; ++i)
+    CU(cu->cuLaunchKernel(fn, INC_N / 256, 1, 1, 256, 1, 1, 0, stream, i % 2 ? odd : even, NULL));
+  CU(cu->cuStreamEndCapture(stream, out_graph));
+  CU(cu->cuGraphInstantiate(&exec, *out_graph, 0));
+  CU(cu->cuGraphLaunch(exec, stream));
+  CU(cu->cuStreamSynchronize(stream));
+  return exec;
+}
+
 static void bench_replay(cube_client_t *client, bool cuda) {
   const int replays = quick ? 50 : 500, repeats = quick ? 5 : 15;
   cube_kernel_t *k = make_kernel("bg_inc", kInc, CUBE_KERNEL_DIALECT, 256);
@@ -106,66 +122,110 @@ static void bench_replay(cube_client_t *client, bool cuda) {
   CHECK(cube_graph_replay(client, S, graph));
   CHECK(cube_sync(client, S, NULL, 0));
 
-  double c[64], r[64], e[64];
+  // The raw baselines (CUDA): the same 100 launches of a raw CUDA kernel
+  // captured with the driver's calls (the baseline), and of cubec's
+  // own entry for bg_inc with the very parameters cubec passes (its two
+  // pointers, its 8 info words by value, no dynamic info): the second one
+  // differs from cubec's graph only by cubec's replay path, the first also
+  // by the kernel's code and parameter block.
+  CUgraphExec raw_exec = NULL, own_exec = NULL;
+  CUgraph raw_g = NULL, own_g = NULL;
+  CUstream stream = NULL;
+  const cube_cuda_driver_t *cu = NULL;
+  cube_kernel_t *rk = NULL;
+  CUdeviceptr ap = 0, bp = 0;
+  unsigned long long n = INC_N;
+  void *ab[] = {&ap, &bp, &n}, *ba_[] = {&bp, &ap, &n};
+  uint64_t words_ab[8] = {0}, words_ba[8] = {0};
+  CUdeviceptr no_dynamic = 0;
+  void *own_ab[] = {&ap, &bp, words_ab, &no_dynamic}, *own_ba[] = {&bp, &ap, words_ba, &no_dynamic};
+  if (cuda) {
+    const char *detail = NULL;
+    cu = cube_cuda_driver(&detail);
+    rk = make_kernel("bg_inc_raw", kRawInc, CUBE_KERNEL_CUDA, 256);
+    CHECK(cube_launch(client, S, rk, cube_count_static(1, 1, 1), NULL, CUBE_LAUNCH_COMPILE_ONLY));
+    cube_stream_t s = 0;
+    CHECK(cube_stream_current(client, &s));
+    stream = cube_cuda_stream(cube_server_of(client)->streams[s].backend);
+    uint64_t aa, ba;
+    CHECK(cube_get_resource(client, S, cube_handle_binding(a), &aa));
+    CHECK(cube_get_resource(client, S, cube_handle_binding(b), &ba));
+    ap = aa;
+    bp = ba;
+    raw_exec = raw_graph(cu, stream, function_of(client, rk), ab, ba_, &raw_g);
+    cube_compiled_t *compiled = cube_kernel_cache_find(cube_server_of(client), k);
+    if (compiled && compiled->backend && compiled->backend->function8) {
+      // The info words cubec packs for these launches (both directions
+      // alike: same lengths, no metadata).
+      cube_kernel_buffer_t bufs[2] = {{cube_handle_binding(a), CUBE_IO_READ, 0, NULL, NULL, NULL},
+                                      {cube_handle_binding(b), CUBE_IO_WRITE, 0, NULL, NULL, NULL}};
+      cube_kernel_args_t args = {bufs, 2, NULL, 0};
+      uint64_t lengths[2] = {INC_N * 4, INC_N * 4}, words[CUBE_INFO_MAX_WORDS];
+      uint32_t all = 0, fixed = 0;
+      CHECK(cube_info_pack(k, &args, lengths, words, &all, &fixed));
+      if (fixed <= 8 && all == fixed) {
+        memcpy(words_ab, words, fixed * sizeof(uint64_t));
+        memcpy(words_ba, words, fixed * sizeof(uint64_t));
+        own_exec = raw_graph(cu, stream, compiled->backend->function8, own_ab, own_ba, &own_g);
+      }
+    }
+  }
+
+  // Repeats alternate which side goes first: the machine's drift lands on
+  // every side alike.
+  double c[64], r[64], o[64], e[64];
   for (int rep = 0; rep < repeats; ++rep) {
+    for (int side = 0; side < 3; ++side) {
+      const int which = (side + rep) % 3;  // 0 cubec, 1 raw kernel, 2 cubec's entry raw
+      if ((which == 1 && !raw_exec) || (which == 2 && !own_exec)) continue;
+      double t0 = now_s();
+      if (which == 0) {
+        for (int i = 0; i < replays; ++i) CHECK(cube_graph_replay(client, S, graph));
+        CHECK(cube_sync(client, S, NULL, 0));
+      } else {
+        CUgraphExec exec = which == 1 ? raw_exec : own_exec;
+        for (int i = 0; i < replays; ++i) CU(cu->cuGraphLaunch(exec, stream));
+        CU(cu->cuStreamSynchronize(stream));
+      }
+      double per_kernel = (now_s() - t0) / (replays * (double)GRAPH_KERNELS) * 1e6;
+      (which == 0 ? c : which == 1 ? r : o)[rep] = per_kernel;
+    }
     double t0 = now_s();
-    for (int i = 0; i < replays; ++i) CHECK(cube_graph_replay(client, S, graph));
-    CHECK(cube_sync(client, S, NULL, 0));
-    c[rep] = (now_s() - t0) / (replays * (double)GRAPH_KERNELS) * 1e6;
-    t0 = now_s();
     for (int i = 0; i < replays / 10 + 1; ++i) inc_work(client, k, a, b);
     CHECK(cube_sync(client, S, NULL, 0));
     e[rep] = (now_s() - t0) / ((replays / 10 + 1) * (double)GRAPH_KERNELS) * 1e6;
   }
-  double cubec_us = median(c, repeats), eager_us = median(e, repeats);
-  double raw_us = 0;
+  const double cubec_us = median(c, repeats), eager_us = median(e, repeats);
+  const double raw_us = raw_exec ? median(r, repeats) : 0,
+               own_us = own_exec ? median(o, repeats) : 0;
+  printf("\n1. graph of %d small kernels (y = x + 1 over %d floats), per kernel, medians of %d\n",
+         GRAPH_KERNELS, INC_N, repeats);
+  printf("  %-44s %10s\n", "", "us/kernel");
+  printf("  %-44s %10.3f\n", "cubec eager (cube_launch)", eager_us);
+  printf("  %-44s %10.3f\n", "cubec graph replay", cubec_us);
   if (cuda) {
-    const char *detail = NULL;
-    const cube_cuda_driver_t *cu = cube_cuda_driver(&detail);
-    cube_kernel_t *rk = make_kernel("bg_inc_raw", kRawInc, CUBE_KERNEL_CUDA, 256);
-    CHECK(cube_launch(client, S, rk, cube_count_static(1, 1, 1), NULL, CUBE_LAUNCH_COMPILE_ONLY));
-    CUfunction fn = function_of(client, rk);
-    cube_stream_t s = 0;
-    CHECK(cube_stream_current(client, &s));
-    CUstream stream = cube_cuda_stream(cube_server_of(client)->streams[s].backend);
-    uint64_t aa, ba;
-    CHECK(cube_get_resource(client, S, cube_handle_binding(a), &aa));
-    CHECK(cube_get_resource(client, S, cube_handle_binding(b), &ba));
-    CUdeviceptr ap = aa, bp = ba;
-    unsigned long long n = INC_N;
-    void *ab[] = {&ap, &bp, &n}, *ba_[] = {&bp, &ap, &n};
-    CUgraph g = NULL;
-    CUgraphExec exec = NULL;
-    CU(cu->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
-    for (int i = 0; i < GRAPH_KERNELS; ++i)
-      CU(cu->cuLaunchKernel(fn, INC_N / 256, 1, 1, 256, 1, 1, 0, stream, i % 2 ? ba_ : ab, NULL));
-    CU(cu->cuStreamEndCapture(stream, &g));
-    CU(cu->cuGraphInstantiate(&exec, g, 0));
-    CU(cu->cuGraphLaunch(exec, stream));
-    CU(cu->cuStreamSynchronize(stream));
-    for (int rep = 0; rep < repeats; ++rep) {
-      double t0 = now_s();
-      for (int i = 0; i < replays; ++i) CU(cu->cuGraphLaunch(exec, stream));
-      CU(cu->cuStreamSynchronize(stream));
-      r[rep] = (now_s() - t0) / (replays * (double)GRAPH_KERNELS) * 1e6;
+    printf("  %-44s %10.3f\n", "raw driver graph (cuGraphLaunch)", raw_us);
+    if (own_exec) printf("  %-44s %10.3f\n", "raw driver graph of cubec's own entry", own_us);
+    printf("  %-44s %10.3f   target <= 1.01x  %s\n", "ratio cubec graph / raw graph",
+           cubec_us / raw_us, cubec_us / raw_us <= 1.01 ? "PASS" : "MISS");
+    if (own_exec) {
+      // Below 1.01 here and above it against the raw kernel: the gap is the
+      // kernel's code or parameter block, not the replay path.
+      printf("  %-44s %10.3f   (the replay path alone)\n",
+             "ratio cubec graph / raw graph of its entry", cubec_us / own_us);
     }
-    raw_us = median(r, repeats);
-    CU(cu->cuGraphExecDestroy(exec));
-    CU(cu->cuGraphDestroy(g));
-    cube_kernel_release(rk);
-  }
-  printf("\n1. graph of %d small kernels (y = x + 1 over %d floats), per kernel, medians\n",
-         GRAPH_KERNELS, INC_N);
-  printf("  %-36s %10s\n", "", "us/kernel");
-  printf("  %-36s %10.3f\n", "cubec eager (cube_launch)", eager_us);
-  printf("  %-36s %10.3f\n", "cubec graph replay", cubec_us);
-  if (cuda) {
-    printf("  %-36s %10.3f\n", "raw driver graph (cuGraphLaunch)", raw_us);
-    printf("  %-36s %10.3f   target <= 1.05x  %s\n", "ratio cubec graph / raw graph",
-           cubec_us / raw_us, cubec_us / raw_us <= 1.05 ? "PASS" : "MISS");
   } else {
     printf("  (no raw driver baseline on the %s backend)\n", cube_client_backend_name(client));
   }
+  if (raw_exec) {
+    CU(cu->cuGraphExecDestroy(raw_exec));
+    CU(cu->cuGraphDestroy(raw_g));
+  }
+  if (own_exec) {
+    CU(cu->cuGraphExecDestroy(own_exec));
+    CU(cu->cuGraphDestroy(own_g));
+  }
+  if (rk) cube_kernel_release(rk);
   CHECK(cube_graph_destroy(client, S, graph));
   CHECK(cube_handle_release(client, a));
   CHECK(cube_handle_release(client, b));

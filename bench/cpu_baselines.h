@@ -4,6 +4,7 @@
 #ifndef CUBE_BENCH_CPU_BASELINES_H_
 #define CUBE_BENCH_CPU_BASELINES_H_
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,18 +24,29 @@ void plain_block_scan(const float *x, float *y, float *sums, uint64_t n, uint32_
 
 typedef struct bench_cl_t bench_cl_t;
 
+// A measurement run beside each OpenCL one (cubec's launch of the same
+// kernel): |run| times one run, keeping the sample when |keep|; false on an
+// error. Each round runs both, their order alternating, so that a change in
+// the machine's load falls on both sides alike.
+typedef struct bench_beside_t {
+  bool (*run)(void *arg, bool keep);
+  void *arg;
+} bench_beside_t;
+
 // An OpenCL CPU device with the three kernels built, or NULL with why not in
 // |out_reason|.
 bench_cl_t *bench_cl_open(char *out_reason, size_t capacity);
 void bench_cl_close(bench_cl_t *cl);
 const char *bench_cl_name(const bench_cl_t *cl);
 // Each runs its kernel |reps| times after one warm-up and returns the median
-// seconds of enqueue + finish (negative on an OpenCL error); outputs land in
-// the host arrays after the last run.
+// seconds of enqueue + finish (negative on an OpenCL error or when |beside|,
+// if not NULL, failed); |beside| runs once in every round, the warm-up's
+// included (not kept). Outputs land in the host arrays after the last run.
 double bench_cl_matmul(bench_cl_t *cl, const float *a, const float *b, float *c, uint32_t n,
-                       int reps);
+                       int reps, const bench_beside_t *beside);
 double bench_cl_reduce(bench_cl_t *cl, const float *x, uint64_t n, uint32_t cubes, float *partial,
-                       int reps);
-double bench_cl_scan(bench_cl_t *cl, const float *x, uint64_t n, float *y, float *sums, int reps);
+                       int reps, const bench_beside_t *beside);
+double bench_cl_scan(bench_cl_t *cl, const float *x, uint64_t n, float *y, float *sums, int reps,
+                     const bench_beside_t *beside);
 
 #endif  // CUBE_BENCH_CPU_BASELINES_H_

@@ -92,18 +92,22 @@ const char *bench_cl_name(const bench_cl_t *cl) {
   return cl->name;
 }
 
-// Runs |kernel| over |dims| reps + 1 times; the median time of the reps.
+// Runs |kernel| over |dims| reps + 1 times, |beside| once beside each run
+// (first in even rounds, second in odd ones); the median time of the reps.
 static double run_timed(bench_cl_t *cl, cl_kernel kernel, cl_uint dims, const size_t *global,
-                        const size_t *local, int reps) {
+                        const size_t *local, int reps, const bench_beside_t *beside) {
   double samples[101];
   if (reps > 101) reps = 101;
   for (int r = -1; r < reps; ++r) {
+    bool first = (r & 1) == 0;
+    if (beside && first && !beside->run(beside->arg, r >= 0)) return -1.0;
     double t0 = cl_now();
     if (clEnqueueNDRangeKernel(cl->queue, kernel, dims, NULL, global, local, 0, NULL, NULL) !=
             CL_SUCCESS ||
         clFinish(cl->queue) != CL_SUCCESS)
       return -1.0;
     if (r >= 0) samples[r] = cl_now() - t0;
+    if (beside && !first && !beside->run(beside->arg, r >= 0)) return -1.0;
   }
   qsort(samples, (size_t)reps, sizeof(double), cl_compare);
   return reps % 2 ? samples[reps / 2] : 0.5 * (samples[reps / 2 - 1] + samples[reps / 2]);
@@ -121,7 +125,7 @@ static bool read_buffer(bench_cl_t *cl, cl_mem m, void *host, size_t bytes) {
 }
 
 double bench_cl_matmul(bench_cl_t *cl, const float *a, const float *b, float *c, uint32_t n,
-                       int reps) {
+                       int reps, const bench_beside_t *beside) {
   size_t bytes = sizeof(float) * n * n;
   cl_mem ma = make_buffer(cl, a, bytes), mb = make_buffer(cl, b, bytes),
          mc = make_buffer(cl, NULL, bytes);
@@ -133,7 +137,7 @@ double bench_cl_matmul(bench_cl_t *cl, const float *a, const float *b, float *c,
     clSetKernelArg(cl->matmul, 2, sizeof(cl_mem), &mc);
     clSetKernelArg(cl->matmul, 3, sizeof(cl_uint), &un);
     size_t global[2] = {n, n}, local[2] = {16, 16};
-    t = run_timed(cl, cl->matmul, 2, global, local, reps);
+    t = run_timed(cl, cl->matmul, 2, global, local, reps, beside);
     if (t >= 0 && !read_buffer(cl, mc, c, bytes)) t = -1.0;
   }
   if (ma) clReleaseMemObject(ma);
@@ -143,7 +147,7 @@ double bench_cl_matmul(bench_cl_t *cl, const float *a, const float *b, float *c,
 }
 
 double bench_cl_reduce(bench_cl_t *cl, const float *x, uint64_t n, uint32_t cubes, float *partial,
-                       int reps) {
+                       int reps, const bench_beside_t *beside) {
   cl_mem mx = make_buffer(cl, x, n * sizeof(float)),
          mp = make_buffer(cl, NULL, cubes * sizeof(float));
   double t = -1.0;
@@ -153,7 +157,7 @@ double bench_cl_reduce(bench_cl_t *cl, const float *x, uint64_t n, uint32_t cube
     clSetKernelArg(cl->reduce, 1, sizeof(cl_mem), &mp);
     clSetKernelArg(cl->reduce, 2, sizeof(cl_ulong), &un);
     size_t global[1] = {(size_t)cubes * 256}, local[1] = {256};
-    t = run_timed(cl, cl->reduce, 1, global, local, reps);
+    t = run_timed(cl, cl->reduce, 1, global, local, reps, beside);
     if (t >= 0 && !read_buffer(cl, mp, partial, cubes * sizeof(float))) t = -1.0;
   }
   if (mx) clReleaseMemObject(mx);
@@ -161,7 +165,8 @@ double bench_cl_reduce(bench_cl_t *cl, const float *x, uint64_t n, uint32_t cube
   return t;
 }
 
-double bench_cl_scan(bench_cl_t *cl, const float *x, uint64_t n, float *y, float *sums, int reps) {
+double bench_cl_scan(bench_cl_t *cl, const float *x, uint64_t n, float *y, float *sums, int reps,
+                     const bench_beside_t *beside) {
   uint64_t cubes = (n + 255) / 256;
   cl_mem mx = make_buffer(cl, x, n * sizeof(float)), my = make_buffer(cl, NULL, n * sizeof(float)),
          ms = make_buffer(cl, NULL, cubes * sizeof(float));
@@ -173,7 +178,7 @@ double bench_cl_scan(bench_cl_t *cl, const float *x, uint64_t n, float *y, float
     clSetKernelArg(cl->scan, 2, sizeof(cl_mem), &ms);
     clSetKernelArg(cl->scan, 3, sizeof(cl_ulong), &un);
     size_t global[1] = {(size_t)cubes * 256}, local[1] = {256};
-    t = run_timed(cl, cl->scan, 1, global, local, reps);
+    t = run_timed(cl, cl->scan, 1, global, local, reps, beside);
     if (t >= 0 && (!read_buffer(cl, my, y, n * sizeof(float)) ||
                    !read_buffer(cl, ms, sums, cubes * sizeof(float))))
       t = -1.0;
@@ -204,17 +209,18 @@ const char *bench_cl_name(const bench_cl_t *cl) {
   return "";
 }
 double bench_cl_matmul(bench_cl_t *cl, const float *a, const float *b, float *c, uint32_t n,
-                       int reps) {
-  (void)cl, (void)a, (void)b, (void)c, (void)n, (void)reps;
+                       int reps, const bench_beside_t *beside) {
+  (void)cl, (void)a, (void)b, (void)c, (void)n, (void)reps, (void)beside;
   return -1.0;
 }
 double bench_cl_reduce(bench_cl_t *cl, const float *x, uint64_t n, uint32_t cubes, float *partial,
-                       int reps) {
-  (void)cl, (void)x, (void)n, (void)cubes, (void)partial, (void)reps;
+                       int reps, const bench_beside_t *beside) {
+  (void)cl, (void)x, (void)n, (void)cubes, (void)partial, (void)reps, (void)beside;
   return -1.0;
 }
-double bench_cl_scan(bench_cl_t *cl, const float *x, uint64_t n, float *y, float *sums, int reps) {
-  (void)cl, (void)x, (void)n, (void)y, (void)sums, (void)reps;
+double bench_cl_scan(bench_cl_t *cl, const float *x, uint64_t n, float *y, float *sums, int reps,
+                     const bench_beside_t *beside) {
+  (void)cl, (void)x, (void)n, (void)y, (void)sums, (void)reps, (void)beside;
   return -1.0;
 }
 #endif

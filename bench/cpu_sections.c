@@ -12,7 +12,7 @@
 #include "cpu_baselines.h"
 #include "cpu_kernels.h"
 
-#define MAX_REPS 101
+#define MAX_REPS 101  // --reps at most this
 
 static volatile float sink;
 
@@ -46,22 +46,49 @@ static cube_kernel_t *kernel(const char *name, const char *source, cube_dim3_t d
   return ok(cube_kernel_create(&desc, &k), "kernel create") ? k : NULL;
 }
 
-// Launch + sync of |k|, |reps| times after a compile and a warm-up run.
-static double time_launch(cube_client_t *client, cube_kernel_t *k, cube_cube_count_t count,
-                          cube_kernel_args_t *args, int reps) {
+// One kernel's launches, timed one at a time (launch + sync).
+typedef struct launches_t {
+  cube_client_t *client;
+  cube_kernel_t *kernel;
+  cube_cube_count_t count;
+  cube_kernel_args_t *args;
   double samples[MAX_REPS];
+  int kept;
+} launches_t;
+
+static bool launch_once(void *arg, bool keep) {
+  launches_t *l = arg;
   const cube_stream_t s = CUBE_STREAM_CURRENT;
-  if (!ok(cube_launch(client, s, k, count, args, CUBE_LAUNCH_EXECUTE), "launch") ||
-      !ok(cube_sync(client, s, NULL, 0), "sync"))
-    return -1.0;
-  for (int r = 0; r < reps; ++r) {
-    double t0 = now_s();
-    if (!ok(cube_launch(client, s, k, count, args, CUBE_LAUNCH_EXECUTE), "launch") ||
-        !ok(cube_sync(client, s, NULL, 0), "sync"))
-      return -1.0;
-    samples[r] = now_s() - t0;
+  double t0 = now_s();
+  if (!ok(cube_launch(l->client, s, l->kernel, l->count, l->args, CUBE_LAUNCH_EXECUTE), "launch") ||
+      !ok(cube_sync(l->client, s, NULL, 0), "sync"))
+    return false;
+  if (keep && l->kept < MAX_REPS) l->samples[l->kept++] = now_s() - t0;
+  return true;
+}
+
+// The median seconds of |reps| launches of |k| after a compile (the first
+// launch) and a warm-up run; with |cl| non-NULL, the warm-up and each launch
+// run beside |cl_run|'s OpenCL runs of the same kernel (bench_beside_t),
+// whose median lands in *out_cl (negative when it failed or was not run).
+static double time_launch(cube_client_t *client, cube_kernel_t *k, cube_cube_count_t count,
+                          cube_kernel_args_t *args, int reps, bool with_cl,
+                          double (*cl_run)(void *arg, const bench_beside_t *beside), void *cl_arg,
+                          double *out_cl) {
+  launches_t l = {client, k, count, args, {0}, 0};
+  *out_cl = -1.0;
+  if (!launch_once(&l, false)) return -1.0;  // compiles
+  if (with_cl) {
+    bench_beside_t beside = {launch_once, &l};
+    *out_cl = cl_run(cl_arg, &beside);
   }
-  return median(samples, reps);
+  if (*out_cl < 0) {  // no OpenCL, or it failed (maybe before cubec ran): cubec alone
+    l.kept = 0;
+    for (int r = -1; r < reps; ++r) {
+      if (!launch_once(&l, r >= 0)) return -1.0;
+    }
+  }
+  return l.kept == reps ? median(l.samples, reps) : -1.0;
 }
 
 static cube_handle_t upload(cube_client_t *client, const void *host, uint64_t bytes) {
@@ -91,6 +118,47 @@ static void print_pocl(double t, double work, const char *unit, const char *why)
   }
 }
 
+// The OpenCL runs of each kernel, as time_launch calls them.
+typedef struct matmul_cl_t {
+  bench_cl_t *cl;
+  const float *a, *b;
+  float *c;
+  uint32_t n;
+  int reps;
+} matmul_cl_t;
+
+static double matmul_cl(void *arg, const bench_beside_t *beside) {
+  matmul_cl_t *m = arg;
+  return bench_cl_matmul(m->cl, m->a, m->b, m->c, m->n, m->reps, beside);
+}
+
+typedef struct reduce_cl_t {
+  bench_cl_t *cl;
+  const float *x;
+  uint64_t n;
+  uint32_t cubes;
+  float *partial;
+  int reps;
+} reduce_cl_t;
+
+static double reduce_cl(void *arg, const bench_beside_t *beside) {
+  reduce_cl_t *r = arg;
+  return bench_cl_reduce(r->cl, r->x, r->n, r->cubes, r->partial, r->reps, beside);
+}
+
+typedef struct scan_cl_t {
+  bench_cl_t *cl;
+  const float *x;
+  uint64_t n;
+  float *y, *sums;
+  int reps;
+} scan_cl_t;
+
+static double scan_cl(void *arg, const bench_beside_t *beside) {
+  scan_cl_t *c = arg;
+  return bench_cl_scan(c->cl, c->x, c->n, c->y, c->sums, c->reps, beside);
+}
+
 //===--- (d) tiled matmul ---===//
 
 static bool matmul_section(cube_client_t *client, bench_cl_t *cl, const char *no_cl, int reps,
@@ -112,13 +180,15 @@ static bool matmul_section(cube_client_t *client, bench_cl_t *cl, const char *no
       good ? kernel("matmul_tiled", CUBE_BENCH_MATMUL, (cube_dim3_t){16, 16, 1}) : NULL;
   cube_handle_t ha = upload(client, a, bytes), hb = upload(client, b, bytes),
                 hc = upload(client, NULL, bytes);
-  double tc = -1.0;
+  double tc = -1.0, tl = -1.0;
   if (k && ha.bits && hb.bits && hc.bits) {
     cube_kernel_buffer_t buffers[3] = {arg(ha, CUBE_IO_READ), arg(hb, CUBE_IO_READ),
                                        arg(hc, CUBE_IO_WRITE)};
     cube_scalar_t scalars[1] = {cube_scalar_u32(n)};
     cube_kernel_args_t args = {buffers, 3, scalars, 1};
-    tc = time_launch(client, k, cube_count_static(n / 16, n / 16, 1), &args, reps);
+    matmul_cl_t m = {cl, a, b, c, n, reps};
+    tc = time_launch(client, k, cube_count_static(n / 16, n / 16, 1), &args, reps, cl != NULL,
+                     matmul_cl, &m, &tl);
     if (tc > 0 &&
         !ok(cube_read(client, CUBE_STREAM_CURRENT, cube_handle_binding(hc), got, bytes), "read"))
       tc = -1.0;
@@ -130,7 +200,6 @@ static bool matmul_section(cube_client_t *client, bench_cl_t *cl, const char *no
     samples[r] = now_s() - t0;
   }
   double tp = good ? median(samples, reps) : -1.0;
-  double tl = cl != NULL ? bench_cl_matmul(cl, a, b, c, n, reps) : -1.0;
   bool right = tc > 0 && memcmp(got, want, bytes) == 0 && (tl <= 0 || memcmp(c, want, bytes) == 0);
   printf("    cubec (split)  %8.2f ms  %8.2f GFLOP/s\n", tc * 1e3, flops / tc / 1e9);
   print_pocl(tl, flops, "GFLOP/s", no_cl);
@@ -168,11 +237,13 @@ static bool reduce_section(cube_client_t *client, bench_cl_t *cl, const char *no
       good ? kernel("reduce_grid", CUBE_BENCH_REDUCE, (cube_dim3_t){256, 1, 1}) : NULL;
   cube_handle_t hx = upload(client, x, n * sizeof(float)),
                 hp = upload(client, NULL, cubes * sizeof(float));
-  double tc = -1.0, sum_c = 0.0;
+  double tc = -1.0, tl = -1.0, sum_c = 0.0;
   if (k && hx.bits && hp.bits) {
     cube_kernel_buffer_t buffers[2] = {arg(hx, CUBE_IO_READ), arg(hp, CUBE_IO_WRITE)};
     cube_kernel_args_t args = {buffers, 2, NULL, 0};
-    tc = time_launch(client, k, cube_count_static(cubes, 1, 1), &args, reps);
+    reduce_cl_t rc = {cl, x, n, cubes, cl_partial, reps};
+    tc = time_launch(client, k, cube_count_static(cubes, 1, 1), &args, reps, cl != NULL, reduce_cl,
+                     &rc, &tl);
     if (tc > 0 && ok(cube_read(client, CUBE_STREAM_CURRENT, cube_handle_binding(hp), partial,
                                cubes * sizeof(float)),
                      "read")) {
@@ -193,7 +264,6 @@ static bool reduce_section(cube_client_t *client, bench_cl_t *cl, const char *no
   }
   sink = plain + vectorized;
   double tp = median(samples, reps), tv = median(samples_v, reps);
-  double tl = cl != NULL ? bench_cl_reduce(cl, x, n, cubes, cl_partial, reps) : -1.0;
   double sum_l = 0.0;
   for (uint32_t c = 0; tl > 0 && c < cubes; ++c) sum_l += cl_partial[c];
   bool right = tc > 0 && fabs(sum_c - exact) <= 1e-5 * exact &&
@@ -237,12 +307,14 @@ static bool scan_section(cube_client_t *client, bench_cl_t *cl, const char *no_c
   cube_handle_t hx = upload(client, x, n * sizeof(float)),
                 hy = upload(client, NULL, n * sizeof(float)),
                 hs = upload(client, NULL, cubes * sizeof(float));
-  double tc = -1.0;
+  double tc = -1.0, tl = -1.0;
   if (k && hx.bits && hy.bits && hs.bits) {
     cube_kernel_buffer_t buffers[3] = {arg(hx, CUBE_IO_READ), arg(hy, CUBE_IO_WRITE),
                                        arg(hs, CUBE_IO_WRITE)};
     cube_kernel_args_t args = {buffers, 3, NULL, 0};
-    tc = time_launch(client, k, cube_count_static((uint32_t)cubes, 1, 1), &args, reps);
+    scan_cl_t sc = {cl, x, n, ly, lsums, reps};
+    tc = time_launch(client, k, cube_count_static((uint32_t)cubes, 1, 1), &args, reps, cl != NULL,
+                     scan_cl, &sc, &tl);
     if (tc > 0 &&
         (!ok(cube_read(client, CUBE_STREAM_CURRENT, cube_handle_binding(hy), y, n * sizeof(float)),
              "read") ||
@@ -258,7 +330,6 @@ static bool scan_section(cube_client_t *client, bench_cl_t *cl, const char *no_c
     samples[r] = now_s() - t0;
   }
   double tp = median(samples, reps);
-  double tl = cl != NULL ? bench_cl_scan(cl, x, n, ly, lsums, reps) : -1.0;
   bool right = tc > 0 && memcmp(y, want, n * sizeof(float)) == 0 &&
                memcmp(sums, want_sums, cubes * sizeof(float)) == 0 &&
                (tl <= 0 || memcmp(ly, want, n * sizeof(float)) == 0);
@@ -300,17 +371,72 @@ static double time_memcpy(void *to, const void *from, uint64_t bytes, int times)
   return now_s() - t0;
 }
 
+// The copies' samples: at least this many, whatever --reps says (a 256 MiB
+// sample is ~20 ms; a median of few is at the mercy of a shared machine).
+#define COPY_REPS 15
+
+enum { T_WRITE, T_MEMCPY_IN, T_READ, T_MEMCPY_OUT, T_MEMCPY_HOST, T_COUNT };
+
+// cube_write of |bytes| into a buffer against memcpy from the same source
+// into the buffer's own memory (cube_get_resource), and cube_read from it
+// against memcpy from that memory to the same destination: the same
+// addresses, warmed the same way, so a ratio is the runtime's copy against
+// the C library's and nothing else. The host buffers |src_base| and
+// |dst_base| (4 KiB aligned, a page longer than |bytes|) are used at the
+// buffer's own offset within a 4 KiB page: glibc's large memcpy slows to a
+// fifth when the destination sits a little past the source in a page (4 KiB
+// aliasing; malloc's 16-byte offset against a page 64 bytes in is such a
+// pair), which is a property of the two addresses, not of either copy.
+// Also timed, for information: memcpy from |src| to |dst|. Each is timed in
+// turn within a sample, the order rotating, after one warm-up round; each
+// figure is the median of |reps| samples.
+static bool copy_size(cube_client_t *client, char *src_base, char *dst_base, uint64_t bytes,
+                      int times, int reps, double out_seconds[T_COUNT]) {
+  cube_handle_t h = upload(client, src_base, bytes);
+  uint64_t address = 0;
+  if (!h.bits ||
+      !ok(cube_get_resource(client, CUBE_STREAM_CURRENT, cube_handle_binding(h), &address),
+          "get_resource")) {
+    if (h.bits) cube_status_release(cube_handle_release(client, h));
+    return false;
+  }
+  char *mem = (char *)(uintptr_t)address;
+  char *src = src_base + (address & 4095), *dst = dst_base + (address & 4095);
+  double samples[T_COUNT][MAX_REPS];
+  bool good = true;
+  for (int r = -1; r < reps && good; ++r) {  // r = -1: the warm-up, not kept
+    for (int k = 0; k < T_COUNT && good; ++k) {
+      int which = (k + (r < 0 ? 0 : r)) % T_COUNT;
+      double t = which == T_WRITE        ? time_io(client, h, src, bytes, times, true)
+                 : which == T_MEMCPY_IN  ? time_memcpy(mem, src, bytes, times)
+                 : which == T_READ       ? time_io(client, h, dst, bytes, times, false)
+                 : which == T_MEMCPY_OUT ? time_memcpy(dst, mem, bytes, times)
+                                         : time_memcpy(dst, src, bytes, times);
+      good = t > 0;
+      if (r >= 0) samples[which][r] = t;
+    }
+  }
+  for (int k = 0; k < T_COUNT && good; ++k) out_seconds[k] = median(samples[k], reps);
+  // What is read back is what was written.
+  if (good)
+    good = ok(cube_read(client, CUBE_STREAM_CURRENT, cube_handle_binding(h), dst, bytes), "read") &&
+           memcmp(dst, src, bytes) == 0;
+  cube_status_release(cube_handle_release(client, h));
+  return good;
+}
+
 static bool copy_section(cube_client_t *client, int reps, section_row_t *rows, int *count) {
   const uint64_t big = 256ull << 20, first = 64ull << 20;
-  char *src = malloc(big), *dst = malloc(big);
-  bool good = src != NULL && dst != NULL;
+  char *src = NULL, *dst = NULL;  // a page longer: copy_size offsets them
+  bool good = posix_memalign((void **)&src, 4096, big + 4096) == 0 &&
+              posix_memalign((void **)&dst, 4096, big + 4096) == 0;
   if (good) {
-    memset(src, 7, big);
-    memset(dst, 1, big);
+    memset(src, 7, big + 4096);
+    memset(dst, 1, big + 4096);
   }
   printf(
-      "\n(g) host copies (cube_write, cube_read, cube_copy) vs memcpy between warm host "
-      "buffers\n");
+      "\n(g) host copies (cube_write, cube_read, cube_copy) vs memcpy between the same warm "
+      "host buffers\n");
   // A first write into memory nobody touched yet, then the same write warm.
   double t_first = -1.0, t_warm = -1.0;
   if (good) {
@@ -334,44 +460,47 @@ static bool copy_section(cube_client_t *client, int reps, section_row_t *rows, i
     int times;
     const char *name;
   } sizes[] = {{1ull << 20, 64, "1 MiB"}, {256ull << 20, 1, "256 MiB"}};
+  int copy_reps = reps > COPY_REPS ? reps : COPY_REPS;
+  double tm = -1.0;
   for (size_t s = 0; s < 2 && good; ++s) {
     uint64_t bytes = sizes[s].bytes;
     int times = sizes[s].times;
-    cube_handle_t h = upload(client, src, bytes);
-    if (!h.bits) return false;
-    double w[MAX_REPS], r[MAX_REPS], m[MAX_REPS];
-    for (int i = 0; i < reps; ++i) {
-      w[i] = time_io(client, h, src, bytes, times, true);
-      r[i] = time_io(client, h, dst, bytes, times, false);
-      m[i] = time_memcpy(dst, src, bytes, times);
-    }
-    double tw = median(w, reps), tr = median(r, reps), tm = median(m, reps);
+    double t[T_COUNT];
+    good = copy_size(client, src, dst, bytes, times, copy_reps, t);
+    if (!good) break;
     double moved = (double)bytes * times;
-    printf("    %-7s write %7.2f GB/s  read %7.2f GB/s  memcpy %7.2f GB/s  (%d x per sample)\n",
-           sizes[s].name, moved / tw / 1e9, moved / tr / 1e9, moved / tm / 1e9, times);
+    printf(
+        "    %-7s write %7.2f GB/s (memcpy in %7.2f)  read %7.2f GB/s (memcpy out %7.2f)  "
+        "%d x per sample, %d samples\n",
+        sizes[s].name, moved / t[T_WRITE] / 1e9, moved / t[T_MEMCPY_IN] / 1e9,
+        moved / t[T_READ] / 1e9, moved / t[T_MEMCPY_OUT] / 1e9, times, copy_reps);
+    printf("    %-7s memcpy host to host %7.2f GB/s\n", "", moved / t[T_MEMCPY_HOST] / 1e9);
     char figure[96];
     snprintf(figure, sizeof figure, "cube_write %s / memcpy", sizes[s].name);
-    row(rows, count, figure, tm / tw, ">= 0.90", 0.9, true);
+    row(rows, count, figure, t[T_MEMCPY_IN] / t[T_WRITE], ">= 0.90", 0.9, true);
     snprintf(figure, sizeof figure, "cube_read %s / memcpy", sizes[s].name);
-    row(rows, count, figure, tm / tr, ">= 0.90", 0.9, true);
-    if (bytes == big) {
-      cube_handle_t h2 = upload(client, NULL, bytes);
-      double c[MAX_REPS];
-      for (int i = 0; i < reps && h2.bits; ++i) {
-        double t0 = now_s();
-        if (!ok(cube_copy(client, CUBE_STREAM_CURRENT, cube_handle_binding(h),
-                          cube_handle_binding(h2)),
-                "copy") ||
-            !ok(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0), "sync"))
-          break;
-        c[i] = now_s() - t0;
-      }
-      double tc = h2.bits ? median(c, reps) : -1.0;
-      printf("    256 MiB cube_copy %7.2f GB/s\n", moved / tc / 1e9);
-      row(rows, count, "cube_copy 256 MiB / memcpy", tm / tc, "", 0, true);
-      if (h2.bits) cube_status_release(cube_handle_release(client, h2));
+    row(rows, count, figure, t[T_MEMCPY_OUT] / t[T_READ], ">= 0.90", 0.9, true);
+    tm = t[T_MEMCPY_IN];
+  }
+  if (good) {
+    // Device to device: against the memcpy into a buffer above.
+    cube_handle_t h = upload(client, src, big), h2 = upload(client, NULL, big);
+    double c[MAX_REPS];
+    int done = 0;
+    for (int i = -1; i < reps && h.bits && h2.bits; ++i, ++done) {
+      double t0 = now_s();
+      if (!ok(cube_copy(client, CUBE_STREAM_CURRENT, cube_handle_binding(h),
+                        cube_handle_binding(h2)),
+              "copy") ||
+          !ok(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0), "sync"))
+        break;
+      if (i >= 0) c[i] = now_s() - t0;
     }
-    cube_status_release(cube_handle_release(client, h));
+    double tc = done == reps + 1 ? median(c, reps) : -1.0;
+    printf("    256 MiB cube_copy %7.2f GB/s\n", (double)big / tc / 1e9);
+    row(rows, count, "cube_copy 256 MiB / memcpy", tm / tc, "", 0, true);
+    if (h.bits) cube_status_release(cube_handle_release(client, h));
+    if (h2.bits) cube_status_release(cube_handle_release(client, h2));
   }
   free(src);
   free(dst);

@@ -333,11 +333,14 @@ static cube_status_t cube_status_static(cube_status_code_t code) {
 // A fresh node with one reference, or NULL when memory ran out. Takes nothing.
 // The public call this thread is in (CUBE_CALL_SITE), outermost first: a
 // call made from inside another (a callback) keeps the outer one's site.
+// initial-exec: written twice by every public call, so a plain offset from
+// the thread pointer rather than a __tls_get_addr call in the shared library
+// (as the CUDA backend's context, cuda_internal.h).
 static _Thread_local struct {
   const char *file;
   int line;
   unsigned depth;
-} call_site;
+} call_site __attribute__((tls_model("initial-exec")));
 
 void cube_call_site_begin(const char *file, int line) {
   if (call_site.depth++ == 0) {

@@ -111,10 +111,6 @@ void cube_hash128_hex(cube_hash128_t hash, char out_hex[CUBE_HASH128_HEX_SIZE]) 
   out_hex[32] = '\0';
 }
 
-bool cube_hash128_equal(cube_hash128_t a, cube_hash128_t b) {
-  return a.low == b.low && a.high == b.high;
-}
-
 //===--- Clock ---===//
 
 uint64_t cube_now_ns(void) {
@@ -129,20 +125,4 @@ uint64_t cube_deadline_after_s(uint64_t now_ns, double seconds) {
   const double ns = seconds * 1e9;  // +inf for huge or infinite seconds
   if (!(ns < room)) return UINT64_MAX;
   return now_ns + (uint64_t)ns;
-}
-
-//===--- Overflow-checked arithmetic ---===//
-
-bool cube_mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
-  uint64_t result;
-  if (__builtin_mul_overflow(a, b, &result)) return false;
-  *out = result;
-  return true;
-}
-
-bool cube_add_u64(uint64_t a, uint64_t b, uint64_t *out) {
-  uint64_t result;
-  if (__builtin_add_overflow(a, b, &result)) return false;
-  *out = result;
-  return true;
 }

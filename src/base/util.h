@@ -42,7 +42,10 @@ CUBE_INTERNAL cube_hash128_t cube_hash128_final(const cube_hash128_state_t *stat
 CUBE_INTERNAL cube_hash128_t cube_hash128(const void *bytes, size_t size);
 // 32 lower-case hex digits, high half first, NUL-terminated.
 CUBE_INTERNAL void cube_hash128_hex(cube_hash128_t hash, char out_hex[CUBE_HASH128_HEX_SIZE]);
-CUBE_INTERNAL bool cube_hash128_equal(cube_hash128_t a, cube_hash128_t b);
+// Inline: every launch compares its kernel's key (core/kernel_cache.c).
+static inline bool cube_hash128_equal(cube_hash128_t a, cube_hash128_t b) {
+  return a.low == b.low && a.high == b.high;
+}
 
 //===--- Clock ---===//
 
@@ -57,7 +60,18 @@ CUBE_INTERNAL uint64_t cube_deadline_after_s(uint64_t now_ns, double seconds);
 //===--- Overflow-checked arithmetic ---===//
 
 // Each returns false, and leaves |*out| untouched, when the result overflows.
-CUBE_INTERNAL bool cube_mul_u64(uint64_t a, uint64_t b, uint64_t *out);
-CUBE_INTERNAL bool cube_add_u64(uint64_t a, uint64_t b, uint64_t *out);
+// Inline: every binding a launch resolves checks its range with one.
+static inline bool cube_mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
+  uint64_t result;
+  if (__builtin_mul_overflow(a, b, &result)) return false;
+  *out = result;
+  return true;
+}
+static inline bool cube_add_u64(uint64_t a, uint64_t b, uint64_t *out) {
+  uint64_t result;
+  if (__builtin_add_overflow(a, b, &result)) return false;
+  *out = result;
+  return true;
+}
 
 #endif  // CUBE_BASE_UTIL_H_

@@ -84,6 +84,7 @@ struct cube_bundle_t {
   bool owned;  // bytes are ours to free (a file's); else registered memory
   bool is_signed;
   uint32_t version[3];
+  bool dev_version;  // the writer's version ends in "-dev"
   entry_t *entries;
   size_t count;
 };
@@ -232,6 +233,7 @@ static bool bundle_check(const unsigned char *bytes, size_t size, const void *ke
   bundle->count = count;
   bundle->is_signed = is_signed;
   for (int i = 0; i < 3; ++i) bundle->version[i] = cube_bundle_get_u32(h + 32 + 4 * i);
+  bundle->dev_version = (cube_bundle_get_u32(h + 20) & 2u) != 0;
   return true;
 }
 
@@ -555,8 +557,9 @@ cube_status_t cube_bundle_verify_file(const char *path, const void *key, size_t 
     out_info->format_version = CUBE_BUNDLE_FORMAT_VERSION;
     out_info->entries = (uint32_t)bundle->count;
     out_info->is_signed = bundle->is_signed;
-    snprintf(out_info->cubec_version, sizeof out_info->cubec_version, "%u.%u.%u",
-             bundle->version[0], bundle->version[1], bundle->version[2]);
+    snprintf(out_info->cubec_version, sizeof out_info->cubec_version, "%u.%u.%u%s",
+             bundle->version[0], bundle->version[1], bundle->version[2],
+             bundle->dev_version ? "-dev" : "");
   }
   for (size_t i = 0; visit && i < bundle->count; ++i) {
     const entry_t *e = &bundle->entries[i];

@@ -7,9 +7,11 @@
 //   header (64 bytes)
 //      0  magic "cubeBN1\n"            8  format version (u32) = 1
 //     12  header size (u32) = 64      16  entry count (u32)
-//     20  flags (u32; bit 0: signed)  24  file size (u64)
+//     20  flags (u32, below)          24  file size (u64)
 //     32  cubec version major, minor, patch (3 x u32) of the writer
 //     44  12 bytes reserved (zero)    56  XXH3-64 of bytes 0..55
+//   flags: bit 0 signed; bit 1 written by a development build (its version
+//   ends in "-dev").
 //   entries, each: its size (u64), then one kernel-store entry
 //     (core/kernel_store.h: 96-byte header, key, payload; checked by the
 //     store's own rules). Key fields: format "cubec-bundle-key-v1",

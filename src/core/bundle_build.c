@@ -217,7 +217,9 @@ cube_status_t cube_bundle_build(const cube_bundle_kernel_t *kernels, size_t coun
     cube_bundle_put_u32(header + 8, CUBE_BUNDLE_FORMAT_VERSION);
     cube_bundle_put_u32(header + 12, CUBE_BUNDLE_HEADER_SIZE);
     cube_bundle_put_u32(header + 16, made);
-    cube_bundle_put_u32(header + 20, options->key ? 1u : 0u);
+    // Bit 1: a development build's 0.2.0-dev is not the release 0.2.0.
+    cube_bundle_put_u32(header + 20,
+                        (options->key ? 1u : 0u) | (CUBE_VERSION_IS_RELEASE ? 0u : 2u));
     cube_bundle_put_u64(header + 24,
                         CUBE_BUNDLE_HEADER_SIZE + entries.size + CUBE_BUNDLE_TRAILER_SIZE);
     cube_bundle_put_u32(header + 32, CUBE_VERSION_MAJOR);

@@ -22,37 +22,6 @@ _Static_assert(CUBE_INFO_NO_META_WORD == CUBE_INFO_NO_META,
 
 //===--- Info packing ---===//
 
-static uint64_t scalar_word(const cube_scalar_t *s) {
-  uint64_t word = 0;
-  switch (s->type) {
-    case CUBE_SCALAR_F64:
-      memcpy(&word, &s->value.f64, 8);
-      break;
-    case CUBE_SCALAR_F32: {
-      uint32_t bits;
-      memcpy(&bits, &s->value.f32, 4);
-      word = bits;
-      break;
-    }
-    case CUBE_SCALAR_U64:
-    case CUBE_SCALAR_I64:
-      word = s->value.u64;
-      break;
-    case CUBE_SCALAR_F16:
-    case CUBE_SCALAR_BF16:
-      word = s->value.f16;
-      break;
-    case CUBE_SCALAR_E4M3:
-    case CUBE_SCALAR_E5M2:
-      word = s->value.e4m3;
-      break;
-    default:
-      word = s->value.u32;
-      break;
-  }
-  return word;
-}
-
 // The dialect-1 types (f64 .. i32) count in the header word; the reduced-
 // precision ones (f16 .. e5m2) in an extension word after the dialect-1
 // scalars, present only when the launch passes any.
@@ -62,9 +31,8 @@ _Static_assert(CUBE_SCALAR_F16 == INFO_V1_TYPES && CUBE__SCALAR_TYPE_f16 == CUBE
                    CUBE__SCALAR_TYPES == CUBE_SCALAR_TYPE_COUNT,
                "the scalar type codes of cube/kernel.h and cube/dialect.h disagree");
 
-cube_status_t cube_info_pack(const cube_kernel_t *kernel, const cube_kernel_args_t *args,
-                             const uint64_t *lengths, uint64_t *words, uint32_t *out_words,
-                             uint32_t *out_static) {
+cube_status_t cube_info_layout(const cube_kernel_t *kernel, const cube_kernel_args_t *args,
+                               cube_info_layout_t *out) {
   if (args->scalar_count > 255) {
     return cube_status_make(CUBE_STATUS_VALIDATION, "launch of '%s': %zu scalars (max 255)",
                             kernel->name, args->scalar_count);
@@ -103,16 +71,29 @@ cube_status_t cube_info_pack(const cube_kernel_t *kernel, const cube_kernel_args
   // The scalars grouped by type, in type order, each group in argument
   // order (a counting sort: one pass, not one per type); the extension word
   // sits between the v1 types and the later ones.
-  uint32_t at[CUBE_SCALAR_TYPE_COUNT];
   uint32_t n = 1;
-  words[0] = header;
+  out->extension_at = 0;
   for (int t = 0; t < CUBE_SCALAR_TYPE_COUNT; ++t) {
-    if (t == INFO_V1_TYPES && extension) words[n++] = extension;
-    at[t] = n;
+    if (t == INFO_V1_TYPES && extension) out->extension_at = (uint8_t)n++;
+    out->at[t] = (uint8_t)n;
     n += per_type[t];
   }
+  out->header = header;
+  out->extension = extension;
+  out->lengths_at = (uint8_t)n;
+  out->static_words = (uint8_t)static_words;
+  return CUBE_OK;
+}
+
+uint32_t cube_info_pack_laid(const cube_info_layout_t *layout, const cube_kernel_args_t *args,
+                             const uint64_t *lengths, uint64_t *words, uint32_t *out_words) {
+  words[0] = layout->header;
+  if (layout->extension_at) words[layout->extension_at] = layout->extension;
+  uint8_t at[CUBE_SCALAR_TYPE_COUNT];
+  memcpy(at, layout->at, sizeof at);
   for (size_t i = 0; i < args->scalar_count; ++i)
-    words[at[args->scalars[i].type]++] = scalar_word(&args->scalars[i]);
+    words[at[args->scalars[i].type]++] = cube_info_scalar_word(&args->scalars[i]);
+  uint32_t n = layout->lengths_at;
   for (size_t b = 0; b < args->buffer_count; ++b) words[n++] = lengths[b];
   uint32_t meta_at = n;
   n += (uint32_t)args->buffer_count;
@@ -128,9 +109,18 @@ cube_status_t cube_info_pack(const cube_kernel_t *kernel, const cube_kernel_args
     for (uint32_t d = 0; d < buf->rank; ++d) words[n + dynamic++] = buf->shape[d];
     for (uint32_t d = 0; d < buf->rank; ++d) words[n + dynamic++] = buf->strides[d];
   }
-  *out_static = n;
   *out_words = n + dynamic;
-  return CUBE_OK;
+  return n;
+}
+
+cube_status_t cube_info_pack(const cube_kernel_t *kernel, const cube_kernel_args_t *args,
+                             const uint64_t *lengths, uint64_t *words, uint32_t *out_words,
+                             uint32_t *out_static) {
+  cube_info_layout_t layout;
+  cube_status_t status = cube_info_layout(kernel, args, &layout);
+  if (cube_status_is_ok(status))
+    *out_static = cube_info_pack_laid(&layout, args, lengths, words, out_words);
+  return status;
 }
 
 //===--- The info cache ---===//

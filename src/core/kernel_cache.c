@@ -18,6 +18,7 @@
 #include "core/dialect.h"
 #include "core/io_sets.h"
 #include "core/kernel_cache.h"
+#include "core/launch_plan.h"
 #include "core/log.h"
 
 //===--- Building through the store ---===//
@@ -342,6 +343,7 @@ void cube_kernel_cache_clear(cube_server_t *server) {
     cube_compiled_t *c = &server->compiled[i];
     if (c->backend) vt->kernel_release(server->device, c->backend);
     cube_status_release(c->error);
+    cube_launch_plans_free(c);
     cube_kernel_release(c->kernel);
   }
   free(server->compiled);

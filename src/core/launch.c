@@ -10,6 +10,7 @@
 #include "core/graph.h"
 #include "core/info.h"
 #include "core/kernel_cache.h"
+#include "core/launch_plan.h"
 #include "core/launch.h"
 #include "core/profile.h"
 #include "core/server.h"
@@ -108,8 +109,13 @@ static cube_status_t validate_custom_info(const cube_kernel_t *kernel,
   return CUBE_OK;
 }
 
+// The caller's argument list, checked before the lock is taken. A list
+// that passes gets its shape (core/launch_plan.h) in |*out_shape| and
+// |*out_shaped| says whether the key holds it (never with custom info
+// words: those launches pack no info block from a plan).
 static cube_status_t validate_args(const cube_kernel_t *kernel, const cube_kernel_args_t *args,
-                                   const custom_info_t *custom) {
+                                   const custom_info_t *custom, cube_launch_shape_t *out_shape,
+                                   bool *out_shaped) {
   if (args->buffer_count > CUBE_MAX_BUFFERS) {
     return cube_status_make(CUBE_STATUS_VALIDATION, "launch of '%s': %zu buffers (max %d)",
                             kernel->name, args->buffer_count, CUBE_MAX_BUFFERS);
@@ -118,6 +124,8 @@ static cube_status_t validate_args(const cube_kernel_t *kernel, const cube_kerne
     return cube_status_make(CUBE_STATUS_VALIDATION, "launch of '%s': buffers or scalars is NULL",
                             kernel->name);
   }
+  const bool shaped = args->scalar_count <= CUBE_LAUNCH_SHAPE_SCALARS;
+  cube_launch_shape_start(out_shape, args->buffer_count, args->scalar_count);
   for (size_t i = 0; i < args->buffer_count; ++i) {
     const cube_kernel_buffer_t *b = &args->buffers[i];
     if (b->io > CUBE_IO_DEAD) {
@@ -130,13 +138,16 @@ static cube_status_t validate_args(const cube_kernel_t *kernel, const cube_kerne
           "launch of '%s': buffer %zu has rank %u without shape/strides (max rank %d)",
           kernel->name, i, b->rank, CUBE_MAX_RANK);
     }
+    cube_launch_shape_buffer(out_shape, i, b);
   }
   for (size_t i = 0; i < args->scalar_count; ++i) {
     if ((unsigned)args->scalars[i].type >= CUBE_SCALAR_TYPE_COUNT) {
       return cube_status_make(CUBE_STATUS_VALIDATION, "launch of '%s': scalar %zu has type %d",
                               kernel->name, i, (int)args->scalars[i].type);
     }
+    if (shaped) cube_launch_shape_scalar(out_shape, i, args->scalars[i].type);
   }
+  *out_shaped = shaped && !custom;
   return custom ? validate_custom_info(kernel, args, custom) : CUBE_OK;
 }
 
@@ -178,8 +189,8 @@ static cube_status_t check_resources(cube_server_t *server, const cube_kernel_t 
 
 // The resource check, once per compiled kernel and launch shape: its answer
 // depends only on them and the device.
-static cube_status_t fits_device(cube_server_t *server, const cube_kernel_t *kernel,
-                                 cube_compiled_t *compiled) {
+static inline cube_status_t fits_device(cube_server_t *server, const cube_kernel_t *kernel,
+                                        cube_compiled_t *compiled) {
   cube_dim3_t d = kernel->cube_dim;
   if (compiled->fits && compiled->fits_dim.x == d.x && compiled->fits_dim.y == d.y &&
       compiled->fits_dim.z == d.z && compiled->fits_shared == kernel->dynamic_shared_memory) {
@@ -194,8 +205,8 @@ static cube_status_t fits_device(cube_server_t *server, const cube_kernel_t *ker
 
 static cube_status_t launch_locked(cube_server_t *server, uint32_t stream, cube_kernel_t *kernel,
                                    cube_cube_count_t count, const cube_kernel_args_t *args,
-                                   const custom_info_t *custom, cube_launch_mode_t mode,
-                                   bool deferred);
+                                   const custom_info_t *custom, const cube_launch_shape_t *shape,
+                                   cube_launch_mode_t mode, bool deferred);
 
 static cube_status_t queue_launch(cube_server_t *server, uint32_t stream, cube_kernel_t *kernel,
                                   cube_cube_count_t count, const cube_kernel_args_t *args,
@@ -255,8 +266,8 @@ void cube_launch_flush_deferred(cube_server_t *server) {
     // buffers it leaves unwritten.
     if (server->streams[p->stream].live) {
       cube_status_release(launch_locked(server, p->stream, p->kernel, p->count, &p->args,
-                                        p->custom.words ? &p->custom : NULL, CUBE_LAUNCH_EXECUTE,
-                                        true));
+                                        p->custom.words ? &p->custom : NULL, NULL,
+                                        CUBE_LAUNCH_EXECUTE, true));
     }
     pending_free(p);
     p = next;
@@ -285,7 +296,15 @@ typedef struct launch_t {
   size_t n;  // buffers
   cube_resolved_t resolved[CUBE_MAX_BUFFERS];
   uint64_t lengths[CUBE_MAX_BUFFERS];
-  io_answer_t io[CUBE_MAX_BUFFERS];
+  uint64_t addresses[CUBE_MAX_BUFFERS];
+  // The resolved IO per buffer (io_answer_t bits): the plan's, or |own|.
+  const uint8_t *io;
+  uint8_t own[CUBE_MAX_BUFFERS];
+  // The argument list's shape (when the key holds it) and the plan kept for
+  // it on the compiled kernel: the checks it stands for passed already.
+  cube_launch_shape_t shape;
+  bool shaped;
+  const cube_launch_plan_t *plan;
   // The cube count: static, or read back from |count_buffer| by cube_launch
   // before the lock was taken for this launch (|count.count| holds it then).
   cube_cube_count_t count;
@@ -312,6 +331,8 @@ static void launch_start(launch_t *l, cube_server_t *server, uint32_t stream, cu
   l->count = count;
   l->dynamic = count.dynamic;
   l->compiled = NULL;
+  l->io = l->own;
+  l->plan = NULL;
   l->tensor_maps = false;
   l->deferred = false;
   l->claimed = false;
@@ -332,6 +353,7 @@ static cube_status_t launch_resolve(launch_t *l) {
     status = cube_server_resolve(l->server, l->args->buffers[i].binding, l->kernel->name,
                                  kBufferNames[i], &l->resolved[i]);
     l->lengths[i] = l->resolved[i].size;
+    l->addresses[i] = l->resolved[i].address;
     if (l->args->buffers[i].tensor_map) l->tensor_maps = true;
   }
   if (cube_status_is_ok(status) && l->dynamic) {
@@ -369,9 +391,11 @@ static void launch_fail(launch_t *l, cube_status_t error) {
 // windows, as a failed launch's does (the seed's compile_failed: a window
 // around a dry run that failed measured no kernel that will ever run).
 static cube_status_t launch_compile(launch_t *l) {
+  if (l->compiled && !l->compiled->error) {
+    cube_kernel_stats_count(false, false, true, 0);  // as cube_kernel_cache_get counts a hit
+    return CUBE_OK;
+  }
   cube_status_t status = cube_kernel_cache_get(l->server, l->kernel, l->compiled, &l->compiled);
-  const char *answer = cube_status_is_ok(status) ? l->compiled->info.io : NULL;
-  for (size_t i = 0; i < l->n; ++i) l->io[i] = io_of(answer, i, l->args->buffers[i].io);
   if (!cube_status_is_ok(status)) {
     if (l->mode != CUBE_LAUNCH_COMPILE_ONLY) {
       launch_fail(l, status);
@@ -414,6 +438,7 @@ static bool launch_skip(launch_t *l) {
 // enqueued; a failure on the way claims them with the real error.
 // Bit i: the launch writes argument i (its resolved IO).
 static uint32_t launch_writes(const launch_t *l) {
+  if (l->plan) return l->plan->writes;
   uint32_t writes = 0;
   for (size_t i = 0; i < l->n && i < 32; ++i)
     if (l->io[i] & IO_W) writes |= 1u << i;
@@ -443,15 +468,16 @@ static cube_status_t launch_dispatch(launch_t *l) {
     // dynamic metadata starts past the end), never uploaded.
     memcpy(words, l->custom->words, l->custom->count * sizeof *words);
     info_words = static_words = (uint32_t)l->custom->count;
+  } else if (cube_status_is_ok(status) && l->plan) {
+    static_words = cube_launch_plan_pack(l->plan, l->args, l->lengths, words, &info_words);
   } else if (cube_status_is_ok(status)) {
     status = cube_info_pack(l->kernel, l->args, l->lengths, words, &info_words, &static_words);
   }
-  uint64_t addresses[CUBE_MAX_BUFFERS];
+  const uint64_t *addresses = l->addresses;
   // A capture window orders nothing now: each replay orders itself.
   const bool capturing = server->streams[stream].capturing;
   if (cube_status_is_ok(status)) cube_server_tag(server, stream);
   for (size_t i = 0; i < l->n && cube_status_is_ok(status); ++i) {
-    addresses[i] = l->resolved[i].address;
     if (!capturing)
       status = cube_server_order(server, stream, l->resolved[i].slot, l->io[i] & IO_W);
   }
@@ -491,10 +517,10 @@ static cube_status_t launch_dispatch(launch_t *l) {
                                 .tensor_map_mask = maps.mask,
                                 .tensor_maps = maps.maps};
     void *mark = server->profiler ? cube_profile_before_work(server, stream, true) : NULL;
-    status = cube_server_note_in(server,
-                                 server->device->vtable->dispatch(
-                                     server->device, server->streams[stream].backend, &dispatch),
-                                 CUBE_STATUS_FAMILY_LAUNCH);
+    status = server->device->vtable->dispatch(server->device, server->streams[stream].backend,
+                                              &dispatch);
+    if (!cube_status_is_ok(status))
+      status = cube_server_note_in(server, status, CUBE_STATUS_FAMILY_LAUNCH);
     if (mark) {
       // The slice carries what the kernel may touch: the bytes of the
       // bindings it reads and writes, and its cube count.
@@ -509,7 +535,7 @@ static cube_status_t launch_dispatch(launch_t *l) {
   // Settle the scope: a launch that lands into a claimed output releases it.
   if (cube_status_is_ok(status)) {
     server->streams[stream].ticket++;
-    cube_write_scope_commit(&scope);
+    if (scope.count) cube_write_scope_commit(&scope);
     for (size_t i = 0; i < l->n; ++i) {
       if (capturing) {
         // Recorded, not run: the buffers' last use stays the real one, which
@@ -534,10 +560,33 @@ static cube_status_t launch_dispatch(launch_t *l) {
 // (launch_locked) except in a dry run. |signature| is NULL before the kernel
 // is compiled: the source's SCALAR reads alone are checked then.
 static cube_status_t launch_check(launch_t *l, const cube_signature_t *signature) {
-  uint64_t addresses[CUBE_MAX_BUFFERS];
-  for (size_t i = 0; i < l->n; ++i) addresses[i] = l->resolved[i].address;
   return cube_signature_check(l->kernel->name, signature, &l->kernel->reads, l->args, l->lengths,
-                              addresses);
+                              l->addresses);
+}
+
+// 2a. What the kernel takes against the argument list's shape: its IO
+// answers, the tensor-map match (a map where the kernel takes a buffer, or
+// the reverse, runs nothing) and the signature check. A shape that passed
+// all of them before on this compiled kernel has a plan: only its bindings
+// (sizes, alignment) are checked again. One that passes now keeps a plan.
+static cube_status_t launch_match(launch_t *l) {
+  cube_compiled_t *compiled = l->compiled;
+  l->plan = l->shaped ? cube_launch_plan_find(compiled, &l->shape) : NULL;
+  if (l->plan) {
+    l->io = l->plan->io;
+    return cube_launch_plan_check(l->plan, l->kernel->name, &compiled->signature, l->args,
+                                  l->lengths, l->addresses);
+  }
+  for (size_t i = 0; i < l->n; ++i)
+    l->own[i] = (uint8_t)io_of(compiled->info.io, i, l->args->buffers[i].io);
+  if (!compiled->takes_maps) compiled->takes_maps = strpbrk(compiled->info.io, "RWX") ? 2 : 1;
+  cube_status_t status = CUBE_OK;
+  if (l->tensor_maps || compiled->takes_maps == 2)
+    status = cube_tensor_map_match(l->kernel->name, compiled->info.io, l->args);
+  if (cube_status_is_ok(status)) status = launch_check(l, &compiled->signature);
+  if (cube_status_is_ok(status) && l->shaped)
+    l->plan = cube_launch_plan_keep(l->kernel, compiled, l->args, &l->shape, l->own);
+  return status;
 }
 
 static cube_status_t launch_body(launch_t *l) {
@@ -551,23 +600,15 @@ static cube_status_t launch_body(launch_t *l) {
   }
   status = launch_compile(l);
   if (!cube_status_is_ok(status)) return status;
-  // A map where the kernel takes a buffer (or the reverse) runs nothing.
-  if (!l->compiled->takes_maps)
-    l->compiled->takes_maps = strpbrk(l->compiled->info.io, "RWX") ? 2 : 1;
-  if (l->tensor_maps || l->compiled->takes_maps == 2)
-    status = cube_tensor_map_match(l->kernel->name, l->compiled->info.io, l->args);
-  if (!cube_status_is_ok(status)) return status;
-  status = launch_check(l, &l->compiled->signature);
+  status = launch_match(l);
   if (!cube_status_is_ok(status)) return status;
   if (l->mode == CUBE_LAUNCH_COMPILE_ONLY) {
     // A dry run checks its maps as the launch would, and encodes none.
     status = fits_device(l->server, l->kernel, l->compiled);
     if (cube_status_is_ok(status) && l->tensor_maps) {
-      uint64_t addresses[CUBE_MAX_BUFFERS];
-      for (size_t i = 0; i < l->n; ++i) addresses[i] = l->resolved[i].address;
       cube_launch_maps_t maps;
-      status = cube_tensor_map_launch(l->server->device, NULL, l->kernel->name, l->args, addresses,
-                                      l->lengths, launch_writes(l), false, &maps);
+      status = cube_tensor_map_launch(l->server->device, NULL, l->kernel->name, l->args,
+                                      l->addresses, l->lengths, launch_writes(l), false, &maps);
     }
     return status;
   }
@@ -595,12 +636,20 @@ static cube_status_t launch_body(launch_t *l) {
 // invalidates open profiling windows. A dry run claims nothing.
 static cube_status_t launch_locked(cube_server_t *server, uint32_t stream, cube_kernel_t *kernel,
                                    cube_cube_count_t count, const cube_kernel_args_t *args,
-                                   const custom_info_t *custom, cube_launch_mode_t mode,
-                                   bool deferred) {
+                                   const custom_info_t *custom, const cube_launch_shape_t *shape,
+                                   cube_launch_mode_t mode, bool deferred) {
   launch_t l;
   launch_start(&l, server, stream, kernel, args, mode, count);
   l.custom = custom;
   l.deferred = deferred;
+  if (custom) {
+    l.shaped = false;  // custom info words: no plan (it packs the info block)
+  } else if (shape) {
+    l.shape = *shape;
+    l.shaped = true;
+  } else {
+    l.shaped = cube_launch_shape_of(args, &l.shape);
+  }
   cube_status_t status = launch_body(&l);
   if (!cube_status_is_ok(status) && mode != CUBE_LAUNCH_COMPILE_ONLY) {
     if (!l.claimed) trace_failed(&l, launch_claim(server, kernel, args, status));
@@ -665,13 +714,15 @@ static cube_status_t launch_entry(cube_client_t *client, cube_stream_t stream,
   static const cube_kernel_args_t no_args = {0};
   if (!args) args = &no_args;
   cube_status_t status = CUBE_OK;
+  cube_launch_shape_t shape;
+  bool shaped = false;
   if (!kernel) {
     status = cube_status_make(CUBE_STATUS_VALIDATION, "cube_launch: kernel is NULL");
   } else if (mode > CUBE_LAUNCH_QUEUE) {
     status = cube_status_make(CUBE_STATUS_VALIDATION, "cube_launch of '%s': unknown launch mode %d",
                               kernel->name, (int)mode);
   } else {
-    status = validate_args(kernel, args, custom);
+    status = validate_args(kernel, args, custom, &shape, &shaped);
   }
   if (cube_status_is_ok(status) && count.dynamic && mode == CUBE_LAUNCH_QUEUE) {
     // Its count would be read back at flush time, inside another call that
@@ -699,10 +750,13 @@ static cube_status_t launch_entry(cube_client_t *client, cube_stream_t stream,
     cube_status_release(opened);
   }
   const bool streamed = cube_status_is_ok(opened);
-  if (cube_status_is_ok(status) && mode != CUBE_LAUNCH_QUEUE) cube_launch_flush_deferred(server);
+  if (cube_status_is_ok(status) && mode != CUBE_LAUNCH_QUEUE && server->pending_head)
+    cube_launch_flush_deferred(server);
   // A static count above the device's limit is refused before anything is
-  // compiled or queued.
-  if (cube_status_is_ok(status) && !count.dynamic)
+  // compiled or queued (the comparison here, the message only when it fails).
+  const cube_dim3_t max = server->device->properties.max_cube_count;
+  if (cube_status_is_ok(status) && !count.dynamic &&
+      (count.count.x > max.x || count.count.y > max.y || count.count.z > max.z))
     status = cube_validate_cube_count(server, kernel->name, count.count);
   if (cube_status_is_ok(status) && count.dynamic && mode == CUBE_LAUNCH_EXECUTE) {
     count.count = (cube_dim3_t){0, 0, 0};
@@ -710,7 +764,8 @@ static cube_status_t launch_entry(cube_client_t *client, cube_stream_t stream,
     status = read_dynamic_count(server, index, kernel, &count);
   }
   if (cube_status_is_ok(status)) {
-    status = launch_locked(server, index, kernel, count, args, custom, mode, false);
+    status = launch_locked(server, index, kernel, count, args, custom, shaped ? &shape : NULL, mode,
+                           false);
     settled = true;
   }
   if (!cube_status_is_ok(status) && !settled && mode != CUBE_LAUNCH_COMPILE_ONLY) {

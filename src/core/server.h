@@ -134,6 +134,9 @@ typedef struct cube_compiled_t {
   // Whether the kernel declares a tensor-map parameter: 0 not looked at
   // yet, 1 none, 2 some (its IO answer, read once).
   uint8_t takes_maps;
+  // What earlier launches' checks decided per argument shape
+  // (core/launch_plan.h); NULL until the first plan is kept.
+  struct cube_launch_plans_t *plans;
 } cube_compiled_t;
 
 // A launch deferred by CUBE_LAUNCH_QUEUE until its kernel compiles.

@@ -366,17 +366,23 @@ static cube_status_t scalar_mismatch(const char *kernel_name, const cube_signatu
 
 //===--- The check ---===//
 
+cube_status_t cube_signature_check_buffers(const char *kernel_name, const cube_signature_t *s,
+                                           const cube_kernel_args_t *args, const uint64_t *sizes,
+                                           const uint64_t *addresses) {
+  if (!s || !s->known) return CUBE_OK;
+  bool bad = args->buffer_count != s->buffer_count;
+  for (uint32_t i = 0; i < s->buffer_count && !bad; ++i) {
+    uint64_t odd = (s->odd_sizes >> i) & 1u ? sizes[i] % s->elem_size[i] : 0;
+    bad = ((sizes[i] & s->size_mask[i]) | (addresses[i] & s->align_mask[i]) | odd) != 0;
+  }
+  return bad ? buffer_mismatch(kernel_name, s, args, sizes, addresses) : CUBE_OK;
+}
+
 cube_status_t cube_signature_check(const char *kernel_name, const cube_signature_t *s,
                                    const cube_scalar_reads_t *reads, const cube_kernel_args_t *args,
                                    const uint64_t *sizes, const uint64_t *addresses) {
-  if (s && s->known) {
-    bool bad = args->buffer_count != s->buffer_count;
-    for (uint32_t i = 0; i < s->buffer_count && !bad; ++i) {
-      uint64_t odd = (s->odd_sizes >> i) & 1u ? sizes[i] % s->elem_size[i] : 0;
-      bad = ((sizes[i] & s->size_mask[i]) | (addresses[i] & s->align_mask[i]) | odd) != 0;
-    }
-    if (bad) return buffer_mismatch(kernel_name, s, args, sizes, addresses);
-  }
+  cube_status_t status = cube_signature_check_buffers(kernel_name, s, args, sizes, addresses);
+  if (!cube_status_is_ok(status)) return status;
   if (s && s->arg_count) {
     bool bad = args->scalar_count != s->arg_count;
     for (size_t k = 0; k < args->scalar_count && !bad; ++k)

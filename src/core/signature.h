@@ -74,4 +74,15 @@ CUBE_INTERNAL cube_status_t cube_signature_check(const char *kernel_name,
                                                  const cube_kernel_args_t *args,
                                                  const uint64_t *sizes, const uint64_t *addresses);
 
+// The part of cube_signature_check that depends on the bindings (each
+// one's size and address against its element), and the buffer count: what
+// a launch whose argument shape passed the whole check before (a launch
+// plan, core/launch_plan.h) still checks on every call. OK when |signature|
+// is NULL or unknown.
+CUBE_INTERNAL cube_status_t cube_signature_check_buffers(const char *kernel_name,
+                                                         const cube_signature_t *signature,
+                                                         const cube_kernel_args_t *args,
+                                                         const uint64_t *sizes,
+                                                         const uint64_t *addresses);
+
 #endif  // CUBE_CORE_SIGNATURE_H_

@@ -28,6 +28,7 @@
 #include "../../examples/kernels.h"
 #include "backends/cpu/split/cpu_clang.h"
 #include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/split/cpu_split.h"
 #include "cube/cube.h"
 #include "harness/harness.h"
 
@@ -744,6 +745,135 @@ static void test_handle_from_host(void **state) {
   cube_client_release(client);
 }
 
+// A kernel with nothing to split is known so from its text (libclang is
+// neither loaded nor asked); anything that could hold a barrier or a
+// lock-step loop still goes to the splitter.
+static void test_split_needed(void **state) {
+  (void)state;
+  static const char kPlain[] =
+      "CUBE_KERNEL(k, IN(float, x), INOUT(float, y)) {\n"
+      "  uint64_t i = ABSOLUTE_POS;\n"
+      "  if (i < LEN(y)) y[i] += x[i];\n"
+      "}\n";
+  assert_false(cube_cpu_split_needed(kPlain, NULL));
+  assert_false(cube_cpu_split_needed(kPlain, "-DSCALE=2"));
+  assert_true(cube_cpu_split_needed("CUBE_KERNEL(k) { SYNC_CUBE(); }", NULL));
+  assert_true(cube_cpu_split_needed("CUBE_KERNEL(k) { cube__sync_cube(); }", NULL));
+  assert_true(cube_cpu_split_needed("CUBE_KERNEL(k) { for (int i = 0; i < 2; ++i) {} }", NULL));
+  assert_true(cube_cpu_split_needed("#include \"helpers.h\"\nCUBE_KERNEL(k) { HELP(); }", NULL));
+  // A macro from the options could spell a barrier or a loop.
+  assert_true(cube_cpu_split_needed("CUBE_KERNEL(k) { BAR; }", "-DBAR=SYNC_CUBE()"));
+  assert_true(cube_cpu_split_needed("CUBE_KERNEL(k) { LOOP }", "-DLOOP=for(;;){}"));
+  // Its identity leaves libclang out; the others keep it.
+  assert_non_null(strstr(cube_cpu_split_identity_unneeded(), "unneeded"));
+  assert_null(strstr(cube_cpu_split_identity(), "unneeded"));
+}
+
+// The stack table is gcc's report patched into the object: a kernel's frame
+// is what it declares (a refusal names it), never the placeholder, and a
+// small kernel runs.
+static void test_stack_table(void **state) {
+  (void)state;
+  setenv("CUBE_CPU_STACK_MAX", "128K", 1);
+  cube_client_t *client = client_with(NULL, NULL);
+  unsetenv("CUBE_CPU_STACK_MAX");
+  cube_kernel_desc_t desc;
+  memset(&desc, 0, sizeof desc);
+  desc.name = "big_frame";
+  desc.source =
+      "CUBE_KERNEL(big_frame, OUT(uint32_t, y)) {\n"
+      "  volatile uint32_t big[65536];\n"
+      "  big[UNIT_POS] = 1u;\n"
+      "  y[ABSOLUTE_POS] = big[UNIT_POS];\n"
+      "}\n";
+  desc.language = CUBE_KERNEL_DIALECT;
+  desc.cube_dim = (cube_dim3_t){64, 1, 1};
+  cube_kernel_t *kernel = NULL;
+  CTH_OK(cube_kernel_create(&desc, &kernel));
+  cube_handle_t h = CTH_BUFFER(client, 64 * sizeof(uint32_t));
+  cube_kernel_buffer_t b[1] = {cth_arg(h, CUBE_IO_WRITE)};
+  cube_kernel_args_t args = {b, 1, NULL, 0};
+  cube_status_t status =
+      cube_launch(client, S, kernel, cube_count_static(1, 1, 1), &args, CUBE_LAUNCH_EXECUTE);
+  assert_int_equal(cube_status_code(status), CUBE_STATUS_COMPILE_REFUSED);
+  const char *message = cube_status_message(status);
+  const char *needs = strstr(message, "its frame needs ");
+  assert_non_null(needs);
+  unsigned long long frame = strtoull(needs + strlen("its frame needs "), NULL, 10);
+  // 256 KiB of locals, the margin and a page's rounding: nothing like the
+  // placeholder's 7 * 10^18.
+  assert_true(frame >= 256u * 1024u && frame <= 256u * 1024u + 64u * 1024u);
+  cube_status_release(status);
+  cube_kernel_release(kernel);
+  cth_release_handle(client, h);
+  cube_client_release(client);
+}
+
+// cube_write and cube_read land exactly whatever the size (below, at and
+// past 4 KiB pages, the split-copy and the streamed-copy thresholds) and
+// wherever a slice starts or the host bytes sit, and touch nothing else: the
+// buffer's bytes on either side of the slice and the host bytes on either
+// side of the read's destination keep their values.
+static void test_copies_at_boundaries(void **state) {
+  (void)state;
+  cube_client_t *client = client_with(NULL, NULL);
+  const uint64_t stream_min = cube_cpu_copy_stream_min();
+  const uint64_t sizes[] = {1,
+                            63,
+                            4095,
+                            4096,
+                            4097,
+                            (1 << 20) - 1,
+                            1 << 20,
+                            (1 << 20) + 1,
+                            (8 << 20) + 13,
+                            stream_min + 4099};
+  const uint64_t offsets[] = {1, 4095, 4096 - 17, 0};
+  enum { GUARD = 64 };
+  const uint64_t most = stream_min + 4099 + 4096 + 1;
+  unsigned char *src = malloc(most + 2 * GUARD), *dst = malloc(most + 2 * GUARD);
+  assert_non_null(src);
+  assert_non_null(dst);
+  for (uint64_t i = 0; i < most + 2 * GUARD; ++i) src[i] = (unsigned char)(i * 131 + (i >> 12));
+  cube_handle_t h = CTH_BUFFER(client, most);
+  const unsigned char mark = 0x5c;
+  unsigned char guard[GUARD];
+  memset(guard, 0xee, sizeof guard);
+  for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; ++z) {
+    for (size_t o = 0; o < sizeof offsets / sizeof offsets[0]; ++o) {
+      const uint64_t n = sizes[z], at = offsets[o];
+      const unsigned host = (unsigned)(o * 5 % 17);  // the host side's own misalignment
+      // The buffer's neighbours of the slice marked, then the slice written.
+      if (at > 0) CTH_OK(cube_write(client, S, cube_handle_slice(h, at - 1, 1), &mark, 1));
+      CTH_OK(cube_write(client, S, cube_handle_slice(h, at + n, 1), &mark, 1));
+      CTH_OK(cube_write(client, S, cube_handle_slice(h, at, n), src + host, n));
+      // Read back between guards.
+      unsigned char *out = dst + GUARD + host;
+      memset(out - GUARD, 0xee, GUARD);
+      memset(out + n, 0xee, GUARD);
+      CTH_OK(cube_read(client, S, cube_handle_slice(h, at, n), out, n));
+      if (memcmp(out, src + host, n) != 0)
+        fail_msg("%llu bytes at offset %llu: the read differs from the write",
+                 (unsigned long long)n, (unsigned long long)at);
+      if (memcmp(out - GUARD, guard, GUARD) != 0 || memcmp(out + n, guard, GUARD) != 0)
+        fail_msg("%llu bytes at offset %llu: the read wrote outside its destination",
+                 (unsigned long long)n, (unsigned long long)at);
+      for (int e = 0; e < 2; ++e) {
+        if (e == 0 && at == 0) continue;
+        unsigned char byte = 0;
+        CTH_OK(cube_read(client, S, cube_handle_slice(h, e == 0 ? at - 1 : at + n, 1), &byte, 1));
+        if (byte != mark)
+          fail_msg("%llu bytes at offset %llu: the write changed the byte %s the slice",
+                   (unsigned long long)n, (unsigned long long)at, e == 0 ? "before" : "after");
+      }
+    }
+  }
+  cth_release_handle(client, h);
+  free(src);
+  free(dst);
+  cube_client_release(client);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_uniform_if),
@@ -764,6 +894,9 @@ int main(void) {
       cmocka_unit_test(test_warm_cache),
       cmocka_unit_test(test_warm_pages_reused),
       cmocka_unit_test(test_handle_from_host),
+      cmocka_unit_test(test_split_needed),
+      cmocka_unit_test(test_stack_table),
+      cmocka_unit_test(test_copies_at_boundaries),
   };
   return cmocka_run_group_tests_name("cpu paths", tests, NULL, NULL);
 }

@@ -75,7 +75,12 @@ done
 
 # 4. The same bundle damaged: refused whole, naming the reason, nothing run.
 cp "$work/all.cubebundle" "$work/damaged.cubebundle"
-printf '\x00' | dd of="$work/damaged.cubebundle" bs=1 seek=5000 conv=notrunc 2>/dev/null
+# The byte's complement: writing a fixed value changes nothing where the byte
+# already holds it (an object's zero padding).
+byte=$(od -An -tu1 -j5000 -N1 "$work/all.cubebundle" | tr -d ' ')
+printf "\\$(printf '%03o' $((255 - byte)))" |
+  dd of="$work/damaged.cubebundle" bs=1 seek=5000 conv=notrunc 2>/dev/null
+cmp -s "$work/all.cubebundle" "$work/damaged.cubebundle" && fail "the bundle was not damaged"
 if PATH="$work/empty-path" CUBE_CC="$work/failing-cc" CUBE_CACHE_DIR="$work/run-cache" \
     CUBE_BUNDLE="$work/damaged.cubebundle" "$cubec" demo >"$work/damaged.log" 2>&1; then
   fail "the demo ran from a damaged bundle"

@@ -96,9 +96,11 @@ CUBE_INTERNAL cube_status_t cube_cpu_kernel_limits(cube_cpu_device_t *device,
 // <name>__cube_split_note. Caller frees.
 CUBE_INTERNAL char *cube_cpu_kernel_appendix(const cube_compile_request_t *request, bool split,
                                              bool *out_has_code);
-// The stack-need table of a compiled object, from gcc's -fstack-usage
-// output |su_path|, as C text defining <name>__cube_stack[3]. Caller frees.
-CUBE_INTERNAL char *cube_cpu_stack_table(const char *su_path, const char *name);
+// The stack each entry of kernel |name| needs (unit, loop, split; UINT64_MAX
+// when unknown), from the compiler's -fstack-usage report |su_path|: the
+// values of <name>__cube_stack[3].
+CUBE_INTERNAL void cube_cpu_stack_values(const char *su_path, const char *name,
+                                         uint64_t out_values[3]);
 
 CUBE_INTERNAL void cube_cpu_kernel_retain(cube_bkernel_t *kernel);
 // VALIDATION unless every word of |options| is a compiler flag a kernel may

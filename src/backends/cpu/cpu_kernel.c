@@ -43,6 +43,10 @@ static const char *const kBaseFlags[] = {"-std=gnu11", "-O3", "-fPIC", "-shared"
 #define CUBE_CPU_KERNEL_SANITIZE ""
 #endif
 #define LOG_MAX (64 * 1024)
+// What the source's stack table holds until the object is built: three words
+// no compiler emits by chance, found in the object and overwritten.
+static const uint64_t kStackPlaceholder[3] = {0x6375626573746b30ull, 0x9e3779b97f4a7c15ull,
+                                              0xc2b2ae3d27d4eb4full};
 #define ARGV_MAX 256
 
 //===--- Small string helpers ---===//
@@ -341,10 +345,14 @@ cube_status_t cube_cpu_kernel_target(cube_backend_device_t *device,
   if (status == CUBE_OK) status = build_flags(cpu, request, flags);
   if (status == CUBE_OK) status = compiler_identity(cpu->cc, request->name, identity);
   if (status != CUBE_OK) report_compiler(cpu, status);
+  // A kernel with nothing to split does not depend on libclang (nor load it).
+  const char *split = cube_cpu_split_needed(request->source, request->options)
+                          ? cube_cpu_split_identity()
+                          : cube_cpu_split_identity_unneeded();
   if (status == CUBE_OK && request->target != NULL) {
     // A bundle entry's record: the target stands for the host CPU.
     int n = snprintf(out_target, capacity, "cpu target=%s cc=%s identity=%s split=%s flags=%s",
-                     request->target, cpu->cc, identity, cube_cpu_split_identity(), flags);
+                     request->target, cpu->cc, identity, split, flags);
     if (n < 0 || (size_t)n >= capacity)
       status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
                                 "cpu compile of kernel '%s': the compiler command and flags are "
@@ -359,7 +367,7 @@ cube_status_t cube_cpu_kernel_target(cube_backend_device_t *device,
     // The split entry appended to the source depends on the splitter's code
     // and on the libclang it parsed with.
     int n = snprintf(out_target, capacity, "cpu cc=%s identity=%s host=%s split=%s flags=%s",
-                     cpu->cc, identity, host, cube_cpu_split_identity(), flags);
+                     cpu->cc, identity, host, split, flags);
     if (n < 0 || (size_t)n >= capacity) {
       status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
                                 "cpu compile of kernel '%s': the compiler command and flags are "
@@ -446,15 +454,25 @@ static cube_status_t write_source(const cube_compile_request_t *request, const c
   if (appendix == NULL) text.failed = true;
   if (appendix != NULL) text_puts(&text, appendix);
   free(appendix);
+  // The stack table, its values patched in once gcc has reported them.
+  char table[384];
+  snprintf(table, sizeof(table),
+           "\nCUBE__EXPORT const unsigned long long %s__cube_stack[3] = {%lluull, %lluull, "
+           "%lluull};\n",
+           request->name, (unsigned long long)kStackPlaceholder[0],
+           (unsigned long long)kStackPlaceholder[1], (unsigned long long)kStackPlaceholder[2]);
+  text_puts(&text, table);
   cube_status_t status = write_text(request->name, path, &text);
   free(text.data);
   return status;
 }
 
-// Object first, with gcc's stack-usage report; relative names, so the object
-// does not depend on where the scratch directory was.
-static const char *const kCompileArgs[] = {"-fstack-usage", "-c",       "-o",
-                                           "kernel.o",      "kernel.c", NULL};
+// One run of the compiler: compile and link, with gcc's stack-usage report;
+// relative names, so the object does not depend on where the scratch
+// directory was. (A second run to link a table of the report's figures cost
+// a third of a simple kernel's first compile: the table is patched instead.)
+static const char *const kCompileArgs[] = {"-pipe",    "-fstack-usage", "-o", "kernel.so",
+                                           "kernel.c", "-lm",           NULL};
 
 // Runs the compiler with |flags| and |extra| in |cwd|; *out_log receives its
 // output when it fails.
@@ -487,6 +505,30 @@ static cube_status_t run_compiler(const cube_cpu_device_t *cpu, const char *name
                               cpu->cc, exit_code, out_log->data ? out_log->data : "");
   }
   return status;
+}
+
+// Writes the stack each entry needs (|values|) over the placeholder table in
+// the object |bytes|; it must be there exactly once.
+static cube_status_t patch_stack_table(const char *name, unsigned char *bytes, size_t size,
+                                       const uint64_t values[3]) {
+  unsigned char *found = NULL;
+  int count = 0;
+  const size_t width = sizeof(kStackPlaceholder);
+  for (size_t at = 0; size >= width && at <= size - width; ++at) {
+    if (bytes[at] == ((const unsigned char *)kStackPlaceholder)[0] &&
+        memcmp(bytes + at, kStackPlaceholder, width) == 0) {
+      found = bytes + at;
+      ++count;
+    }
+  }
+  if (count != 1) {
+    return cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                            "cpu compile of kernel '%s': the stack table's placeholder is in the "
+                            "object %d times, not once",
+                            name, count);
+  }
+  memcpy(found, values, width);
+  return CUBE_OK;
 }
 
 cube_status_t cube_cpu_kernel_compile(cube_backend_device_t *device,
@@ -526,26 +568,22 @@ cube_status_t cube_cpu_kernel_compile(cube_backend_device_t *device,
     }
   }
   free(log.data);
-  // The stack each entry needs (gcc's report), linked in beside it.
-  if (status == CUBE_OK) {
-    char su_path[CUBE_KERNEL_TARGET_MAX + 32], stack_path[CUBE_KERNEL_TARGET_MAX + 32];
-    snprintf(su_path, sizeof(su_path), "%s/kernel.su", scratch_dir);
-    snprintf(stack_path, sizeof(stack_path), "%s/stack.c", scratch_dir);
-    char *table = cube_cpu_stack_table(su_path, request->name);
-    text_t text = {0};
-    text_puts(&text, table != NULL ? table : "");
-    if (table == NULL) text.failed = true;
-    free(table);
-    status = write_text(request->name, stack_path, &text);
-    free(text.data);
-  }
-  if (status == CUBE_OK) {
-    static const char *const kLinkArgs[] = {"-o", "kernel.so", "kernel.o", "stack.c", "-lm", NULL};
-    text_t link_log = {0};
-    status = run_compiler(cpu, request->name, flags, kLinkArgs, scratch_dir, &link_log);
-    free(link_log.data);
-  }
   if (status == CUBE_OK) status = read_object(request->name, object_path, out_binary, out_size);
+  if (status == CUBE_OK) {
+    // gcc 11 and later name the report after the output and the input
+    // (kernel.so-kernel.su); older gcc and clang after the input.
+    char su_path[CUBE_KERNEL_TARGET_MAX + 32];
+    snprintf(su_path, sizeof(su_path), "%s/kernel.so-kernel.su", scratch_dir);
+    if (access(su_path, R_OK) != 0) snprintf(su_path, sizeof(su_path), "%s/kernel.su", scratch_dir);
+    uint64_t values[3];
+    cube_cpu_stack_values(su_path, request->name, values);
+    status = patch_stack_table(request->name, *out_binary, *out_size, values);
+    if (status != CUBE_OK) {
+      free(*out_binary);
+      *out_binary = NULL;
+      *out_size = 0;
+    }
+  }
   return status;
 }
 

@@ -95,10 +95,17 @@ cube_status_t cube_cuda_dispatch(cube_backend_device_t *base, cube_bstream_t *st
     function = kernel->function16;
     words = 16;
   }
+  // The static words, then zeros to the entry's block size: for the 8-word
+  // entry a fixed-length loop the compiler unrolls, so the common launch
+  // makes no libc call here.
   uint64_t info[CUBE_CUDA_STATIC_INFO_WORDS];
-  if (dispatch->static_words)
-    memcpy(info, dispatch->info, dispatch->static_words * sizeof(uint64_t));
-  memset(info + dispatch->static_words, 0, (words - dispatch->static_words) * sizeof(uint64_t));
+  const uint64_t *from = dispatch->info;
+  const uint32_t fixed = dispatch->static_words;
+  if (words == 8) {
+    for (uint32_t i = 0; i < 8; ++i) info[i] = i < fixed ? from[i] : 0;
+  } else {
+    for (uint32_t i = 0; i < words; ++i) info[i] = i < fixed ? from[i] : 0;
+  }
   CUdeviceptr dynamic = dispatch->dynamic_info_address;
   params[count] = info;
   params[count + 1] = &dynamic;

@@ -49,7 +49,10 @@ char *cube_cpu_kernel_appendix(const cube_compile_request_t *request, bool split
   memset(&result, 0, sizeof(result));
   *out_has_code = false;
   char note[640];
-  if (split) {
+  if (split && !cube_cpu_split_needed(request->source, request->options)) {
+    // What the splitter would answer, without loading libclang to hear it.
+    snprintf(note, sizeof(note), "not split: %s", CUBE_CPU_SPLIT_NOTHING);
+  } else if (split) {
     cube_cpu_split(request->source, request->name, request->options, &result);
     if (result.code != NULL) {
       snprintf(note, sizeof(note), "split: %u region loops, %u lock-step loops, %u range splits%s",
@@ -87,7 +90,7 @@ static bool ends_with(const char *s, const char *suffix) {
   return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-char *cube_cpu_stack_table(const char *su_path, const char *name) {
+void cube_cpu_stack_values(const char *su_path, const char *name, uint64_t out_values[3]) {
   uint64_t unit = 0, loop = 0, split = 0, helpers = 0;
   FILE *file = fopen(su_path, "r");
   char line[1024];
@@ -125,19 +128,11 @@ char *cube_cpu_stack_table(const char *su_path, const char *name) {
   uint64_t values[3] = {unit, loop, split};
   for (int i = 0; i < 3; ++i) {
     if (unknown || values[i] == STACK_UNKNOWN || helpers == STACK_UNKNOWN) {
-      values[i] = STACK_UNKNOWN;
+      out_values[i] = STACK_UNKNOWN;
     } else {
-      values[i] += helpers;
+      out_values[i] = values[i] + helpers;
     }
   }
-  char *text = malloc(strlen(name) + 256);
-  if (text != NULL) {
-    sprintf(text,
-            "__attribute__((visibility(\"default\"))) const unsigned long long %s__cube_stack[3] = "
-            "{%" PRIu64 "ull, %" PRIu64 "ull, %" PRIu64 "ull};\n",
-            name, values[0], values[1], values[2]);
-  }
-  return text;
 }
 
 static uint64_t round_page(uint64_t bytes) {

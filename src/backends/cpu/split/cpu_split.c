@@ -2538,7 +2538,7 @@ void cube_cpu_split(const char *source, const char *name, const char *options,
     for (uint32_t i = 0; i < sp.node_count; ++i) {
       if (sp.role[i] != R_REGION) sp.any_split = true;
     }
-    if (!sp.failed && !sp.any_split) fail(&sp, "nothing to split: no barrier, no lock-step loop");
+    if (!sp.failed && !sp.any_split) fail(&sp, CUBE_CPU_SPLIT_NOTHING);
     if (!sp.failed && sp.has_goto) fail(&sp, "goto, labels or asm in a kernel with barriers");
   }
   if (!sp.failed) build(&sp);
@@ -2577,4 +2577,34 @@ static void make_identity(void) {
 const char *cube_cpu_split_identity(void) {
   pthread_once(&split_identity_once, make_identity);
   return split_identity;
+}
+
+static bool names_any(const char *text) {
+  // A barrier is a call of cube__sync_cube (SYNC_CUBE() spells it), a
+  // lock-step loop a `for` statement spelled in the kernel's own text (one
+  // written through a macro is never parsed as one); an include could bring
+  // either. Substrings: a false "needed" only costs the parse.
+  static const char *const words[] = {"SYNC_CUBE", "sync_cube", "for", "include"};
+  for (size_t i = 0; text != NULL && i < sizeof words / sizeof words[0]; ++i) {
+    if (strstr(text, words[i]) != NULL) return true;
+  }
+  return false;
+}
+
+bool cube_cpu_split_needed(const char *source, const char *options) {
+  return names_any(source) || names_any(options);
+}
+
+static char unneeded_identity[96];
+static pthread_once_t unneeded_identity_once = PTHREAD_ONCE_INIT;
+
+static void make_unneeded_identity(void) {
+  // The splitter's code decides that nothing is split; libclang plays no part.
+  snprintf(unneeded_identity, sizeof(unneeded_identity), "split-%d %.16s unneeded",
+           CUBE_CPU_SPLIT_VERSION, cube_cpu_split_source_hash);
+}
+
+const char *cube_cpu_split_identity_unneeded(void) {
+  pthread_once(&unneeded_identity_once, make_unneeded_identity);
+  return unneeded_identity;
 }

@@ -48,5 +48,16 @@ CUBE_INTERNAL void cube_cpu_split_release(cube_cpu_split_t *split);
 // What the generated code depends on besides the source: the splitter's
 // version and libclang's ("none" without libclang). For the cache key.
 CUBE_INTERNAL const char *cube_cpu_split_identity(void);
+// Whether |source| (with |options|) may have anything to split: false only
+// when its text names no barrier, no `for` and includes nothing, so that no
+// statement can be a barrier or a lock-step loop. Then cube_cpu_split would
+// only answer "nothing to split", and neither it nor the identity above
+// needs libclang (loading and parsing cost most of a simple kernel's first
+// compile).
+CUBE_INTERNAL bool cube_cpu_split_needed(const char *source, const char *options);
+// The note and identity of a kernel that cube_cpu_split_needed says has
+// nothing to split.
+#define CUBE_CPU_SPLIT_NOTHING "nothing to split: no barrier, no lock-step loop"
+CUBE_INTERNAL const char *cube_cpu_split_identity_unneeded(void);
 
 #endif  // CUBE_BACKENDS_CPU_SPLIT_CPU_SPLIT_H_
