@@ -167,6 +167,9 @@ static void print_properties(const cube_device_properties_t *p) {
   print_row_bytes("max shared memory (opt-in)", p->max_shared_memory_optin);
   print_row_bool("supports tma", p->supports_tma);
   print_row_bool("supports clusters", p->supports_clusters);
+  snprintf(text, sizeof text, "%" PRId32 " (first) .. %" PRId32 " (default)",
+           p->stream_priority_greatest, p->stream_priority_least);
+  print_row("stream priorities", text);
   snprintf(text, sizeof text, "%016" PRIx64, cube_device_properties_hash(p));
   print_row("properties hash", text);
 }

@@ -45,10 +45,8 @@ typedef struct fixture_t {
 
 static void fixture_open(fixture_t *f) {
   f->client = CTH_CLIENT(g_kind, "");
-  cube_kernel_desc_t desc = {.name = "ci_affine",
-                             .source = kRaw,
-                             .language = CUBE_KERNEL_CUDA,
-                             .cube_dim = {128, 1, 1}};
+  cube_kernel_desc_t desc = {
+      .name = "ci_affine", .source = kRaw, .language = CUBE_KERNEL_CUDA, .cube_dim = {128, 1, 1}};
   CTH_OK(cube_kernel_create(&desc, &f->raw));
   f->dialect = CTH_KERNEL("ci_dialect", kDialect, ((cube_dim3_t){128, 1, 1}));
   f->out = CTH_BUFFER(f->client, N * 4);
