@@ -272,8 +272,7 @@ static void test_stream_copy_is_exact(void **state) {
 // Copies past the last-level cache take the streamed chunks: host to
 // device, device to device and back, at odd offsets on every side, land
 // byte for byte.
-static void test_large_copies_stream_exactly(void **state) {
-  cube_backend_device_t *device = *state;
+static void large_copies_stream_exactly(cube_backend_device_t *device) {
   cube_bstream_t *stream = make_stream(device);
   uint64_t n = cube_cpu_copy_stream_min() + (3u << 20) + 13;
   unsigned char *source = malloc(n + 8), *result = malloc(n + 8);
@@ -294,6 +293,16 @@ static void test_large_copies_stream_exactly(void **state) {
   ASSERT_OK(device->vtable->page_free(device, b));
   free(source);
   free(result);
+}
+
+// Both ways a large copy runs: split over the pool, and by the caller alone
+// (what it does when the machine has no core free for a helper).
+static void test_large_copies_stream_exactly(void **state) {
+  for (int way = 1; way >= -1; way -= 2) {
+    atomic_store(&cube_cpu_copy_split_override, way);
+    large_copies_stream_exactly(*state);
+  }
+  atomic_store(&cube_cpu_copy_split_override, 0);
 }
 
 static void test_strided_copies(void **state) {

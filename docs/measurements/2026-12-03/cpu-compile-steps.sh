@@ -44,16 +44,20 @@ int main(void) { return dlopen("libclang-15.so.1", RTLD_NOW | RTLD_LOCAL) ? 0 : 
 C
 $CC -O2 -o "$W/clang" "$W/clang.c" -ldl
 F="-std=gnu11 -O3 -fPIC -shared -w -march=native -DCUBE__NO_BARRIER -DCUBE__DIM_X=256 -DCUBE__DIM_Y=1 -DCUBE__DIM_Z=1"
-ms() { # median ms of RUNS runs of "$@" (in $W)
+ms() { # median wall ms of RUNS runs of "$@" (in $W), then its CPU ms (perf's
+  # task-clock, children included: steadier than the wall time on a busy VM)
   i=0
-  while [ $i -lt "$RUNS" ]; do
+  wall=$(while [ $i -lt "$RUNS" ]; do
     s=$(date +%s%N)
     (cd "$W" && "$@" >/dev/null 2>&1)
     echo $(( ($(date +%s%N) - s) / 1000 ))
     i=$((i + 1))
-  done | sort -n | awk '{a[NR]=$1} END {printf "%8.1f", a[int((NR+1)/2)]/1000}'
+  done | sort -n | awk '{a[NR]=$1} END {printf "%8.1f", a[int((NR+1)/2)]/1000}')
+  cpu=$(cd "$W" && perf stat -r "$RUNS" -x, -e task-clock "$@" 2>&1 >/dev/null | tail -1 |
+    awk -F, '$1 ~ /^[0-9.]+$/ {printf "%8.1f", $1; ok=1} END {if (!ok) printf "       -"}')
+  printf '%s %s' "$wall" "$cpu"
 }
-echo "load: $(cut -d' ' -f1-3 /proc/loadavg); $RUNS runs each, medians (ms)"
+echo "load: $(cut -d' ' -f1-3 /proc/loadavg); $RUNS runs each: median wall ms, mean CPU ms (perf)"
 printf '%s  cc --version (fork/exec of the driver; once per process)\n' "$(ms $CC --version)"
 printf '%s  cc -c of an empty file at -O3 (driver + cc1 + as start-up)\n' "$(ms $CC $F -c -o e.o empty.c)"
 printf '%s  preprocess kernel.c (-E: the dialect header)\n' "$(ms $CC $F -E -o kernel.i kernel.c)"

@@ -214,8 +214,12 @@ CUBE_INTERNAL void cube_cpu_warm_start(uint64_t reserve);
 // when the OS has none.
 CUBE_INTERNAL void *cube_cpu_warm_map(uint64_t bytes);
 CUBE_INTERNAL void cube_cpu_warm_unmap(void *base, uint64_t bytes);
-// memmove, split over the pool's threads when |size| is large and the two do
-// not overlap. Any thread may call it.
+// Tests: 1 splits large copies over the pool whatever the machine's load,
+// -1 never splits them, 0 (the default) asks the load (cpu_exec.c).
+CUBE_INTERNAL extern _Atomic int cube_cpu_copy_split_override;
+// memmove, split over the pool's threads when |size| is large, the two do
+// not overlap and the machine has a core free for a helper. Any thread may
+// call it.
 CUBE_INTERNAL void cube_cpu_copy_bytes(cube_cpu_device_t *device, void *destination,
                                        const void *source, uint64_t size);
 // One thread's copy that stores past the cache (non-temporal stores where
