@@ -63,6 +63,12 @@ for program in "$cubec demo" "$@"; do
     fail "$name exited $rc without a compiler"
     continue
   fi
+  if grep -q '^cubec\[cuda' "$work/run.log"; then
+    # A program that picks CUDA itself (NCCL) compiles with NVRTC, which this
+    # test does not take away (tools/device/bundle_check.sh covers CUDA).
+    echo "skip: $name (runs on CUDA)"
+    continue
+  fi
   taken=$(grep -c "taken from a bundle" "$work/run.log")
   # The demo's broken kernel is refused on purpose: it is the only compile try.
   compiled=$(grep -E "kernel '[^']+': compiled in" "$work/run.log" | grep -vc broken_fill)

@@ -15,6 +15,8 @@
 #        interop costs, allocation
 #   bash tools/device/wave3_run.sh verify   after fixes: the CUDA and touched
 #        tests, the sweep, the bundle checks (a few minutes)
+#   bash tools/device/wave3_run.sh final    the whole suite and issue 29's
+#        last rows with their CUDA groups (tools/device/issue29_rest_gpu.sh)
 #   bash tools/device/wave3_run.sh figures  issue 31's figures within one
 #        call's 10 minutes (launch_bench 3+3 runs, bench_cuda, GEMM vs torch,
 #        graph, bundle, interop, collectives)
@@ -99,6 +101,20 @@ if [ "$phase" = verify ]; then
   grep -E "MISMATCH" "$out/tma_sweep.log" | head -10
   step bundles
   OUT="$out" timeout 100 bash tools/device/bundle_check.sh nobench 2>&1 | grep -E "ok:|FAILED|bundle_check"
+  pack
+  exit 0
+fi
+
+if [ "$phase" = final ]; then
+  # The tree as it is closed: the whole suite, then issue 29's last rows with
+  # their CUDA groups required to run (tools/device/issue29_rest_gpu.sh).
+  step ctest
+  timeout 250 ctest --test-dir build-gpu -j12 --output-on-failure --timeout 200 \
+    >"$out/ctest_final.log" 2>&1
+  grep -E "tests passed|\*\*\*|Failed|Not Run|Timeout" "$out/ctest_final.log" | head -30
+  grep -B2 -A14 -E "FAILED  \]|ERROR   \]|^FAIL" "$out/ctest_final.log" | head -60
+  step issue29-rest
+  BUILD=build-gpu OUT="$out" timeout 120 bash tools/device/issue29_rest_gpu.sh 2>&1 | tail -30
   pack
   exit 0
 fi
