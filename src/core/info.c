@@ -152,22 +152,24 @@ void cube_info_cache_clear(cube_server_t *server) {
 // capturing stream would be recorded into the graph, reading staging that is
 // handed back after the window. So the words go up now, on a stream of the
 // cache's own that no capture records, and are waited for (a few hundred
-// bytes, the lock held: no other thread's work is waited on). The slice was
-// reserved in the capturing stream's order, so that stream's work from
-// before the window may still use its memory: the side stream waits for the
-// event recorded where the window began first. Work recorded in the window
-// frees nothing (a graph pins what it uses). The launch then pins the entry
-// for the graph's life: the bytes every replay reads never change. A failed
-// upload leaves the side stream halted: it is destroyed, and the next miss
-// makes another.
+// bytes, the lock held: the entry must not be found before it holds them).
+// The slice comes, when it can, from memory no stream's work still uses
+// (reserved for stream 0): then nothing else is waited for. Otherwise it was
+// reserved in the capturing stream's order (|after_window_start|), and that
+// stream's work from before the window may still use its memory: the side
+// stream waits for the event recorded where the window began first. Work
+// recorded in the window frees nothing (a graph pins what it uses). The
+// launch then pins the entry for the graph's life: the bytes every replay
+// reads never change. A failed upload leaves the side stream halted: it is
+// destroyed, and the next miss makes another.
 static cube_status_t info_upload_aside(cube_server_t *server, uint32_t stream,
-                                       const cube_info_entry_t *entry) {
+                                       const cube_info_entry_t *entry, bool after_window_start) {
   const cube_backend_vtable_t *vt = server->device->vtable;
   cube_status_t status = CUBE_OK;
   if (!server->info_aside)
     status = cube_server_note(
         server, vt->stream_create(server->device, server->stream_priority, &server->info_aside));
-  cube_bevent_t *start = cube_capture_start_event(server, stream);
+  cube_bevent_t *start = after_window_start ? cube_capture_start_event(server, stream) : NULL;
   if (cube_status_is_ok(status) && start)
     status = cube_server_note(server, vt->event_wait(server->device, server->info_aside, start));
   if (cube_status_is_ok(status)) {
@@ -219,16 +221,25 @@ cube_status_t cube_info_cache_get(cube_server_t *server, uint32_t stream, const 
     }
     *slot = (cube_info_entry_t){.hash = hash, .words = count};
     slot->data = malloc(count * 8ull);
+    // In a window, memory no stream still uses first (no wait on the
+    // stream's earlier work), else the stream's own (info_upload_aside).
+    bool after_window_start = false;
     status =
         slot->data
-            ? cube_server_note(server,
-                               cube_mm_reserve(server->mm, count * 8ull, stream, &slot->slice))
+            ? cube_server_note(server, cube_mm_reserve(server->mm, count * 8ull,
+                                                       capturing ? 0 : stream, &slot->slice))
             : cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "info cache: out of host memory");
+    if (capturing && slot->data && !cube_status_is_ok(status)) {
+      cube_status_release(status);
+      after_window_start = true;
+      status =
+          cube_server_note(server, cube_mm_reserve(server->mm, count * 8ull, stream, &slot->slice));
+    }
     if (cube_status_is_ok(status)) {
       memcpy(slot->data, words, count * 8ull);
       if (capturing) {
         // Not in any stream's order: nothing a late failure drops.
-        status = info_upload_aside(server, stream, slot);
+        status = info_upload_aside(server, stream, slot, after_window_start);
         slot->upload_stream = 0;
         slot->upload_ticket = 0;
       } else {

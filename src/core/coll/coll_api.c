@@ -457,8 +457,15 @@ cube_status_t cube_comm_init(cube_client_t *const *clients, size_t count) {
 
 void cube_collective_groups_failed(cube_server_t *server) {
   atomic_store(&server->collectives_failed, false);
-  cube_member_ref_t refs[32];
-  size_t count = cube_comm_group_members_of(server, refs, 32);
+  cube_member_ref_t *refs = NULL;
+  size_t count = 0;
+  cube_status_t listed = cube_comm_group_members_all(server, &refs, &count);
+  if (!cube_status_is_ok(listed)) {
+    // Out of host memory: the next entry tries again.
+    atomic_store(&server->collectives_failed, true);
+    cube_status_release(listed);
+    return;
+  }
   for (size_t i = 0; i < count; ++i) {
     cube_comm_member_t *m = &refs[i].group->members[refs[i].rank];
     cube_status_t refused = cube_comm_group_refusal(refs[i].group, "a collective");
@@ -472,6 +479,7 @@ void cube_collective_groups_failed(cube_server_t *server) {
     // never its last reference.
     cube_comm_group_release(refs[i].group);
   }
+  free(refs);
 }
 
 void cube_collective_server_release(cube_server_t *server) {
@@ -539,8 +547,10 @@ cube_status_t cube_sync_collective(cube_client_t *client, cube_stream_t stream) 
   cube_status_t status = cube_server_begin(server, stream, kOperation, &index);
   if (!cube_status_is_ok(status)) return status;
   status = cube_server_refuse_capturing(server, index, kOperation);
-  cube_member_ref_t refs[32];
-  size_t count = cube_comm_group_members_of(server, refs, 32);
+  // Every group the client is in, however many (C31: not the first 32).
+  cube_member_ref_t *refs = NULL;
+  size_t count = 0;
+  if (cube_status_is_ok(status)) status = cube_comm_group_members_all(server, &refs, &count);
   const cube_backend_vtable_t *vt = server->device->vtable;
   for (size_t i = 0; i < count && cube_status_is_ok(status); ++i) {
     cube_comm_group_t *group = refs[i].group;
@@ -597,6 +607,7 @@ cube_status_t cube_sync_collective(cube_client_t *client, cube_stream_t stream) 
   }
   cube_server_leave(server);
   for (size_t i = 0; i < count; ++i) cube_comm_group_release(refs[i].group);
+  free(refs);
   return status;
 }
 //===--- What a transport reduces, which groups exist (B7/B9) ---===//

@@ -885,19 +885,37 @@ cube_status_t cube_comm_group_rebuild_pairs(cube_client_t *const *clients, size_
   return status;
 }
 
-size_t cube_comm_group_members_of(cube_server_t *client, cube_member_ref_t *out, size_t capacity) {
-  size_t count = 0;
+cube_status_t cube_comm_group_members_all(cube_server_t *server, cube_member_ref_t **out_refs,
+                                          size_t *out_count) {
+  *out_refs = NULL;
+  *out_count = 0;
+  cube_status_t status = CUBE_OK;
   pthread_mutex_lock(&registry_lock);
-  for (cube_comm_group_t *g = all_groups; g && count < capacity; g = g->next_all) {
-    for (uint32_t r = 0; r < g->nranks; ++r) {
-      if (g->members[r].server == client && !g->members[r].left && count < capacity) {
+  size_t count = 0;
+  for (cube_comm_group_t *g = all_groups; g; g = g->next_all) {
+    for (uint32_t r = 0; r < g->nranks; ++r)
+      count += g->members[r].server == server && !g->members[r].left;
+  }
+  cube_member_ref_t *refs = count ? malloc(count * sizeof *refs) : NULL;
+  if (count && !refs) {
+    status = cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
+                              "%s: out of host memory listing its %zu collective groups",
+                              server->name, count);
+    count = 0;
+  }
+  size_t filled = 0;
+  for (cube_comm_group_t *g = all_groups; g && filled < count; g = g->next_all) {
+    for (uint32_t r = 0; r < g->nranks && filled < count; ++r) {
+      if (g->members[r].server == server && !g->members[r].left) {
         g->refs++;
-        out[count++] = (cube_member_ref_t){g, r};
+        refs[filled++] = (cube_member_ref_t){g, r};
       }
     }
   }
   pthread_mutex_unlock(&registry_lock);
-  return count;
+  *out_refs = refs;
+  *out_count = filled;
+  return status;
 }
 
 void cube_comm_group_leave_all(cube_server_t *client) {

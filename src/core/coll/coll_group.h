@@ -209,14 +209,11 @@ CUBE_INTERNAL cube_status_t cube_comm_group_submit(cube_comm_group_t *group, uin
 // communicator streams drained and destroyed.
 CUBE_INTERNAL void cube_comm_group_leave_all(cube_server_t *server);
 
-// The groups alive that |server| is a member of and has not left (each
-// retained: release them, with no server lock held), at most |capacity|.
+// One group |server| is a member of, and its rank there.
 typedef struct cube_member_ref_t {
   cube_comm_group_t *group;
   uint32_t rank;
 } cube_member_ref_t;
-CUBE_INTERNAL size_t cube_comm_group_members_of(cube_server_t *server, cube_member_ref_t *out,
-                                                size_t capacity);
 
 // What cube_comm_query answers: the group of |clients| (not a pair) as
 // |self| sees it, joined or not (the id, rank and size it would have).
@@ -229,6 +226,14 @@ CUBE_INTERNAL cube_status_t cube_comm_group_describe(cube_client_t *const *clien
 // |out|. Returns how many there are.
 CUBE_INTERNAL size_t cube_comm_group_list(cube_server_t *server, cube_comm_info_t *out,
                                           size_t capacity);
+
+// Every group alive that |server| is a member of and has not left, however
+// many (each retained: release them, with no server lock held, then free
+// |*out_refs|). HOST_OUT_OF_MEMORY (none listed) when the list cannot be
+// made.
+CUBE_INTERNAL cube_status_t cube_comm_group_members_all(cube_server_t *server,
+                                                        cube_member_ref_t **out_refs,
+                                                        size_t *out_count);
 
 // For tests and the benchmark: groups in the registry.
 CUBE_INTERNAL size_t cube_comm_group_count(void);

@@ -12,7 +12,9 @@
 // - cube_comm_query answers a group never joined as such (not an error),
 //   with the id the join gives, in any order of the members;
 // - bad input (NULL, out of range, a client outside its group, a device
-//   twice) is VALIDATION naming it; no transport is NO_DEVICE_TRANSPORT.
+//   twice) is VALIDATION naming it; no transport is NO_DEVICE_TRANSPORT;
+// - cube_sync_collective waits on every group of the client (C31), not the
+//   first 32.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,6 +26,7 @@
 #include <cmocka.h>
 
 #include "backends/fault/fault.h"
+#include "base/util.h"
 #include "core/coll/coll_group.h"
 #include "core/server.h"
 #include "cube/cube.h"
@@ -360,6 +363,56 @@ static void test_list_and_query_bad_input(void **state) {
   clients_free(&c);
 }
 
+// C31: cube_sync_collective waits on every group the client is in, not the
+// first 32. The client joins 40 groups; a part of the oldest one (the client
+// alone: the last the registry lists) never arrives, and the sync must
+// answer it within the deadline rather than OK at once.
+static void test_sync_collective_waits_on_every_group(void **state) {
+  (void)state;
+  if (g_kind != CUBE_BACKEND_CPU) skip();  // 40 groups need 7 devices
+  setenv("CUBE_COLLECTIVE_TIMEOUT_S", "1", 1);
+  enum { CLIENTS = 7, GROUPS = 40 };
+  cube_client_t *c[CLIENTS];
+  for (int i = 0; i < CLIENTS; ++i) c[i] = CTH_CLIENT(CUBE_BACKEND_CPU, kQuiet);
+  for (uint32_t mask = 0; mask < GROUPS; ++mask) {
+    cube_client_t *members[CLIENTS] = {c[0]};
+    size_t n = 1;
+    for (int k = 0; k < CLIENTS - 1; ++k)
+      if (mask & (1u << k)) members[n++] = c[1 + k];
+    CTH_OK(cube_comm_init(members, n));
+  }
+  size_t count = 0;
+  CTH_OK(cube_comm_list(c[0], NULL, 0, &count));
+  assert_int_equal(count, GROUPS);
+  cube_comm_info_t oldest;
+  CTH_OK(cube_comm_query(c[0], c, 1, &oldest));
+  assert_true(oldest.joined);
+  float v[ELEMS] = {1, 2, 3, 4};
+  cube_handle_t src = CTH_BUFFER(c[0], sizeof v), dst = CTH_BUFFER(c[0], sizeof v);
+  CTH_OK(cube_write(c[0], S, cube_handle_binding(src), v, sizeof v));
+  CTH_OK(cube_fault_set_plan(cube_server_of(c[0])->device, "transport:1:hang"));
+  CTH_OK(cube_all_reduce(c[0], S, cube_handle_binding(src), cube_handle_binding(dst),
+                         CUBE_DTYPE_F32, CUBE_REDUCE_SUM, c, 1, CUBE_COMPUTE_WAIT_AT_SYNC));
+  CTH_OK(cube_fault_set_plan(cube_server_of(c[0])->device, kQuiet));
+  uint64_t start = cube_now_ns();
+  cube_status_t s = cube_sync_collective(c[0], S);
+  double seconds = (double)(cube_now_ns() - start) * 1e-9;
+  assert_true(seconds < 10.0);
+  s = CTH_EXPECT(s,
+                 cube_status_code(s) == CUBE_STATUS_GROUP_FAILED ? CUBE_STATUS_GROUP_FAILED
+                                                                 : CUBE_STATUS_TRANSPORT_FAILED,
+                 NULL);
+  assert_false(cube_status_is_device_poisoned(s));
+  cube_status_release(s);
+  float out[ELEMS];
+  CTH_EXPECT_RELEASE(cube_read(c[0], S, cube_handle_binding(dst), out, sizeof out),
+                     CUBE_STATUS_UNWRITTEN, NULL);
+  cth_release_handle(c[0], src);
+  cth_release_handle(c[0], dst);
+  for (int i = 0; i < CLIENTS; ++i) cube_client_release(c[i]);
+  setenv("CUBE_COLLECTIVE_TIMEOUT_S", "30", 1);
+}
+
 static const struct CMUnitTest kTests[] = {
     cmocka_unit_test(test_reduces_every_pair_as_all_reduce_accepts),
     cmocka_unit_test(test_reduces_bad_input_names_the_value),
@@ -367,6 +420,7 @@ static const struct CMUnitTest kTests[] = {
     cmocka_unit_test(test_list_and_query_follow_joins),
     cmocka_unit_test(test_pairs_failures_rebuilds_and_releases),
     cmocka_unit_test(test_list_and_query_bad_input),
+    cmocka_unit_test(test_sync_collective_waits_on_every_group),
 };
 
 int main(void) {
