@@ -113,6 +113,7 @@ if [ "$phase" = final ]; then
     >"$out/ctest_final.log" 2>&1
   grep -E "tests passed|\*\*\*|Failed|Not Run|Timeout" "$out/ctest_final.log" | head -30
   grep -B2 -A14 -E "FAILED  \]|ERROR   \]|^FAIL" "$out/ctest_final.log" | head -60
+  pack
   step issue29-rest
   BUILD=build-gpu OUT="$out" timeout 120 bash tools/device/issue29_rest_gpu.sh 2>&1 | tail -30
   pack
