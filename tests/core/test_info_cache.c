@@ -108,10 +108,38 @@ static void expect_uploaded(const cube_info_entry_t *e) {
   assert_memory_equal((const void *)(uintptr_t)e->slice.address, e->data, e->words * 8ull);
 }
 
+// The pass-through pool (CUBE_MM_PASSTHROUGH, asan-pass) adds a page per
+// reservation, and no page may be added while a window records: there a
+// window miss is refused with that reason (a clear error, the output
+// claimed, the window failed), never uploaded from a page that was not there.
+static bool passthrough(void) {
+  const char *p = getenv("CUBE_MM_PASSTHROUGH");
+  return p && (!strcmp(p, "1") || !strcmp(p, "true") || !strcmp(p, "on"));
+}
+
+static bool refused_in_passthrough(fixture_t *f) {
+  if (!passthrough()) return false;
+  CTH_OK(cube_graph_prepare(f->client, S));
+  CTH_OK(shaped(f, f->y, 7, 1));
+  CTH_OK(cube_sync(f->client, S, NULL, 0));
+  CTH_OK(cube_graph_begin_capture(f->client, S));
+  CTH_OK(shaped(f, f->y, 7, 1));  // a hit still records
+  CTH_EXPECT_RELEASE(shaped(f, f->z, 11, 3), CUBE_STATUS_IO_PAGE_UPDATE_FORBIDDEN, "pass-through");
+  cube_graph_t graph = 0;
+  cube_status_t ended = cube_graph_end_capture(f->client, S, &graph);
+  assert_non_null(ended);  // the window holds the refused launch's failure
+  cube_status_release(ended);
+  CTH_EXPECT_RELEASE(cube_check(f->client, S, (cube_binding_t[]){cube_handle_binding(f->z)}, 1),
+                     CUBE_STATUS_UNWRITTEN, "");
+  fixture_close(f);
+  return true;
+}
+
 static void test_capture_miss_is_cached_and_pinned(void **state) {
   (void)state;
   fixture_t f;
   fixture_open(&f, "");
+  if (refused_in_passthrough(&f)) return;
   CTH_OK(cube_graph_prepare(f.client, S));
   CTH_OK(shaped(&f, f.y, 7, 1));  // the warm-up sees shape 7 only
   CTH_OK(cube_sync(f.client, S, NULL, 0));
@@ -167,6 +195,7 @@ static void test_two_windows_two_entries(void **state) {
   (void)state;
   fixture_t f;
   fixture_open(&f, "");
+  if (refused_in_passthrough(&f)) return;
   cube_graph_t graphs[2] = {0, 0};
   for (int g = 0; g < 2; ++g) {
     CTH_OK(cube_graph_prepare(f.client, S));
@@ -194,6 +223,7 @@ static void test_failed_upload_in_a_window(void **state) {
   (void)state;
   fixture_t f;
   fixture_open(&f, "any:4000000000:poison");  // a fault decorator that never fires
+  if (refused_in_passthrough(&f)) return;
   cube_backend_device_t *device = f.server->device;
   CTH_OK(cube_graph_prepare(f.client, S));
   CTH_OK(cube_graph_begin_capture(f.client, S));
