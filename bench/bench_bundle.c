@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "bench_args.h"
+#include "bench_common.h"
 #include "cube/cube.h"
 #include "tune_ops.h"
 
@@ -44,22 +45,6 @@ static cube_backend_kind_t backend_of_children(void) {
   const char *b = getenv("BENCH_BUNDLE_BACKEND");
   return b && strcmp(b, "cuda") == 0 ? CUBE_BACKEND_CUDA : CUBE_BACKEND_CPU;
 }
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-#define CHECK(expr)                                         \
-  do {                                                      \
-    cube_status_t s_ = (expr);                              \
-    if (!cube_status_is_ok(s_)) {                           \
-      fprintf(stderr, "bench_bundle: %s failed:\n", #expr); \
-      cube_status_fprint(s_, stderr);                       \
-      exit(1);                                              \
-    }                                                       \
-  } while (0)
 
 //===--- Children: one fresh process per measurement ---===//
 
@@ -150,41 +135,11 @@ static int child_import(const char *path) {
 
 //===--- The parent ---===//
 
-// Runs this program with |args| (environment as set now); its first output
-// line into |out|.
+// Runs this program with |args| (environment as set now); its output into
+// |out|.
 static void run_child(const char *a, const char *b, char *out, size_t capacity) {
-  int fds[2];
-  if (pipe(fds) != 0) exit(1);
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    execl(g_self, g_self, "--child", a, b, (char *)NULL);
-    _exit(127);
-  }
-  close(fds[1]);
-  size_t used = 0;
-  ssize_t n;
-  while (used + 1 < capacity && (n = read(fds[0], out + used, capacity - 1 - used)) > 0)
-    used += (size_t)n;
-  out[used] = '\0';
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    fprintf(stderr, "bench_bundle: the child (%s) failed: %s\n", a, out);
-    exit(1);
-  }
-}
-
-static int by_value(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, by_value);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  char *argv[] = {(char *)g_self, "--child", (char *)a, (char *)b, NULL};
+  bench_run_child("bench_bundle", argv, out, capacity);
 }
 
 static void path_in(char *out, size_t capacity, const char *name, int run) {

@@ -318,30 +318,10 @@ static int child_reduce(void) {
   return 0;
 }
 
+// One fresh process's reduction line into |out|.
 static void run_child(char *out, size_t capacity) {
-  int fds[2];
-  if (pipe(fds) != 0) exit(1);
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    execl(g_self, g_self, "--child-reduce", (char *)NULL);
-    _exit(127);
-  }
-  close(fds[1]);
-  size_t used = 0;
-  ssize_t n;
-  while (used + 1 < capacity && (n = read(fds[0], out + used, capacity - 1 - used)) > 0)
-    used += (size_t)n;
-  out[used] = '\0';
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    fprintf(stderr, "bench_tune: the child failed\n");
-    exit(1);
-  }
+  char *argv[] = {(char *)g_self, "--child-reduce", NULL};
+  bench_run_child("bench_tune", argv, out, capacity);
   char *nl = strchr(out, '\n');
   if (nl) *nl = '\0';
 }
