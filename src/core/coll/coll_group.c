@@ -688,7 +688,11 @@ static bool reduces_kind(uint8_t kind) {
 // The outcome every rank computes alike from the round's headers.
 void cube_comm_round_evaluate(const cube_coll_header_t *headers, uint32_t n, bool transfers,
                               cube_round_outcome_t *out) {
-  memset(out, 0, sizeof *out);
+  // The header and the text (most of the outcome) are written when they
+  // mean something, and read only then: no clearing of them per call.
+  out->ok = out->mismatch = false;
+  out->failed = out->failed_count = 0;
+  out->why[0] = '\0';
   for (uint32_t r = 0; r < n; ++r) {
     if (headers[r].verdict != CUBE_VERDICT_OK) {
       if (out->failed_count++ == 0) {
@@ -827,6 +831,9 @@ void cube_comm_group_fail(cube_comm_group_t *group, cube_status_t cause) {
 }
 
 cube_status_t cube_comm_group_refusal(cube_comm_group_t *group, const char *operation) {
+  // Asked once or twice a call: a healthy group answers without the lock
+  // (|failed| is never cleared; |failure| is read under it).
+  if (!atomic_load_explicit(&group->failed, memory_order_acquire)) return CUBE_OK;
   pthread_mutex_lock(&group->lock);
   cube_status_t root = group->failed ? cube_status_retain(group->failure) : CUBE_OK;
   bool failed = group->failed;

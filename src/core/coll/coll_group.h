@@ -94,7 +94,9 @@ typedef struct cube_comm_group_t {
   const cube_transport_vtable_t *transport;
   pthread_mutex_t lock;
   pthread_cond_t changed;
-  bool failed;
+  // Set under |lock| (with |failure|), never cleared; cube_comm_group_refusal
+  // reads it first without the lock.
+  atomic_bool failed;
   bool in_registry;
   cube_status_t failure;  // the root of the group's failure, once failed
   cube_round_t *rounds;
