@@ -1284,7 +1284,8 @@ static cube_status_t rdbl_take(rdbl_t *x, uint32_t from, rdbl_join_t join, bool 
 #define RDBL_MAX_PARTS 16u
 #define RDBL_PART_TAG(tag, k) ((tag) + 128 * (int)(k))           // part k > 0 of a message
 #define RDBL_SLICE_TAG(tag) ((tag) + 128 * (int)RDBL_MAX_PARTS)  // a slice apart
-_Static_assert(MPI_TAG_BARE + 31 < 128 && MPI_TAG_UNFOLD < MPI_TAG_BARE,
+_Static_assert(MPI_TAG_ROUND + 31 < MPI_TAG_FOLD && MPI_TAG_UNFOLD < MPI_TAG_BARE &&
+                   MPI_TAG_BARE + 31 < 128,
                "a step's tag is below 128, apart from every other step's");
 _Static_assert(127 + 128 * RDBL_MAX_PARTS < MPI_TAG_EPOCH && 2 * MPI_TAG_EPOCH <= 32768,
                "a set of tags, parts and slices included, is below MPI_TAG_EPOCH");
