@@ -2335,6 +2335,11 @@ CUBE__DEVICE void cube__tma_store_5d(const cube__tmap_t *m, const void *s, int32
 #define TMA_STORE_WAIT() asm volatile("cp.async.bulk.wait_group 0;" ::: "memory")
 // Every committed store has read its shared memory (the tile may be reused).
 #define TMA_STORE_WAIT_READ() asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory")
+// The same, except the |n| (a constant) most recently committed groups may
+// still be pending: a pipeline refills a tile while the latest store reads.
+#define TMA_STORE_WAIT_PENDING(n) asm volatile("cp.async.bulk.wait_group %0;" ::"n"(n) : "memory")
+#define TMA_STORE_WAIT_READ_PENDING(n) \
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(n) : "memory")
 
 #define TMA_LOAD_1D(smem, map, bar, x) cube__tma_load_1d((smem), (map), (bar), (int32_t)(x))
 #define TMA_LOAD_2D(smem, map, bar, y, x) \
@@ -2450,6 +2455,8 @@ static inline void cube__mbar_wait(cube__ctx_t *ctx, uint64_t *bar, uint32_t par
 #define TMA_STORE_COMMIT() ((void)0)
 #define TMA_STORE_WAIT() ((void)0)
 #define TMA_STORE_WAIT_READ() ((void)0)
+#define TMA_STORE_WAIT_PENDING(n) ((void)(n))
+#define TMA_STORE_WAIT_READ_PENDING(n) ((void)(n))
 
 // The byte in shared memory where byte |offset| of a box lands: 16-byte
 // chunks XORed with the 128-byte row bits, as the hardware does (CUTLASS's
