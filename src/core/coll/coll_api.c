@@ -126,9 +126,12 @@ cube_status_t cube_collective_group_end(void) {
   //    on a part this thread has yet to post.
   bool live_small[64];
   bool *live = count <= 64 ? live_small : calloc(count, sizeof *live);
+  // A lone call of one rank has no round to wait for: it keeps its server's
+  // lock from the post to the submit (nothing to resolve again).
+  const bool lone = count == 1;
   for (size_t i = 0; i < count; ++i) {
     live[i] = live && cube_coll_call_enter_and_post(calls[i], calls, i);
-    if (live && live[i]) cube_server_leave(calls[i]->server);
+    if (live && live[i] && !(lone && calls[i]->solo)) cube_server_leave(calls[i]->server);
   }
   // 2. The rounds, then the submits, bracketed for the transports that group
   //    (one thread driving several devices: NCCL).
@@ -150,7 +153,14 @@ cube_status_t cube_collective_group_end(void) {
       }
       cube_status_release(status);
     }
-    cube_status_t entered = cube_server_enter(call->server, call->operation);
+    cube_status_t entered = CUBE_OK;
+    if (lone && call->solo && !call->server->poison) {
+      call->held = true;  // held since the post
+    } else {
+      // A device the post found poisoned answers as entering it does.
+      if (lone && call->solo) cube_server_leave(call->server);
+      entered = cube_server_enter(call->server, call->operation);
+    }
     if (!cube_status_is_ok(entered)) {
       // Posted as ready, now unable to take part: the others must not wait.
       if (call->outcome.ok && !call->local && !call->stale)

@@ -31,6 +31,7 @@
 // next call.
 #include "core/coll/coll_call.h"
 
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -410,6 +411,18 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
     call->posted = true;  // exchanged by call_wait_round, with no lock held
     return;
   }
+  if (call->group->nranks == 1) {
+    // One rank: the round is this part's own verdict, with nobody to tell
+    // or wait for (no board, no group lock). A caller that keeps the lock
+    // until the submit (call_held) spares it resolving the bindings again.
+    cube_comm_round_evaluate(&call->header, 1, false, &call->outcome);
+    call->posted = call->solo = true;
+    call->held_src = src;
+    call->held_dst = dst;
+    call->held_have_src = have_src;
+    call->held_have_dst = have_dst;
+    return;
+  }
   cube_status_t posted =
       cube_comm_group_post(call->group, call->channel, call->seq, call->rank, &call->header);
   call->posted = cube_status_is_ok(posted);
@@ -490,6 +503,7 @@ static void call_post_failed(coll_call_t *call, cube_status_t status) {
   pthread_mutex_lock(&call->server->lock);
   call_round(call);
   pthread_mutex_unlock(&call->server->lock);
+  if (!call->world && call->group->nranks == 1) return;  // nobody waits for it
   if (call->world) {
     call->header = h;
     cube_status_release(call_exchange_world(call));
@@ -652,8 +666,18 @@ void cube_coll_call_submit_locked(coll_call_t *call) {
   cube_server_t *server = call->server;
   cube_resolved_t src = {0}, dst = {0};
   bool have_src = false, have_dst = false;
-  // Re-resolved: in a group call the lock was let go since the part was posted.
-  if (call_wants_source(call)) {
+  // The lock held since the post (call_held): the bindings are as resolved
+  // then. Else they are resolved again: the lock was let go (a group call,
+  // a round waited for) and a handle may have gone.
+  const bool held = call->held;
+  call->held = false;
+  if (held) {
+    src = call->held_src;
+    dst = call->held_dst;
+    have_src = call->held_have_src;
+    have_dst = call->held_have_dst;
+  }
+  if (!held && call_wants_source(call)) {
     cube_status_t s =
         cube_server_resolve(server, call->source, call->operation, "the source", &src);
     have_src = cube_status_is_ok(s);
@@ -661,7 +685,7 @@ void cube_coll_call_submit_locked(coll_call_t *call) {
       call_fail_local(call, cube_status_retain(s));
     cube_status_release(s);
   }
-  if (call_wants_destination(call)) {
+  if (!held && call_wants_destination(call)) {
     cube_status_t s =
         cube_server_resolve(server, call->destination, call->operation, "the destination", &dst);
     have_dst = cube_status_is_ok(s);
@@ -765,7 +789,7 @@ cube_status_t cube_coll_call_wait_enqueued(coll_call_t *call) {
   cube_comm_member_t *m = &call->group->members[call->rank];
   cube_server_t *server = call->server;
   const cube_transport_vtable_t *t = call->group->transport;
-  uint64_t deadline = 0, backoff = 200;  // read only when it has to wait
+  uint64_t start = 0, deadline = 0, backoff = 1000;  // read only when it has to wait
   for (;;) {
     bool ready = false;
     pthread_mutex_lock(&m->lock);
@@ -776,12 +800,24 @@ cube_status_t cube_coll_call_wait_enqueued(coll_call_t *call) {
             : t->comm_ready(server->device, m->comm, &ready);
     pthread_mutex_unlock(&m->lock);
     if (!cube_status_is_ok(status) || ready) return status;
-    if (!deadline) deadline = cube_coll_deadline(server);
-    if (cube_now_ns() >= deadline) {
+    uint64_t now = cube_now_ns();
+    if (!deadline) {
+      start = now;
+      deadline = cube_coll_deadline(server);
+    }
+    if (now >= deadline) {
       return cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
                               "%s: the transport did not take the part within %.3f s "
                               "(CUBE_COLLECTIVE_TIMEOUT_S)",
                               call->operation, (double)cube_collective_timeout_ns(server) * 1e-9);
+    }
+    // Non-blocking NCCL enqueues a group of several ranks on a thread of
+    // its own (ncclGroupEnd answers InProgress), done in microseconds:
+    // yield to it first. A sleep overshoots by the timer slack (50 us or
+    // more), which a first pause of 200 ns would add to every such call.
+    if (now - start < UINT64_C(2000000)) {
+      sched_yield();
+      continue;
     }
     struct timespec pause = {0, (long)backoff};
     nanosleep(&pause, NULL);
@@ -891,11 +927,14 @@ bool cube_coll_call_enter_and_post(coll_call_t *call, coll_call_t *const *earlie
 // The round's outcome (no server lock held).
 void cube_coll_call_wait_round(coll_call_t *call) {
   if (!call->posted) return;
+  // A solo part's round was decided at its post: only a group failed since
+  // (by another thread) still stops it, as a wait would have.
   cube_status_t status =
-      call->world ? call_exchange_world(call)
-                  : cube_comm_group_wait(call->group, call->channel, call->seq, call->rank,
-                                         cube_collective_timeout_ns(call->server), call->operation,
-                                         &call->outcome);
+      call->solo    ? cube_comm_group_refusal(call->group, call->operation)  // as a wait would
+      : call->world ? call_exchange_world(call)
+                    : cube_comm_group_wait(call->group, call->channel, call->seq, call->rank,
+                                           cube_collective_timeout_ns(call->server),
+                                           call->operation, &call->outcome);
   if (!cube_status_is_ok(status)) {
     call_fail_local(call, status);
     call->outcome.ok = false;
@@ -932,10 +971,16 @@ cube_status_t cube_coll_call_run(coll_call_t *call) {
   cube_server_t *server = call->server;
   call->inline_ok = true;  // this thread runs the part itself if it is left to it
   if (cube_coll_call_enter_and_post(call, NULL, 0)) {
-    // The rendezvous waits with the lock let go: the server stays usable.
-    cube_server_leave(server);
-    cube_coll_call_wait_round(call);
-    pthread_mutex_lock(&server->lock);
+    if (call->solo) {
+      // One rank: no rendezvous, the lock is kept until the submit.
+      cube_coll_call_wait_round(call);
+      call->held = true;
+    } else {
+      // The rendezvous waits with the lock let go: the server stays usable.
+      cube_server_leave(server);
+      cube_coll_call_wait_round(call);
+      pthread_mutex_lock(&server->lock);
+    }
     cube_coll_call_submit_locked(call);
     if (call->submitting && call->group->transport->fused &&
         call->group->transport->fused->enqueues_at_once) {
