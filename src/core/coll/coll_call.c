@@ -648,6 +648,17 @@ static cube_top_t call_top(const coll_call_t *call, const cube_resolved_t *src, 
 // work not known to be done (lock held).
 static cube_status_t comm_order(cube_server_t *server, uint32_t comm, cube_slot_t *slot,
                                 bool writes) {
+  // Last written on the communicator's stream (the steady state of a
+  // destination collectives keep writing), and, for a write, used by no
+  // other stream since: nothing to order.
+  if (slot->write_stream == comm) {
+    bool others = false;
+    for (uint32_t word = 0; writes && word < CUBE_MAX_STREAMS / 64; ++word) {
+      uint64_t mine = word == (comm - 1) / 64 ? 1ull << ((comm - 1) % 64) : 0;
+      others = others || (slot->users[word] & ~mine) != 0;
+    }
+    if (!others) return CUBE_OK;
+  }
   if (slot->write_stream != comm)
     cube_server_refresh_progress(server, slot->write_stream, slot->write_ticket);
   for (uint32_t word = 0; writes && word < CUBE_MAX_STREAMS / 64; ++word) {
@@ -785,21 +796,29 @@ void cube_coll_call_submit_locked(coll_call_t *call) {
 
 // Waits (bounded, no lock held) until the transport has taken the part:
 // non-blocking NCCL may still be enqueuing.
-cube_status_t cube_coll_call_wait_enqueued(coll_call_t *call) {
+// Asks the transport once, without waiting, whether it has taken the part
+// (a server's lock may be held: the member's is a leaf). True with
+// |*out_status| (owned) its answer; false while it is still enqueuing.
+static bool call_enqueued(coll_call_t *call, cube_status_t *out_status) {
   cube_comm_member_t *m = &call->group->members[call->rank];
+  bool ready = false;
+  pthread_mutex_lock(&m->lock);
+  cube_status_t status =
+      m->aborted || !m->comm
+          ? cube_status_make(CUBE_STATUS_TRANSPORT_FAILED, "%s: the communicator was aborted",
+                             call->operation)
+          : call->group->transport->comm_ready(call->server->device, m->comm, &ready);
+  pthread_mutex_unlock(&m->lock);
+  *out_status = status;
+  return !cube_status_is_ok(status) || ready;
+}
+
+cube_status_t cube_coll_call_wait_enqueued(coll_call_t *call) {
   cube_server_t *server = call->server;
-  const cube_transport_vtable_t *t = call->group->transport;
   uint64_t start = 0, deadline = 0, backoff = 1000;  // read only when it has to wait
   for (;;) {
-    bool ready = false;
-    pthread_mutex_lock(&m->lock);
-    cube_status_t status =
-        m->aborted || !m->comm
-            ? cube_status_make(CUBE_STATUS_TRANSPORT_FAILED, "%s: the communicator was aborted",
-                               call->operation)
-            : t->comm_ready(server->device, m->comm, &ready);
-    pthread_mutex_unlock(&m->lock);
-    if (!cube_status_is_ok(status) || ready) return status;
+    cube_status_t status = CUBE_OK;
+    if (call_enqueued(call, &status)) return status;
     uint64_t now = cube_now_ns();
     if (!deadline) {
       start = now;
@@ -823,6 +842,19 @@ cube_status_t cube_coll_call_wait_enqueued(coll_call_t *call) {
     nanosleep(&pause, NULL);
     if (backoff < 1000000) backoff *= 2;
   }
+}
+
+void cube_coll_call_finish_locked(coll_call_t *call) {
+  if (!call->submitting) return;
+  cube_status_t enqueued = CUBE_OK;
+  if (!call_enqueued(call, &enqueued)) {
+    // Still enqueuing (non-blocking NCCL's group on a thread of its own):
+    // waited for with the lock let go.
+    cube_server_leave(call->server);
+    enqueued = cube_coll_call_wait_enqueued(call);
+    pthread_mutex_lock(&call->server->lock);
+  }
+  cube_coll_call_commit_locked(call, enqueued);
 }
 
 // Finishes a submitted part (lock held): ComputeWait::Now, then commit. A
@@ -985,11 +1017,8 @@ cube_status_t cube_coll_call_run(coll_call_t *call) {
     if (call->submitting && call->group->transport->fused &&
         call->group->transport->fused->enqueues_at_once) {
       cube_coll_call_commit_locked(call, CUBE_OK);
-    } else if (call->submitting) {
-      cube_server_leave(server);
-      cube_status_t enqueued = cube_coll_call_wait_enqueued(call);
-      pthread_mutex_lock(&server->lock);
-      cube_coll_call_commit_locked(call, enqueued);
+    } else {
+      cube_coll_call_finish_locked(call);
     }
     cube_server_leave(server);
     // A part left inline runs now, committed (its destination's write is

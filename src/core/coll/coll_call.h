@@ -146,6 +146,10 @@ CUBE_INTERNAL void cube_coll_call_submit_locked(coll_call_t *call);
 CUBE_INTERNAL cube_status_t cube_coll_call_wait_enqueued(coll_call_t *call);
 // Finishes a submitted part (lock held; takes |enqueued|).
 CUBE_INTERNAL void cube_coll_call_commit_locked(coll_call_t *call, cube_status_t enqueued);
+// Finishes a submitted part (lock held on entry and exit): committed at
+// once when the transport has taken it, else after waiting for it (bounded)
+// with the lock let go. Nothing for a part not submitted.
+CUBE_INTERNAL void cube_coll_call_finish_locked(coll_call_t *call);
 // One call outside a group call, to its end; its answer.
 CUBE_INTERNAL cube_status_t cube_coll_call_run(coll_call_t *call);
 // Releases what a finished call holds (its own failure, its records, its
