@@ -25,6 +25,7 @@
 
 typedef struct coll_batch_t {
   uint32_t depth;
+  bool watched;  // batch_watch has run on this thread
   coll_call_t **calls;
   size_t count, capacity;
 } coll_batch_t;
@@ -61,10 +62,14 @@ static void batch_key_make(void) {
 
 // The first allocation of this thread's records: free them at its exit.
 static void batch_watch(void) {
+  if (tls_batch.watched) return;  // the common case: asked once per thread
   pthread_once(&batch_once, batch_key_make);
-  if (batch_key_made && !pthread_getspecific(batch_key) &&
-      pthread_setspecific(batch_key, &tls_batch) == 0)
+  if (!batch_key_made) return;
+  if (!pthread_getspecific(batch_key)) {
+    if (pthread_setspecific(batch_key, &tls_batch) != 0) return;  // asked again next time
     atomic_fetch_add(&batch_threads, 1);
+  }
+  tls_batch.watched = true;
 }
 
 int64_t cube_collective_threads_holding_records(void) {

@@ -575,6 +575,9 @@ static cube_status_t call_settle_failed(coll_call_t *call, cube_resolved_t *dst,
 //===--- Destinations in flight (transports whose parts do not fail late) ---===//
 
 static void member_note_inflight(cube_comm_member_t *member, uint32_t slot, uint32_t generation) {
+  // A destination written again (a loop of collectives) is noted once.
+  size_t n = member->inflight_count;
+  if (n && member->inflight[2 * n - 2] == slot && member->inflight[2 * n - 1] == generation) return;
   if (member->inflight_count == member->inflight_capacity) {
     size_t capacity = member->inflight_capacity ? member->inflight_capacity * 2 : 16;
     uint32_t *grown = realloc(member->inflight, capacity * 2 * sizeof *grown);
@@ -648,10 +651,16 @@ static cube_top_t call_top(const coll_call_t *call, const cube_resolved_t *src, 
 // work not known to be done (lock held).
 static cube_status_t comm_order(cube_server_t *server, uint32_t comm, cube_slot_t *slot,
                                 bool writes) {
+  // A read after a writer known done, or on the communicator's stream:
+  // nothing to order (what the refresh and cube_server_order would find).
+  const uint32_t w = slot->write_stream;
+  if (!writes && (w == comm || w == 0 || !server->streams[w].live ||
+                  server->streams[w].completed >= slot->write_ticket))
+    return CUBE_OK;
   // Last written on the communicator's stream (the steady state of a
   // destination collectives keep writing), and, for a write, used by no
   // other stream since: nothing to order.
-  if (slot->write_stream == comm) {
+  if (w == comm) {
     bool others = false;
     for (uint32_t word = 0; writes && word < CUBE_MAX_STREAMS / 64; ++word) {
       uint64_t mine = word == (comm - 1) / 64 ? 1ull << ((comm - 1) % 64) : 0;
