@@ -390,8 +390,9 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
   if (!call->local && have_src && server->track_failures) {
     // Sources are checked like reads: a claimed source moves no byte. A
     // writer whose stream is known to have failed late is settled first.
-    if (src.slot->write_stream)
-      cube_server_refresh_progress(server, src.slot->write_stream, src.slot->write_ticket);
+    const uint32_t w = src.slot->write_stream;
+    if (w && server->streams[w].live && server->streams[w].completed < src.slot->write_ticket)
+      cube_server_refresh_progress(server, w, src.slot->write_ticket);
     cube_status_t carried = cube_server_ensure_written(server, &src.slot, 1);
     if (carried) {
       call->stale = true;
