@@ -26,8 +26,9 @@ static pthread_mutex_t join_lock = PTHREAD_MUTEX_INITIALIZER;
 static cube_comm_group_t *registry;
 // Bumped (registry lock held) whenever a group enters or leaves the
 // registry: a lookup made at the same generation still names the same
-// group (cube_comm_group_find's kept answer).
-static uint64_t registry_generation = 1;
+// group (cube_comm_group_find's kept answer, which reads it without the
+// lock).
+static atomic_uint_fast64_t registry_generation = 1;
 // Every group object alive, in the registry or replaced by a rebuilt one:
 // a released client must leave them all.
 static cube_comm_group_t *all_groups;
@@ -413,11 +414,12 @@ cube_status_t cube_comm_group_join(cube_client_t *const *clients, size_t count, 
 
 // The joined group of |clients| (retained into *|out_group|, NULL when
 // there is none) and |self|'s rank and the group's id, whether joined or not.
-// |*out_generation|: the registry's generation the answer was read at.
+// |*out_generation|: the registry's generation the answer was read at;
+// |out_ranks| (may be NULL): each client's rank, by its place in |clients|.
 static cube_status_t group_locate(cube_client_t *const *clients, size_t count, bool transfers,
                                   const char *operation, cube_server_t *self,
                                   cube_comm_group_t **out_group, uint32_t *out_rank,
-                                  uint64_t *out_id, uint64_t *out_generation) {
+                                  uint64_t *out_id, uint64_t *out_generation, uint32_t *out_ranks) {
   *out_group = NULL;
   uint64_t keys[CUBE_COMM_MAX_RANKS];
   uint32_t order[CUBE_COMM_MAX_RANKS] = {0};
@@ -427,6 +429,7 @@ static cube_status_t group_locate(cube_client_t *const *clients, size_t count, b
   uint32_t rank = UINT32_MAX;
   for (size_t r = 0; r < count; ++r) {
     if (cube_server_of(clients[order[r]]) == self) rank = (uint32_t)r;
+    if (out_ranks) out_ranks[order[r]] = (uint32_t)r;
   }
   if (rank == UINT32_MAX) {
     return cube_status_make(CUBE_STATUS_VALIDATION, "%s: %s is not a member of the group it names",
@@ -450,50 +453,81 @@ static cube_status_t group_locate(cube_client_t *const *clients, size_t count, b
 }
 
 // The calling thread's last lookup (cube_comm_group_find): the list as the
-// caller gave it and the group it named. It holds no reference: the group
-// is looked at only under the registry lock, once the generation says that
-// no group joined or left since, so that it is still registered with the
-// same members (a released client leaves the registry with its groups).
-// The clients' ids (never reused) are compared too: a new client at a
-// released one's address is another list.
+// caller gave it, each client's rank, and the group it named, which the
+// entry holds a reference to (dropped when the entry is replaced, or at the
+// thread's exit). While the registry's generation is the one it was read
+// at, no group joined or left the registry, so the same list still names
+// that group: a call takes it with no lock, no sort and no hash. The
+// clients' ids (never reused) are compared too: a new client at a released
+// one's address is another list.
 typedef struct group_lookup_t {
   uint64_t generation;  // 0: empty
   cube_comm_group_t *group;
   bool transfers;
+  bool watched;  // the thread's exit drops the entry (lookup_key)
   size_t count;
   cube_client_t *clients[CUBE_COMM_MAX_RANKS];
   uint32_t ids[CUBE_COMM_MAX_RANKS];
+  uint32_t ranks[CUBE_COMM_MAX_RANKS];  // by position in |clients|
 } group_lookup_t;
 static _Thread_local group_lookup_t tls_lookup;
+static pthread_key_t lookup_key;
+static pthread_once_t lookup_once = PTHREAD_ONCE_INIT;
+static bool lookup_key_made;
+
+static void lookup_drop(void *arg) {
+  group_lookup_t *last = arg;
+  cube_comm_group_t *group = last->group;
+  last->group = NULL;
+  last->generation = 0;
+  cube_comm_group_release(group);
+}
+
+static void lookup_key_make(void) {
+  lookup_key_made = pthread_key_create(&lookup_key, lookup_drop) == 0;
+}
 
 // The kept answer for this list, retained, with |self|'s rank; false when
 // there is none (or |self| is no member: the full lookup says why).
 static bool lookup_kept(cube_client_t *const *clients, size_t count, bool transfers,
                         cube_server_t *self, cube_comm_group_t **out_group, uint32_t *out_rank) {
   const group_lookup_t *last = &tls_lookup;
-  if (!last->generation || last->transfers != transfers || last->count != count || !clients ||
+  if (!last->generation ||
+      last->generation != atomic_load_explicit(&registry_generation, memory_order_acquire) ||
+      last->transfers != transfers || last->count != count || !clients ||
       memcmp(last->clients, clients, count * sizeof *clients) != 0)
     return false;
+  size_t self_at = count;
   for (size_t i = 0; i < count; ++i) {
     if (cube_server_of(clients[i])->id != last->ids[i]) return false;
+    if (cube_server_of(clients[i]) == self) self_at = i;
   }
-  bool found = false;
-  pthread_mutex_lock(&registry_lock);
-  if (last->generation == registry_generation) {
-    cube_comm_group_t *group = last->group;
-    for (uint32_t r = 0; r < group->nranks && !found; ++r) {
-      if (group->members[r].server == self) {
-        found = true;
-        *out_rank = r;
-      }
-    }
-    if (found) {
-      group->refs++;
-      *out_group = group;
-    }
+  if (self_at == count) return false;
+  cube_comm_group_retain(last->group);  // the entry holds one: it is alive
+  *out_group = last->group;
+  *out_rank = last->ranks[self_at];
+  return true;
+}
+
+// Keeps |group| (retained by the caller) as the answer for this list.
+static void lookup_keep(cube_client_t *const *clients, size_t count, bool transfers,
+                        const uint32_t *ranks, uint64_t generation, cube_comm_group_t *group) {
+  group_lookup_t *last = &tls_lookup;
+  if (!last->watched) {
+    pthread_once(&lookup_once, lookup_key_make);
+    if (!lookup_key_made || pthread_setspecific(lookup_key, last) != 0) return;  // not kept
+    last->watched = true;
   }
-  pthread_mutex_unlock(&registry_lock);
-  return found;
+  cube_comm_group_retain(group);
+  cube_comm_group_t *old = last->group;
+  last->generation = generation;
+  last->group = group;
+  last->transfers = transfers;
+  last->count = count;
+  memcpy(last->clients, clients, count * sizeof *clients);
+  for (size_t i = 0; i < count; ++i) last->ids[i] = cube_server_of(clients[i])->id;
+  memcpy(last->ranks, ranks, count * sizeof *ranks);
+  cube_comm_group_release(old);
 }
 
 cube_status_t cube_comm_group_find(cube_client_t *const *clients, size_t count, bool transfers,
@@ -504,18 +538,11 @@ cube_status_t cube_comm_group_find(cube_client_t *const *clients, size_t count, 
       lookup_kept(clients, count, transfers, self, out_group, out_rank))
     return CUBE_OK;
   uint64_t id = 0, generation = 0;
+  uint32_t ranks[CUBE_COMM_MAX_RANKS];
   cube_status_t status = group_locate(clients, count, transfers, operation, self, out_group,
-                                      out_rank, &id, &generation);
+                                      out_rank, &id, &generation, ranks);
   if (!cube_status_is_ok(status)) return status;
-  if (*out_group) {
-    group_lookup_t *last = &tls_lookup;
-    last->generation = generation;
-    last->group = *out_group;
-    last->transfers = transfers;
-    last->count = count;
-    memcpy(last->clients, clients, count * sizeof *clients);
-    for (size_t i = 0; i < count; ++i) last->ids[i] = cube_server_of(clients[i])->id;
-  }
+  if (*out_group) lookup_keep(clients, count, transfers, ranks, generation, *out_group);
   if (!*out_group) {
     // The caller's mistake, and one it can mend: VALIDATION naming the call.
     return cube_status_make(CUBE_STATUS_VALIDATION,
@@ -549,7 +576,7 @@ cube_status_t cube_comm_group_describe(cube_client_t *const *clients, size_t cou
   uint32_t rank = 0;
   uint64_t id = 0, generation = 0;
   cube_status_t status =
-      group_locate(clients, count, false, operation, self, &group, &rank, &id, &generation);
+      group_locate(clients, count, false, operation, self, &group, &rank, &id, &generation, NULL);
   if (!cube_status_is_ok(status)) return status;
   if (group) {
     pthread_mutex_lock(&registry_lock);
