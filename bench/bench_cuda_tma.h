@@ -17,16 +17,23 @@
 // stage of the store before (TMA_STORE_WAIT_READ_PENDING(1)).
 #define TMA_BOX_ROWS 32
 #define TMA_BOX_COLS 256
+// |cols|: the tensor's row length in f32 (16384: each box reads 32 rows
+// 64 KiB apart; 256: the same GiB as 1 Mi rows of 1 KiB, each box 32 KiB in
+// one piece). |prefetch|: the maps' L2 promotion.
 typedef struct tma_variant_t {
   const char *name;
   unsigned stages, per_sm;
   bool deferred;
+  uint64_t cols;
+  cube_tensor_map_prefetch_t prefetch;
 } tma_variant_t;
 static const tma_variant_t kTmaVariants[] = {
-    {"tma_copy_s4", 4, 1, false},
-    {"tma_copy_s4_deferred", 4, 1, true},
-    {"tma_copy_s3x2", 3, 2, false},
-    {"tma_copy_s3x2_deferred", 3, 2, true},
+    {"tma_copy_s4", 4, 1, false, 16384, CUBE_TENSOR_MAP_PREFETCH_NONE},
+    {"tma_copy_s4_deferred", 4, 1, true, 16384, CUBE_TENSOR_MAP_PREFETCH_NONE},
+    {"tma_copy_s3x2_deferred", 3, 2, true, 16384, CUBE_TENSOR_MAP_PREFETCH_NONE},
+    {"tma_copy_s4_l2_256", 4, 1, true, 16384, CUBE_TENSOR_MAP_PREFETCH_256B},
+    {"tma_copy_rows256", 4, 1, true, 256, CUBE_TENSOR_MAP_PREFETCH_NONE},
+    {"tma_copy_rows256_l2_256", 4, 1, true, 256, CUBE_TENSOR_MAP_PREFETCH_256B},
 };
 static void tma_copy_source(const tma_variant_t *v, char *out, size_t size) {
   const char *refill =
@@ -132,16 +139,25 @@ static void bench_tma_copy(cube_client_t *client, const cube_cuda_driver_t *cu) 
                                .dynamic_shared_memory = kTmaVariants[v].stages * 32 * 1024 + 1024};
     CHECK(cube_kernel_create(&desc, &tma[v]));
   }
-  const uint64_t shape[2] = {height, cols};
   const uint32_t tile[2] = {TMA_BOX_ROWS, TMA_BOX_COLS};
-  cube_tensor_map_desc_t map =
-      cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_F32, 2, shape, NULL, tile);
-  cube_kernel_buffer_t buffers[2] = {{cube_handle_binding(x), CUBE_IO_READ, 0, NULL, NULL, &map},
-                                     {cube_handle_binding(y), CUBE_IO_WRITE, 0, NULL, NULL, &map}};
-  const uint32_t tiles_x = (uint32_t)(cols / TMA_BOX_COLS);
-  const uint32_t tiles = tiles_x * (uint32_t)(height / TMA_BOX_ROWS);
-  cube_scalar_t scalars[2] = {cube_scalar_u32(tiles_x), cube_scalar_u32(tiles)};
-  cube_kernel_args_t args = {buffers, 2, scalars, 2};
+  cube_tensor_map_desc_t maps[VARIANTS];
+  cube_kernel_buffer_t buffers[VARIANTS][2];
+  cube_scalar_t scalars[VARIANTS][2];
+  cube_kernel_args_t args[VARIANTS];
+  for (int v = 0; v < VARIANTS; ++v) {
+    const uint64_t vcols = kTmaVariants[v].cols, vheight = size / 4 / vcols;
+    const uint64_t shape[2] = {vheight, vcols};
+    maps[v] = cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_F32, 2, shape, NULL, tile);
+    maps[v].prefetch = kTmaVariants[v].prefetch;
+    buffers[v][0] =
+        (cube_kernel_buffer_t){cube_handle_binding(x), CUBE_IO_READ, 0, NULL, NULL, &maps[v]};
+    buffers[v][1] =
+        (cube_kernel_buffer_t){cube_handle_binding(y), CUBE_IO_WRITE, 0, NULL, NULL, &maps[v]};
+    const uint32_t tiles_x = (uint32_t)(vcols / TMA_BOX_COLS);
+    scalars[v][0] = cube_scalar_u32(tiles_x);
+    scalars[v][1] = cube_scalar_u32(tiles_x * (uint32_t)(vheight / TMA_BOX_ROWS));
+    args[v] = (cube_kernel_args_t){buffers[v], 2, scalars[v], 2};
+  }
   uint32_t sms = cube_client_properties(client)->core_count;
   if (!sms) sms = 132;
 
@@ -159,7 +175,7 @@ static void bench_tma_copy(cube_client_t *client, const cube_cuda_driver_t *cu) 
     cube_cube_count_t count = cube_count_static(sms * kTmaVariants[v].per_sm, 1, 1);
     static const uint32_t zeros[4] = {0, 0, 0, 0};
     CHECK(cube_write(client, CUBE_STREAM_CURRENT, cube_handle_slice(y, size - 16, 16), zeros, 16));
-    CHECK(cube_launch(client, CUBE_STREAM_CURRENT, tma[v], count, &args, CUBE_LAUNCH_EXECUTE));
+    CHECK(cube_launch(client, CUBE_STREAM_CURRENT, tma[v], count, &args[v], CUBE_LAUNCH_EXECUTE));
     CHECK(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
     uint32_t sample[4];
     CHECK(cube_read(client, CUBE_STREAM_CURRENT, cube_handle_slice(y, size - 16, 16), sample, 16));
@@ -181,7 +197,8 @@ static void bench_tma_copy(cube_client_t *client, const cube_cuda_driver_t *cu) 
       cube_cube_count_t count = cube_count_static(sms * kTmaVariants[v].per_sm, 1, 1);
       double t0 = now_s();
       for (int b = 0; b < batch; ++b)
-        CHECK(cube_launch(client, CUBE_STREAM_CURRENT, tma[v], count, &args, CUBE_LAUNCH_EXECUTE));
+        CHECK(
+            cube_launch(client, CUBE_STREAM_CURRENT, tma[v], count, &args[v], CUBE_LAUNCH_EXECUTE));
       CHECK(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
       t_v[v][rep] = gb / (now_s() - t0);
     }
@@ -198,8 +215,9 @@ static void bench_tma_copy(cube_client_t *client, const cube_cuda_driver_t *cu) 
   double f4_bw = median(t_f4, repeats), mc_bw = median(t_mc, repeats);
   double best = f4_bw > mc_bw ? f4_bw : mc_bw;
   for (int v = 0; v < VARIANTS; ++v) {
-    printf("    (TMA %-24s %4u stage(s), %u cube(s)/SM: %.0f GB/s, %.3fx)\n", kTmaVariants[v].name,
-           kTmaVariants[v].stages, kTmaVariants[v].per_sm, median(t_v[v], repeats),
+    printf("    (TMA %-24s %u stage(s), %u cube(s)/SM, rows of %5llu f32: %.0f GB/s, %.3fx)\n",
+           kTmaVariants[v].name, kTmaVariants[v].stages, kTmaVariants[v].per_sm,
+           (unsigned long long)kTmaVariants[v].cols, median(t_v[v], repeats),
            median(t_v[v], repeats) / best);
   }
   // The headline row: the first form listed (the kernel docs/tma.md shows).

@@ -1506,6 +1506,72 @@ static void test_arg_scalars(void **state) {
   cube_client_release(client);
 }
 
+// LEN, RANK, SHAPE and STRIDE where the info block's layout is fixed by the
+// signature (no ARGs and no SCALAR read; ARGs, reduced precision among them)
+// and where it is read from the header (an undeclared SCALAR read): the
+// same answers every way (on CUDA the first two index the block with
+// constants).
+static const char kLayoutNone[] =
+    "CUBE_KERNEL(lay_none, IN(float, x), OUT(double, o)) {\n"
+    "  o[0] = (double)LEN(x); o[1] = (double)RANK(x); o[2] = (double)SHAPE(x, 0);\n"
+    "  o[3] = (double)SHAPE(x, 1); o[4] = (double)STRIDE(x, 0); o[5] = (double)LEN(o);\n"
+    "  o[6] = 0; o[7] = 0;\n"
+    "}\n";
+static const char kLayoutArgs[] =
+    "CUBE_KERNEL(lay_args, IN(float, x), OUT(double, o), ARG(f16, h), ARG(f64, d), ARG(u32, u)) "
+    "{\n"
+    "  o[0] = (double)LEN(x); o[1] = (double)RANK(x); o[2] = (double)SHAPE(x, 0);\n"
+    "  o[3] = (double)SHAPE(x, 1); o[4] = (double)STRIDE(x, 0); o[5] = (double)LEN(o);\n"
+    "  o[6] = d + (double)TO_F32(h); o[7] = (double)u;\n"
+    "}\n";
+static const char kLayoutRead[] =
+    "CUBE_KERNEL(lay_read, IN(float, x), OUT(double, o)) {\n"
+    "  o[0] = (double)LEN(x); o[1] = (double)RANK(x); o[2] = (double)SHAPE(x, 0);\n"
+    "  o[3] = (double)SHAPE(x, 1); o[4] = (double)STRIDE(x, 0); o[5] = (double)LEN(o);\n"
+    "  o[6] = (double)SCALAR(f32, 0); o[7] = (double)SCALAR(u32, 0);\n"
+    "}\n";
+
+static void test_lengths_and_shapes_every_layout(void **state) {
+  (void)state;
+  cube_client_t *client = CTH_CLIENT(g_kind, "");
+  const char *const sources[3] = {kLayoutNone, kLayoutArgs, kLayoutRead};
+  const char *const names[3] = {"lay_none", "lay_args", "lay_read"};
+  cube_scalar_t args_scalars[3] = {cube_scalar_f16(1.5f), cube_scalar_f64(2.25),
+                                   cube_scalar_u32(7)};
+  cube_scalar_t read_scalars[2] = {cube_scalar_f32(-3.5f), cube_scalar_u32(9)};
+  const double extra[3][2] = {{0, 0}, {3.75, 7}, {-3.5, 9}};
+  const uint64_t shape[2] = {3, 5}, strides[2] = {5, 1};
+  cube_handle_t hx = CTH_BUFFER(client, 15 * 4 + 4), ho = CTH_BUFFER(client, 8 * 8);
+  for (int k = 0; k < 3; ++k) {
+    cube_kernel_t *kernel = CTH_KERNEL(names[k], sources[k], ((cube_dim3_t){1, 1, 1}));
+    cube_kernel_buffer_t bufs[2] = {{.binding = cube_handle_binding(hx),
+                                     .io = CUBE_IO_READ,
+                                     .rank = 2,
+                                     .shape = shape,
+                                     .strides = strides},
+                                    {.binding = cube_handle_binding(ho), .io = CUBE_IO_WRITE}};
+    cube_kernel_args_t kargs = {bufs, 2,
+                                k == 1   ? args_scalars
+                                : k == 2 ? read_scalars
+                                         : NULL,
+                                k == 1   ? 3u
+                                : k == 2 ? 2u
+                                         : 0u};
+    CTH_OK(cube_launch(client, S, kernel, cube_count_static(1, 1, 1), &kargs, CUBE_LAUNCH_EXECUTE));
+    double o[8];
+    CTH_OK(cube_read(client, S, cube_handle_binding(ho), o, sizeof o));
+    const double want[8] = {16, 2, 3, 5, 5, 8, extra[k][0], extra[k][1]};
+    for (int i = 0; i < 8; ++i) {
+      if (o[i] != want[i])
+        fail_msg("%s on %s: o[%d] = %g, want %g", names[k], cth_backend_label(g_kind), i, o[i],
+                 want[i]);
+    }
+    cube_kernel_release(kernel);
+  }
+  cth_release_handle(client, hx), cth_release_handle(client, ho);
+  cube_client_release(client);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_atomics_global),
@@ -1524,6 +1590,7 @@ int main(void) {
       cmocka_unit_test(test_refusals_on_every_backend),
       cmocka_unit_test(test_async_copies),
       cmocka_unit_test(test_arg_scalars),
+      cmocka_unit_test(test_lengths_and_shapes_every_layout),
   };
   return cth_run_on_every_backend("dialect_ops", tests, sizeof tests / sizeof tests[0], &g_kind)
              ? 1
