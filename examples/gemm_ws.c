@@ -57,13 +57,14 @@ static void small_ints(gemm_ws_kind_t kind, unsigned char *x, float *f, size_t c
   }
 }
 
-// One kind at m = n = k = |size|; 0 when C matches the host.
-static int run_kind(cube_client_t *client, gemm_ws_kind_t kind, uint32_t size) {
+// One kind at m x n x k; 0 when C matches the host.
+static int run_kind(cube_client_t *client, gemm_ws_kind_t kind, uint32_t m, uint32_t n,
+                    uint32_t k) {
   const cube_device_properties_t *p = cube_client_properties(client);
   const bool cuda = p->backend == CUBE_BACKEND_CUDA;
   gemm_ws_shape_t shape = cuda ? kGemmWsCudaShape : kGemmWsCpuShape;
   shape.kind = kind;
-  const uint32_t m = size, n = size, k = size, eb = gemm_ws_elem_bytes(&shape);
+  const uint32_t eb = gemm_ws_elem_bytes(&shape);
   // CUDA: one cube per SM. CPU: three cubes, so each walks several tiles.
   const uint32_t cubes = cuda ? p->core_count : 3;
   int rc = 1;
@@ -169,8 +170,12 @@ int main(int argc, char **argv) {
   }
   if (!size) size = p->backend == CUBE_BACKEND_CUDA ? 2048 : 256;
   int rc = 0;
+  const bool cpu = p->backend != CUBE_BACKEND_CUDA;
   for (int kind = 0; kind < 4; ++kind) {
-    if (only < 0 || only == kind) rc |= run_kind(client, (gemm_ws_kind_t)kind, size);
+    if (only >= 0 && only != kind) continue;
+    rc |= run_kind(client, (gemm_ws_kind_t)kind, size, size, size);
+    // And an oblong one on the CPU: 3 x 3 tiles, 8 or 4 k steps.
+    if (cpu) rc |= run_kind(client, (gemm_ws_kind_t)kind, 384, 192, 512);
   }
   cube_client_release(client);
   return rc;
