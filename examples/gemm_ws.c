@@ -65,8 +65,11 @@ static int run_kind(cube_client_t *client, gemm_ws_kind_t kind, uint32_t m, uint
   gemm_ws_shape_t shape = cuda ? kGemmWsCudaShape : kGemmWsCpuShape;
   shape.kind = kind;
   const uint32_t eb = gemm_ws_elem_bytes(&shape);
-  // CUDA: one cube per SM. CPU: three cubes, so each walks several tiles.
-  const uint32_t cubes = cuda ? p->core_count : 3;
+  // A grid a third of the tile count (at most one cube per SM, 3 on the CPU),
+  // so each cube walks several tiles; bench_cuda times one cube per SM.
+  const uint32_t tiles = (m / 128) * (n / shape.bn);
+  uint32_t cubes = cuda ? p->core_count : 3;
+  if (tiles / 3 < cubes) cubes = tiles / 3 ? tiles / 3 : 1;
   int rc = 1;
   unsigned char *a = malloc((size_t)m * k * eb), *b = malloc((size_t)k * n * eb);
   float *fa = malloc((size_t)m * k * 4), *fb = malloc((size_t)k * n * 4);

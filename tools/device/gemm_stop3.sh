@@ -8,9 +8,10 @@
 # 3. the dialect conformance on CUDA: warpgroup MMA in its four operand kinds
 #    (bf16 B n x k, bf16 B k x n, e4m3, e5m2), setmaxnreg over three
 #    warpgroups, the refusals; NVRTC's compile of gemm_ws;
-# 4. the examples on CUDA: gemm_ws (all kinds at 2048, bf16 A @ B at 8192),
-#    gemm_bf16_wg — each under its own timeout (a hung pipeline is killed,
-#    and the benchmarks are skipped);
+# 4. the examples on CUDA: gemm_ws (all kinds at 2048, 128 tiles over 42
+#    cubes, checked in full against the host) and gemm_bf16_wg — each under
+#    its own timeout (a hung pipeline is killed, and the benchmarks are
+#    skipped); 8192^3 is checked by sampling in bench_cuda;
 # 5. bench/reduce_gemm_torch.py --bench (torch.matmul, torch._scaled_mm, then
 #    bench_cuda --dialect: the gemm_ws rows next to them), or bench_cuda
 #    --dialect alone when PyTorch is missing.
@@ -70,11 +71,6 @@ ok=1
 timeout 90 ./build-gpu/examples/gemm_ws --backend cuda >"$out/gemm_ws.log" 2>&1
 rc=$?; echo "gemm_ws (2048, all kinds) rc=$rc"; head -12 "$out/gemm_ws.log"
 [ "$rc" -eq 0 ] || ok=0
-if [ "$ok" = 1 ]; then
-  timeout 90 ./build-gpu/examples/gemm_ws --backend cuda --size 8192 --kind 1 \
-    >"$out/gemm_ws_8192.log" 2>&1
-  echo "gemm_ws 8192 bf16 A @ B rc=$?"; tail -3 "$out/gemm_ws_8192.log"
-fi
 timeout 60 ./build-gpu/examples/gemm_bf16_wg --backend cuda >"$out/gemm_bf16_wg.log" 2>&1
 echo "gemm_bf16_wg rc=$?"; tail -2 "$out/gemm_bf16_wg.log"
 pack
