@@ -7,6 +7,8 @@
 #        conformance test on CUDA
 #   bash tools/device/stop3_run.sh figures  issue 31's figures after the
 #        changes (launch_bench 3+3, TMA, NCCL, MPI at 2/4/8 ranks)
+#   bash tools/device/stop3_run.sh call2    the GEMM (tools/device/gemm_stop3.sh), the
+#        CUDA/conformance/collective tests, launch, TMA, graph and NCCL figures
 #   bash tools/device/stop3_run.sh final    the whole suite, CUDA groups included
 set -uo pipefail
 dest="${OUT:-build-gpu/logs}"
@@ -48,6 +50,39 @@ if [ "$phase" = probe ]; then
     echo "rc=$?"; grep -E "graph|ratio|padded|entry|eager" "$out/graph.run$i.log" | head -12
   done
   pack
+  exit 0
+fi
+
+if [ "$phase" = call2 ]; then
+  # Within one call's 10 minutes: each step runs while time is left.
+  left() { [ $((SECONDS - started)) -lt "$1" ]; }
+  step gemm
+  OUT="$out" timeout 300 bash tools/device/gemm_stop3.sh 2>&1 | grep -vE "^\s*$" | tail -40
+  pack
+  if left 400; then
+    step "cuda and conformance tests"
+    timeout 150 ctest --test-dir build-gpu -j12 --timeout 140 -L "cuda|conformance|coll" \
+      >"$out/ctest_cuda.log" 2>&1
+    grep -E "tests passed|\*\*\*|Failed|Timeout" "$out/ctest_cuda.log" | head -20
+    pack
+  fi
+  if left 450; then
+    step "bench_cuda --launch-tma"
+    timeout 70 ./build-gpu/bench/bench_cuda --launch-tma >"$out/launch_tma.log" 2>&1
+    grep -E "launch|breakdown|TMA" "$out/launch_tma.log" | head -20
+    timeout 25 ./build-gpu/bench/bench_graph --quick >"$out/graph.log" 2>&1
+    grep -E "ratio|padded|entry|replay" "$out/graph.log" | head -8
+    pack
+  fi
+  for i in 1 2; do
+    if left 520; then
+      step "bench_collectives $i"
+      timeout 40 ./build-gpu/bench/bench_collectives --backend cuda --ranks 1 --max 268435456 \
+        >"$out/bench_collectives.run$i.log" 2>&1
+      grep -E "^(all_reduce|all_gather|reduce_scatter) |^host time" "$out/bench_collectives.run$i.log" | head -40
+      pack
+    fi
+  done
   exit 0
 fi
 
