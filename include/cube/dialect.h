@@ -2054,6 +2054,10 @@ CUBE__DEVICE uint64_t cube__absolute_pos(uint32_t ux, uint32_t uy, uint32_t uz) 
   asm("mad.wide.u32 %0, %1, %2, %3;"
       : "=l"(x)
       : "r"(blockIdx.x), "r"(CUBE_DIM_X), "l"((uint64_t)ux));
+  // A 1-D cube in a 1-D grid (the cube dim is compiled in, the grid's extents
+  // are uniform reads): the y and z terms are zero, and reading blockIdx.y and
+  // .z (special registers, a long latency a small kernel waits for) is skipped.
+  if (CUBE_DIM_Y == 1u && CUBE_DIM_Z == 1u && gridDim.y == 1u && gridDim.z == 1u) return x;
   uint64_t yz = (uint64_t)(blockIdx.z * CUBE_DIM_Z + uz) * (gridDim.y * CUBE_DIM_Y) +
                 (blockIdx.y * CUBE_DIM_Y + uy);
   return x + yz * ((uint64_t)gridDim.x * CUBE_DIM_X);
