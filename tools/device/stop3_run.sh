@@ -109,12 +109,30 @@ if [ "$phase" = figures ]; then
 fi
 
 if [ "$phase" = final ]; then
+  # The tree as closed, within one call: the whole suite (CUDA groups
+  # included), then the figures while time is left.
+  left() { [ $((SECONDS - started)) -lt "$1" ]; }
   step ctest
-  timeout 300 ctest --test-dir build-gpu -j12 --output-on-failure --timeout 240 \
+  timeout 280 ctest --test-dir build-gpu -j12 --output-on-failure --timeout 240 \
     >"$out/ctest_final.log" 2>&1
   grep -E "tests passed|\*\*\*|Failed|Not Run|Timeout" "$out/ctest_final.log" | head -30
   grep -B2 -A14 -E "FAILED  \]|ERROR   \]|^FAIL" "$out/ctest_final.log" | head -60
   pack
+  if left 330; then
+    step "GEMM vs torch"
+    PYTHONUNBUFFERED=1 timeout 170 python3 bench/reduce_gemm_torch.py --bench build-gpu/bench/bench_cuda \
+      >"$out/reduce_gemm_torch.log" 2>&1
+    echo "rc=$?"; grep -E "TFLOP|GEMM|RESULT gemm" "$out/reduce_gemm_torch.log" | tail -22
+    pack
+  fi
+  if left 500; then
+    step "graph and launch"
+    timeout 25 ./build-gpu/bench/bench_graph --quick >"$out/graph.log" 2>&1
+    grep -E "ratio|padded|entry|replay" "$out/graph.log" | head -8
+    timeout 60 ./build-gpu/bench/bench_cuda --launch >"$out/launch.log" 2>&1
+    grep -E "launch|breakdown" "$out/launch.log" | head -8
+    pack
+  fi
   exit 0
 fi
 echo "unknown phase $phase"; exit 2
