@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """PyTorch's side of bench_cuda's dialect section, in the same call.
 
-Measures torch.sum over 1 GiB of float32 (GB/s) and torch.matmul of two
-8192x8192 bf16 matrices (TFLOP/s) with CUDA events (medians), then, given
+Measures torch.sum over 1 GiB of float32 (GB/s), torch.matmul of two
+8192x8192 bf16 matrices and torch._scaled_mm of their e4m3 roundings
+(TFLOP/s) with CUDA events (medians), then, given
 --bench, runs `bench_cuda --dialect` and prints cubec's figures next to
 PyTorch's with the issue's targets:
   dialect reduction over 1 GiB   >= 0.9x torch.sum
   dialect bf16 GEMM 8192^3       >= 0.5x torch.matmul
+  warp-specialised bf16 GEMM     >= 0.95x torch.matmul (A @ B, row-major)
+  warp-specialised e4m3 GEMM     >= 0.95x torch._scaled_mm (reported)
 
   python3 bench/reduce_gemm_torch.py [--bench build-gpu/bench/bench_cuda] [--quick]
 """
@@ -58,8 +61,37 @@ def measure_torch(quick):
     ms_t = timed(torch, lambda: torch.matmul(a, bt.t()), 3 if quick else 7, 5)
     tflops_t = 2.0 * size**3 / (ms_t * 1e-3) / 1e12
     print(f"  torch.matmul bf16 {size}^3, A @ B.T (B n x k): {ms_t:.3f} ms, {tflops_t:.1f} TFLOP/s")
-    return {"torch_sum_gbs": sum_gbs, "torch_matmul_tflops": tflops,
-            "torch_matmul_nt_tflops": tflops_t}
+    results = {"torch_sum_gbs": sum_gbs, "torch_matmul_tflops": tflops,
+               "torch_matmul_nt_tflops": tflops_t}
+    scaled = measure_scaled_mm(torch, a, bt, size, quick)
+    if scaled:
+        results["torch_scaled_mm_tflops"] = scaled
+    return results
+
+
+def measure_scaled_mm(torch, a, bt, size, quick):
+    """torch._scaled_mm on e4m3 A (m x k) and B (n x k, passed column-major
+    as the function requires), bf16 out, unit scales: the FP8 GEMM cubec's
+    gemm_ws e4m3 row is compared with. None when this torch lacks it."""
+    if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
+        print("  torch._scaled_mm: not in this torch")
+        return None
+    try:
+        a8 = a.to(torch.float8_e4m3fn)
+        b8 = bt.to(torch.float8_e4m3fn).t()  # k x n, column-major
+        one = torch.ones((), device=a.device, dtype=torch.float32)
+
+        def call():
+            out = torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            return out[0] if isinstance(out, tuple) else out  # torch < 2.4: (out, amax)
+
+        ms = timed(torch, call, 3 if quick else 7, 5)
+    except (RuntimeError, TypeError) as e:
+        print(f"  torch._scaled_mm: failed ({e})")
+        return None
+    tflops = 2.0 * size**3 / (ms * 1e-3) / 1e12
+    print(f"  torch._scaled_mm e4m3 {size}^3 (bf16 out): {ms:.3f} ms, {tflops:.1f} TFLOP/s")
+    return tflops
 
 
 def run_bench(path, quick):
@@ -100,6 +132,12 @@ def main():
          0.5),
         ("bf16 GEMM WGMMA vs torch.matmul A @ B", "gemm_bf16_wg_tflops", "torch_matmul_tflops",
          0.5),
+        ("bf16 GEMM warp-spec. vs torch.matmul A @ B", "gemm_bf16_ws_tflops",
+         "torch_matmul_tflops", 0.95),
+        ("bf16 GEMM warp-spec. vs torch A @ B.T", "gemm_bf16_ws_nt_tflops",
+         "torch_matmul_nt_tflops", 0.95),
+        ("e4m3 GEMM warp-spec. vs torch._scaled_mm", "gemm_e4m3_ws_tflops",
+         "torch_scaled_mm_tflops", 0.95),
         ("line-4 copy (GB/s) vs float4 CUDA", "copy_line4_gbs", "copy_float4_gbs", 0.97),
         ("line-4 copy (GB/s) vs cuMemcpyDtoD", "copy_line4_gbs", "copy_dtod_gbs", 0.97),
     ]

@@ -184,6 +184,113 @@ static inline cube_status_t gemm_wg_launch(cube_client_t *client, cube_kernel_t 
   return cube_launch(client, CUBE_STREAM_CURRENT, kernel, w.count, &w.args, mode);
 }
 
+//===--- The warp-specialised persistent GEMM (CUBE_EXAMPLE_GEMM_WS) ---===//
+//
+// C (m x n, bf16) = A (m x k) x B, f32 accumulation: one producer warpgroup
+// issuing TMA, two consumer warpgroups on WGMMA, a persistent grid. The
+// operand kinds:
+typedef enum gemm_ws_kind_t {
+  GEMM_WS_BF16_NK = 0,  // bf16, B given n x k (a linear layer's weight): C = A B^T
+  GEMM_WS_BF16_KN = 1,  // bf16, B given k x n (row-major, PyTorch's A @ B)
+  GEMM_WS_E4M3 = 2,     // e4m3 A and B, B given n x k (torch._scaled_mm's layout)
+  GEMM_WS_E5M2 = 3,     // e5m2 likewise
+} gemm_ws_kind_t;
+
+typedef struct gemm_ws_shape_t {
+  uint32_t bn;       // 64, 128 or 256
+  uint32_t stages;   // >= 2
+  uint32_t group_m;  // tile rows a group of cubes walks
+  gemm_ws_kind_t kind;
+} gemm_ws_shape_t;
+
+// 128 x 256 tiles, 4 stages of 48 KiB on the H200; the CPU's 64 KiB arena
+// takes 128 x 64 tiles in 2 stages.
+static const gemm_ws_shape_t kGemmWsCudaShape = {256, 4, 8, GEMM_WS_BF16_KN};
+static const gemm_ws_shape_t kGemmWsCpuShape = {64, 2, 2, GEMM_WS_BF16_KN};
+
+static inline uint32_t gemm_ws_elem_bytes(const gemm_ws_shape_t *s) {
+  return s->kind >= GEMM_WS_E4M3 ? 1u : 2u;
+}
+static inline const char *gemm_ws_kind_name(gemm_ws_kind_t kind) {
+  static const char *const names[] = {"bf16 A x B^T", "bf16 A x B", "e4m3", "e5m2"};
+  return (unsigned)kind < 4 ? names[kind] : "?";
+}
+
+static inline uint32_t gemm_ws_shared_bytes(const gemm_ws_shape_t *s) {
+  // The stages (rows of 128 bytes of k), the alignment slack, two barriers
+  // per stage.
+  return s->stages * (128u + s->bn) * 128u + 1024u + 16u * s->stages;
+}
+
+// |sm90a|: build for sm_90a (the CUDA backend on compute capability 9.0).
+static inline cube_status_t gemm_ws_kernel_create(const gemm_ws_shape_t *s, uint32_t plane,
+                                                  bool sm90a, cube_kernel_t **out_kernel) {
+  if ((s->bn != 64 && s->bn != 128 && s->bn != 256) || s->stages < 2 || !s->group_m ||
+      (unsigned)s->kind > GEMM_WS_E5M2) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "gemm_ws: bn %u (64, 128 or 256), stages %u (>= 2), group_m %u, "
+                            "kind %u (0..3)",
+                            s->bn, s->stages, s->group_m, (unsigned)s->kind);
+  }
+  char options[200];
+  snprintf(options, sizeof options,
+           "%s-DCUBE_MIN_CUBES_PER_SM=1 -DWS_BN=%u -DWS_STAGES=%u -DWS_GROUP_M=%u -DWS_KIND=%u",
+           sm90a ? "--gpu-architecture=sm_90a " : "", s->bn, s->stages, s->group_m,
+           (unsigned)s->kind);
+  cube_kernel_desc_t desc;
+  memset(&desc, 0, sizeof desc);
+  desc.name = "gemm_ws";
+  desc.source = CUBE_EXAMPLE_GEMM_WS;
+  desc.cube_dim = (cube_dim3_t){12 * plane, 1, 1};  // three warpgroups of four planes
+  desc.dynamic_shared_memory = gemm_ws_shared_bytes(s);
+  desc.options = options;
+  desc.execution = CUBE_EXECUTION_UNCHECKED;
+  return cube_kernel_create(&desc, out_kernel);
+}
+
+typedef gemm_wg_args_t gemm_ws_args_t;
+
+// |a| m x k, |b| n x k (k x n for GEMM_WS_BF16_KN), |c| m x n bf16, all
+// row-major; |cubes| the persistent grid (at most the tile count: one per
+// SM on CUDA). |out| must stay put while its args are used.
+static inline cube_status_t gemm_ws_args_initialize(const gemm_ws_shape_t *s, cube_handle_t a,
+                                                    cube_handle_t b, cube_handle_t c, uint32_t m,
+                                                    uint32_t n, uint32_t k, uint32_t cubes,
+                                                    gemm_ws_args_t *out) {
+  memset(out, 0, sizeof *out);
+  const uint32_t bk = 128u / gemm_ws_elem_bytes(s);
+  if (m == 0 || n == 0 || k == 0 || m % 128 || n % s->bn || k % bk) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "gemm_ws: %ux%ux%u is not a positive multiple of the tile 128x%ux%u", m,
+                            n, k, s->bn, bk);
+  }
+  const cube_tensor_map_dtype_t dtype = s->kind == GEMM_WS_E4M3   ? CUBE_TENSOR_MAP_DTYPE_E4M3
+                                        : s->kind == GEMM_WS_E5M2 ? CUBE_TENSOR_MAP_DTYPE_E5M2
+                                                                  : CUBE_TENSOR_MAP_DTYPE_BF16;
+  const uint64_t shape_a[2] = {m, k}, shape_nk[2] = {n, k}, shape_kn[2] = {k, n};
+  const uint32_t box_a[2] = {128, bk}, box_nk[2] = {s->bn, bk}, box_kn[2] = {bk, 64};
+  out->map_a = cube_tensor_map_tiled(dtype, 2, shape_a, NULL, box_a);
+  out->map_b = s->kind == GEMM_WS_BF16_KN ? cube_tensor_map_tiled(dtype, 2, shape_kn, NULL, box_kn)
+                                          : cube_tensor_map_tiled(dtype, 2, shape_nk, NULL, box_nk);
+  out->map_a.swizzle = out->map_b.swizzle = CUBE_TENSOR_MAP_SWIZZLE_128B;
+  out->map_a.prefetch = out->map_b.prefetch = CUBE_TENSOR_MAP_PREFETCH_256B;
+  out->buffers[0].binding = cube_handle_binding(a);
+  out->buffers[0].io = CUBE_IO_READ;
+  out->buffers[0].tensor_map = &out->map_a;
+  out->buffers[1].binding = cube_handle_binding(b);
+  out->buffers[1].io = CUBE_IO_READ;
+  out->buffers[1].tensor_map = &out->map_b;
+  out->buffers[2].binding = cube_handle_binding(c);
+  out->buffers[2].io = CUBE_IO_WRITE;
+  out->scalars[0] = cube_scalar_u32(m);
+  out->scalars[1] = cube_scalar_u32(n);
+  out->scalars[2] = cube_scalar_u32(k);
+  out->args = (cube_kernel_args_t){out->buffers, 3, out->scalars, 3};
+  const uint32_t tiles = (m / 128) * (n / s->bn);
+  out->count = cube_count_static(cubes == 0 || cubes > tiles ? tiles : cubes, 1, 1);
+  return CUBE_OK;
+}
+
 // Both examples' inputs and check. Small integers (-2..2) in bf16: every
 // product and sum is exact in f32, so a device's C must equal the host's
 // bit for bit whatever order it adds in. |seed| runs on across calls.

@@ -292,4 +292,143 @@
   "  WG_ACC_STORE(c + ((uint64_t)row0 + wg * 64) * n + col0, acc, n);\n"                         \
   "}\n"
 
+// The warp-specialised persistent GEMM (examples/gemm.h's gemm_ws_*):
+// C = A x B in bf16 out, f32 accumulation. WS_KIND: 0 bf16 with B n x k,
+// 1 bf16 with B k x n (A @ B, PyTorch's row-major layout), 2 e4m3 and 3
+// e5m2 with B n x k (fp8 reads both operands K-major). One producer
+// warpgroup (TMA, registers given back with SETMAXNREG_DEC), two consumer
+// warpgroups (WGMMA), full/empty mbarrier pairs per stage, tiles walked in
+// grouped order by a grid of at most one cube per SM. Cube dim 12 planes;
+// -DCUBE_MIN_CUBES_PER_SM=1 on CUDA (setmaxnreg needs it). On the CPU the
+// kernel runs on fibers (the producer waits for its consumers' arrivals).
+#define CUBE_EXAMPLE_GEMM_WS                                                                       \
+  "#ifndef WS_BN\n"                                                                                \
+  "#define WS_BN 256\n"                                                                            \
+  "#endif\n"                                                                                       \
+  "#ifndef WS_STAGES\n"                                                                            \
+  "#define WS_STAGES 4\n"                                                                          \
+  "#endif\n"                                                                                       \
+  "#ifndef WS_GROUP_M\n"                                                                           \
+  "#define WS_GROUP_M 8\n"                                                                         \
+  "#endif\n"                                                                                       \
+  "#ifndef WS_KIND\n"                                                                              \
+  "#define WS_KIND 1\n"                                                                            \
+  "#endif\n"                                                                                       \
+  "#if WS_KIND >= 2\n"                                                                             \
+  "#define WS_EB 1\n"                                                                              \
+  "#define WS_KSTEP 32\n"                                                                          \
+  "#else\n"                                                                                        \
+  "#define WS_EB 2\n"                                                                              \
+  "#define WS_KSTEP 16\n"                                                                          \
+  "#endif\n"                                                                                       \
+  "#define WS_BM 128\n"                                                                            \
+  "#define WS_BK (128 / WS_EB)\n"                                                                  \
+  "#define WS_A_BYTES (WS_BM * 128)\n"                                                             \
+  "#define WS_B_BYTES (WS_BN * 128)\n"                                                             \
+  "#define WS_STAGE_BYTES (WS_A_BYTES + WS_B_BYTES)\n"                                             \
+  "\n"                                                                                             \
+  "// Step |kb| (in elements of k) of B into stage |buf|, and one k step of the\n"                 \
+  "// product (defined outside the body: the CPU splitter keeps a body holding a\n"                \
+  "// preprocessor directive on fibers, and these differ by layout).\n"                            \
+  "#if WS_KIND == 1\n"                                                                             \
+  "// B k x n: WS_BN / 64 boxes of 64 n x WS_BK k, WS_BK * 128 bytes apart.\n"                     \
+  "#define WS_LOAD_B(buf, kb, col0)                                                         \\\n"  \
+  "  for (uint32_t j = 0; j < WS_BN / 64; ++j)                                              \\\n"  \
+  "  TMA_LOAD_2D(bs + (buf) * WS_B_BYTES + j * (WS_BK * 128), tb, &full[buf], (kb), (col0) + j * " \
+  "64)\n"                                                                                          \
+  "#define WS_MMA(at, bt, kk) WGMMA_BF16_KN(acc, (at) + (kk) * 2, (bt) + (kk) * 128, WS_BK * "     \
+  "128)\n"                                                                                         \
+  "#else\n"                                                                                        \
+  "// B n x k: one box of WS_BN rows of 128 bytes.\n"                                              \
+  "#define WS_LOAD_B(buf, kb, col0) \\\n"                                                          \
+  "  TMA_LOAD_2D(bs + (buf) * WS_B_BYTES, tb, &full[buf], (col0), (kb))\n"                         \
+  "#if WS_KIND == 0\n"                                                                             \
+  "#define WS_MMA(at, bt, kk) WGMMA_BF16(acc, (at) + (kk) * 2, (bt) + (kk) * 2)\n"                 \
+  "#elif WS_KIND == 2\n"                                                                           \
+  "#define WS_MMA(at, bt, kk) WGMMA_E4M3(acc, (at) + (kk), (bt) + (kk))\n"                         \
+  "#else\n"                                                                                        \
+  "#define WS_MMA(at, bt, kk) WGMMA_E5M2(acc, (at) + (kk), (bt) + (kk))\n"                         \
+  "#endif\n"                                                                                       \
+  "#endif\n"                                                                                       \
+  "\n"                                                                                             \
+  "// Tile t of the grouped order: WS_GROUP_M tile rows walked before the next\n"                  \
+  "// column, so the cubes running at once share A and B tiles in L2.\n"                           \
+  "#define WS_TILE(t)                                                                    \\\n"     \
+  "  const uint32_t first_m = (t) / group * WS_GROUP_M;                                  \\\n"     \
+  "  const uint32_t rows = tiles_m - first_m < WS_GROUP_M ? tiles_m - first_m : WS_GROUP_M; \\\n"  \
+  "  const int32_t row0 = (int32_t)((first_m + (t) % group % rows) * WS_BM);             \\\n"     \
+  "  const int32_t col0 = (int32_t)((t) % group / rows * WS_BN)\n"                                 \
+  "\n"                                                                                             \
+  "// C (m x n, bf16) = A (m x k) x B: a persistent cube walks tiles CUBE_POS,\n"                  \
+  "// CUBE_POS + CUBE_COUNT, ... Warpgroup 0 produces: one unit issues the TMA\n"                  \
+  "// loads of every k step of every tile into WS_STAGES stages, each guarded by\n"                \
+  "// a full barrier (the copies' bytes) and an empty one (the consumers'\n"                       \
+  "// eight planes). Warpgroups 1 and 2 consume: 64 rows each of the\n"                            \
+  "// 128 x WS_BN tile, one WGMMA group per stage, the stage before released as\n"                 \
+  "// soon as its group is done.\n"                                                                \
+  "CUBE_KERNEL(gemm_ws, TENSOR_MAP_IN(ta), TENSOR_MAP_IN(tb), OUT(bf16, c), ARG(u32, m),\n"        \
+  "            ARG(u32, n), ARG(u32, k)) {\n"                                                      \
+  "  SHARED_DYNAMIC(unsigned char, dyn);\n"                                                        \
+  "  // The tiles 1024-byte aligned: the period of the 128-byte swizzle.\n"                        \
+  "  unsigned char *base = dyn + (1024u - SHARED_OFFSET(dyn) % 1024u) % 1024u;\n"                  \
+  "  unsigned char *as = base;\n"                                                                  \
+  "  unsigned char *bs = base + WS_STAGES * WS_A_BYTES;\n"                                         \
+  "  uint64_t *full = (uint64_t *)(base + WS_STAGES * WS_STAGE_BYTES);\n"                          \
+  "  uint64_t *empty = full + WS_STAGES;\n"                                                        \
+  "  const uint32_t tiles_m = m / WS_BM, tiles = tiles_m * (n / WS_BN);\n"                         \
+  "  const uint32_t group = WS_GROUP_M * (n / WS_BN), steps = k / WS_BK;\n"                        \
+  "  const uint32_t wg = UNIT_POS / (4 * PLANE_DIM);\n"                                            \
+  "  if (UNIT_POS == 0) {\n"                                                                       \
+  "    for (uint32_t s = 0; s < WS_STAGES; ++s) {\n"                                               \
+  "      MBAR_INIT(&full[s], 1);\n"                                                                \
+  "      MBAR_INIT(&empty[s], 8);\n"                                                               \
+  "    }\n"                                                                                        \
+  "    FENCE_MBAR_INIT();\n"                                                                       \
+  "  }\n"                                                                                          \
+  "  SYNC_CUBE();\n"                                                                               \
+  "  if (wg == 0) {\n"                                                                             \
+  "    SETMAXNREG_DEC(40);\n"                                                                      \
+  "    if (UNIT_POS == 0) {\n"                                                                     \
+  "      uint32_t it = 0;\n"                                                                       \
+  "      for (uint32_t t = CUBE_POS; t < tiles; t += CUBE_COUNT) {\n"                              \
+  "        WS_TILE(t);\n"                                                                          \
+  "        for (uint32_t s = 0; s < steps; ++s, ++it) {\n"                                         \
+  "          const uint32_t buf = it % WS_STAGES;\n"                                               \
+  "          // The consumers freed the stage (its first use passes at once).\n"                   \
+  "          MBAR_WAIT(&empty[buf], ((it / WS_STAGES) & 1u) ^ 1u);\n"                              \
+  "          MBAR_ARRIVE_EXPECT_TX(&full[buf], WS_STAGE_BYTES);\n"                                 \
+  "          TMA_LOAD_2D(as + buf * WS_A_BYTES, ta, &full[buf], row0, s * WS_BK);\n"               \
+  "          WS_LOAD_B(buf, s * WS_BK, col0);\n"                                                   \
+  "        }\n"                                                                                    \
+  "      }\n"                                                                                      \
+  "    }\n"                                                                                        \
+  "  } else {\n"                                                                                   \
+  "    SETMAXNREG_INC(232);\n"                                                                     \
+  "    const uint32_t rows0 = (wg - 1) * 64;\n"                                                    \
+  "    uint32_t it = 0;\n"                                                                         \
+  "    for (uint32_t t = CUBE_POS; t < tiles; t += CUBE_COUNT) {\n"                                \
+  "      WS_TILE(t);\n"                                                                            \
+  "      WG_ACC(WS_BN) acc;\n"                                                                     \
+  "      WG_ACC_FILL(acc, 0.0f);\n"                                                                \
+  "      uint32_t held = 0;\n"                                                                     \
+  "      for (uint32_t s = 0; s < steps; ++s, ++it) {\n"                                           \
+  "        const uint32_t buf = it % WS_STAGES;\n"                                                 \
+  "        MBAR_WAIT(&full[buf], (it / WS_STAGES) & 1u);\n"                                        \
+  "        const unsigned char *at = as + buf * WS_A_BYTES + rows0 * 128;\n"                       \
+  "        const unsigned char *bt = bs + buf * WS_B_BYTES;\n"                                     \
+  "        WGMMA_FENCE(acc);\n"                                                                    \
+  "        UNROLL for (uint32_t kk = 0; kk < WS_BK; kk += WS_KSTEP) WS_MMA(at, bt, kk);\n"         \
+  "        WGMMA_COMMIT();\n"                                                                      \
+  "        // The group before this one is done: its stage goes back.\n"                           \
+  "        WGMMA_WAIT(acc, 1);\n"                                                                  \
+  "        if (s > 0 && UNIT_POS_PLANE == 0) MBAR_ARRIVE(&empty[held]);\n"                         \
+  "        held = buf;\n"                                                                          \
+  "      }\n"                                                                                      \
+  "      WGMMA_WAIT(acc, 0);\n"                                                                    \
+  "      if (UNIT_POS_PLANE == 0) MBAR_ARRIVE(&empty[held]);\n"                                    \
+  "      WG_ACC_STORE(c + ((uint64_t)row0 + rows0) * n + col0, acc, n);\n"                         \
+  "    }\n"                                                                                        \
+  "  }\n"                                                                                          \
+  "}\n"
+
 #endif  // CUBE_EXAMPLES_KERNELS_H_

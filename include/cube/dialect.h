@@ -38,7 +38,7 @@
 #ifndef CUBE_DIALECT_H_
 #define CUBE_DIALECT_H_
 
-#define CUBE_DIALECT_VERSION 2
+#define CUBE_DIALECT_VERSION 3
 #define CUBE_STATIC_INFO_WORDS 64
 #define CUBE_INFO_NO_META 0xffffffffffffffffull
 
@@ -288,18 +288,32 @@ struct cube__const_u32 {
   static constexpr uint32_t value = V;
 };
 
+// -DCUBE_MIN_CUBES_PER_SM=n (a kernel option): the entries promise the
+// compiler the cube dim and n resident cubes per SM (__launch_bounds__), which
+// fixes the registers a unit starts with; SETMAXNREG needs it (without it
+// ptxas drops setmaxnreg, C7508).
+#if defined(CUBE_MIN_CUBES_PER_SM) && defined(CUBE__DIM_X) && defined(CUBE__DIM_Y) && \
+    defined(CUBE__DIM_Z)
+#define CUBE__LAUNCH_BOUNDS \
+  __launch_bounds__((CUBE__DIM_X) * (CUBE__DIM_Y) * (CUBE__DIM_Z), CUBE_MIN_CUBES_PER_SM)
+#else
+#define CUBE__LAUNCH_BOUNDS
+#endif
+
 // |entry_params| and |args| come parenthesized: their commas must not split
 // this macro's arguments.
-#define CUBE__ENTRY(name, suffix, info_t, entry_params, args)                           \
-  extern "C" __global__ void name##suffix(                                              \
-      CUBE__UNPACK entry_params const __grid_constant__ info_t cube__info,              \
-      const uint64_t *cube__dynamic) {                                                  \
-    constexpr const uint32_t *cube__sigc CUBE__UNUSED = name##__cube_sigc;              \
-    cube__ctx_t cube__c = {cube__info.w, cube__dynamic};                                \
-    name##__body(&cube__c, threadIdx.x, CUBE__TID_Y, CUBE__TID_Z, 0 CUBE__UNPACK args); \
+#define CUBE__ENTRY(name, suffix, info_t, entry_params, args)                            \
+  extern "C" __global__ void CUBE__LAUNCH_BOUNDS name##suffix(                           \
+      CUBE__UNPACK entry_params const __grid_constant__ info_t cube__info,               \
+      const uint64_t *cube__dynamic) {                                                   \
+    constexpr const uint32_t *cube__sigc CUBE__UNUSED = name##__cube_sigc;               \
+    cube__ctx_t cube__c = {cube__info.w, cube__dynamic};                                 \
+    name##__body<cube__layout_of(name##__cube_sigc)>(&cube__c, threadIdx.x, CUBE__TID_Y, \
+                                                     CUBE__TID_Z, 0 CUBE__UNPACK args);  \
   }
 
 #define CUBE__KERNEL_(name, params, entry_params, args, iostr, sig, signames)                    \
+  template <uint32_t cube__layout>                                                               \
   CUBE__DEVICE void name##__body(const cube__ctx_t *cube__ctx CUBE__UNUSED,                      \
                                  uint32_t cube__ux CUBE__UNUSED, uint32_t cube__uy CUBE__UNUSED, \
                                  uint32_t cube__uz CUBE__UNUSED,                                 \
@@ -311,6 +325,7 @@ struct cube__const_u32 {
   CUBE__ENTRY(name, , cube__static_info_t, (entry_params), (args))                               \
   CUBE__ENTRY(name, __w8, cube__static_info8_t, (entry_params), (args))                          \
   CUBE__ENTRY(name, __w16, cube__static_info16_t, (entry_params), (args))                        \
+  template <uint32_t cube__layout>                                                               \
   CUBE__DEVICE void name##__body(const cube__ctx_t *cube__ctx CUBE__UNUSED,                      \
                                  uint32_t cube__ux CUBE__UNUSED, uint32_t cube__uy CUBE__UNUSED, \
                                  uint32_t cube__uz CUBE__UNUSED,                                 \
@@ -606,6 +621,9 @@ typedef struct cube__ctx_t {
   // Split kernels (<name>__cube_split): at least <name>__cube_split_scratch
   // (units) bytes, 64-byte aligned, for the values units keep across barriers.
   unsigned char *scratch;
+  // Lets another unit of the cube run (fibers only; version 3): an MBAR_WAIT
+  // whose phase another unit completes. 0 when no other unit can run now.
+  int (*yield)(struct cube__ctx_t *ctx);
 } cube__ctx_t;
 
 #define CUBE__DEVICE static inline __attribute__((always_inline))
@@ -2036,6 +2054,10 @@ CUBE__DEVICE uint64_t cube__absolute_pos(uint32_t ux, uint32_t uy, uint32_t uz) 
   asm("mad.wide.u32 %0, %1, %2, %3;"
       : "=l"(x)
       : "r"(blockIdx.x), "r"(CUBE_DIM_X), "l"((uint64_t)ux));
+  // A 1-D cube in a 1-D grid (the cube dim is compiled in, the grid's extents
+  // are uniform reads): the y and z terms are zero, and reading blockIdx.y and
+  // .z (special registers, a long latency a small kernel waits for) is skipped.
+  if (CUBE_DIM_Y == 1u && CUBE_DIM_Z == 1u && gridDim.y == 1u && gridDim.z == 1u) return x;
   uint64_t yz = (uint64_t)(blockIdx.z * CUBE_DIM_Z + uz) * (gridDim.y * CUBE_DIM_Y) +
                 (blockIdx.y * CUBE_DIM_Y + uy);
   return x + yz * ((uint64_t)gridDim.x * CUBE_DIM_X);
@@ -2106,6 +2128,55 @@ CUBE__DEVICE const uint64_t *cube__meta(const uint64_t *info, const uint64_t *dy
   uint64_t off = info[1 + cube__scalar_total(info) + cube__buffer_count(info) + buffer];
   return off == CUBE_INFO_NO_META ? (const uint64_t *)0 : dynamic + off;
 }
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+// Where the lengths and metadata offsets start, when the signature fixes it:
+// a kernel with ARGs is launched with exactly those scalars (the core checks
+// every launch against the signature), and one with none and no SCALAR read
+// in its source (CUBE__NO_SCALAR_READS, set by the CUDA backend) with none.
+// The scalar total in the low 16 bits, the buffer count above; otherwise
+// CUBE__LAYOUT_DYNAMIC and the header is read at run time. A constant index
+// is one load from the by-value block; a computed one is two dependent loads
+// (a small kernel's latency: 2.7 % of a 100-kernel graph's replay on the H200).
+#define CUBE__LAYOUT_DYNAMIC 0xffffffffu
+CUBE__CONSTEXPR uint32_t cube__layout_of(const uint32_t *sig) {
+  uint32_t args = 0, narrow = 0, buffers = 0;
+  for (uint32_t j = 0; j < sig[1]; ++j) {
+    uint32_t d = sig[2 + j];
+    if ((d >> 28) == CUBE__SIG_KIND_S) {
+      args++;
+      if ((d & 0xffu) >= CUBE__SCALAR_TYPES_V1) narrow = 1;
+    } else {
+      buffers++;
+    }
+  }
+#if defined(CUBE__NO_SCALAR_READS)
+  return (args + narrow) | buffers << 16;
+#else
+  return args ? (args + narrow) | buffers << 16 : CUBE__LAYOUT_DYNAMIC;
+#endif
+}
+// Outside a kernel's body (whose template parameter of this name hides it):
+// the layout is read at run time.
+static constexpr uint32_t cube__layout = CUBE__LAYOUT_DYNAMIC;
+template <uint32_t L>
+CUBE__DEVICE uint64_t cube__len_at(const uint64_t *info, uint32_t buffer) {
+  return L == CUBE__LAYOUT_DYNAMIC ? cube__len_bytes(info, buffer)
+                                   : info[1 + (L & 0xffffu) + buffer];
+}
+template <uint32_t L>
+CUBE__DEVICE const uint64_t *cube__meta_at(const uint64_t *info, const uint64_t *dynamic,
+                                           uint32_t buffer) {
+  if (L == CUBE__LAYOUT_DYNAMIC) return cube__meta(info, dynamic, buffer);
+  uint64_t off = info[1 + (L & 0xffffu) + (L >> 16) + buffer];
+  return off == CUBE_INFO_NO_META ? (const uint64_t *)0 : dynamic + off;
+}
+#define CUBE__LEN_BYTES(name) cube__len_at<cube__layout>(cube__ctx->info, name##__idx)
+#define CUBE__META(name) \
+  cube__meta_at<cube__layout>(cube__ctx->info, cube__ctx->dynamic, name##__idx)
+#else
+#define CUBE__LEN_BYTES(name) cube__len_bytes(cube__ctx->info, name##__idx)
+#define CUBE__META(name) cube__meta(cube__ctx->info, cube__ctx->dynamic, name##__idx)
+#endif
 CUBE__DEVICE uint64_t cube__rank(const uint64_t *m) {
   return m ? m[0] : 0;
 }
@@ -2144,7 +2215,7 @@ CUBE__DEVICE uint64_t cube__stride(const uint64_t *m, uint32_t d) {
 // launch passed no such scalar; the launch check refuses that beforehand).
 #define SCALAR(type, i) CUBE__SCALAR_##type(CUBE__SCALAR_WORD(type, i))
 // Elements in a buffer (its binding's bytes over the element size).
-#define LEN(name) (cube__len_bytes(cube__ctx->info, name##__idx) / sizeof(*(name)))
+#define LEN(name) (CUBE__LEN_BYTES(name) / sizeof(*(name)))
 
 // Bounds-checked access, CubeCL's execution mode (cube_execution_mode_t on the
 // kernel's description). Checked (the default): a LOAD at an index >= LEN(name)
@@ -2158,11 +2229,9 @@ CUBE__DEVICE uint64_t cube__stride(const uint64_t *m, uint32_t d) {
 #define LOAD(name, i) ((name)[(i)])
 #define STORE(name, i, v) ((void)((name)[(i)] = (v)))
 #endif
-#define RANK(name) cube__rank(cube__meta(cube__ctx->info, cube__ctx->dynamic, name##__idx))
-#define SHAPE(name, d) \
-  cube__shape(cube__meta(cube__ctx->info, cube__ctx->dynamic, name##__idx), (d))
-#define STRIDE(name, d) \
-  cube__stride(cube__meta(cube__ctx->info, cube__ctx->dynamic, name##__idx), (d))
+#define RANK(name) cube__rank(CUBE__META(name))
+#define SHAPE(name, d) cube__shape(CUBE__META(name), (d))
+#define STRIDE(name, d) cube__stride(CUBE__META(name), (d))
 
 //===--- TMA tensor maps (docs/tma.md) ---===//
 //
@@ -2335,6 +2404,11 @@ CUBE__DEVICE void cube__tma_store_5d(const cube__tmap_t *m, const void *s, int32
 #define TMA_STORE_WAIT() asm volatile("cp.async.bulk.wait_group 0;" ::: "memory")
 // Every committed store has read its shared memory (the tile may be reused).
 #define TMA_STORE_WAIT_READ() asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory")
+// The same, except the |n| (a constant) most recently committed groups may
+// still be pending: a pipeline refills a tile while the latest store reads.
+#define TMA_STORE_WAIT_PENDING(n) asm volatile("cp.async.bulk.wait_group %0;" ::"n"(n) : "memory")
+#define TMA_STORE_WAIT_READ_PENDING(n) \
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(n) : "memory")
 
 #define TMA_LOAD_1D(smem, map, bar, x) cube__tma_load_1d((smem), (map), (bar), (int32_t)(x))
 #define TMA_LOAD_2D(smem, map, bar, y, x) \
@@ -2428,21 +2502,38 @@ static inline void cube__mbar_arrive_tx(cube__ctx_t *ctx, uint64_t *bar, int64_t
   m.pending = (uint16_t)(m.pending - (arrive ? 1 : 0));
   cube__mbar_put(bar, m);
 }
+// A plain arrival: a unit telling others it is done with a stage. The
+// barrier splitter keeps a kernel that arrives this way on fibers, where a
+// unit waiting for another's arrival lets the others run.
+static inline void cube__mbar_arrive(cube__ctx_t *ctx, uint64_t *bar) {
+  cube__mbar_arrive_tx(ctx, bar, 0, 1);
+}
+// Waits this long (switches to other units) before calling it a deadlock.
+#define CUBE__MBAR_SPINS (1u << 20)
 static inline void cube__mbar_wait(cube__ctx_t *ctx, uint64_t *bar, uint32_t parity) {
-  cube__mbar_t m = cube__mbar_get(bar);
-  // The phase of parity |parity| is done when the current phase is the other.
-  if (((m.expected_phase >> 15) & 1u) != (parity & 1u)) return;
-  // Nothing else can complete it: units run one after another, and a TMA
-  // load completes the moment it is issued.
-  ctx->trap(ctx,
-            "MBAR_WAIT on a phase nothing completed: on the CPU a TMA load completes when "
-            "issued, so the issuing unit must run first (issue from unit 0) and the expected "
-            "bytes must match the loads");
+  for (uint32_t spins = 0;; ++spins) {
+    cube__mbar_t m = cube__mbar_get(bar);
+    // The phase of parity |parity| is done when the current phase is the other.
+    if (((m.expected_phase >> 15) & 1u) != (parity & 1u)) return;
+    if (spins == CUBE__MBAR_SPINS)
+      ctx->trap(ctx,
+                "MBAR_WAIT: no unit completes the phase (every unit left waits on an mbarrier: "
+                "a deadlock)");
+    // A TMA load completes the moment it is issued; an arrival only when
+    // its unit runs: on fibers, let the others run (a split or plain cube
+    // runs its units one after another and nothing else can complete it).
+    if (!ctx->yield || !ctx->yield(ctx))
+      ctx->trap(ctx,
+                "MBAR_WAIT on a phase nothing completed: on the CPU a TMA load completes when "
+                "issued, so the issuing unit must run first (issue from unit 0), the expected "
+                "bytes must match the loads, and an MBAR_ARRIVE must come from a unit that "
+                "can still run");
+  }
 }
 #define MBAR_INIT(bar, count) cube__mbar_init(cube__ctx, (bar), (uint32_t)(count))
 #define MBAR_ARRIVE_EXPECT_TX(bar, bytes) \
   cube__mbar_arrive_tx(cube__ctx, (bar), (int64_t)(uint32_t)(bytes), 1)
-#define MBAR_ARRIVE(bar) cube__mbar_arrive_tx(cube__ctx, (bar), 0, 1)
+#define MBAR_ARRIVE(bar) cube__mbar_arrive(cube__ctx, (bar))
 #define MBAR_WAIT(bar, parity) cube__mbar_wait(cube__ctx, (bar), (uint32_t)(parity))
 // Units of a cube run one after another: every write is already visible.
 #define FENCE_MBAR_INIT() ((void)0)
@@ -2450,6 +2541,8 @@ static inline void cube__mbar_wait(cube__ctx_t *ctx, uint64_t *bar, uint32_t par
 #define TMA_STORE_COMMIT() ((void)0)
 #define TMA_STORE_WAIT() ((void)0)
 #define TMA_STORE_WAIT_READ() ((void)0)
+#define TMA_STORE_WAIT_PENDING(n) ((void)(n))
+#define TMA_STORE_WAIT_READ_PENDING(n) ((void)(n))
 
 // The byte in shared memory where byte |offset| of a box lands: 16-byte
 // chunks XORed with the 128-byte row bits, as the hardware does (CUTLASS's
@@ -2755,95 +2848,115 @@ CUBE__DEVICE uint64_t cube__wg_desc(const void *tile) {
   uint64_t a = cube__smem(tile);
   return ((a & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)64 << 32) | ((uint64_t)1 << 62);
 }
+// An MN-major tile with the 128-byte swizzle (CUTLASS's
+// ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO))): 64 n per 128-byte row, k rows 128
+// bytes apart, 8-row groups 1024 bytes apart (SBO), blocks of 64 n
+// |block_bytes| apart (LBO).
+CUBE__DEVICE uint64_t cube__wg_desc_mn(const void *tile, uint32_t block_bytes) {
+  uint64_t a = cube__smem(tile);
+  return ((a & 0x3FFFFu) >> 4) | ((uint64_t)((block_bytes >> 4) & 0x3FFFu) << 16) |
+         ((uint64_t)64 << 32) | ((uint64_t)1 << 62);
+}
+// The accumulator operands of an m64nN WGMMA: N / 2 f32 registers, then
+// the two descriptors and the scale-d predicate's operand.
+#define CUBE__WG_REGS_64                                                                       \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define CUBE__WG_AB_64 "%32, %33"
+#define CUBE__WG_P_64 "%34"
+#define CUBE__WG_OUTS_64(d)                                                                     \
+  "+f"(d.r[0]), "+f"(d.r[1]), "+f"(d.r[2]), "+f"(d.r[3]), "+f"(d.r[4]), "+f"(d.r[5]),           \
+      "+f"(d.r[6]), "+f"(d.r[7]), "+f"(d.r[8]), "+f"(d.r[9]), "+f"(d.r[10]), "+f"(d.r[11]),     \
+      "+f"(d.r[12]), "+f"(d.r[13]), "+f"(d.r[14]), "+f"(d.r[15]), "+f"(d.r[16]), "+f"(d.r[17]), \
+      "+f"(d.r[18]), "+f"(d.r[19]), "+f"(d.r[20]), "+f"(d.r[21]), "+f"(d.r[22]), "+f"(d.r[23]), \
+      "+f"(d.r[24]), "+f"(d.r[25]), "+f"(d.r[26]), "+f"(d.r[27]), "+f"(d.r[28]), "+f"(d.r[29]), \
+      "+f"(d.r[30]), "+f"(d.r[31])
+#define CUBE__WG_REGS_128                                                                      \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, " \
+  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, " \
+  "%56, %57, %58, %59, %60, %61, %62, %63"
+#define CUBE__WG_AB_128 "%64, %65"
+#define CUBE__WG_P_128 "%66"
+#define CUBE__WG_OUTS_128(d)                                                                    \
+  "+f"(d.r[0]), "+f"(d.r[1]), "+f"(d.r[2]), "+f"(d.r[3]), "+f"(d.r[4]), "+f"(d.r[5]),           \
+      "+f"(d.r[6]), "+f"(d.r[7]), "+f"(d.r[8]), "+f"(d.r[9]), "+f"(d.r[10]), "+f"(d.r[11]),     \
+      "+f"(d.r[12]), "+f"(d.r[13]), "+f"(d.r[14]), "+f"(d.r[15]), "+f"(d.r[16]), "+f"(d.r[17]), \
+      "+f"(d.r[18]), "+f"(d.r[19]), "+f"(d.r[20]), "+f"(d.r[21]), "+f"(d.r[22]), "+f"(d.r[23]), \
+      "+f"(d.r[24]), "+f"(d.r[25]), "+f"(d.r[26]), "+f"(d.r[27]), "+f"(d.r[28]), "+f"(d.r[29]), \
+      "+f"(d.r[30]), "+f"(d.r[31]), "+f"(d.r[32]), "+f"(d.r[33]), "+f"(d.r[34]), "+f"(d.r[35]), \
+      "+f"(d.r[36]), "+f"(d.r[37]), "+f"(d.r[38]), "+f"(d.r[39]), "+f"(d.r[40]), "+f"(d.r[41]), \
+      "+f"(d.r[42]), "+f"(d.r[43]), "+f"(d.r[44]), "+f"(d.r[45]), "+f"(d.r[46]), "+f"(d.r[47]), \
+      "+f"(d.r[48]), "+f"(d.r[49]), "+f"(d.r[50]), "+f"(d.r[51]), "+f"(d.r[52]), "+f"(d.r[53]), \
+      "+f"(d.r[54]), "+f"(d.r[55]), "+f"(d.r[56]), "+f"(d.r[57]), "+f"(d.r[58]), "+f"(d.r[59]), \
+      "+f"(d.r[60]), "+f"(d.r[61]), "+f"(d.r[62]), "+f"(d.r[63])
+#define CUBE__WG_REGS_256                                                                          \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "     \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "     \
+  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "     \
+  "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, "     \
+  "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, "     \
+  "%92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, " \
+  "%109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, "     \
+  "%124, %125, %126, %127"
+#define CUBE__WG_AB_256 "%128, %129"
+#define CUBE__WG_P_256 "%130"
+#define CUBE__WG_OUTS_256(d)                                                                      \
+  "+f"(d.r[0]), "+f"(d.r[1]), "+f"(d.r[2]), "+f"(d.r[3]), "+f"(d.r[4]), "+f"(d.r[5]),             \
+      "+f"(d.r[6]), "+f"(d.r[7]), "+f"(d.r[8]), "+f"(d.r[9]), "+f"(d.r[10]), "+f"(d.r[11]),       \
+      "+f"(d.r[12]), "+f"(d.r[13]), "+f"(d.r[14]), "+f"(d.r[15]), "+f"(d.r[16]), "+f"(d.r[17]),   \
+      "+f"(d.r[18]), "+f"(d.r[19]), "+f"(d.r[20]), "+f"(d.r[21]), "+f"(d.r[22]), "+f"(d.r[23]),   \
+      "+f"(d.r[24]), "+f"(d.r[25]), "+f"(d.r[26]), "+f"(d.r[27]), "+f"(d.r[28]), "+f"(d.r[29]),   \
+      "+f"(d.r[30]), "+f"(d.r[31]), "+f"(d.r[32]), "+f"(d.r[33]), "+f"(d.r[34]), "+f"(d.r[35]),   \
+      "+f"(d.r[36]), "+f"(d.r[37]), "+f"(d.r[38]), "+f"(d.r[39]), "+f"(d.r[40]), "+f"(d.r[41]),   \
+      "+f"(d.r[42]), "+f"(d.r[43]), "+f"(d.r[44]), "+f"(d.r[45]), "+f"(d.r[46]), "+f"(d.r[47]),   \
+      "+f"(d.r[48]), "+f"(d.r[49]), "+f"(d.r[50]), "+f"(d.r[51]), "+f"(d.r[52]), "+f"(d.r[53]),   \
+      "+f"(d.r[54]), "+f"(d.r[55]), "+f"(d.r[56]), "+f"(d.r[57]), "+f"(d.r[58]), "+f"(d.r[59]),   \
+      "+f"(d.r[60]), "+f"(d.r[61]), "+f"(d.r[62]), "+f"(d.r[63]), "+f"(d.r[64]), "+f"(d.r[65]),   \
+      "+f"(d.r[66]), "+f"(d.r[67]), "+f"(d.r[68]), "+f"(d.r[69]), "+f"(d.r[70]), "+f"(d.r[71]),   \
+      "+f"(d.r[72]), "+f"(d.r[73]), "+f"(d.r[74]), "+f"(d.r[75]), "+f"(d.r[76]), "+f"(d.r[77]),   \
+      "+f"(d.r[78]), "+f"(d.r[79]), "+f"(d.r[80]), "+f"(d.r[81]), "+f"(d.r[82]), "+f"(d.r[83]),   \
+      "+f"(d.r[84]), "+f"(d.r[85]), "+f"(d.r[86]), "+f"(d.r[87]), "+f"(d.r[88]), "+f"(d.r[89]),   \
+      "+f"(d.r[90]), "+f"(d.r[91]), "+f"(d.r[92]), "+f"(d.r[93]), "+f"(d.r[94]), "+f"(d.r[95]),   \
+      "+f"(d.r[96]), "+f"(d.r[97]), "+f"(d.r[98]), "+f"(d.r[99]), "+f"(d.r[100]), "+f"(d.r[101]), \
+      "+f"(d.r[102]), "+f"(d.r[103]), "+f"(d.r[104]), "+f"(d.r[105]), "+f"(d.r[106]),             \
+      "+f"(d.r[107]), "+f"(d.r[108]), "+f"(d.r[109]), "+f"(d.r[110]), "+f"(d.r[111]),             \
+      "+f"(d.r[112]), "+f"(d.r[113]), "+f"(d.r[114]), "+f"(d.r[115]), "+f"(d.r[116]),             \
+      "+f"(d.r[117]), "+f"(d.r[118]), "+f"(d.r[119]), "+f"(d.r[120]), "+f"(d.r[121]),             \
+      "+f"(d.r[122]), "+f"(d.r[123]), "+f"(d.r[124]), "+f"(d.r[125]), "+f"(d.r[126]),             \
+      "+f"(d.r[127])
+// cube__wgmma_<fn>(acc, desc_a, desc_b): acc += A x B^T, |shape| the
+// instruction's kNN.type.type, |tail| the immediates after the scale-d
+// predicate (scale A, scale B, and for 16-bit types the two transposes).
+#define CUBE__WGMMA_DEF(fn, N, shape, tail)                                                       \
+  CUBE__DEVICE void cube__wgmma_##fn(cube__wg_acc<N> &d, uint64_t da, uint64_t db) {              \
+    asm volatile(                                                                                 \
+        "{\n"                                                                                     \
+        ".reg .pred p;\n"                                                                         \
+        "setp.ne.b32 p, " CUBE__WG_P_##N                                                          \
+        ", 0;\n"                                                                                  \
+        "wgmma.mma_async.sync.aligned.m64n" #N shape " {" CUBE__WG_REGS_##N "}, " CUBE__WG_AB_##N \
+        ", p, " tail                                                                              \
+        ";\n"                                                                                     \
+        "}\n"                                                                                     \
+        : CUBE__WG_OUTS_##N(d)                                                                    \
+        : "l"(da), "l"(db), "n"(1));                                                              \
+  }
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-CUBE__DEVICE void cube__wgmma_bf16(cube__wg_acc<64> &d, uint64_t da, uint64_t db) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, %32, %33, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d.r[0]), "+f"(d.r[1]), "+f"(d.r[2]), "+f"(d.r[3]), "+f"(d.r[4]), "+f"(d.r[5]),
-        "+f"(d.r[6]), "+f"(d.r[7]), "+f"(d.r[8]), "+f"(d.r[9]), "+f"(d.r[10]), "+f"(d.r[11]),
-        "+f"(d.r[12]), "+f"(d.r[13]), "+f"(d.r[14]), "+f"(d.r[15]), "+f"(d.r[16]), "+f"(d.r[17]),
-        "+f"(d.r[18]), "+f"(d.r[19]), "+f"(d.r[20]), "+f"(d.r[21]), "+f"(d.r[22]), "+f"(d.r[23]),
-        "+f"(d.r[24]), "+f"(d.r[25]), "+f"(d.r[26]), "+f"(d.r[27]), "+f"(d.r[28]), "+f"(d.r[29]),
-        "+f"(d.r[30]), "+f"(d.r[31])
-      : "l"(da), "l"(db), "n"(1));
-}
-CUBE__DEVICE void cube__wgmma_bf16(cube__wg_acc<128> &d, uint64_t da, uint64_t db) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, %64, %65, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d.r[0]), "+f"(d.r[1]), "+f"(d.r[2]), "+f"(d.r[3]), "+f"(d.r[4]), "+f"(d.r[5]),
-        "+f"(d.r[6]), "+f"(d.r[7]), "+f"(d.r[8]), "+f"(d.r[9]), "+f"(d.r[10]), "+f"(d.r[11]),
-        "+f"(d.r[12]), "+f"(d.r[13]), "+f"(d.r[14]), "+f"(d.r[15]), "+f"(d.r[16]), "+f"(d.r[17]),
-        "+f"(d.r[18]), "+f"(d.r[19]), "+f"(d.r[20]), "+f"(d.r[21]), "+f"(d.r[22]), "+f"(d.r[23]),
-        "+f"(d.r[24]), "+f"(d.r[25]), "+f"(d.r[26]), "+f"(d.r[27]), "+f"(d.r[28]), "+f"(d.r[29]),
-        "+f"(d.r[30]), "+f"(d.r[31]), "+f"(d.r[32]), "+f"(d.r[33]), "+f"(d.r[34]), "+f"(d.r[35]),
-        "+f"(d.r[36]), "+f"(d.r[37]), "+f"(d.r[38]), "+f"(d.r[39]), "+f"(d.r[40]), "+f"(d.r[41]),
-        "+f"(d.r[42]), "+f"(d.r[43]), "+f"(d.r[44]), "+f"(d.r[45]), "+f"(d.r[46]), "+f"(d.r[47]),
-        "+f"(d.r[48]), "+f"(d.r[49]), "+f"(d.r[50]), "+f"(d.r[51]), "+f"(d.r[52]), "+f"(d.r[53]),
-        "+f"(d.r[54]), "+f"(d.r[55]), "+f"(d.r[56]), "+f"(d.r[57]), "+f"(d.r[58]), "+f"(d.r[59]),
-        "+f"(d.r[60]), "+f"(d.r[61]), "+f"(d.r[62]), "+f"(d.r[63])
-      : "l"(da), "l"(db), "n"(1));
-}
-CUBE__DEVICE void cube__wgmma_bf16(cube__wg_acc<256> &d, uint64_t da, uint64_t db) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, "
-      "%127"
-      "}, %128, %129, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d.r[0]), "+f"(d.r[1]), "+f"(d.r[2]), "+f"(d.r[3]), "+f"(d.r[4]), "+f"(d.r[5]),
-        "+f"(d.r[6]), "+f"(d.r[7]), "+f"(d.r[8]), "+f"(d.r[9]), "+f"(d.r[10]), "+f"(d.r[11]),
-        "+f"(d.r[12]), "+f"(d.r[13]), "+f"(d.r[14]), "+f"(d.r[15]), "+f"(d.r[16]), "+f"(d.r[17]),
-        "+f"(d.r[18]), "+f"(d.r[19]), "+f"(d.r[20]), "+f"(d.r[21]), "+f"(d.r[22]), "+f"(d.r[23]),
-        "+f"(d.r[24]), "+f"(d.r[25]), "+f"(d.r[26]), "+f"(d.r[27]), "+f"(d.r[28]), "+f"(d.r[29]),
-        "+f"(d.r[30]), "+f"(d.r[31]), "+f"(d.r[32]), "+f"(d.r[33]), "+f"(d.r[34]), "+f"(d.r[35]),
-        "+f"(d.r[36]), "+f"(d.r[37]), "+f"(d.r[38]), "+f"(d.r[39]), "+f"(d.r[40]), "+f"(d.r[41]),
-        "+f"(d.r[42]), "+f"(d.r[43]), "+f"(d.r[44]), "+f"(d.r[45]), "+f"(d.r[46]), "+f"(d.r[47]),
-        "+f"(d.r[48]), "+f"(d.r[49]), "+f"(d.r[50]), "+f"(d.r[51]), "+f"(d.r[52]), "+f"(d.r[53]),
-        "+f"(d.r[54]), "+f"(d.r[55]), "+f"(d.r[56]), "+f"(d.r[57]), "+f"(d.r[58]), "+f"(d.r[59]),
-        "+f"(d.r[60]), "+f"(d.r[61]), "+f"(d.r[62]), "+f"(d.r[63]), "+f"(d.r[64]), "+f"(d.r[65]),
-        "+f"(d.r[66]), "+f"(d.r[67]), "+f"(d.r[68]), "+f"(d.r[69]), "+f"(d.r[70]), "+f"(d.r[71]),
-        "+f"(d.r[72]), "+f"(d.r[73]), "+f"(d.r[74]), "+f"(d.r[75]), "+f"(d.r[76]), "+f"(d.r[77]),
-        "+f"(d.r[78]), "+f"(d.r[79]), "+f"(d.r[80]), "+f"(d.r[81]), "+f"(d.r[82]), "+f"(d.r[83]),
-        "+f"(d.r[84]), "+f"(d.r[85]), "+f"(d.r[86]), "+f"(d.r[87]), "+f"(d.r[88]), "+f"(d.r[89]),
-        "+f"(d.r[90]), "+f"(d.r[91]), "+f"(d.r[92]), "+f"(d.r[93]), "+f"(d.r[94]), "+f"(d.r[95]),
-        "+f"(d.r[96]), "+f"(d.r[97]), "+f"(d.r[98]), "+f"(d.r[99]), "+f"(d.r[100]), "+f"(d.r[101]),
-        "+f"(d.r[102]), "+f"(d.r[103]), "+f"(d.r[104]), "+f"(d.r[105]), "+f"(d.r[106]),
-        "+f"(d.r[107]), "+f"(d.r[108]), "+f"(d.r[109]), "+f"(d.r[110]), "+f"(d.r[111]),
-        "+f"(d.r[112]), "+f"(d.r[113]), "+f"(d.r[114]), "+f"(d.r[115]), "+f"(d.r[116]),
-        "+f"(d.r[117]), "+f"(d.r[118]), "+f"(d.r[119]), "+f"(d.r[120]), "+f"(d.r[121]),
-        "+f"(d.r[122]), "+f"(d.r[123]), "+f"(d.r[124]), "+f"(d.r[125]), "+f"(d.r[126]),
-        "+f"(d.r[127])
-      : "l"(da), "l"(db), "n"(1));
-}
+CUBE__WGMMA_DEF(bf16, 64, "k16.f32.bf16.bf16", "1, 1, 0, 0")
+CUBE__WGMMA_DEF(bf16, 128, "k16.f32.bf16.bf16", "1, 1, 0, 0")
+CUBE__WGMMA_DEF(bf16, 256, "k16.f32.bf16.bf16", "1, 1, 0, 0")
+// B MN-major (transposed: tnspB = 1), for B given k x n.
+CUBE__WGMMA_DEF(bf16_bmn, 64, "k16.f32.bf16.bf16", "1, 1, 0, 1")
+CUBE__WGMMA_DEF(bf16_bmn, 128, "k16.f32.bf16.bf16", "1, 1, 0, 1")
+CUBE__WGMMA_DEF(bf16_bmn, 256, "k16.f32.bf16.bf16", "1, 1, 0, 1")
+// fp8: K-major operands only, no transpose immediates.
+CUBE__WGMMA_DEF(e4m3, 64, "k32.f32.e4m3.e4m3", "1, 1")
+CUBE__WGMMA_DEF(e4m3, 128, "k32.f32.e4m3.e4m3", "1, 1")
+CUBE__WGMMA_DEF(e4m3, 256, "k32.f32.e4m3.e4m3", "1, 1")
+CUBE__WGMMA_DEF(e5m2, 64, "k32.f32.e5m2.e5m2", "1, 1")
+CUBE__WGMMA_DEF(e5m2, 128, "k32.f32.e5m2.e5m2", "1, 1")
+CUBE__WGMMA_DEF(e5m2, 256, "k32.f32.e5m2.e5m2", "1, 1")
 template <int N>
 CUBE__DEVICE void cube__wg_fence(cube__wg_acc<N> &d) {
   cube__wg_fence_operand(d);
@@ -2862,11 +2975,16 @@ template <int N>
 struct cube__wg_needs_sm90a {
   static_assert(N < 0, "WGMMA needs sm_90a: build the kernel with --gpu-architecture=sm_90a");
 };
-template <int N>
-CUBE__DEVICE void cube__wgmma_bf16(cube__wg_acc<N> &, uint64_t, uint64_t) {
-  cube__wg_needs_sm90a<N> refused;
-  (void)refused;
-}
+#define CUBE__WGMMA_REFUSED(fn)                                               \
+  template <int N>                                                            \
+  CUBE__DEVICE void cube__wgmma_##fn(cube__wg_acc<N> &, uint64_t, uint64_t) { \
+    cube__wg_needs_sm90a<N> refused;                                          \
+    (void)refused;                                                            \
+  }
+CUBE__WGMMA_REFUSED(bf16)
+CUBE__WGMMA_REFUSED(bf16_bmn)
+CUBE__WGMMA_REFUSED(e4m3)
+CUBE__WGMMA_REFUSED(e5m2)
 template <int N>
 CUBE__DEVICE void cube__wg_fence(cube__wg_acc<N> &) {
   cube__wg_needs_sm90a<N> refused;
@@ -2896,6 +3014,13 @@ CUBE__DEVICE void cube__wg_store(T *c, const cube__wg_acc<N> &d, uint32_t ldc) {
 #define WGMMA_FENCE(acc) cube__wg_fence(acc)
 #define WGMMA_BF16(acc, a, b) \
   cube__wgmma_bf16((acc), cube__wg_desc((const bf16 *)(a)), cube__wg_desc((const bf16 *)(b)))
+#define WGMMA_BF16_KN(acc, a, b, block_bytes)                   \
+  cube__wgmma_bf16_bmn((acc), cube__wg_desc((const bf16 *)(a)), \
+                       cube__wg_desc_mn((const bf16 *)(b), (block_bytes)))
+#define WGMMA_E4M3(acc, a, b) \
+  cube__wgmma_e4m3((acc), cube__wg_desc((const e4m3 *)(a)), cube__wg_desc((const e4m3 *)(b)))
+#define WGMMA_E5M2(acc, a, b) \
+  cube__wgmma_e5m2((acc), cube__wg_desc((const e5m2 *)(a)), cube__wg_desc((const e5m2 *)(b)))
 #define WGMMA_COMMIT() cube__wg_commit()
 #define WGMMA_WAIT(acc, pending) cube__wg_wait<(pending)>(acc)
 #define WG_ACC_STORE(c, acc, ldc) cube__wg_store((c), (acc), (uint32_t)(ldc))
@@ -2918,33 +3043,59 @@ typedef struct {
 CUBE__DEVICE void cube__wg_fill(float *v, uint32_t n, float x) {
   for (uint32_t i = 0; i < 16 * n; ++i) v[i] = x;
 }
-// Element j (of 64) of row r of a swizzled K-major tile row: |p| is the row
-// start plus k, at a 2-byte offset of the arena's 128-byte rows.
-CUBE__DEVICE float cube__wg_elem(cube__ctx_t *ctx, const bf16 *p, uint32_t r, uint32_t j) {
-  uint64_t off = (uint64_t)((const unsigned char *)p - ctx->shared) + (uint64_t)r * 128u + 2u * j;
+// Element j of row r of a swizzled K-major tile (rows of 128 bytes): |p| is
+// the row start plus k; |kind| 0 bf16 (j < 16), 1 e4m3 or 2 e5m2 (j < 32).
+CUBE__DEVICE float cube__wg_elem(cube__ctx_t *ctx, const void *p, uint32_t r, uint32_t j,
+                                 uint32_t kind) {
+  uint64_t off =
+      (uint64_t)((const unsigned char *)p - ctx->shared) + (uint64_t)r * 128u + (kind ? j : 2u * j);
+  const unsigned char *at = ctx->shared + cube__tma_swizzle(128, off);
+  if (kind == 1) return cube__e4m3_to_f32(cube__e4m3_of(*at));
+  if (kind == 2) return cube__e5m2_to_f32(cube__e5m2_of(*at));
+  bf16 h;
+  memcpy(&h, at, sizeof h);
+  return cube__bf16_to_f32(h);
+}
+// Element (n, j) of a swizzled MN-major bf16 tile: blocks of 64 n
+// |block_bytes| apart, k rows 128 bytes apart; |p| is the tile plus k rows.
+CUBE__DEVICE float cube__wg_elem_mn(cube__ctx_t *ctx, const void *p, uint32_t n, uint32_t j,
+                                    uint32_t block_bytes) {
+  uint64_t off = (uint64_t)((const unsigned char *)p - ctx->shared) +
+                 (uint64_t)(n / 64u) * block_bytes + (uint64_t)j * 128u + 2u * (n % 64u);
   bf16 h;
   memcpy(&h, ctx->shared + cube__tma_swizzle(128, off), sizeof h);
   return cube__bf16_to_f32(h);
 }
-CUBE__DEVICE void cube__wgmma_cpu(cube__ctx_t *ctx, float *v, uint32_t n, const bf16 *a,
-                                  const bf16 *b, uint32_t q) {
+// acc (rows 16q..16q+15 of 64 x n) += A x B for one instruction's k (16
+// bf16 or 32 fp8): each product exact in f32 (both operands' significands
+// fit), summed in f32 in k order onto the accumulator. |kind| as above; 3:
+// bf16 with B MN-major, |block_bytes| apart.
+CUBE__DEVICE void cube__wgmma_cpu(cube__ctx_t *ctx, float *v, uint32_t n, const void *a,
+                                  const void *b, uint32_t q, uint32_t kind, uint32_t block_bytes,
+                                  const char *outside, const char *unaligned) {
   const uintptr_t arena = (uintptr_t)ctx->shared;
   const uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
+  const uint32_t kn = kind == 1 || kind == 2 ? 32u : 16u;
+  const uint64_t b_end =
+      kind == 3 ? (uint64_t)(n / 64u - 1u) * block_bytes + kn * 128u : (uint64_t)n * 128u;
   if (pa < arena || pb < arena || pa - arena + 64u * 128u > ctx->shared_size ||
-      pb - arena + (uint64_t)n * 128u > ctx->shared_size)
-    ctx->trap(ctx, "WGMMA_BF16: a tile does not lie in the cube's shared memory");
-  if (((pa - arena) & 1023u) > 96u || ((pb - arena) & 1023u) > 96u || ((pa - arena) & 31u) ||
-      ((pb - arena) & 31u))
-    ctx->trap(ctx,
-              "WGMMA_BF16: a tile is not 1024-byte aligned (plus k = 0, 16, 32 or 48 elements)");
-  float x[16][16], y[16];
+      pb - arena + b_end > ctx->shared_size)
+    ctx->trap(ctx, outside);
+  if (((pa - arena) & 1023u) > 96u || ((pa - arena) & 31u) ||
+      (kind == 3 ? ((pb - arena) & 1023u) || (block_bytes & 1023u)
+                 : ((pb - arena) & 1023u) > 96u || ((pb - arena) & 31u)))
+    ctx->trap(ctx, unaligned);
+  float x[16][32], y[32];
   for (uint32_t i = 0; i < 16; ++i)
-    for (uint32_t j = 0; j < 16; ++j) x[i][j] = cube__wg_elem(ctx, a, 16u * q + i, j);
+    for (uint32_t j = 0; j < kn; ++j)
+      x[i][j] = cube__wg_elem(ctx, a, 16u * q + i, j, kind == 3 ? 0u : kind);
   for (uint32_t col = 0; col < n; ++col) {
-    for (uint32_t j = 0; j < 16; ++j) y[j] = cube__wg_elem(ctx, b, col, j);
+    for (uint32_t j = 0; j < kn; ++j)
+      y[j] = kind == 3 ? cube__wg_elem_mn(ctx, b, col, j, block_bytes)
+                       : cube__wg_elem(ctx, b, col, j, kind);
     for (uint32_t i = 0; i < 16; ++i) {
       float s = v[i * n + col];
-      for (uint32_t j = 0; j < 16; ++j) s += x[i][j] * y[j];
+      for (uint32_t j = 0; j < kn; ++j) s += x[i][j] * y[j];
       v[i * n + col] = s;
     }
   }
@@ -2961,15 +3112,78 @@ CUBE__WG_STORE(float, (float))
 #define CUBE__WG_Q ((uint32_t)(UNIT_POS / PLANE_DIM) % 4u)
 #define WG_ACC_FILL(acc, x) cube__wg_fill((acc).v, CUBE__WG_N(acc), (float)(x))
 #define WGMMA_FENCE(acc) ((void)(acc))
+#define CUBE__WG_TILE_MSG(op)                                                                  \
+  op ": a tile does not lie in the cube's shared memory", op                                   \
+      ": a tile is not 1024-byte aligned (K-major: plus 0, 32, 64 or 96 bytes of k; MN-major " \
+      "B: on the period, its blocks a multiple of 1024 bytes apart)"
 #define WGMMA_BF16(acc, a, b)                                                                \
   cube__wgmma_cpu(cube__ctx, (acc).v, CUBE__WG_N(acc), (const bf16 *)(a), (const bf16 *)(b), \
-                  CUBE__WG_Q)
+                  CUBE__WG_Q, 0, 0, CUBE__WG_TILE_MSG("WGMMA_BF16"))
+#define WGMMA_BF16_KN(acc, a, b, block_bytes)                                                \
+  cube__wgmma_cpu(cube__ctx, (acc).v, CUBE__WG_N(acc), (const bf16 *)(a), (const bf16 *)(b), \
+                  CUBE__WG_Q, 3, (uint32_t)(block_bytes), CUBE__WG_TILE_MSG("WGMMA_BF16_KN"))
+#define WGMMA_E4M3(acc, a, b)                                                                \
+  cube__wgmma_cpu(cube__ctx, (acc).v, CUBE__WG_N(acc), (const e4m3 *)(a), (const e4m3 *)(b), \
+                  CUBE__WG_Q, 1, 0, CUBE__WG_TILE_MSG("WGMMA_E4M3"))
+#define WGMMA_E5M2(acc, a, b)                                                                \
+  cube__wgmma_cpu(cube__ctx, (acc).v, CUBE__WG_N(acc), (const e5m2 *)(a), (const e5m2 *)(b), \
+                  CUBE__WG_Q, 2, 0, CUBE__WG_TILE_MSG("WGMMA_E5M2"))
 #define WGMMA_COMMIT() ((void)0)
 #define WGMMA_WAIT(acc, pending) ((void)(acc), (void)(pending))
 #define WG_ACC_STORE(c, acc, ldc) \
   _Generic((c), f16 *: cube__wg_store_f16, bf16 *: cube__wg_store_bf16, float *: cube__wg_store_float)( \
       (c), (acc).v, CUBE__WG_N(acc), (uint64_t)(ldc), CUBE__WG_Q)
 #endif  // WGMMA backend
+
+//===--- Register reallocation between warpgroups (setmaxnreg) ---===//
+//
+// SETMAXNREG_DEC(n) / SETMAXNREG_INC(n): every unit of the calling warpgroup
+// gives back registers down to n / takes registers up to n (n a constant
+// multiple of 8 in 24..256): a producer warpgroup that only issues TMA
+// copies hands its registers to the consumers holding the accumulators. The
+// four planes of the warpgroup call it together. CUDA: setmaxnreg.dec/.inc
+// (sm_90a; the kernel needs -DCUBE_MIN_CUBES_PER_SM=1, or ptxas drops the
+// instruction), and the registers the warpgroups ask for must fit what the
+// cube started with (384 units at 168: one warpgroup at 40, two at 232).
+// CPU: nothing to reallocate; n is checked at compile time on both.
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+template <int N>
+struct cube__nreg {
+  static_assert(N >= 24 && N <= 256 && N % 8 == 0, "SETMAXNREG: n is a multiple of 8 in 24..256");
+  static constexpr int value = N;
+};
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+template <int N>
+CUBE__DEVICE void cube__setmaxnreg_inc(void) {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(cube__nreg<N>::value));
+}
+template <int N>
+CUBE__DEVICE void cube__setmaxnreg_dec(void) {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(cube__nreg<N>::value));
+}
+#else
+template <int N>
+struct cube__nreg_needs_sm90a {
+  static_assert(N < 0, "SETMAXNREG needs sm_90a: build the kernel with --gpu-architecture=sm_90a");
+};
+template <int N>
+CUBE__DEVICE void cube__setmaxnreg_inc(void) {
+  cube__nreg_needs_sm90a<cube__nreg<N>::value> refused;
+  (void)refused;
+}
+template <int N>
+CUBE__DEVICE void cube__setmaxnreg_dec(void) {
+  cube__nreg_needs_sm90a<cube__nreg<N>::value> refused;
+  (void)refused;
+}
+#endif
+#define SETMAXNREG_INC(n) cube__setmaxnreg_inc<(n)>()
+#define SETMAXNREG_DEC(n) cube__setmaxnreg_dec<(n)>()
+#else
+#define CUBE__NREG_CHECK(n) ((void)sizeof(char[((n) >= 24 && (n) <= 256 && (n) % 8 == 0) ? 1 : -1]))
+#define SETMAXNREG_INC(n) CUBE__NREG_CHECK(n)
+#define SETMAXNREG_DEC(n) CUBE__NREG_CHECK(n)
+#endif
 
 //===--- CPU: what the barrier splitter's parse sees (CUBE__SPLIT_PARSE) ---===//
 //

@@ -697,8 +697,9 @@ cube_status_t cube_server_ensure_written(cube_server_t *server, cube_slot_t *con
   (void)server;
   // Any number of slots: a check that stopped part-way would hand back the
   // rest unchecked.
-  if (count == 1) {  // a read's check: no array
-    const cube_claim_t *one = slots[0] ? &slots[0]->claim : NULL;
+  if (count == 1) {  // a read's check: no array, and a clean buffer answers at once
+    if (!slots[0] || !cube_claim_is_set(&slots[0]->claim)) return CUBE_OK;
+    const cube_claim_t *one = &slots[0]->claim;
     return cube_failure_check(&one, 1);
   }
   const cube_claim_t *local[CUBE_MAX_BUFFERS + 1] = {0};

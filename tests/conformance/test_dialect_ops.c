@@ -12,8 +12,10 @@
 // - matrix fragments of both shapes and input types, every layout, aligned
 //   and odd strides, from global and from shared memory, stored to f32,
 //   bf16 and f16, against the exact product;
-// - warpgroup MMA (N 64, 128, 256) on TMA-loaded swizzled tiles, stored to
-//   f32, bf16 and f16, against the exact product (CUDA: compute capability 9.0);
+// - warpgroup MMA (N 64, 128, 256; bf16 with B n x k and k x n, e4m3, e5m2)
+//   on TMA-loaded swizzled tiles, stored to f32, bf16 and f16, against the
+//   exact product (CUDA: compute capability 9.0);
+// - setmaxnreg over three warpgroups;
 // - async copies and ARG scalars;
 // - and the sources the dialect must refuse, refused on every backend.
 // The kernel sources come from tests/harness/dialect_cases.c, which
@@ -1241,29 +1243,39 @@ static void test_matrix_fragments(void **state) {
 
 //===--- Warpgroup MMA ---===//
 
-// One warpgroup: A (64 x 64) and B (N x 64) by TMA with the 128-byte
-// swizzle, acc = 1 + A x B^T in four WGMMAs, stored to f32, bf16 and f16
-// with a padded stride.
+// One warpgroup: A (64 rows of 128 bytes: 64 bf16 or 128 fp8 of k) and B
+// by TMA with the 128-byte swizzle, acc = 1 + A x B in one instruction per
+// k step, stored to f32, bf16 and f16 with a padded stride. WG_KIND: 0 bf16
+// with B n x k (K-major), 1 bf16 with B k x n (MN-major, WGMMA_BF16_KN:
+// N / 64 boxes of 64 n x 64 k, 8192 bytes apart), 2 e4m3, 3 e5m2 (K-major).
 static const char kWgSource[] =
+    "#if WG_KIND == 1\n"
+    "#define WG_LOAD_B()                                       \\\n"
+    "  for (uint32_t j = 0; j < WG_N / 64; ++j) TMA_LOAD_2D(bs + j * 8192, tb, bar, 0, j * 64)\n"
+    "#define WG_STEP(kk) WGMMA_BF16_KN(acc, as + (kk) * 2, bs + (kk) * 128, 8192)\n"
+    "#else\n"
+    "#define WG_LOAD_B() TMA_LOAD_2D(bs, tb, bar, 0, 0)\n"
+    "#define WG_STEP(kk) WG_OP(acc, as + (kk) * WG_EB, bs + (kk) * WG_EB)\n"
+    "#endif\n"
     "CUBE_KERNEL(wg_case, TENSOR_MAP_IN(ta), TENSOR_MAP_IN(tb), OUT(float, d), OUT(bf16, dh),\n"
     "            OUT(f16, dg)) {\n"
     "  SHARED_DYNAMIC(unsigned char, dyn);\n"
     "  unsigned char *base = dyn + (1024u - SHARED_OFFSET(dyn) % 1024u) % 1024u;\n"
-    "  bf16 *as = (bf16 *)base, *bs = (bf16 *)(base + 64 * 64 * 2);\n"
-    "  uint64_t *bar = (uint64_t *)(base + (64 + WG_N) * 64 * 2);\n"
+    "  unsigned char *as = base, *bs = base + 64 * 128;\n"
+    "  uint64_t *bar = (uint64_t *)(base + (64 + WG_N) * 128);\n"
     "  if (UNIT_POS == 0) {\n"
     "    MBAR_INIT(bar, 1);\n"
     "    FENCE_MBAR_INIT();\n"
-    "    MBAR_ARRIVE_EXPECT_TX(bar, (64 + WG_N) * 64 * 2);\n"
+    "    MBAR_ARRIVE_EXPECT_TX(bar, (64 + WG_N) * 128);\n"
     "    TMA_LOAD_2D(as, ta, bar, 0, 0);\n"
-    "    TMA_LOAD_2D(bs, tb, bar, 0, 0);\n"
+    "    WG_LOAD_B();\n"
     "  }\n"
     "  SYNC_CUBE();\n"
     "  MBAR_WAIT(bar, 0);\n"
     "  WG_ACC(WG_N) acc;\n"
     "  WG_ACC_FILL(acc, 1.0f);\n"
     "  WGMMA_FENCE(acc);\n"
-    "  UNROLL for (uint32_t kk = 0; kk < 64; kk += 16) WGMMA_BF16(acc, as + kk, bs + kk);\n"
+    "  UNROLL for (uint32_t kk = 0; kk < 128 / WG_EB; kk += WG_KSTEP) WG_STEP(kk);\n"
     "  WGMMA_COMMIT();\n"
     "  WGMMA_WAIT(acc, 0);\n"
     "  WG_ACC_STORE(d, acc, WG_N + 8);\n"
@@ -1271,42 +1283,72 @@ static const char kWgSource[] =
     "  WG_ACC_STORE(dg, acc, WG_N + 8);\n"
     "}\n";
 
-static void wg_case(cube_client_t *client, uint32_t n, uint64_t *rng) {
+static const char *const kWgKindName[] = {"bf16", "bf16 B k x n", "e4m3", "e5m2"};
+
+// Small integers -3..3: exact in bf16, e4m3 and e5m2, every product and
+// every sum (at most 1 + 128 x 9) exact in f32, so the backends must agree
+// bit for bit whatever order the tensor cores add in.
+static uint16_t wg_value(uint32_t kind, int v) {
+  return kind == 2   ? cube_e4m3_from_f32((float)v)
+         : kind == 3 ? cube_e5m2_from_f32((float)v)
+                     : cube_bf16_from_f32((float)v);
+}
+static float wg_float(uint32_t kind, const unsigned char *x, size_t i) {
+  if (kind == 2) return cube_e4m3_to_f32(x[i]);
+  if (kind == 3) return cube_e5m2_to_f32(x[i]);
+  uint16_t h;
+  memcpy(&h, x + 2 * i, 2);
+  return cube_bf16_to_f32(h);
+}
+
+static void wg_case(cube_client_t *client, uint32_t kind, uint32_t n, uint64_t *rng) {
   const cube_device_properties_t *p = cube_client_properties(client);
   const bool cuda = p->backend == CUBE_BACKEND_CUDA;
-  const uint32_t ld = n + 8;
+  const uint32_t eb = kind >= 2 ? 1 : 2, kdim = 128 / eb, ld = n + 8;
   const size_t nc = (size_t)64 * ld;
-  uint16_t a[64 * 64], *b = malloc((size_t)n * 64 * 2), *dh = malloc(nc * 2), *dg = malloc(nc * 2);
+  unsigned char *a = malloc(64 * 128), *b = malloc((size_t)n * 128);
+  uint16_t *dh = malloc(nc * 2), *dg = malloc(nc * 2);
   float *d = malloc(nc * 4);
-  assert_true(b && dh && dg && d);
-  for (int i = 0; i < 64 * 64; ++i)
-    a[i] = cube_bf16_from_f32((float)((int)cth_rand_below(rng, 7) - 3));
-  for (uint32_t i = 0; i < n * 64; ++i)
-    b[i] = cube_bf16_from_f32((float)((int)cth_rand_below(rng, 7) - 3));
+  assert_true(a && b && dh && dg && d);
+  for (uint32_t i = 0; i < 64 * kdim; ++i) {
+    uint16_t v = wg_value(kind, (int)cth_rand_below(rng, 7) - 3);
+    memcpy(a + i * eb, &v, eb);
+  }
+  for (uint32_t i = 0; i < n * kdim; ++i) {
+    uint16_t v = wg_value(kind, (int)cth_rand_below(rng, 7) - 3);
+    memcpy(b + i * eb, &v, eb);
+  }
   for (size_t i = 0; i < nc; ++i) d[i] = -777.0f, dh[i] = dg[i] = 0x7777;
-  char options[96];
-  snprintf(options, sizeof options, "%s-DWG_N=%u", cuda ? "--gpu-architecture=sm_90a " : "", n);
+  char options[160];
+  snprintf(options, sizeof options, "%s-DWG_N=%u -DWG_KIND=%u -DWG_EB=%u -DWG_KSTEP=%u -DWG_OP=%s",
+           cuda ? "--gpu-architecture=sm_90a " : "", n, kind, eb, kind >= 2 ? 32 : 16,
+           kind == 2   ? "WGMMA_E4M3"
+           : kind == 3 ? "WGMMA_E5M2"
+                       : "WGMMA_BF16");
   cube_kernel_desc_t desc = {.name = "wg_case",
                              .source = kWgSource,
                              .cube_dim = {4 * plane_size(client), 1, 1},
-                             .dynamic_shared_memory = (64 + n) * 64 * 2 + 1024 + 8,
+                             .dynamic_shared_memory = (64 + n) * 128 + 1024 + 8,
                              .options = options};
   cube_kernel_t *kernel = NULL;
   CTH_OK(cube_kernel_create(&desc, &kernel));
-  cube_handle_t ha = CTH_BUFFER(client, sizeof a), hb = CTH_BUFFER(client, (uint64_t)n * 64 * 2);
+  cube_handle_t ha = CTH_BUFFER(client, 64 * 128), hb = CTH_BUFFER(client, (uint64_t)n * 128);
   cube_handle_t hd = CTH_BUFFER(client, nc * 4), hh = CTH_BUFFER(client, nc * 2),
                 hg = CTH_BUFFER(client, nc * 2);
-  CTH_OK(cube_write(client, S, cube_handle_binding(ha), a, sizeof a));
-  CTH_OK(cube_write(client, S, cube_handle_binding(hb), b, (uint64_t)n * 64 * 2));
+  CTH_OK(cube_write(client, S, cube_handle_binding(ha), a, 64 * 128));
+  CTH_OK(cube_write(client, S, cube_handle_binding(hb), b, (uint64_t)n * 128));
   CTH_OK(cube_write(client, S, cube_handle_binding(hd), d, nc * 4));
   CTH_OK(cube_write(client, S, cube_handle_binding(hh), dh, nc * 2));
   CTH_OK(cube_write(client, S, cube_handle_binding(hg), dg, nc * 2));
-  const uint64_t shape_a[2] = {64, 64}, shape_b[2] = {n, 64};
-  const uint32_t box_a[2] = {64, 64}, box_b[2] = {n, 64};
-  cube_tensor_map_desc_t ma = cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_BF16, 2, shape_a, NULL,
-                                                    box_a),
-                         mb = cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_BF16, 2, shape_b, NULL,
-                                                    box_b);
+  const cube_tensor_map_dtype_t dtype = kind == 2   ? CUBE_TENSOR_MAP_DTYPE_E4M3
+                                        : kind == 3 ? CUBE_TENSOR_MAP_DTYPE_E5M2
+                                                    : CUBE_TENSOR_MAP_DTYPE_BF16;
+  // B n x k, or k x n read in boxes of 64 n (kind 1).
+  const uint64_t shape_a[2] = {64, kdim}, shape_b[2] = {n, kdim}, shape_kn[2] = {kdim, n};
+  const uint32_t box_a[2] = {64, kdim}, box_b[2] = {n, kdim}, box_kn[2] = {kdim, 64};
+  cube_tensor_map_desc_t ma = cube_tensor_map_tiled(dtype, 2, shape_a, NULL, box_a),
+                         mb = kind == 1 ? cube_tensor_map_tiled(dtype, 2, shape_kn, NULL, box_kn)
+                                        : cube_tensor_map_tiled(dtype, 2, shape_b, NULL, box_b);
   ma.swizzle = mb.swizzle = CUBE_TENSOR_MAP_SWIZZLE_128B;
   cube_kernel_buffer_t args[5] = {
       {.binding = cube_handle_binding(ha), .io = CUBE_IO_READ, .tensor_map = &ma},
@@ -1324,22 +1366,24 @@ static void wg_case(cube_client_t *client, uint32_t n, uint64_t *rng) {
       size_t o = (size_t)r * ld + c;
       if (c >= n) {  // the stride's padding keeps its bytes
         if (d[o] != -777.0f || dh[o] != 0x7777 || dg[o] != 0x7777)
-          fail_msg("wg_case N=%u on %s wrote outside its tile at [%u][%u]", n,
+          fail_msg("wg_case %s N=%u on %s wrote outside its tile at [%u][%u]", kWgKindName[kind], n,
                    cth_backend_label(g_kind), r, c);
         continue;
       }
       float want = 1.0f;
-      for (int k = 0; k < 64; ++k)
-        want += cube_bf16_to_f32(a[r * 64 + k]) * cube_bf16_to_f32(b[(size_t)c * 64 + k]);
+      for (uint32_t k = 0; k < kdim; ++k) {
+        size_t bi = kind == 1 ? (size_t)k * n + c : (size_t)c * kdim + k;
+        want += wg_float(kind, a, (size_t)r * kdim + k) * wg_float(kind, b, bi);
+      }
       if (d[o] != want || dh[o] != cube_bf16_from_f32(want) || dg[o] != cube_f16_from_f32(want))
-        fail_msg("wg_case N=%u on %s: d[%u][%u] = %g / bf16 0x%04x / f16 0x%04x, want %g", n,
-                 cth_backend_label(g_kind), r, c, d[o], dh[o], dg[o], want);
+        fail_msg("wg_case %s N=%u on %s: d[%u][%u] = %g / bf16 0x%04x / f16 0x%04x, want %g",
+                 kWgKindName[kind], n, cth_backend_label(g_kind), r, c, d[o], dh[o], dg[o], want);
     }
   }
   cth_release_handle(client, ha), cth_release_handle(client, hb), cth_release_handle(client, hd);
   cth_release_handle(client, hh), cth_release_handle(client, hg);
   cube_kernel_release(kernel);
-  free(b), free(dh), free(dg), free(d);
+  free(a), free(b), free(dh), free(dg), free(d);
 }
 
 static void test_warpgroup_mma(void **state) {
@@ -1355,8 +1399,151 @@ static void test_warpgroup_mma(void **state) {
     return;
   }
   uint64_t rng = 11;
-  for (uint32_t n = 64; n <= 256; n *= 2) wg_case(client, n, &rng);
-  printf("  warpgroup MMA N = 64, 128, 256 on %s\n", cth_backend_label(g_kind));
+  for (uint32_t kind = 0; kind < 4; ++kind)
+    for (uint32_t n = 64; n <= 256; n *= 2) wg_case(client, kind, n, &rng);
+  printf("  warpgroup MMA bf16 (B n x k and k x n), e4m3, e5m2; N = 64, 128, 256 on %s\n",
+         cth_backend_label(g_kind));
+  cube_client_release(client);
+}
+
+//===--- Register reallocation (SETMAXNREG) ---===//
+
+// Three warpgroups, as a warp-specialised GEMM has: the first gives
+// registers back, the other two take them (the CUTLASS split of 384 units at
+// 168: 40 and 232), and every unit then writes its mark.
+static const char kSetmaxnregSource[] =
+    "CUBE_KERNEL(setmaxnreg_case, OUT(uint32_t, out)) {\n"
+    "  const uint32_t wg = UNIT_POS / (4 * PLANE_DIM);\n"
+    "  if (wg == 0) {\n"
+    "    SETMAXNREG_DEC(40);\n"
+    "    out[UNIT_POS] = 1000u + UNIT_POS;\n"
+    "  } else {\n"
+    "    SETMAXNREG_INC(232);\n"
+    "    out[UNIT_POS] = 100000u * wg + UNIT_POS;\n"
+    "  }\n"
+    "}\n";
+
+static void test_setmaxnreg(void **state) {
+  (void)state;
+  cube_client_t *client = CTH_CLIENT(g_kind, "");
+  const cube_device_properties_t *p = cube_client_properties(client);
+  const bool cuda = p->backend == CUBE_BACKEND_CUDA;
+  if (cuda && (p->compute_capability_major != 9 || p->compute_capability_minor != 0)) {
+    printf("  setmaxnreg: not on compute capability %u.%u\n", p->compute_capability_major,
+           p->compute_capability_minor);
+    cube_client_release(client);
+    return;
+  }
+  const uint32_t units = 12 * plane_size(client);
+  uint32_t *out = malloc(units * 4);
+  assert_non_null(out);
+  for (uint32_t u = 0; u < units; ++u) out[u] = 0xdeadbeefu;
+  cube_kernel_desc_t desc = {.name = "setmaxnreg_case",
+                             .source = kSetmaxnregSource,
+                             .cube_dim = {units, 1, 1},
+                             .options = cuda ? "--gpu-architecture=sm_90a -DCUBE_MIN_CUBES_PER_SM=1"
+                                             : "-DCUBE_MIN_CUBES_PER_SM=1"};
+  cube_kernel_t *kernel = NULL;
+  CTH_OK(cube_kernel_create(&desc, &kernel));
+  cube_handle_t h = CTH_BUFFER(client, units * 4);
+  CTH_OK(cube_write(client, S, cube_handle_binding(h), out, units * 4));
+  cube_kernel_buffer_t args[1] = {{.binding = cube_handle_binding(h), .io = CUBE_IO_WRITE}};
+  cube_kernel_args_t kargs = {args, 1, NULL, 0};
+  CTH_OK(cube_launch(client, S, kernel, cube_count_static(2, 1, 1), &kargs, CUBE_LAUNCH_EXECUTE));
+  CTH_OK(cube_read(client, S, cube_handle_binding(h), out, units * 4));
+  const uint32_t wg_units = 4 * plane_size(client);
+  for (uint32_t u = 0; u < units; ++u) {
+    uint32_t wg = u / wg_units, want = wg == 0 ? 1000u + u : 100000u * wg + u;
+    if (out[u] != want)
+      fail_msg("setmaxnreg on %s: out[%u] = %u, want %u", cth_backend_label(g_kind), u, out[u],
+               want);
+  }
+  printf("  setmaxnreg: 3 warpgroups (40 / 232 / 232) on %s\n", cth_backend_label(g_kind));
+  cth_release_handle(client, h);
+  cube_kernel_release(kernel);
+  free(out);
+  cube_client_release(client);
+}
+
+//===--- A pipelined TMA copy (stores left pending while a stage refills) ---===//
+
+// 96 x 160 u32 through 8 x 32 boxes, three stages, one unit per cube, two
+// cubes taking every other box: each stage is refilled while the store of
+// the box after it may still read (TMA_STORE_WAIT_READ_PENDING(1)), the last
+// stores drained with TMA_STORE_WAIT_PENDING(0). Every element must land.
+static const char kPipelinedCopy[] =
+    "CUBE_KERNEL(tma_pipelined, TENSOR_MAP_IN(src), TENSOR_MAP_OUT(dst)) {\n"
+    "  SHARED_DYNAMIC(unsigned char, raw);\n"
+    "  SHARED(uint64_t, bar, 3);\n"
+    "  unsigned char *smem = raw + (128u - SHARED_OFFSET(raw) % 128u) % 128u;\n"
+    "  const uint32_t tiles_x = 5, tiles = 60, box = 8 * 32 * 4;\n"
+    "  for (uint32_t s = 0; s < 3; ++s) MBAR_INIT(&bar[s], 1);\n"
+    "  FENCE_MBAR_INIT();\n"
+    "  const uint32_t first = CUBE_POS_X, step = CUBE_COUNT_X;\n"
+    "  for (uint32_t s = 0; s < 3 && first + s * step < tiles; ++s) {\n"
+    "    uint32_t t = first + s * step;\n"
+    "    MBAR_ARRIVE_EXPECT_TX(&bar[s], box);\n"
+    "    TMA_LOAD_2D(smem + s * box, src, &bar[s], (t / tiles_x) * 8, (t % tiles_x) * 32);\n"
+    "  }\n"
+    "  uint32_t k = 0;\n"
+    "  for (uint32_t t = first; t < tiles; t += step, ++k) {\n"
+    "    uint32_t s = k % 3;\n"
+    "    MBAR_WAIT(&bar[s], (k / 3) & 1);\n"
+    "    TMA_STORE_2D(dst, smem + s * box, (t / tiles_x) * 8, (t % tiles_x) * 32);\n"
+    "    TMA_STORE_COMMIT();\n"
+    "    uint32_t next = t + 2 * step;\n"
+    "    if (k > 0 && next < tiles) {\n"
+    "      uint32_t p = (k - 1) % 3;\n"
+    "      TMA_STORE_WAIT_READ_PENDING(1);\n"
+    "      MBAR_ARRIVE_EXPECT_TX(&bar[p], box);\n"
+    "      TMA_LOAD_2D(smem + p * box, src, &bar[p], (next / tiles_x) * 8, (next % tiles_x) * "
+    "32);\n"
+    "    }\n"
+    "  }\n"
+    "  TMA_STORE_WAIT_PENDING(0);\n"
+    "}\n";
+
+static void test_tma_pipelined_copy(void **state) {
+  (void)state;
+  cube_client_t *client = CTH_CLIENT(g_kind, "");
+  const cube_device_properties_t *p = cube_client_properties(client);
+  if (p->backend == CUBE_BACKEND_CUDA && !p->supports_tma) {  // the CPU copies in the dialect
+    printf("  pipelined TMA copy: no TMA on %s\n", cth_backend_label(g_kind));
+    cube_client_release(client);
+    return;
+  }
+  enum { ROWS = 96, COLS = 160 };
+  uint32_t *in = malloc(ROWS * COLS * 4), *out = malloc(ROWS * COLS * 4);
+  assert_true(in && out);
+  for (uint32_t i = 0; i < ROWS * COLS; ++i) in[i] = i * 2654435761u + 1, out[i] = 0;
+  cube_kernel_desc_t desc = {.name = "tma_pipelined",
+                             .source = kPipelinedCopy,
+                             .cube_dim = {1, 1, 1},
+                             .dynamic_shared_memory = 3 * 8 * 32 * 4 + 128};
+  cube_kernel_t *kernel = NULL;
+  CTH_OK(cube_kernel_create(&desc, &kernel));
+  cube_handle_t hi = CTH_BUFFER(client, ROWS * COLS * 4), ho = CTH_BUFFER(client, ROWS * COLS * 4);
+  CTH_OK(cube_write(client, S, cube_handle_binding(hi), in, ROWS * COLS * 4));
+  CTH_OK(cube_write(client, S, cube_handle_binding(ho), out, ROWS * COLS * 4));
+  const uint64_t shape[2] = {ROWS, COLS};
+  const uint32_t box[2] = {8, 32};
+  cube_tensor_map_desc_t map =
+      cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_U32, 2, shape, NULL, box);
+  cube_kernel_buffer_t args[2] = {
+      {.binding = cube_handle_binding(hi), .io = CUBE_IO_READ, .tensor_map = &map},
+      {.binding = cube_handle_binding(ho), .io = CUBE_IO_WRITE, .tensor_map = &map}};
+  cube_kernel_args_t kargs = {args, 2, NULL, 0};
+  CTH_OK(cube_launch(client, S, kernel, cube_count_static(2, 1, 1), &kargs, CUBE_LAUNCH_EXECUTE));
+  CTH_OK(cube_read(client, S, cube_handle_binding(ho), out, ROWS * COLS * 4));
+  for (uint32_t i = 0; i < ROWS * COLS; ++i) {
+    if (out[i] != in[i])
+      fail_msg("pipelined TMA copy on %s: element [%u][%u] = %08x, want %08x",
+               cth_backend_label(g_kind), i / COLS, i % COLS, out[i], in[i]);
+  }
+  printf("  pipelined TMA copy, %u boxes on %s\n", 60u, cth_backend_label(g_kind));
+  cth_release_handle(client, hi), cth_release_handle(client, ho);
+  cube_kernel_release(kernel);
+  free(in), free(out);
   cube_client_release(client);
 }
 
@@ -1424,6 +1611,72 @@ static void test_arg_scalars(void **state) {
   cube_client_release(client);
 }
 
+// LEN, RANK, SHAPE and STRIDE where the info block's layout is fixed by the
+// signature (no ARGs and no SCALAR read; ARGs, reduced precision among them)
+// and where it is read from the header (an undeclared SCALAR read): the
+// same answers every way (on CUDA the first two index the block with
+// constants).
+static const char kLayoutNone[] =
+    "CUBE_KERNEL(lay_none, IN(float, x), OUT(double, o)) {\n"
+    "  o[0] = (double)LEN(x); o[1] = (double)RANK(x); o[2] = (double)SHAPE(x, 0);\n"
+    "  o[3] = (double)SHAPE(x, 1); o[4] = (double)STRIDE(x, 0); o[5] = (double)LEN(o);\n"
+    "  o[6] = 0; o[7] = 0;\n"
+    "}\n";
+static const char kLayoutArgs[] =
+    "CUBE_KERNEL(lay_args, IN(float, x), OUT(double, o), ARG(f16, h), ARG(f64, d), ARG(u32, u)) "
+    "{\n"
+    "  o[0] = (double)LEN(x); o[1] = (double)RANK(x); o[2] = (double)SHAPE(x, 0);\n"
+    "  o[3] = (double)SHAPE(x, 1); o[4] = (double)STRIDE(x, 0); o[5] = (double)LEN(o);\n"
+    "  o[6] = d + (double)TO_F32(h); o[7] = (double)u;\n"
+    "}\n";
+static const char kLayoutRead[] =
+    "CUBE_KERNEL(lay_read, IN(float, x), OUT(double, o)) {\n"
+    "  o[0] = (double)LEN(x); o[1] = (double)RANK(x); o[2] = (double)SHAPE(x, 0);\n"
+    "  o[3] = (double)SHAPE(x, 1); o[4] = (double)STRIDE(x, 0); o[5] = (double)LEN(o);\n"
+    "  o[6] = (double)SCALAR(f32, 0); o[7] = (double)SCALAR(u32, 0);\n"
+    "}\n";
+
+static void test_lengths_and_shapes_every_layout(void **state) {
+  (void)state;
+  cube_client_t *client = CTH_CLIENT(g_kind, "");
+  const char *const sources[3] = {kLayoutNone, kLayoutArgs, kLayoutRead};
+  const char *const names[3] = {"lay_none", "lay_args", "lay_read"};
+  cube_scalar_t args_scalars[3] = {cube_scalar_f16(1.5f), cube_scalar_f64(2.25),
+                                   cube_scalar_u32(7)};
+  cube_scalar_t read_scalars[2] = {cube_scalar_f32(-3.5f), cube_scalar_u32(9)};
+  const double extra[3][2] = {{0, 0}, {3.75, 7}, {-3.5, 9}};
+  const uint64_t shape[2] = {3, 5}, strides[2] = {5, 1};
+  cube_handle_t hx = CTH_BUFFER(client, 15 * 4 + 4), ho = CTH_BUFFER(client, 8 * 8);
+  for (int k = 0; k < 3; ++k) {
+    cube_kernel_t *kernel = CTH_KERNEL(names[k], sources[k], ((cube_dim3_t){1, 1, 1}));
+    cube_kernel_buffer_t bufs[2] = {{.binding = cube_handle_binding(hx),
+                                     .io = CUBE_IO_READ,
+                                     .rank = 2,
+                                     .shape = shape,
+                                     .strides = strides},
+                                    {.binding = cube_handle_binding(ho), .io = CUBE_IO_WRITE}};
+    cube_kernel_args_t kargs = {bufs, 2,
+                                k == 1   ? args_scalars
+                                : k == 2 ? read_scalars
+                                         : NULL,
+                                k == 1   ? 3u
+                                : k == 2 ? 2u
+                                         : 0u};
+    CTH_OK(cube_launch(client, S, kernel, cube_count_static(1, 1, 1), &kargs, CUBE_LAUNCH_EXECUTE));
+    double o[8];
+    CTH_OK(cube_read(client, S, cube_handle_binding(ho), o, sizeof o));
+    const double want[8] = {16, 2, 3, 5, 5, 8, extra[k][0], extra[k][1]};
+    for (int i = 0; i < 8; ++i) {
+      if (o[i] != want[i])
+        fail_msg("%s on %s: o[%d] = %g, want %g", names[k], cth_backend_label(g_kind), i, o[i],
+                 want[i]);
+    }
+    cube_kernel_release(kernel);
+  }
+  cth_release_handle(client, hx), cth_release_handle(client, ho);
+  cube_client_release(client);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_atomics_global),
@@ -1438,9 +1691,12 @@ int main(void) {
       cmocka_unit_test(test_conversions_from_f32),
       cmocka_unit_test(test_matrix_fragments),
       cmocka_unit_test(test_warpgroup_mma),
+      cmocka_unit_test(test_setmaxnreg),
+      cmocka_unit_test(test_tma_pipelined_copy),
       cmocka_unit_test(test_refusals_on_every_backend),
       cmocka_unit_test(test_async_copies),
       cmocka_unit_test(test_arg_scalars),
+      cmocka_unit_test(test_lengths_and_shapes_every_layout),
   };
   return cth_run_on_every_backend("dialect_ops", tests, sizeof tests / sizeof tests[0], &g_kind)
              ? 1

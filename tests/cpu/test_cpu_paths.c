@@ -541,6 +541,83 @@ static void test_unsplittable_refused_under_split(void **state) {
   check_refused_then_fibers("with_switch", kSwitch, "switch");
 }
 
+// Units that wait on each other's MBAR_ARRIVE (warp specialisation): a
+// relay where unit u waits for unit u + 1, the reverse of the order units
+// run in one after another. The splitter refuses it (only fibers interleave
+// the units); on fibers each wait lets the others run, and y is the
+// suffix sum of the cube's x.
+static const char kRelay[] =
+    "CUBE_KERNEL(mbar_relay, IN(float, x), OUT(float, y)) {\n"
+    "  SHARED(uint64_t, bar, 32);\n"
+    "  SHARED(float, s, 32);\n"
+    "  if (UNIT_POS == 0)\n"
+    "    for (uint32_t i = 0; i < CUBE_DIM; ++i) MBAR_INIT(&bar[i], 1);\n"
+    "  SYNC_CUBE();\n"
+    "  const uint32_t u = UNIT_POS;\n"
+    "  if (u + 1 < CUBE_DIM) MBAR_WAIT(&bar[u + 1], 0);\n"
+    "  s[u] = x[ABSOLUTE_POS] + (u + 1 < CUBE_DIM ? s[u + 1] : 0.0f);\n"
+    "  MBAR_ARRIVE(&bar[u]);\n"
+    "  y[ABSOLUTE_POS] = s[u];\n"
+    "}\n";
+
+// Units 0 and 1 each wait for the other's arrival: a deadlock, which traps
+// once the waits have let the other run long enough.
+static const char kMbarDeadlock[] =
+    "CUBE_KERNEL(mbar_deadlock, IN(float, x), OUT(float, y)) {\n"
+    "  SHARED(uint64_t, bar, 2);\n"
+    "  if (UNIT_POS == 0) {\n"
+    "    MBAR_INIT(&bar[0], 1);\n"
+    "    MBAR_INIT(&bar[1], 1);\n"
+    "  }\n"
+    "  SYNC_CUBE();\n"
+    "  if (UNIT_POS < 2) {\n"
+    "    MBAR_WAIT(&bar[UNIT_POS], 0);\n"
+    "    MBAR_ARRIVE(&bar[1 - UNIT_POS]);\n"
+    "  }\n"
+    "  y[ABSOLUTE_POS] = x[ABSOLUTE_POS];\n"
+    "}\n";
+
+// Unit 0 waits for an arrival no unit makes (there is no unit 99); the
+// others finish: nothing is left to run, which traps at once.
+static const char kMbarNobody[] =
+    "CUBE_KERNEL(mbar_nobody, IN(float, x), OUT(float, y)) {\n"
+    "  SHARED(uint64_t, bar, 1);\n"
+    "  if (UNIT_POS == 0) MBAR_INIT(&bar[0], 1);\n"
+    "  SYNC_CUBE();\n"
+    "  if (UNIT_POS == 0) MBAR_WAIT(&bar[0], 0);\n"
+    "  if (UNIT_POS == 99) MBAR_ARRIVE(&bar[0]);\n"
+    "  y[ABSOLUTE_POS] = x[ABSOLUTE_POS];\n"
+    "}\n";
+
+static void test_mbarrier_arrivals_between_units(void **state) {
+  (void)state;
+  if (!have_clang()) skip();
+  check_refused_then_fibers("mbar_relay", kRelay, "MBAR_ARRIVE");
+  run_t r = {"mbar_relay", kRelay, DIM1(32), {2, 1, 1}, 0, 64, 64};
+  float y[64];
+  cube_client_t *automatic = client_with("auto", NULL);
+  CTH_OK(run_once(automatic, &r, y));
+  for (uint32_t c = 0; c < 2; ++c) {
+    float want = 0.0f;
+    for (uint32_t u = 32; u-- > 0;) {
+      want += (float)(((c * 32 + u) * 7u) % 13u) * 0.5f;
+      if (y[c * 32 + u] != want)
+        fail_msg("mbar_relay y[%u] = %g, want %g", c * 32 + u, (double)y[c * 32 + u], (double)want);
+    }
+  }
+  run_t deadlock = {"mbar_deadlock", kMbarDeadlock, DIM1(32), {1, 1, 1}, 0, 32, 32};
+  cube_status_t status = run_once(automatic, &deadlock, y);
+  assert_int_equal(cube_status_code(status), CUBE_STATUS_LAUNCH_UNKNOWN);
+  assert_true(cth_status_contains(status, "deadlock"));
+  cube_status_release(status);
+  run_t nobody = {"mbar_nobody", kMbarNobody, DIM1(32), {1, 1, 1}, 0, 32, 32};
+  status = run_once(automatic, &nobody, y);
+  assert_int_equal(cube_status_code(status), CUBE_STATUS_LAUNCH_UNKNOWN);
+  assert_true(cth_status_contains(status, "MBAR_WAIT on a phase nothing completed"));
+  cube_status_release(status);
+  cube_client_release(automatic);
+}
+
 // A barrier called from a helper is invisible to the body's tree.
 static void test_barrier_in_a_helper(void **state) {
   (void)state;
@@ -897,6 +974,7 @@ int main(void) {
       cmocka_unit_test(test_split_needed),
       cmocka_unit_test(test_stack_table),
       cmocka_unit_test(test_copies_at_boundaries),
+      cmocka_unit_test(test_mbarrier_arrivals_between_units),
   };
   return cmocka_run_group_tests_name("cpu paths", tests, NULL, NULL);
 }

@@ -10,7 +10,9 @@
 // - through the fault backend around the CUDA device: a claimed source makes
 //   zero NCCL calls; an element type NCCL cannot take is refused before it;
 //   an asynchronous error aborts the communicator and fails the group (later
-//   collectives GROUP_FAILED), the GPU stays usable, comm_init rebuilds.
+//   collectives GROUP_FAILED), the GPU stays usable, comm_init rebuilds;
+// - lone group calls (one GPU): results land, and every destination in
+//   flight claims a failure found before the sync.
 // The every-operation x every-type sweep over NCCL is the conformance suite's
 // (tests/conformance/test_collectives.c, its "collectives[cuda]" groups).
 // Skipped (exit 77) without a GPU or without NCCL.
@@ -283,6 +285,59 @@ static void test_hung_part_is_waited_for_and_reported(void **state) {
   setenv("CUBE_COLLECTIVE_TIMEOUT_S", "30", 1);
 }
 
+// Issue 31: a lone group call over one GPU keeps the client's lock from its
+// post through ncclGroupEnd to its commit, and a destination written again
+// and again is noted once among those in flight. The results land, and when
+// the group fails before a sync every destination in flight claims the
+// failure (the first, written 50 times, and the last).
+static void test_lone_group_calls(void **state) {
+  (void)state;
+  setenv("CUBE_COLLECTIVE_TIMEOUT_S", "10", 1);
+  cube_client_t *client = cuda_client(0, kQuiet);
+  CTH_OK(cube_comm_init(&client, 1));
+  cube_handle_t src = CTH_BUFFER(client, 4096);
+  cube_handle_t dst[2] = {CTH_BUFFER(client, 4096), CTH_BUFFER(client, 4096)};
+  float v[1024], out[1024];
+  for (int i = 0; i < 1024; ++i) v[i] = (float)(i * 3);
+  CTH_OK(cube_write(client, S, cube_handle_binding(src), v, sizeof v));
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < 51; ++i) {
+      CTH_OK(cube_collective_group_begin());
+      CTH_OK(all_reduce_1(client, src, dst[i == 50], CUBE_DTYPE_F32, CUBE_COMPUTE_WAIT_AT_SYNC));
+      CTH_OK(cube_collective_group_end());
+    }
+    if (round == 0) {
+      CTH_OK(cube_sync_collective(client, S));
+      for (int d = 0; d < 2; ++d) {
+        CTH_OK(cube_read(client, S, cube_handle_binding(dst[d]), out, sizeof out));
+        assert_memory_equal(out, v, sizeof v);
+      }
+      continue;
+    }
+    // The next poll is sync_collective's (a new plan counts from 0).
+    CTH_OK(cube_fault_set_plan(cube_server_of(client)->device, "transport_poll:1:launch"));
+    CTH_EXPECT_RELEASE(cube_sync_collective(client, S), CUBE_STATUS_TRANSPORT_FAILED,
+                       "injected fault: transport_poll call #1");
+    for (int d = 0; d < 2; ++d) {
+      CTH_EXPECT_RELEASE(cube_read(client, S, cube_handle_binding(dst[d]), out, sizeof out),
+                         CUBE_STATUS_UNWRITTEN, NULL);
+    }
+  }
+  CTH_OK(cube_fault_set_plan(cube_server_of(client)->device, kQuiet));
+  cube_status_release(cube_sync(client, S, NULL, 0));
+  CTH_OK(cube_comm_init(&client, 1));
+  CTH_OK(cube_collective_group_begin());
+  CTH_OK(all_reduce_1(client, src, dst[0], CUBE_DTYPE_F32, CUBE_COMPUTE_WAIT_NOW));
+  CTH_OK(cube_collective_group_end());
+  CTH_OK(cube_read(client, S, cube_handle_binding(dst[0]), out, sizeof out));
+  assert_memory_equal(out, v, sizeof v);
+  cth_release_handle(client, src);
+  cth_release_handle(client, dst[0]);
+  cth_release_handle(client, dst[1]);
+  cube_client_release(client);
+  setenv("CUBE_COLLECTIVE_TIMEOUT_S", "30", 1);
+}
+
 //===--- Two GPUs and more ---===//
 
 // A send/recv pair through its own communicator, and a remote stale source
@@ -363,6 +418,7 @@ int main(void) {
       cmocka_unit_test(test_claimed_source_makes_no_nccl_call),
       cmocka_unit_test(test_async_error_fails_the_group),
       cmocka_unit_test(test_hung_part_is_waited_for_and_reported),
+      cmocka_unit_test(test_lone_group_calls),
       cmocka_unit_test(test_two_gpus),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -151,6 +151,31 @@ static void test_the_examples_compile(void **state) {
   free(log);
 }
 
+// The warp-specialised GEMM in its four operand kinds at its H200 shape
+// (three warpgroups), for sm_90a with the launch bounds setmaxnreg needs;
+// for sm_80 it is refused with the reason (wgmma and setmaxnreg are
+// sm_90a's), never miscompiled.
+static void test_the_ws_gemm_compiles_for_sm90a_only(void **state) {
+  (void)state;
+  for (int kind = 0; kind < 4; ++kind) {
+    size_t n = strlen(CUBE_EXAMPLE_GEMM_WS) + 64;
+    char *source = malloc(n);
+    assert_non_null(source);
+    snprintf(source, n, "#define WS_KIND %d\n%s", kind, CUBE_EXAMPLE_GEMM_WS);
+    char *log = NULL;
+    int result = compile("gemm_ws", source, 384, "sm_90a", "-DCUBE_MIN_CUBES_PER_SM=1", &log);
+    if (result != 0) fail_msg("gemm_ws kind %d for sm_90a: %s", kind, log ? log : "");
+    free(log);
+    log = NULL;
+    result = compile("gemm_ws", source, 384, "sm_80", "-DCUBE_MIN_CUBES_PER_SM=1", &log);
+    if (result == 0 || !log || !strstr(log, "needs sm_90a"))
+      fail_msg("gemm_ws kind %d compiled for sm_80 or without the reason: %s", kind,
+               log ? log : "");
+    free(log);
+    free(source);
+  }
+}
+
 // The refusals are about types and shapes, the same for every target.
 static void test_refusals_are_refused(void **state) {
   (void)state;
@@ -225,6 +250,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_conformance_kernel_compiles),
       cmocka_unit_test(test_the_examples_compile),
+      cmocka_unit_test(test_the_ws_gemm_compiles_for_sm90a_only),
       cmocka_unit_test(test_refusals_are_refused),
       cmocka_unit_test(test_fragments_need_sm80),
   };

@@ -662,6 +662,143 @@ static void test_released_member(void **state) {
   assert_int_equal(cube_comm_group_count(), before);
 }
 
+//===--- Issue 31: the fast paths keep the rules ---===//
+
+// all_reduce of rank 0 alone, outside a group call or as its lone call.
+static cube_status_t all_reduce_one(ranks_t *r, bool grouped, cube_binding_t dst) {
+  if (grouped) {
+    cube_status_t begun = cube_collective_group_begin();
+    if (begun) return begun;
+  }
+  cube_status_t s = cube_all_reduce(r->c[0], S, cube_handle_binding(r->src[0]), dst, CUBE_DTYPE_F32,
+                                    CUBE_REDUCE_SUM, r->c, 1, CUBE_COMPUTE_WAIT_NOW);
+  if (!grouped) return s;
+  if (s) {
+    cube_status_release(cube_collective_group_end());
+    return s;
+  }
+  return cube_collective_group_end();
+}
+
+// A group of one rank decides its round when the part is posted and keeps
+// the client's lock until the submit (the bindings resolved once): the
+// same answers, claims and group failure as the board's rounds give.
+static void test_one_rank_keeps_the_rules(void **state) {
+  (void)state;
+  for (int grouped = 0; grouped < 2; ++grouped) {
+    ranks_t r;
+    ranks_make(&r, 1, true);
+    cube_binding_t d = cube_handle_binding(r.dst[0]);
+    float zero[ELEMS] = {0}, out[ELEMS];
+    CTH_OK(cube_write(r.c[0], S, d, zero, sizeof zero));
+    CTH_OK(all_reduce_one(&r, grouped, d));
+    expect_sum(&r);
+    // A destination too small: its own error, claimed; no transport call.
+    uint64_t calls = transport_calls(r.c[0]);
+    cube_binding_t short_d = d;
+    short_d.size = ELEMS * 4 - 4;
+    CTH_EXPECT_RELEASE(all_reduce_one(&r, grouped, short_d), CUBE_STATUS_VALIDATION,
+                       "the collective's destination holds 252 bytes where it needs 256");
+    CTH_EXPECT_RELEASE(read_back(r.c[0], r.dst[0], out), CUBE_STATUS_UNWRITTEN, "252 bytes");
+    assert_int_equal(transport_calls(r.c[0]), calls);
+    // A stale source: SKIPPED, the destination claims it one hop further.
+    CTH_OK(cube_write(r.c[0], S, d, zero, sizeof zero));
+    claim_by_failed_write(r.c[0], r.src[0]);  // (a new plan counts from 0)
+    calls = transport_calls(r.c[0]);
+    // (A group call's end answers its calls' failures: a skip is none.)
+    cube_status_t s = all_reduce_one(&r, grouped, d);
+    if (grouped) {
+      CTH_OK(s);
+    } else {
+      assert_int_equal(cube_status_code(s), CUBE_STATUS_SKIPPED);
+      cube_status_release(s);
+    }
+    CTH_EXPECT_RELEASE(read_back(r.c[0], r.dst[0], out), CUBE_STATUS_UNWRITTEN,
+                       "injected fault: copy call #1");
+    assert_int_equal(transport_calls(r.c[0]), calls);
+    float v[ELEMS];
+    for (int e = 0; e < ELEMS; ++e) v[e] = 1.0f;
+    CTH_OK(cube_write(r.c[0], S, cube_handle_binding(r.src[0]), v, sizeof v));
+    // The part fails in the transport: the group fails, its destination
+    // claims it; a later call is refused (GROUP_FAILED, no transport call);
+    // comm_init rebuilds it and the next call lands.
+    CTH_OK(cube_fault_set_plan(cube_server_of(r.c[0])->device, "transport:1:launch"));
+    CTH_EXPECT_RELEASE(all_reduce_one(&r, grouped, d), CUBE_STATUS_TRANSPORT_FAILED,
+                       "injected fault: transport call #1");
+    CTH_EXPECT_RELEASE(read_back(r.c[0], r.dst[0], out), CUBE_STATUS_UNWRITTEN,
+                       "injected fault: transport call #1");
+    CTH_OK(cube_fault_set_plan(cube_server_of(r.c[0])->device, kQuiet));
+    calls = transport_calls(r.c[0]);
+    CTH_EXPECT_RELEASE(all_reduce_one(&r, grouped, d), CUBE_STATUS_GROUP_FAILED,
+                       "injected fault: transport call #1");
+    assert_int_equal(transport_calls(r.c[0]), calls);
+    CTH_OK(cube_comm_init(r.c, 1));
+    CTH_OK(all_reduce_one(&r, grouped, d));
+    expect_sum(&r);
+    // A source released between the record and the group's end: the post
+    // finds it gone (its own error), the destination claims it.
+    if (grouped) {
+      CTH_OK(cube_collective_group_begin());
+      CTH_OK(cube_all_reduce(r.c[0], S, cube_handle_binding(r.src[0]), d, CUBE_DTYPE_F32,
+                             CUBE_REDUCE_SUM, r.c, 1, CUBE_COMPUTE_WAIT_NOW));
+      cth_release_handle(r.c[0], r.src[0]);
+      CTH_EXPECT_RELEASE(cube_collective_group_end(), CUBE_STATUS_IO_NOT_FOUND, "was released");
+      CTH_EXPECT_RELEASE(read_back(r.c[0], r.dst[0], out), CUBE_STATUS_UNWRITTEN, "was released");
+      r.src[0] = CTH_BUFFER(r.c[0], ELEMS * 4);
+    }
+    ranks_free(&r);
+  }
+}
+
+// A thread keeps its last group lookup while no group joins or leaves the
+// registry: a released member, a rebuilt group or a new client at a freed
+// client's address is never answered from it.
+static void test_kept_lookup_follows_the_registry(void **state) {
+  (void)state;
+  ranks_t r;
+  ranks_make(&r, 2, true);
+  CTH_OK(all_reduce_group(&r));
+  CTH_OK(all_reduce_group(&r));  // the kept lookup
+  expect_sum(&r);
+  // A client outside the list it names is told so, kept lookup or not.
+  cube_client_t *outsider = CTH_CLIENT(CUBE_BACKEND_CPU, kQuiet);
+  CTH_EXPECT_RELEASE(
+      cube_all_reduce(outsider, S, cube_handle_binding(r.src[0]), cube_handle_binding(r.dst[0]),
+                      CUBE_DTYPE_F32, CUBE_REDUCE_SUM, r.c, 2, CUBE_COMPUTE_WAIT_NOW),
+      CUBE_STATUS_VALIDATION, "is not a member");
+  cube_client_release(outsider);
+  // The group fails and is rebuilt: the lookup names the new group.
+  CTH_OK(cube_fault_set_plan(cube_server_of(r.c[1])->device, "transport:1:launch"));
+  CTH_EXPECT_RELEASE(all_reduce_group(&r), CUBE_STATUS_SEVERAL, "transport call #1");
+  CTH_EXPECT_RELEASE(all_reduce_group(&r), CUBE_STATUS_SEVERAL, "failed earlier");
+  CTH_OK(cube_fault_set_plan(cube_server_of(r.c[1])->device, kQuiet));
+  CTH_OK(cube_comm_init(r.c, 2));
+  CTH_OK(all_reduce_group(&r));
+  expect_sum(&r);
+  // A member goes and a new client comes: the list that names it names no
+  // joined group until comm_init joins one. The allocator mostly gives the
+  // new client the old one's address (the same list of pointers as the
+  // kept lookup's): tried until it does, a few times.
+  for (int tries = 0; tries < 8; ++tries) {
+    const cube_client_t *old = r.c[1];
+    cth_release_handle(r.c[1], r.src[1]);
+    cth_release_handle(r.c[1], r.dst[1]);
+    cube_client_release(r.c[1]);
+    r.c[1] = CTH_CLIENT(CUBE_BACKEND_CPU, kQuiet);
+    r.src[1] = CTH_BUFFER(r.c[1], ELEMS * 4);
+    r.dst[1] = CTH_BUFFER(r.c[1], ELEMS * 4);
+    float v[ELEMS];
+    for (int e = 0; e < ELEMS; ++e) v[e] = 2.0f;
+    CTH_OK(cube_write(r.c[1], S, cube_handle_binding(r.src[1]), v, sizeof v));
+    CTH_EXPECT_RELEASE(all_reduce_group(&r), CUBE_STATUS_SEVERAL, "was never joined");
+    CTH_OK(cube_comm_init(r.c, 2));
+    CTH_OK(all_reduce_group(&r));
+    expect_sum(&r);
+    if (r.c[1] == old) break;
+  }
+  ranks_free(&r);
+}
+
 //===--- Issue 34 ---===//
 
 // A hung part (fault plan `hang`): reading a destination, with no
@@ -805,6 +942,8 @@ static const struct CMUnitTest kTests[] = {
     cmocka_unit_test(test_argument_errors_settle_and_travel),
     cmocka_unit_test(test_bad_arguments),
     cmocka_unit_test(test_released_member),
+    cmocka_unit_test(test_one_rank_keeps_the_rules),
+    cmocka_unit_test(test_kept_lookup_follows_the_registry),
     cmocka_unit_test(test_reading_a_hung_destination_of_one_client),
     cmocka_unit_test(test_reading_a_hung_destination_answers_at_the_deadline),
     cmocka_unit_test(test_group_mixing_a_fault_plan_is_refused),

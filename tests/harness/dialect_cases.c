@@ -512,6 +512,18 @@ const dc_refused_t dc_refused[] = {
      "  ATOMIC_MAX(&y[0], 1.0f);\n"
      "}\n",
      "ATOMIC_MAX on a float (integers only)"},
+    {"dc_setmaxnreg_odd",
+     "CUBE_KERNEL(dc_setmaxnreg_odd, OUT(float, y)) {\n"
+     "  SETMAXNREG_INC(100);\n"
+     "  y[0] = 1.0f;\n"
+     "}\n",
+     "SETMAXNREG with n not a multiple of 8"},
+    {"dc_setmaxnreg_small",
+     "CUBE_KERNEL(dc_setmaxnreg_small, OUT(float, y)) {\n"
+     "  SETMAXNREG_DEC(16);\n"
+     "  y[0] = 1.0f;\n"
+     "}\n",
+     "SETMAXNREG below 24"},
 };
 const size_t dc_refused_count = sizeof dc_refused / sizeof dc_refused[0];
 

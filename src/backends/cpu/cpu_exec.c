@@ -10,7 +10,8 @@
 //   fibers — every unit of a barrier kernel the splitter could not split
 //            runs on its own fiber from the start; a barrier switches to the
 //            next unit and releases once every unit that has not returned
-//            waits there (a unit that returned counts as arrived).
+//            waits there (a unit that returned counts as arrived); an
+//            MBAR_WAIT on a phase another unit completes switches too.
 // Fiber stacks are sized to the kernel's frames (-fstack-usage); a plain or
 // split frame larger than the thread's stack runs on a stack of its own.
 //
@@ -231,6 +232,21 @@ static void cube_barrier(cube__ctx_t *ctx) {
   if (next != unit) switch_unit(cube, unit, next, false);
 }
 
+// An MBAR_WAIT whose phase is not complete: the next unit that can run
+// runs (round robin) and this one is resumed after it, still waiting. 0 when
+// there is none: off fibers, or every other unit has finished or waits at a
+// barrier (nothing could complete the phase).
+static int cube_yield(cube__ctx_t *ctx) {
+  cube_cpu_exec_t *exec = ctx->runtime;
+  cube_cpu_cube_t *cube = exec->cube;
+  if (!cube->fibered) return 0;
+  uint32_t unit = cube->current;
+  uint32_t next = pick_next(cube, unit);  // this unit is ready: at worst itself
+  if (next == unit) return 0;
+  switch_unit(cube, unit, next, false);
+  return 1;
+}
+
 static void cube_trap(cube__ctx_t *ctx, const char *what) {
   cube_cpu_exec_t *exec = ctx->runtime;
   cube_cpu_cube_t *cube = exec->cube;
@@ -267,6 +283,7 @@ static void cube_begin(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, cube_cp
   ctx->dynamic_shared_size = launch->dynamic_shared_memory;
   ctx->barrier = cube_barrier;
   ctx->trap = cube_trap;
+  ctx->yield = cube_yield;
   ctx->runtime = exec;
   ctx->scratch = exec->scratch;
   exec->cube = cube;

@@ -71,6 +71,14 @@ const cube_nccl_api_t *cube_nccl_api(const char **out_detail) {
   return nccl_loaded;
 }
 
+// The table on the per-call paths (submit, poll, the group brackets): the
+// transport's slots are reached only through the vtable cube_cuda_transport
+// hands out once cube_nccl_api has loaded it (its pthread_once ordered the
+// load before), and nothing unloads it, so they skip pthread_once.
+static const cube_nccl_api_t *nccl_hot(void) {
+  return nccl_loaded;
+}
+
 //===--- Communicators ---===//
 
 typedef struct nccl_comm_t {
@@ -180,14 +188,14 @@ static cube_status_t nccl_unique_id(cube_backend_device_t *base, cube_tuid_t *ou
 
 static cube_status_t nccl_group_begin(cube_backend_device_t *base) {
   (void)base;
-  const cube_nccl_api_t *nccl = cube_nccl_api(NULL);
+  const cube_nccl_api_t *nccl = nccl_hot();
   ncclResult_t result = nccl->ncclGroupStart();
   return nccl_ok(result) ? CUBE_OK : nccl_error(nccl, NULL, result, "ncclGroupStart");
 }
 
 static cube_status_t nccl_group_end(cube_backend_device_t *base) {
   (void)base;
-  const cube_nccl_api_t *nccl = cube_nccl_api(NULL);
+  const cube_nccl_api_t *nccl = nccl_hot();
   // Non-blocking communicators: InProgress means the group is still being
   // enqueued in the background; the core polls comm_ready until it is.
   ncclResult_t result = nccl->ncclGroupEnd();
@@ -290,7 +298,7 @@ static cube_status_t nccl_hold_failure(nccl_comm_t *comm) {
 // The comm's state: NULL and |*out_ready| false while NCCL still works in
 // the background (init, or an enqueue), an error once it failed.
 static cube_status_t nccl_state(nccl_comm_t *comm, bool *out_ready) {
-  const cube_nccl_api_t *nccl = cube_nccl_api(NULL);
+  const cube_nccl_api_t *nccl = nccl_hot();
   *out_ready = false;
   if (comm->aborted) {
     return cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
@@ -325,7 +333,7 @@ static cube_status_t nccl_poll(cube_backend_device_t *base, cube_tcomm_t *comm) 
 static cube_status_t nccl_submit(cube_backend_device_t *base, cube_tcomm_t *tcomm,
                                  cube_bstream_t *bstream, const cube_top_t *op) {
   nccl_comm_t *comm = nccl_cast(tcomm);
-  const cube_nccl_api_t *nccl = cube_nccl_api(NULL);
+  const cube_nccl_api_t *nccl = nccl_hot();
   cube_status_t status = cube_cuda_enter(cube_cuda_device(base), CUBE_CUDA_OP_SERVER);
   if (status) return status;
   CUstream stream = cube_cuda_stream(bstream);

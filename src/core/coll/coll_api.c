@@ -25,6 +25,7 @@
 
 typedef struct coll_batch_t {
   uint32_t depth;
+  bool watched;  // batch_watch has run on this thread
   coll_call_t **calls;
   size_t count, capacity;
 } coll_batch_t;
@@ -61,10 +62,14 @@ static void batch_key_make(void) {
 
 // The first allocation of this thread's records: free them at its exit.
 static void batch_watch(void) {
+  if (tls_batch.watched) return;  // the common case: asked once per thread
   pthread_once(&batch_once, batch_key_make);
-  if (batch_key_made && !pthread_getspecific(batch_key) &&
-      pthread_setspecific(batch_key, &tls_batch) == 0)
+  if (!batch_key_made) return;
+  if (!pthread_getspecific(batch_key)) {
+    if (pthread_setspecific(batch_key, &tls_batch) != 0) return;  // asked again next time
     atomic_fetch_add(&batch_threads, 1);
+  }
+  tls_batch.watched = true;
 }
 
 int64_t cube_collective_threads_holding_records(void) {
@@ -78,16 +83,17 @@ cube_status_t cube_collective_group_begin(void) {
   return CUBE_OK;
 }
 
-// A call's record goes in the thread's array; the records of the last group
-// call are kept for the next one (no allocation per call once warm).
-static cube_status_t batch_record(const coll_call_t *call) {
+// A call's record goes in the thread's array, made there (no copy); the
+// records of the last group call are kept for the next one (no allocation
+// per call once warm).
+static cube_status_t batch_record(const cube_coll_op_t *op) {
   batch_watch();
   if (tls_batch.count == tls_batch.capacity) {
     size_t capacity = tls_batch.capacity ? tls_batch.capacity * 2 : 16;
     coll_call_t **grown = realloc(tls_batch.calls, capacity * sizeof *grown);
     if (!grown)
       return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "%s: out of host memory",
-                              call->operation);
+                              op->operation);
     for (size_t i = tls_batch.capacity; i < capacity; ++i) grown[i] = NULL;
     tls_batch.calls = grown;
     tls_batch.capacity = capacity;
@@ -96,15 +102,9 @@ static cube_status_t batch_record(const coll_call_t *call) {
   if (!*slot) *slot = malloc(sizeof **slot);
   if (!*slot)
     return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "%s: out of host memory",
-                            call->operation);
-  // The small fields and the clients named (the header and the outcome are
-  // written before they are read).
-  size_t names =
-      call->client_count < CUBE_COMM_MAX_RANKS ? call->client_count : CUBE_COMM_MAX_RANKS;
-  memcpy(*slot, call, offsetof(coll_call_t, clients));
-  memcpy((*slot)->clients, call->clients, (names ? names : 1) * sizeof call->clients[0]);
-  (*slot)->outcome.ok = false;
-  (*slot)->outcome.failed_count = 0;
+                            op->operation);
+  cube_coll_call_init(*slot, op);
+  if (op->world) cube_comm_group_retain(op->group);  // the recorded call's, released at its end
   tls_batch.count++;
   return CUBE_OK;
 }
@@ -126,9 +126,15 @@ cube_status_t cube_collective_group_end(void) {
   //    on a part this thread has yet to post.
   bool live_small[64];
   bool *live = count <= 64 ? live_small : calloc(count, sizeof *live);
+  // A lone call of one rank has no round to wait for: it keeps its server's
+  // lock from the post to the commit (nothing to resolve again, one lock),
+  // the transport's group end included, as a launch holds it around the
+  // driver's enqueue.
+  const bool lone = count == 1;
+  cube_server_t *kept = NULL;
   for (size_t i = 0; i < count; ++i) {
     live[i] = live && cube_coll_call_enter_and_post(calls[i], calls, i);
-    if (live && live[i]) cube_server_leave(calls[i]->server);
+    if (live && live[i] && !(lone && calls[i]->solo)) cube_server_leave(calls[i]->server);
   }
   // 2. The rounds, then the submits, bracketed for the transports that group
   //    (one thread driving several devices: NCCL).
@@ -150,7 +156,15 @@ cube_status_t cube_collective_group_end(void) {
       }
       cube_status_release(status);
     }
-    cube_status_t entered = cube_server_enter(call->server, call->operation);
+    cube_status_t entered = CUBE_OK;
+    if (lone && call->solo && !call->server->poison) {
+      call->held = true;  // held since the post
+      kept = call->server;
+    } else {
+      // A device the post found poisoned answers as entering it does.
+      if (lone && call->solo) cube_server_leave(call->server);
+      entered = cube_server_enter(call->server, call->operation);
+    }
     if (!cube_status_is_ok(entered)) {
       // Posted as ready, now unable to take part: the others must not wait.
       if (call->outcome.ok && !call->local && !call->stale)
@@ -159,7 +173,7 @@ cube_status_t cube_collective_group_end(void) {
       continue;
     }
     cube_coll_call_submit_locked(call);
-    cube_server_leave(call->server);
+    if (!kept) cube_server_leave(call->server);
   }
   cube_status_t ended = CUBE_OK;
   for (size_t b = 0; b < begun_count; ++b) {
@@ -175,7 +189,14 @@ cube_status_t cube_collective_group_end(void) {
   size_t failed = 0;
   for (size_t i = 0; i < count; ++i) {
     coll_call_t *call = calls[i];
-    if (call->submitting) {
+    if (kept) {
+      if (ended) {
+        cube_coll_call_commit_locked(call, cube_status_retain(ended));
+      } else {
+        cube_coll_call_finish_locked(call);
+      }
+      cube_server_leave(kept);
+    } else if (call->submitting) {
       cube_status_t enqueued =
           ended ? cube_status_retain(ended) : cube_coll_call_wait_enqueued(call);
       pthread_mutex_lock(&call->server->lock);
@@ -242,12 +263,9 @@ static cube_status_t collective_checked(const cube_coll_op_t *op) {
                             op->operation, CUBE_COMM_MAX_RANKS,
                             op->clients && op->clients[0] ? "a list" : "NULL", op->client_count);
   }
+  if (tls_batch.depth > 0) return batch_record(op);
   coll_call_t call;
   cube_coll_call_init(&call, op);
-  if (tls_batch.depth > 0) {
-    if (op->world) cube_comm_group_retain(op->group);  // the recorded call's, released at its end
-    return batch_record(&call);
-  }
   // A world call run now borrows the comm's reference: the comm outlives it.
   call.group_borrowed = op->world;
   return cube_coll_call_run(&call);

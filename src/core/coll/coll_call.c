@@ -31,6 +31,7 @@
 // next call.
 #include "core/coll/coll_call.h"
 
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -389,8 +390,9 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
   if (!call->local && have_src && server->track_failures) {
     // Sources are checked like reads: a claimed source moves no byte. A
     // writer whose stream is known to have failed late is settled first.
-    if (src.slot->write_stream)
-      cube_server_refresh_progress(server, src.slot->write_stream, src.slot->write_ticket);
+    const uint32_t w = src.slot->write_stream;
+    if (w && server->streams[w].live && server->streams[w].completed < src.slot->write_ticket)
+      cube_server_refresh_progress(server, w, src.slot->write_ticket);
     cube_status_t carried = cube_server_ensure_written(server, &src.slot, 1);
     if (carried) {
       call->stale = true;
@@ -411,6 +413,18 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
     call->comm_stream = m->stream && !m->left ? server->streams[m->stream].backend : NULL;
     call->comm_stream_read = true;
     call->posted = true;  // exchanged by call_wait_round, with no lock held
+    return;
+  }
+  if (call->group->nranks == 1) {
+    // One rank: the round is this part's own verdict, with nobody to tell
+    // or wait for (no board, no group lock). A caller that keeps the lock
+    // until the submit (call_held) spares it resolving the bindings again.
+    cube_comm_round_evaluate(&call->header, 1, false, &call->outcome);
+    call->posted = call->solo = true;
+    call->held_src = src;
+    call->held_dst = dst;
+    call->held_have_src = have_src;
+    call->held_have_dst = have_dst;
     return;
   }
   cube_status_t posted =
@@ -495,6 +509,7 @@ static void call_post_failed(coll_call_t *call, cube_status_t status) {
   pthread_mutex_lock(&call->server->lock);
   call_round(call);
   pthread_mutex_unlock(&call->server->lock);
+  if (!call->world && call->group->nranks == 1) return;  // nobody waits for it
   if (call->world) {
     call->header = h;
     cube_status_release(call_exchange_world(call));
@@ -566,6 +581,9 @@ static cube_status_t call_settle_failed(coll_call_t *call, cube_resolved_t *dst,
 //===--- Destinations in flight (transports whose parts do not fail late) ---===//
 
 static void member_note_inflight(cube_comm_member_t *member, uint32_t slot, uint32_t generation) {
+  // A destination written again (a loop of collectives) is noted once.
+  size_t n = member->inflight_count;
+  if (n && member->inflight[2 * n - 2] == slot && member->inflight[2 * n - 1] == generation) return;
   if (member->inflight_count == member->inflight_capacity) {
     size_t capacity = member->inflight_capacity ? member->inflight_capacity * 2 : 16;
     uint32_t *grown = realloc(member->inflight, capacity * 2 * sizeof *grown);
@@ -639,6 +657,23 @@ static cube_top_t call_top(const coll_call_t *call, const cube_resolved_t *src, 
 // work not known to be done (lock held).
 static cube_status_t comm_order(cube_server_t *server, uint32_t comm, cube_slot_t *slot,
                                 bool writes) {
+  // A read after a writer known done, or on the communicator's stream:
+  // nothing to order (what the refresh and cube_server_order would find).
+  const uint32_t w = slot->write_stream;
+  if (!writes && (w == comm || w == 0 || !server->streams[w].live ||
+                  server->streams[w].completed >= slot->write_ticket))
+    return CUBE_OK;
+  // Last written on the communicator's stream (the steady state of a
+  // destination collectives keep writing), and, for a write, used by no
+  // other stream since: nothing to order.
+  if (w == comm) {
+    bool others = false;
+    for (uint32_t word = 0; writes && word < CUBE_MAX_STREAMS / 64; ++word) {
+      uint64_t mine = word == (comm - 1) / 64 ? 1ull << ((comm - 1) % 64) : 0;
+      others = others || (slot->users[word] & ~mine) != 0;
+    }
+    if (!others) return CUBE_OK;
+  }
   if (slot->write_stream != comm)
     cube_server_refresh_progress(server, slot->write_stream, slot->write_ticket);
   for (uint32_t word = 0; writes && word < CUBE_MAX_STREAMS / 64; ++word) {
@@ -657,8 +692,18 @@ void cube_coll_call_submit_locked(coll_call_t *call) {
   cube_server_t *server = call->server;
   cube_resolved_t src = {0}, dst = {0};
   bool have_src = false, have_dst = false;
-  // Re-resolved: in a group call the lock was let go since the part was posted.
-  if (call_wants_source(call)) {
+  // The lock held since the post (call_held): the bindings are as resolved
+  // then. Else they are resolved again: the lock was let go (a group call,
+  // a round waited for) and a handle may have gone.
+  const bool held = call->held;
+  call->held = false;
+  if (held) {
+    src = call->held_src;
+    dst = call->held_dst;
+    have_src = call->held_have_src;
+    have_dst = call->held_have_dst;
+  }
+  if (!held && call_wants_source(call)) {
     cube_status_t s =
         cube_server_resolve(server, call->source, call->operation, "the source", &src);
     have_src = cube_status_is_ok(s);
@@ -666,7 +711,7 @@ void cube_coll_call_submit_locked(coll_call_t *call) {
       call_fail_local(call, cube_status_retain(s));
     cube_status_release(s);
   }
-  if (call_wants_destination(call)) {
+  if (!held && call_wants_destination(call)) {
     cube_status_t s =
         cube_server_resolve(server, call->destination, call->operation, "the destination", &dst);
     have_dst = cube_status_is_ok(s);
@@ -766,32 +811,65 @@ void cube_coll_call_submit_locked(coll_call_t *call) {
 
 // Waits (bounded, no lock held) until the transport has taken the part:
 // non-blocking NCCL may still be enqueuing.
-cube_status_t cube_coll_call_wait_enqueued(coll_call_t *call) {
+// Asks the transport once, without waiting, whether it has taken the part
+// (a server's lock may be held: the member's is a leaf). True with
+// |*out_status| (owned) its answer; false while it is still enqueuing.
+static bool call_enqueued(coll_call_t *call, cube_status_t *out_status) {
   cube_comm_member_t *m = &call->group->members[call->rank];
+  bool ready = false;
+  pthread_mutex_lock(&m->lock);
+  cube_status_t status =
+      m->aborted || !m->comm
+          ? cube_status_make(CUBE_STATUS_TRANSPORT_FAILED, "%s: the communicator was aborted",
+                             call->operation)
+          : call->group->transport->comm_ready(call->server->device, m->comm, &ready);
+  pthread_mutex_unlock(&m->lock);
+  *out_status = status;
+  return !cube_status_is_ok(status) || ready;
+}
+
+cube_status_t cube_coll_call_wait_enqueued(coll_call_t *call) {
   cube_server_t *server = call->server;
-  const cube_transport_vtable_t *t = call->group->transport;
-  uint64_t deadline = 0, backoff = 200;  // read only when it has to wait
+  uint64_t start = 0, deadline = 0, backoff = 1000;  // read only when it has to wait
   for (;;) {
-    bool ready = false;
-    pthread_mutex_lock(&m->lock);
-    cube_status_t status =
-        m->aborted || !m->comm
-            ? cube_status_make(CUBE_STATUS_TRANSPORT_FAILED, "%s: the communicator was aborted",
-                               call->operation)
-            : t->comm_ready(server->device, m->comm, &ready);
-    pthread_mutex_unlock(&m->lock);
-    if (!cube_status_is_ok(status) || ready) return status;
-    if (!deadline) deadline = cube_coll_deadline(server);
-    if (cube_now_ns() >= deadline) {
+    cube_status_t status = CUBE_OK;
+    if (call_enqueued(call, &status)) return status;
+    uint64_t now = cube_now_ns();
+    if (!deadline) {
+      start = now;
+      deadline = cube_coll_deadline(server);
+    }
+    if (now >= deadline) {
       return cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
                               "%s: the transport did not take the part within %.3f s "
                               "(CUBE_COLLECTIVE_TIMEOUT_S)",
                               call->operation, (double)cube_collective_timeout_ns(server) * 1e-9);
     }
+    // Non-blocking NCCL enqueues a group of several ranks on a thread of
+    // its own (ncclGroupEnd answers InProgress), done in microseconds:
+    // yield to it first. A sleep overshoots by the timer slack (50 us or
+    // more), which a first pause of 200 ns would add to every such call.
+    if (now - start < UINT64_C(2000000)) {
+      sched_yield();
+      continue;
+    }
     struct timespec pause = {0, (long)backoff};
     nanosleep(&pause, NULL);
     if (backoff < 1000000) backoff *= 2;
   }
+}
+
+void cube_coll_call_finish_locked(coll_call_t *call) {
+  if (!call->submitting) return;
+  cube_status_t enqueued = CUBE_OK;
+  if (!call_enqueued(call, &enqueued)) {
+    // Still enqueuing (non-blocking NCCL's group on a thread of its own):
+    // waited for with the lock let go.
+    cube_server_leave(call->server);
+    enqueued = cube_coll_call_wait_enqueued(call);
+    pthread_mutex_lock(&call->server->lock);
+  }
+  cube_coll_call_commit_locked(call, enqueued);
 }
 
 // Finishes a submitted part (lock held): ComputeWait::Now, then commit. A
@@ -896,11 +974,14 @@ bool cube_coll_call_enter_and_post(coll_call_t *call, coll_call_t *const *earlie
 // The round's outcome (no server lock held).
 void cube_coll_call_wait_round(coll_call_t *call) {
   if (!call->posted) return;
+  // A solo part's round was decided at its post: only a group failed since
+  // (by another thread) still stops it, as a wait would have.
   cube_status_t status =
-      call->world ? call_exchange_world(call)
-                  : cube_comm_group_wait(call->group, call->channel, call->seq, call->rank,
-                                         cube_collective_timeout_ns(call->server), call->operation,
-                                         &call->outcome);
+      call->solo    ? cube_comm_group_refusal(call->group, call->operation)  // as a wait would
+      : call->world ? call_exchange_world(call)
+                    : cube_comm_group_wait(call->group, call->channel, call->seq, call->rank,
+                                           cube_collective_timeout_ns(call->server),
+                                           call->operation, &call->outcome);
   if (!cube_status_is_ok(status)) {
     call_fail_local(call, status);
     call->outcome.ok = false;
@@ -937,19 +1018,22 @@ cube_status_t cube_coll_call_run(coll_call_t *call) {
   cube_server_t *server = call->server;
   call->inline_ok = true;  // this thread runs the part itself if it is left to it
   if (cube_coll_call_enter_and_post(call, NULL, 0)) {
-    // The rendezvous waits with the lock let go: the server stays usable.
-    cube_server_leave(server);
-    cube_coll_call_wait_round(call);
-    pthread_mutex_lock(&server->lock);
+    if (call->solo) {
+      // One rank: no rendezvous, the lock is kept until the submit.
+      cube_coll_call_wait_round(call);
+      call->held = true;
+    } else {
+      // The rendezvous waits with the lock let go: the server stays usable.
+      cube_server_leave(server);
+      cube_coll_call_wait_round(call);
+      pthread_mutex_lock(&server->lock);
+    }
     cube_coll_call_submit_locked(call);
     if (call->submitting && call->group->transport->fused &&
         call->group->transport->fused->enqueues_at_once) {
       cube_coll_call_commit_locked(call, CUBE_OK);
-    } else if (call->submitting) {
-      cube_server_leave(server);
-      cube_status_t enqueued = cube_coll_call_wait_enqueued(call);
-      pthread_mutex_lock(&server->lock);
-      cube_coll_call_commit_locked(call, enqueued);
+    } else {
+      cube_coll_call_finish_locked(call);
     }
     cube_server_leave(server);
     // A part left inline runs now, committed (its destination's write is

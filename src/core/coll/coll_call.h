@@ -83,6 +83,12 @@ typedef struct coll_call_t {
   // it was (a part that failed before its post reads it then).
   cube_bstream_t *comm_stream;
   bool comm_stream_read;
+  bool solo;  // a group of one rank: the round was decided at the post
+  // A solo part whose caller kept the server's lock from the post to the
+  // submit (|held|): its bindings as the post resolved them.
+  bool held;
+  bool held_have_src, held_have_dst;
+  cube_resolved_t held_src, held_dst;
   cube_status_t local;    // this rank's own failure
   bool stale;             // its source carries a failure
   uint32_t stream_index;  // the compute stream
@@ -134,15 +140,21 @@ CUBE_INTERNAL void cube_coll_call_init(coll_call_t *call, const cube_coll_op_t *
 // Leaves the server's lock held when it returns true.
 CUBE_INTERNAL bool cube_coll_call_enter_and_post(coll_call_t *call, coll_call_t *const *earlier,
                                                  size_t count);
-// The round's outcome (no server lock held).
+// The round's outcome (no server lock held; a solo part's, which waits for
+// nothing, may be asked with it held).
 CUBE_INTERNAL void cube_coll_call_wait_round(coll_call_t *call);
 // After the round: settles a part that moves nothing, or opens the scope,
-// orders and submits it (lock held); call->submitting when submitted.
+// orders and submits it (lock held); call->submitting when submitted. Set
+// call->held first when the lock was kept since the post (a solo part).
 CUBE_INTERNAL void cube_coll_call_submit_locked(coll_call_t *call);
 // Waits (bounded, no lock held) until the transport has taken the part.
 CUBE_INTERNAL cube_status_t cube_coll_call_wait_enqueued(coll_call_t *call);
 // Finishes a submitted part (lock held; takes |enqueued|).
 CUBE_INTERNAL void cube_coll_call_commit_locked(coll_call_t *call, cube_status_t enqueued);
+// Finishes a submitted part (lock held on entry and exit): committed at
+// once when the transport has taken it, else after waiting for it (bounded)
+// with the lock let go. Nothing for a part not submitted.
+CUBE_INTERNAL void cube_coll_call_finish_locked(coll_call_t *call);
 // One call outside a group call, to its end; its answer.
 CUBE_INTERNAL cube_status_t cube_coll_call_run(coll_call_t *call);
 // Releases what a finished call holds (its own failure, its records, its

@@ -24,6 +24,11 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 // communicators takes long, and every collective call looks groups up.
 static pthread_mutex_t join_lock = PTHREAD_MUTEX_INITIALIZER;
 static cube_comm_group_t *registry;
+// Bumped (registry lock held) whenever a group enters or leaves the
+// registry: a lookup made at the same generation still names the same
+// group (cube_comm_group_find's kept answer, which reads it without the
+// lock).
+static atomic_uint_fast64_t registry_generation = 1;
 // Every group object alive, in the registry or replaced by a rebuilt one:
 // a released client must leave them all.
 static cube_comm_group_t *all_groups;
@@ -119,9 +124,8 @@ static cube_status_t group_sort(cube_client_t *const *clients, size_t count, con
 //===--- The registry ---===//
 
 void cube_comm_group_retain(cube_comm_group_t *group) {
-  pthread_mutex_lock(&registry_lock);
-  group->refs++;
-  pthread_mutex_unlock(&registry_lock);
+  // The caller holds a reference: the count is not 0, nothing frees it.
+  atomic_fetch_add_explicit(&group->refs, 1, memory_order_relaxed);
 }
 
 // Aborts |member|'s communicator, retires its stream (drained: aborted
@@ -195,6 +199,15 @@ static void group_destroy(cube_comm_group_t *group) {
 
 void cube_comm_group_release(cube_comm_group_t *group) {
   if (!group) return;
+  // Not the last reference: dropped without the lock. The last one is
+  // dropped under it, where the group is freed (and where a count of 0 may
+  // be taken again: cube_comm_group_members_all, leave_all).
+  unsigned refs = atomic_load_explicit(&group->refs, memory_order_relaxed);
+  while (refs > 1) {
+    if (atomic_compare_exchange_weak_explicit(&group->refs, &refs, refs - 1, memory_order_release,
+                                              memory_order_relaxed))
+      return;
+  }
   pthread_mutex_lock(&registry_lock);
   group->refs--;
   bool last = group_free_locked(group);
@@ -222,6 +235,7 @@ static bool registry_unlink_locked(cube_comm_group_t *group) {
     if (*p == group) {
       *p = group->next;
       group->in_registry = false;
+      registry_generation++;
       return true;
     }
   }
@@ -384,6 +398,7 @@ cube_status_t cube_comm_group_join(cube_client_t *const *clients, size_t count, 
         group->in_registry = true;
         group->next = registry;
         registry = group;
+        registry_generation++;
         pthread_mutex_unlock(&registry_lock);
       } else {
         group->refs = 0;
@@ -399,10 +414,12 @@ cube_status_t cube_comm_group_join(cube_client_t *const *clients, size_t count, 
 
 // The joined group of |clients| (retained into *|out_group|, NULL when
 // there is none) and |self|'s rank and the group's id, whether joined or not.
+// |*out_generation|: the registry's generation the answer was read at;
+// |out_ranks| (may be NULL): each client's rank, by its place in |clients|.
 static cube_status_t group_locate(cube_client_t *const *clients, size_t count, bool transfers,
                                   const char *operation, cube_server_t *self,
                                   cube_comm_group_t **out_group, uint32_t *out_rank,
-                                  uint64_t *out_id) {
+                                  uint64_t *out_id, uint64_t *out_generation, uint32_t *out_ranks) {
   *out_group = NULL;
   uint64_t keys[CUBE_COMM_MAX_RANKS];
   uint32_t order[CUBE_COMM_MAX_RANKS] = {0};
@@ -412,6 +429,7 @@ static cube_status_t group_locate(cube_client_t *const *clients, size_t count, b
   uint32_t rank = UINT32_MAX;
   for (size_t r = 0; r < count; ++r) {
     if (cube_server_of(clients[order[r]]) == self) rank = (uint32_t)r;
+    if (out_ranks) out_ranks[order[r]] = (uint32_t)r;
   }
   if (rank == UINT32_MAX) {
     return cube_status_make(CUBE_STATUS_VALIDATION, "%s: %s is not a member of the group it names",
@@ -426,6 +444,7 @@ static cube_status_t group_locate(cube_client_t *const *clients, size_t count, b
     if (group->members[r].server != cube_server_of(clients[order[r]])) group = NULL;
   }
   if (group) group->refs++;
+  *out_generation = registry_generation;
   pthread_mutex_unlock(&registry_lock);
   *out_group = group;
   *out_rank = rank;
@@ -433,13 +452,97 @@ static cube_status_t group_locate(cube_client_t *const *clients, size_t count, b
   return CUBE_OK;
 }
 
+// The calling thread's last lookup (cube_comm_group_find): the list as the
+// caller gave it, each client's rank, and the group it named, which the
+// entry holds a reference to (dropped when the entry is replaced, or at the
+// thread's exit). While the registry's generation is the one it was read
+// at, no group joined or left the registry, so the same list still names
+// that group: a call takes it with no lock, no sort and no hash. The
+// clients' ids (never reused) are compared too: a new client at a released
+// one's address is another list.
+typedef struct group_lookup_t {
+  uint64_t generation;  // 0: empty
+  cube_comm_group_t *group;
+  bool transfers;
+  bool watched;  // the thread's exit drops the entry (lookup_key)
+  size_t count;
+  cube_client_t *clients[CUBE_COMM_MAX_RANKS];
+  uint32_t ids[CUBE_COMM_MAX_RANKS];
+  uint32_t ranks[CUBE_COMM_MAX_RANKS];  // by position in |clients|
+} group_lookup_t;
+static _Thread_local group_lookup_t tls_lookup;
+static pthread_key_t lookup_key;
+static pthread_once_t lookup_once = PTHREAD_ONCE_INIT;
+static bool lookup_key_made;
+
+static void lookup_drop(void *arg) {
+  group_lookup_t *last = arg;
+  cube_comm_group_t *group = last->group;
+  last->group = NULL;
+  last->generation = 0;
+  cube_comm_group_release(group);
+}
+
+static void lookup_key_make(void) {
+  lookup_key_made = pthread_key_create(&lookup_key, lookup_drop) == 0;
+}
+
+// The kept answer for this list, retained, with |self|'s rank; false when
+// there is none (or |self| is no member: the full lookup says why).
+static bool lookup_kept(cube_client_t *const *clients, size_t count, bool transfers,
+                        cube_server_t *self, cube_comm_group_t **out_group, uint32_t *out_rank) {
+  const group_lookup_t *last = &tls_lookup;
+  if (!last->generation ||
+      last->generation != atomic_load_explicit(&registry_generation, memory_order_acquire) ||
+      last->transfers != transfers || last->count != count || !clients ||
+      memcmp(last->clients, clients, count * sizeof *clients) != 0)
+    return false;
+  size_t self_at = count;
+  for (size_t i = 0; i < count; ++i) {
+    if (cube_server_of(clients[i])->id != last->ids[i]) return false;
+    if (cube_server_of(clients[i]) == self) self_at = i;
+  }
+  if (self_at == count) return false;
+  cube_comm_group_retain(last->group);  // the entry holds one: it is alive
+  *out_group = last->group;
+  *out_rank = last->ranks[self_at];
+  return true;
+}
+
+// Keeps |group| (retained by the caller) as the answer for this list.
+static void lookup_keep(cube_client_t *const *clients, size_t count, bool transfers,
+                        const uint32_t *ranks, uint64_t generation, cube_comm_group_t *group) {
+  group_lookup_t *last = &tls_lookup;
+  if (!last->watched) {
+    pthread_once(&lookup_once, lookup_key_make);
+    if (!lookup_key_made || pthread_setspecific(lookup_key, last) != 0) return;  // not kept
+    last->watched = true;
+  }
+  cube_comm_group_retain(group);
+  cube_comm_group_t *old = last->group;
+  last->generation = generation;
+  last->group = group;
+  last->transfers = transfers;
+  last->count = count;
+  memcpy(last->clients, clients, count * sizeof *clients);
+  for (size_t i = 0; i < count; ++i) last->ids[i] = cube_server_of(clients[i])->id;
+  memcpy(last->ranks, ranks, count * sizeof *ranks);
+  cube_comm_group_release(old);
+}
+
 cube_status_t cube_comm_group_find(cube_client_t *const *clients, size_t count, bool transfers,
                                    const char *operation, cube_server_t *self,
                                    cube_comm_group_t **out_group, uint32_t *out_rank) {
-  uint64_t id = 0;
-  cube_status_t status =
-      group_locate(clients, count, transfers, operation, self, out_group, out_rank, &id);
+  *out_group = NULL;
+  if (count >= 1 && count <= CUBE_COMM_MAX_RANKS &&
+      lookup_kept(clients, count, transfers, self, out_group, out_rank))
+    return CUBE_OK;
+  uint64_t id = 0, generation = 0;
+  uint32_t ranks[CUBE_COMM_MAX_RANKS];
+  cube_status_t status = group_locate(clients, count, transfers, operation, self, out_group,
+                                      out_rank, &id, &generation, ranks);
   if (!cube_status_is_ok(status)) return status;
+  if (*out_group) lookup_keep(clients, count, transfers, ranks, generation, *out_group);
   if (!*out_group) {
     // The caller's mistake, and one it can mend: VALIDATION naming the call.
     return cube_status_make(CUBE_STATUS_VALIDATION,
@@ -471,8 +574,9 @@ cube_status_t cube_comm_group_describe(cube_client_t *const *clients, size_t cou
                                        cube_comm_info_t *out_info) {
   cube_comm_group_t *group = NULL;
   uint32_t rank = 0;
-  uint64_t id = 0;
-  cube_status_t status = group_locate(clients, count, false, operation, self, &group, &rank, &id);
+  uint64_t id = 0, generation = 0;
+  cube_status_t status =
+      group_locate(clients, count, false, operation, self, &group, &rank, &id, &generation, NULL);
   if (!cube_status_is_ok(status)) return status;
   if (group) {
     pthread_mutex_lock(&registry_lock);
@@ -660,7 +764,12 @@ cube_status_t cube_comm_group_post(cube_comm_group_t *group, uint32_t channel, u
     status =
         cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "collective round: out of host memory");
   } else if (!round->present[rank]) {
-    round->headers[rank] = *header;
+    // A ready part's text is never read: its words are the record.
+    if (header->verdict == CUBE_VERDICT_OK) {
+      memcpy(&round->headers[rank], header, CUBE_COLL_HEADER_WORDS);
+    } else {
+      round->headers[rank] = *header;
+    }
     round->present[rank] = 1;
     round->posted++;
     pthread_cond_broadcast(&group->changed);
@@ -688,10 +797,12 @@ static bool reduces_kind(uint8_t kind) {
 // The outcome every rank computes alike from the round's headers.
 void cube_comm_round_evaluate(const cube_coll_header_t *headers, uint32_t n, bool transfers,
                               cube_round_outcome_t *out) {
-  // The header and the text (most of the outcome) are written when they
-  // mean something, and read only then: no clearing of them per call.
-  out->ok = out->mismatch = false;
-  out->failed = out->failed_count = 0;
+  // The header and the text are written only when they are read (a failed
+  // rank, a mismatch): the common outcome is a few words.
+  out->ok = false;
+  out->mismatch = false;
+  out->failed = 0;
+  out->failed_count = 0;
   out->why[0] = '\0';
   for (uint32_t r = 0; r < n; ++r) {
     if (headers[r].verdict != CUBE_VERDICT_OK) {
@@ -809,8 +920,8 @@ cube_status_t cube_comm_group_wait(cube_comm_group_t *group, uint32_t channel, u
 void cube_comm_group_fail(cube_comm_group_t *group, cube_status_t cause) {
   pthread_mutex_lock(&group->lock);
   if (!group->failed) {
-    group->failed = true;
     group->failure = cause;
+    group->failed = true;  // after the failure: the refusal reads it without the lock
   } else {
     cube_status_release(cause);
   }
@@ -831,14 +942,11 @@ void cube_comm_group_fail(cube_comm_group_t *group, cube_status_t cause) {
 }
 
 cube_status_t cube_comm_group_refusal(cube_comm_group_t *group, const char *operation) {
-  // Asked once or twice a call: a healthy group answers without the lock
-  // (|failed| is never cleared; |failure| is read under it).
+  // A healthy group answers without its lock (every call asks).
   if (!atomic_load_explicit(&group->failed, memory_order_acquire)) return CUBE_OK;
   pthread_mutex_lock(&group->lock);
-  cube_status_t root = group->failed ? cube_status_retain(group->failure) : CUBE_OK;
-  bool failed = group->failed;
+  cube_status_t root = cube_status_retain(group->failure);
   pthread_mutex_unlock(&group->lock);
-  if (!failed) return CUBE_OK;
   return cube_status_wrap(root, CUBE_STATUS_GROUP_FAILED,
                           "%s: the %s group %016llx of %u ranks failed earlier, so it takes no "
                           "more collectives (cube_comm_init over the same clients builds a new "

@@ -90,12 +90,15 @@ typedef struct cube_comm_group_t {
   uint64_t id;                         // the seed's CommunicationId
   bool transfers;                      // a transfers_between pair
   uint32_t nranks;
-  uint32_t refs;  // the registry's and every caller's in flight
+  // The registry's and every caller's in flight. Taken from 0 and dropped
+  // to 0 only under the registry lock (cube_comm_group_release); a caller
+  // that holds one may take another without it.
+  atomic_uint refs;
   const cube_transport_vtable_t *transport;
   pthread_mutex_t lock;
   pthread_cond_t changed;
-  // Set under |lock| (with |failure|), never cleared; cube_comm_group_refusal
-  // reads it first without the lock.
+  // Set (under |lock|, after |failure|) once; read without the lock by the
+  // healthy group's refusal check, the one every call makes.
   atomic_bool failed;
   bool in_registry;
   cube_status_t failure;  // the root of the group's failure, once failed
@@ -135,7 +138,9 @@ CUBE_INTERNAL uint64_t cube_comm_group_id(const uint64_t *keys, size_t count, bo
 // The joined group of |clients| (any order), retained, and |self|'s rank in
 // it. A failed group is returned too (the caller answers GROUP_FAILED).
 // Errors: VALIDATION for a bad list or a |self| outside it,
-// NO_DEVICE_TRANSPORT, GENERIC for a group never joined.
+// NO_DEVICE_TRANSPORT, GENERIC for a group never joined. The calling
+// thread's last answer is kept: the same list names the same group while
+// no group joined or left the registry since (no sort, no hash).
 CUBE_INTERNAL cube_status_t cube_comm_group_find(cube_client_t *const *clients, size_t count,
                                                  bool transfers, const char *operation,
                                                  cube_server_t *self, cube_comm_group_t **out_group,
@@ -153,6 +158,7 @@ CUBE_INTERNAL cube_status_t cube_comm_group_join(cube_client_t *const *clients, 
 // |clients| is rebuilt. No lock held.
 CUBE_INTERNAL cube_status_t cube_comm_group_rebuild_pairs(cube_client_t *const *clients,
                                                           size_t count, const char *operation);
+// Another reference, for a caller that holds one (or the registry lock).
 CUBE_INTERNAL void cube_comm_group_retain(cube_comm_group_t *group);
 CUBE_INTERNAL void cube_comm_group_release(cube_comm_group_t *group);
 

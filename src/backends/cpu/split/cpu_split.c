@@ -222,7 +222,7 @@ typedef struct split_t {
   int32_t *iv_header;       // var: the lock-step loop it steps (NONE)
   int32_t *init_node;       // var: its initializer expression (NONE)
   int32_t ux, uy, uz, ctx;  // parameter variables
-  bool has_return, has_goto, any_split;
+  bool has_return, has_goto, has_arrival, any_split;
   uint32_t lockstep_count, region_count, range_count;
   uint32_t *line_start;
   uint32_t line_count;
@@ -296,6 +296,14 @@ static int32_t strip_all(const split_t *sp, int32_t node) {
 }
 
 //===--- 1. Facts about the tree ---===//
+
+// MBAR_ARRIVE: a unit signals others through an mbarrier they wait on, so
+// one unit's progress waits on another's between two barriers; a region
+// loop runs units one after another and cannot interleave them.
+static bool is_arrival_call(const split_t *sp, int32_t node) {
+  const cube_ast_node_t *n = &sp->ast->nodes[node];
+  return n->kind == CUBE_AST_CALL && n->name != NULL && strcmp(n->name, "cube__mbar_arrive") == 0;
+}
 
 static bool is_barrier_call(const split_t *sp, int32_t node) {
   const cube_ast_node_t *n = N(sp, node);
@@ -2305,6 +2313,7 @@ static void analyse(split_t *sp) {
   }
   for (uint32_t i = nodes; i-- > 0;) {
     if (is_barrier_call(sp, (int32_t)i)) sp->barrier[i] = 1;
+    if (is_arrival_call(sp, (int32_t)i)) sp->has_arrival = true;
     if (sp->barrier[i] && sp->parent[i] != NONE) sp->barrier[sp->parent[i]] = 1;
     uint16_t kind = ast->nodes[i].kind;
     if (kind == CUBE_AST_RETURN) sp->has_return = true;
@@ -2540,6 +2549,8 @@ void cube_cpu_split(const char *source, const char *name, const char *options,
     }
     if (!sp.failed && !sp.any_split) fail(&sp, CUBE_CPU_SPLIT_NOTHING);
     if (!sp.failed && sp.has_goto) fail(&sp, "goto, labels or asm in a kernel with barriers");
+    if (!sp.failed && sp.has_arrival)
+      fail(&sp, "MBAR_ARRIVE: units wait on each other's arrivals (only fibers interleave them)");
   }
   if (!sp.failed) build(&sp);
   if (!sp.failed) check_units(&sp);

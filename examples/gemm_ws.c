@@ -1,0 +1,185 @@
+// gemm_ws: the warp-specialised persistent GEMM (examples/kernels.h,
+// CUBE_EXAMPLE_GEMM_WS; host side in examples/gemm.h, gemm_ws_*) in its four
+// operand kinds: bf16 with B given k x n (PyTorch's A @ B, row-major), bf16
+// with B given n x k (A @ B^T), e4m3 and e5m2 (B n x k: fp8 reads both
+// operands K-major). One warpgroup issues TMA copies and gives its registers
+// back (SETMAXNREG_DEC); two multiply with WGMMA (SETMAXNREG_INC); stages
+// pass between them through full/empty mbarriers; a persistent grid walks
+// the tiles. On CUDA it needs compute capability 9.0 (built for sm_90a;
+// another GPU exits 77, skipped); the CPU runs the same kernel on fibers —
+// copies, barriers, products — as its oracle, over a grid smaller than the
+// tile count so that each cube walks several tiles. Small-integer inputs
+// make every sum exact in f32 whatever order a device adds in, so C must
+// equal the host's bit for bit.
+//
+//   ./build/examples/gemm_ws [--backend cpu|cuda] [--size N] [--kind 0..3]
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cube/cube.h"
+#include "gemm.h"
+
+static bool ok(cube_status_t status, const char *what) {
+  if (cube_status_is_ok(status)) return true;
+  fprintf(stderr, "%s failed:\n", what);
+  cube_status_fprint(status, stderr);
+  cube_status_release(status);
+  return false;
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+// Small integers (-2..2) in the kind's element type; |x| gets their bytes
+// and |f| their values.
+static void small_ints(gemm_ws_kind_t kind, unsigned char *x, float *f, size_t count,
+                       uint64_t *seed) {
+  for (size_t i = 0; i < count; ++i) {
+    *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
+    float v = (float)((int)(*seed >> 60) % 5 - 2);
+    if (kind == GEMM_WS_E4M3) {
+      x[i] = cube_e4m3_from_f32(v);
+      f[i] = cube_e4m3_to_f32(x[i]);
+    } else if (kind == GEMM_WS_E5M2) {
+      x[i] = cube_e5m2_from_f32(v);
+      f[i] = cube_e5m2_to_f32(x[i]);
+    } else {
+      uint16_t h = cube_bf16_from_f32(v);
+      memcpy(x + 2 * i, &h, 2);
+      f[i] = cube_bf16_to_f32(h);
+    }
+  }
+}
+
+// One kind at m x n x k; 0 when C matches the host.
+static int run_kind(cube_client_t *client, gemm_ws_kind_t kind, uint32_t m, uint32_t n,
+                    uint32_t k) {
+  const cube_device_properties_t *p = cube_client_properties(client);
+  const bool cuda = p->backend == CUBE_BACKEND_CUDA;
+  gemm_ws_shape_t shape = cuda ? kGemmWsCudaShape : kGemmWsCpuShape;
+  shape.kind = kind;
+  const uint32_t eb = gemm_ws_elem_bytes(&shape);
+  // A grid a third of the tile count (at most one cube per SM, 3 on the CPU),
+  // so each cube walks several tiles; bench_cuda times one cube per SM.
+  const uint32_t tiles = (m / 128) * (n / shape.bn);
+  uint32_t cubes = cuda ? p->core_count : 3;
+  if (tiles / 3 < cubes) cubes = tiles / 3 ? tiles / 3 : 1;
+  int rc = 1;
+  unsigned char *a = malloc((size_t)m * k * eb), *b = malloc((size_t)k * n * eb);
+  float *fa = malloc((size_t)m * k * 4), *fb = malloc((size_t)k * n * 4);
+  uint16_t *c = malloc((size_t)m * n * 2);
+  float *want = calloc((size_t)m * n, 4);
+  cube_kernel_t *kernel = NULL;
+  cube_handle_t ha = {0}, hb = {0}, hc = {0};
+  gemm_ws_args_t w;
+  if (!a || !b || !fa || !fb || !c || !want) goto done;
+  uint64_t seed = 12345 + (uint64_t)kind;
+  small_ints(kind, a, fa, (size_t)m * k, &seed);
+  small_ints(kind, b, fb, (size_t)k * n, &seed);
+  const bool kn = kind == GEMM_WS_BF16_KN;
+  for (uint32_t r = 0; r < m; ++r) {
+    for (uint32_t j = 0; j < n; ++j) {
+      float sum = 0.0f;
+      for (uint32_t q = 0; q < k; ++q)
+        sum += fa[(size_t)r * k + q] * fb[kn ? (size_t)q * n + j : (size_t)j * k + q];
+      want[(size_t)r * n + j] = sum;
+    }
+  }
+  if (!ok(gemm_ws_kernel_create(&shape, p->plane_size_max, cuda, &kernel), "kernel")) goto done;
+  if (!ok(cube_handle_create(client, CUBE_STREAM_CURRENT, (uint64_t)m * k * eb, &ha), "alloc A") ||
+      !ok(cube_handle_create(client, CUBE_STREAM_CURRENT, (uint64_t)k * n * eb, &hb), "alloc B") ||
+      !ok(cube_handle_create(client, CUBE_STREAM_CURRENT, (uint64_t)m * n * 2, &hc), "alloc C"))
+    goto done;
+  if (!ok(cube_write(client, CUBE_STREAM_CURRENT, cube_handle_binding(ha), a, (size_t)m * k * eb),
+          "write A") ||
+      !ok(cube_write(client, CUBE_STREAM_CURRENT, cube_handle_binding(hb), b, (size_t)k * n * eb),
+          "write B"))
+    goto done;
+  if (!ok(gemm_ws_args_initialize(&shape, ha, hb, hc, m, n, k, cubes, &w), "arguments") ||
+      !ok(cube_launch(client, CUBE_STREAM_CURRENT, kernel, w.count, &w.args,
+                      CUBE_LAUNCH_COMPILE_ONLY),
+          "compile"))
+    goto done;
+  double t0 = now_s();
+  if (!ok(cube_launch(client, CUBE_STREAM_CURRENT, kernel, w.count, &w.args, CUBE_LAUNCH_EXECUTE),
+          "launch") ||
+      !ok(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0), "sync"))
+    goto done;
+  double seconds = now_s() - t0;
+  if (!ok(cube_read(client, CUBE_STREAM_CURRENT, cube_handle_binding(hc), c, (size_t)m * n * 2),
+          "read C"))
+    goto done;
+  uint64_t mismatches = gemm_mismatches(c, want, m, n);
+  printf("gemm_ws %s on %s: %" PRIu32 "x%" PRIu32 "x%" PRIu32
+         ", tile 128x%ux%u, %u stages, %u cubes: %.2f ms (%.1f GFLOP/s), %" PRIu64
+         " mismatches: %s\n",
+         gemm_ws_kind_name(kind), cube_client_backend_name(client), m, n, k, shape.bn, 128 / eb,
+         shape.stages, w.count.count.x, seconds * 1e3, 2.0 * m * n * (double)k / seconds * 1e-9,
+         mismatches, mismatches ? "WRONG" : "ok");
+  rc = mismatches ? 1 : 0;
+
+done:
+  if (ha.bits) (void)ok(cube_handle_release(client, ha), "free A");
+  if (hb.bits) (void)ok(cube_handle_release(client, hb), "free B");
+  if (hc.bits) (void)ok(cube_handle_release(client, hc), "free C");
+  if (kernel) cube_kernel_release(kernel);
+  free(a);
+  free(b);
+  free(fa);
+  free(fb);
+  free(c);
+  free(want);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  cube_backend_kind_t backend = CUBE_BACKEND_DEFAULT;
+  uint32_t size = 0;
+  int only = -1;
+  for (int i = 1; i < argc; ++i) {
+    if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
+      ++i;
+      backend = strcmp(argv[i], "cuda") == 0 ? CUBE_BACKEND_CUDA : CUBE_BACKEND_CPU;
+    } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
+      size = (uint32_t)strtoul(argv[++i], NULL, 10);
+    } else if (strcmp(argv[i], "--kind") == 0 && i + 1 < argc) {
+      only = atoi(argv[++i]);
+    } else {
+      fprintf(stderr,
+              "usage: gemm_ws [--backend cpu|cuda] [--size N (a multiple of 256)] [--kind 0..3 "
+              "(bf16 A x B^T, bf16 A x B, e4m3, e5m2)]\n");
+      return 2;
+    }
+  }
+  cube_client_options_t options;
+  cube_client_options_initialize(&options);
+  options.backend = backend;
+  cube_client_t *client = NULL;
+  if (!ok(cube_client_create(&options, &client), "client")) return 1;
+  const cube_device_properties_t *p = cube_client_properties(client);
+  if (p->backend == CUBE_BACKEND_CUDA &&
+      (p->compute_capability_major != 9 || p->compute_capability_minor != 0)) {
+    // wgmma and setmaxnreg are sm_90a's.
+    printf("gemm_ws: needs compute capability 9.0 (this GPU is %u.%u); skipped\n",
+           p->compute_capability_major, p->compute_capability_minor);
+    cube_client_release(client);
+    return 77;  // ctest's skip code (examples/CMakeLists.txt)
+  }
+  if (!size) size = p->backend == CUBE_BACKEND_CUDA ? 2048 : 256;
+  int rc = 0;
+  const bool cpu = p->backend != CUBE_BACKEND_CUDA;
+  for (int kind = 0; kind < 4; ++kind) {
+    if (only >= 0 && only != kind) continue;
+    rc |= run_kind(client, (gemm_ws_kind_t)kind, size, size, size);
+    // And an oblong one on the CPU: 3 x 3 tiles, 8 or 4 k steps.
+    if (cpu) rc |= run_kind(client, (gemm_ws_kind_t)kind, 384, 192, 512);
+  }
+  cube_client_release(client);
+  return rc;
+}
