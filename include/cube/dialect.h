@@ -1299,6 +1299,7 @@ CUBE__DEVICE e5m2 cube__f32_to_e5m2(float f) {
   return cube__e5m2_of(cube__f32_to_e5m2_bits(cube__bits_of_f32(f)));
 }
 
+#if !defined(CUBE__OMIT_LINES)  // left out of a kernel that names none of it
 //===--- Lines: N elements per access (dialect version 2) ---===//
 //
 // LINE(T, N) is the type of N consecutive T (N = 1, 2, 4, 8 or 16), CubeCL's
@@ -1672,7 +1673,9 @@ CUBE__LINE_STORAGE(CUBE__SAME_NARROW)
 #define TO_E4M3(v) CUBE__TO_NARROW_G(e4m3, v)
 #define TO_E5M2(v) CUBE__TO_NARROW_G(e5m2, v)
 #endif
+#endif  // CUBE__OMIT_LINES
 
+#if !defined(CUBE__OMIT_FRAGMENTS)  // left out of a kernel that names none of it
 //===--- Matrix fragments: CubeCL's cmma (dialect version 2) ---===//
 //
 // A fragment is a tile of a matrix held by a whole plane: every unit of the
@@ -2147,7 +2150,9 @@ void cube__frag_mismatch(const void *first, ...)
   _Generic((d), CUBE__FRAG_MMA_D(16, 16, 16, a, b), CUBE__FRAG_MMA_D(32, 8, 16, a, b))(&(d), &(a), \
                                                                                        &(b), &(c))
 #endif
+#endif  // CUBE__OMIT_FRAGMENTS
 
+#if !defined(CUBE__OMIT_ASYNC_COPIES)  // left out of a kernel that names none of it
 //===--- Asynchronous copies into shared memory (dialect version 2) ---===//
 //
 // COPY_ASYNC(dst, src, bytes): copies |bytes| (4, 8 or 16, a constant; both
@@ -2199,6 +2204,7 @@ CUBE__DEVICE void cube__async_commit(void) {
 #define ASYNC_COMMIT() ((void)0)
 #define ASYNC_WAIT(n) ((void)(n))
 #endif
+#endif  // CUBE__OMIT_ASYNC_COPIES
 
 //===--- Shared by every backend ---===//
 #define UNIT_POS_X cube__ux
@@ -2352,6 +2358,7 @@ CUBE__DEVICE uint64_t cube__stride(const uint64_t *m, uint32_t d) {
 #define STRIDE(name, d) \
   cube__stride(cube__meta(cube__ctx->info, cube__ctx->dynamic, name##__idx), (d))
 
+#if !defined(CUBE__OMIT_TMA)  // left out of a kernel that names none of it
 //===--- TMA tensor maps (docs/tma.md) ---===//
 //
 // Kernels that move tiles with the Tensor Memory Accelerator. A map is a
@@ -2888,7 +2895,9 @@ static inline void cube__tma_load_im2col(cube__ctx_t *ctx, void *smem, const cub
                         ((uint16_t)(ow), (uint16_t)(oh), (uint16_t)(od)))
 
 #endif  // TMA backend
+#endif  // CUBE__OMIT_TMA
 
+#if !defined(CUBE__OMIT_WGMMA)  // left out of a kernel that names none of it
 //===--- Warpgroup matrix multiply (WGMMA: Hopper's asynchronous MMA) ---===//
 //
 // A warpgroup is four planes (planes 4w..4w+3 of the cube: UNIT_POS /
@@ -3158,6 +3167,7 @@ CUBE__WG_STORE(float, (float))
   _Generic((c), f16 *: cube__wg_store_f16, bf16 *: cube__wg_store_bf16, float *: cube__wg_store_float)( \
       (c), (acc).v, CUBE__WG_N(acc), (uint64_t)(ldc), CUBE__WG_Q)
 #endif  // WGMMA backend
+#endif  // CUBE__OMIT_WGMMA
 
 //===--- CPU: what the barrier splitter's parse sees (CUBE__SPLIT_PARSE) ---===//
 //

@@ -859,6 +859,67 @@ static void test_libc_names(void **state) {
   check_libc_names(device, "libc_headers", "#include <math.h>\n");
 }
 
+// Whether kernel_target's flags for |source| (and |options|) leave |flag| in.
+static bool target_has(cube_backend_device_t *device, const char *source, const char *options,
+                       const char *flag) {
+  char target[CUBE_KERNEL_TARGET_MAX];
+  cube_compile_request_t request = {
+      .name = "k", .source = source, .options = options, .language = CUBE_KERNEL_DIALECT};
+  ASSERT_OK(device->vtable->kernel_target(device, &request, target, sizeof target));
+  return strstr(target, flag) != NULL;
+}
+
+// The dialect's sections a kernel does not name are left out of its compile;
+// a name in the source or the options, an include or the dialect's
+// internals keep them.
+static void test_dialect_parts(void **state) {
+  cube_backend_device_t *device = *state;
+  static const char *const kFlags[] = {"-DCUBE__OMIT_LINES", "-DCUBE__OMIT_FRAGMENTS",
+                                       "-DCUBE__OMIT_ASYNC_COPIES", "-DCUBE__OMIT_TMA",
+                                       "-DCUBE__OMIT_WGMMA"};
+  static const char *const kUses[] = {"LINE_SPLAT(x, 4)", "FRAG_FILL(f, 0)", "ASYNC_COMMIT()",
+                                      "TMA_STORE_COMMIT()", "WGMMA_COMMIT()"};
+  const char *plain = "CUBE_KERNEL(k, OUT(float, y)) { y[0] = 1; }\n";
+  for (int i = 0; i < 5; ++i) {
+    assert_true(target_has(device, plain, NULL, kFlags[i]));
+    char source[200];
+    snprintf(source, sizeof source, "CUBE_KERNEL(k, OUT(float, y)) { %s; }\n", kUses[i]);
+    for (int j = 0; j < 5; ++j)
+      assert_true(target_has(device, source, NULL, kFlags[j]) == (i != j));
+    assert_false(target_has(device, plain, "-DUSE=TMA_STORE_COMMIT()", "-DCUBE__OMIT_TMA"));
+    char included[300];
+    snprintf(included, sizeof included, "#include \"parts.h\"\n%s", plain);
+    assert_false(target_has(device, included, NULL, kFlags[i]));
+    assert_false(
+        target_has(device, "CUBE_KERNEL(k, OUT(float, y)) { y[0] = cube__x; }\n", NULL, kFlags[i]));
+  }
+  // The checked mode's define is no use of a section.
+  assert_true(target_has(device, plain, "-DCUBE__CHECKED=1", "-DCUBE__OMIT_LINES"));
+
+  // A line named only in the options compiles (and is a 16-byte line).
+  cube_compile_request_t request = {
+      .name = "opt_line",
+      .source = "CUBE_KERNEL(opt_line, OUT(float, y)) { y[0] = (float)sizeof(WIDE); }\n",
+      .language = CUBE_KERNEL_DIALECT,
+      .options = "-DWIDE=LINE(float,4)"};
+  cube_bkernel_t *kernel = NULL;
+  cube_kernel_info_t info;
+  ASSERT_OK(cube_kernel_build(g_store, device, &request, &kernel, &info));
+  cube_bstream_t *stream = make_stream(device);
+  float out = 0;
+  uint64_t page = alloc_page(device, sizeof out);
+  uint64_t words[8], lengths[1] = {sizeof out}, buffers[1] = {page};
+  uint32_t w = build_info(words, 0, NULL, 1, lengths);
+  dispatch(device, stream, kernel, (cube_dim3_t){1, 1, 1}, (cube_dim3_t){1, 1, 1}, buffers, 1,
+           words, w);
+  ASSERT_OK(device->vtable->copy_to_host(device, stream, &out, page, sizeof out));
+  ASSERT_OK(device->vtable->stream_sync(device, stream));
+  assert_true(out == 16.0f);
+  device->vtable->kernel_release(device, kernel);
+  device->vtable->stream_destroy(device, stream);
+  ASSERT_OK(device->vtable->page_free(device, page));
+}
+
 // A compiler that does not know -nolibc (gcc before 9) still builds kernels:
 // the device links as before, and asks it once.
 static void test_compiler_without_nolibc(void **state) {
@@ -1224,6 +1285,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_compile_errors, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_kernel_caches, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_libc_names, device_setup, device_teardown),
+      cmocka_unit_test_setup_teardown(test_dialect_parts, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_compiler_without_nolibc, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_timed_events, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_traps, device_setup, device_teardown),
