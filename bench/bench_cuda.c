@@ -173,7 +173,7 @@ static void bench_launch(cube_client_t *client, const cube_cuda_driver_t *cu) {
     const cube_backend_vtable_t *real = device->vtable;
     cube_backend_vtable_t noop = *real;
     noop.dispatch = noop_dispatch;
-    double b[128], rb[128], q[128], p[128];
+    double b[128], rb[128], q[128], p[128], x[128], xr[128], xc[128];
     for (int rep = 0; rep < repeats; ++rep) {
       for (int side = 0; side < 2; ++side) {
         bool slot_side = (side == 0) == (rep % 2 == 0);
@@ -202,7 +202,38 @@ static void bench_launch(cube_client_t *client, const cube_cuda_driver_t *cu) {
                           CUBE_LAUNCH_COMPILE_ONLY));
       }
       p[rep] = (now_s() - t0) / batch * 1e6;
+      // The core's path where it really runs, between two driver launches:
+      // a no-op-dispatch launch then a raw launch, against raw alone and
+      // cubec's own launch (what the core costs with the driver's code and
+      // data evicting its own, as in a real launch stream).
+      for (int side = 0; side < 3; ++side) {
+        const int which = (side + rep) % 3;
+        t0 = now_s();
+        for (int i = 0; i < batch; ++i) {
+          if (which == 0) {
+            device->vtable = &noop;
+            CHECK(cube_launch(client, CUBE_STREAM_CURRENT, empty, cube_count_static(1, 1, 1), NULL,
+                              CUBE_LAUNCH_EXECUTE));
+            device->vtable = real;
+            CU(cu->cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, stream, params, NULL));
+          } else if (which == 1) {
+            CU(cu->cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, stream, params, NULL));
+          } else {
+            CHECK(cube_launch(client, CUBE_STREAM_CURRENT, empty, cube_count_static(1, 1, 1), NULL,
+                              CUBE_LAUNCH_EXECUTE));
+          }
+        }
+        (which == 0 ? x : which == 1 ? xr : xc)[rep] = (now_s() - t0) / batch * 1e6;
+        CU(cu->cuStreamSynchronize(stream));
+      }
     }
+    printf(
+        "    (breakdown in situ: no-op core path then raw launch %.3f us, raw alone %.3f us, "
+        "cubec %.3f us: the core path between driver launches costs %.0f ns, the rest of "
+        "cubec's gap %.0f ns)\n",
+        median(x, repeats), median(xr, repeats), median(xc, repeats),
+        (median(x, repeats) - median(xr, repeats)) * 1e3,
+        (median(xc, repeats) - median(x, repeats)) * 1e3);
     printf(
         "    (breakdown: backend dispatch slot alone %.3f us vs raw %.3f us (%.3fx); core path "
         "with a no-op dispatch %.3f us; core path to dispatch %.3f us)\n",

@@ -25,6 +25,10 @@
 
 /// Every function that can fail returns a status the caller must look at.
 #define CUBE_MUST_USE_RESULT __attribute__((warn_unused_result))
+/// Marks a function that runs only when something failed (the status
+/// constructors): the compiler moves the paths that call it out of the hot
+/// code around them, so a launch that succeeds runs denser code.
+#define CUBE_COLD __attribute__((cold))
 /// Lets the compiler check a printf-style format (argument |fmt_index|) against
 /// its arguments (from |args_index|).
 #define CUBE_PRINTF(fmt_index, args_index) __attribute__((format(printf, fmt_index, args_index)))

@@ -203,17 +203,13 @@ CUBE_API void cube_status_ignore(cube_status_t status);
 /// Construction. Each records the source location. |cause| and |members| are
 /// taken (owned by the new node). Allocation failure degrades to a static
 /// node of the same code with no message, never to NULL.
-CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_status_make_at(cube_status_code_t code,
-                                                                const char *file, int line,
-                                                                const char *format, ...)
-    CUBE_PRINTF(4, 5);
+CUBE_API CUBE_MUST_USE_RESULT CUBE_COLD cube_status_t cube_status_make_at(
+    cube_status_code_t code, const char *file, int line, const char *format, ...) CUBE_PRINTF(4, 5);
 /// A new node with |code| and the formatted message whose cause is |cause|
 /// (taken); cube_status_wrap() fills in the source location.
-CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_status_wrap_at(cube_status_t cause,
-                                                                cube_status_code_t code,
-                                                                const char *file, int line,
-                                                                const char *format, ...)
-    CUBE_PRINTF(5, 6);
+CUBE_API CUBE_MUST_USE_RESULT CUBE_COLD cube_status_t
+cube_status_wrap_at(cube_status_t cause, cube_status_code_t code, const char *file, int line,
+                    const char *format, ...) CUBE_PRINTF(5, 6);
 /// A group; with exactly one member that member is returned as is.
 CUBE_API CUBE_MUST_USE_RESULT cube_status_t cube_status_several(cube_status_t *members,
                                                                 size_t count);

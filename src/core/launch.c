@@ -288,33 +288,35 @@ void cube_launch_drop_deferred(cube_server_t *server) {
 
 // One launch on its way through the phases. Lock held throughout.
 typedef struct launch_t {
+  // The fields every launch touches first, then the per-buffer arrays (a
+  // launch between two driver calls pays for each line it touches).
   cube_server_t *server;
   uint32_t stream;
+  cube_launch_mode_t mode;
   cube_kernel_t *kernel;
   const cube_kernel_args_t *args;
-  cube_launch_mode_t mode;
   size_t n;  // buffers
-  cube_resolved_t resolved[CUBE_MAX_BUFFERS];
-  uint64_t lengths[CUBE_MAX_BUFFERS];
-  uint64_t addresses[CUBE_MAX_BUFFERS];
   // The resolved IO per buffer (io_answer_t bits): the plan's, or |own|.
   const uint8_t *io;
-  uint8_t own[CUBE_MAX_BUFFERS];
-  // The argument list's shape (when the key holds it) and the plan kept for
-  // it on the compiled kernel: the checks it stands for passed already.
-  cube_launch_shape_t shape;
-  bool shaped;
+  // The plan kept for the argument list's shape on the compiled kernel (the
+  // checks it stands for passed already), when |shaped| (the key holds it).
   const cube_launch_plan_t *plan;
+  cube_compiled_t *compiled;
+  const custom_info_t *custom;  // custom info words (B15), or NULL
   // The cube count: static, or read back from |count_buffer| by cube_launch
   // before the lock was taken for this launch (|count.count| holds it then).
   cube_cube_count_t count;
   bool dynamic;
+  bool shaped;
+  bool tensor_maps;  // some argument is a TMA tensor map
+  bool deferred;     // a queued launch, enqueued now: its caller heard OK already
+  bool claimed;      // its failure is on its outputs already (a skip, a failed scope)
+  cube_launch_shape_t shape;
+  uint8_t own[CUBE_MAX_BUFFERS];
+  uint64_t lengths[CUBE_MAX_BUFFERS];
+  uint64_t addresses[CUBE_MAX_BUFFERS];
+  cube_resolved_t resolved[CUBE_MAX_BUFFERS];
   cube_resolved_t count_buffer;
-  cube_compiled_t *compiled;
-  bool tensor_maps;             // some argument is a TMA tensor map
-  bool deferred;                // a queued launch, enqueued now: its caller heard OK already
-  bool claimed;                 // its failure is on its outputs already (a skip, a failed scope)
-  const custom_info_t *custom;  // custom info words (B15), or NULL
 } launch_t;
 
 // A launch about to go through the phases. Field by field: zeroing the

@@ -213,6 +213,18 @@ struct cube_server_t {
   uint32_t id;  // process-unique, stamped in every handle
   pthread_mutex_t lock;
   cube_backend_device_t *device;
+  // What every launch reads, together (a launch between two driver calls
+  // finds few of its lines in cache: each one it touches costs).
+  cube_status_t poison;  // non-NULL once the device is poisoned (sticky)
+  // Claims and skips on launches (default). Off only to measure what the
+  // failure store costs (CUBE_FAILURE_TRACKING=off, bench_failure_store):
+  // without it a read can return bytes failed work left stale.
+  bool track_failures;
+  bool nvtx;
+  cube_compiled_t *compiled;
+  size_t compiled_count, compiled_capacity;
+  cube_pending_launch_t *pending_head, *pending_tail;
+  struct cube_profiler_t *profiler;
   char name[48];  // "cpu:0", "cuda:0", "fault(cpu):0"
   uint32_t device_index;
   cube_logger_t log;  // level and sink from the options or CUBE_LOG (log.h)
@@ -221,11 +233,6 @@ struct cube_server_t {
   // cube_memory_allocation_mode for a stream index not live yet: 0 none, else
   // 1 + the mode, applied when a stream opens there (then cleared).
   uint8_t pending_modes[CUBE_MAX_STREAMS + 1];
-  cube_status_t poison;  // non-NULL once the device is poisoned (sticky)
-  // Claims and skips on launches (default). Off only to measure what the
-  // failure store costs (CUBE_FAILURE_TRACKING=off, bench_failure_store):
-  // without it a read can return bytes failed work left stale.
-  bool track_failures;
   uint32_t max_streams;     // the client's limit (1 to CUBE_MAX_STREAMS)
   int32_t stream_priority;  // of every stream it opens unless told otherwise
   bool lazy_binding;        // CUBE_CLIENT_LAZY_BINDING: memory reserved at first use
@@ -236,10 +243,6 @@ struct cube_server_t {
 
   cube_slot_t *slots;
   uint32_t slot_count, slot_capacity, free_slot;  // free list head (UINT32_MAX: none)
-
-  cube_compiled_t *compiled;
-  size_t compiled_count, compiled_capacity;
-  cube_pending_launch_t *pending_head, *pending_tail;
 
   uint32_t capturing_streams;
   cube_info_entry_t info_cache[CUBE_INFO_CACHE_ENTRIES];
@@ -254,7 +257,6 @@ struct cube_server_t {
   // until first used.
   struct cube_graph_t *graphs;
   uint64_t next_graph_id;
-  struct cube_profiler_t *profiler;
   struct staging_block_t *staging;  // guarded by the staging lock (staging.c)
   cube_server_hooks_t hooks;
   // The environment as read at creation (core/config.h) and the on-disk
@@ -272,7 +274,6 @@ struct cube_server_t {
   cube_after_t *after_head;
   atomic_uint after_count;
   // NVTX ranges are opened (core/nvtx.h): CUBE_NVTX and a tool attached.
-  bool nvtx;
 };
 
 // A kernel object (kernel.c): immutable once created, shared by clients.

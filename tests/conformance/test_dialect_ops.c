@@ -1360,6 +1360,88 @@ static void test_warpgroup_mma(void **state) {
   cube_client_release(client);
 }
 
+//===--- A pipelined TMA copy (stores left pending while a stage refills) ---===//
+
+// 96 x 160 u32 through 8 x 32 boxes, three stages, one unit per cube, two
+// cubes taking every other box: each stage is refilled while the store of
+// the box after it may still read (TMA_STORE_WAIT_READ_PENDING(1)), the last
+// stores drained with TMA_STORE_WAIT_PENDING(0). Every element must land.
+static const char kPipelinedCopy[] =
+    "CUBE_KERNEL(tma_pipelined, TENSOR_MAP_IN(src), TENSOR_MAP_OUT(dst)) {\n"
+    "  SHARED_DYNAMIC(unsigned char, raw);\n"
+    "  SHARED(uint64_t, bar, 3);\n"
+    "  unsigned char *smem = raw + (128u - SHARED_OFFSET(raw) % 128u) % 128u;\n"
+    "  const uint32_t tiles_x = 5, tiles = 60, box = 8 * 32 * 4;\n"
+    "  for (uint32_t s = 0; s < 3; ++s) MBAR_INIT(&bar[s], 1);\n"
+    "  FENCE_MBAR_INIT();\n"
+    "  const uint32_t first = CUBE_POS_X, step = CUBE_COUNT_X;\n"
+    "  for (uint32_t s = 0; s < 3 && first + s * step < tiles; ++s) {\n"
+    "    uint32_t t = first + s * step;\n"
+    "    MBAR_ARRIVE_EXPECT_TX(&bar[s], box);\n"
+    "    TMA_LOAD_2D(smem + s * box, src, &bar[s], (t / tiles_x) * 8, (t % tiles_x) * 32);\n"
+    "  }\n"
+    "  uint32_t k = 0;\n"
+    "  for (uint32_t t = first; t < tiles; t += step, ++k) {\n"
+    "    uint32_t s = k % 3;\n"
+    "    MBAR_WAIT(&bar[s], (k / 3) & 1);\n"
+    "    TMA_STORE_2D(dst, smem + s * box, (t / tiles_x) * 8, (t % tiles_x) * 32);\n"
+    "    TMA_STORE_COMMIT();\n"
+    "    uint32_t next = t + 2 * step;\n"
+    "    if (k > 0 && next < tiles) {\n"
+    "      uint32_t p = (k - 1) % 3;\n"
+    "      TMA_STORE_WAIT_READ_PENDING(1);\n"
+    "      MBAR_ARRIVE_EXPECT_TX(&bar[p], box);\n"
+    "      TMA_LOAD_2D(smem + p * box, src, &bar[p], (next / tiles_x) * 8, (next % tiles_x) * "
+    "32);\n"
+    "    }\n"
+    "  }\n"
+    "  TMA_STORE_WAIT_PENDING(0);\n"
+    "}\n";
+
+static void test_tma_pipelined_copy(void **state) {
+  (void)state;
+  cube_client_t *client = CTH_CLIENT(g_kind, "");
+  const cube_device_properties_t *p = cube_client_properties(client);
+  if (p->backend == CUBE_BACKEND_CUDA && !p->supports_tma) {  // the CPU copies in the dialect
+    printf("  pipelined TMA copy: no TMA on %s\n", cth_backend_label(g_kind));
+    cube_client_release(client);
+    return;
+  }
+  enum { ROWS = 96, COLS = 160 };
+  uint32_t *in = malloc(ROWS * COLS * 4), *out = malloc(ROWS * COLS * 4);
+  assert_true(in && out);
+  for (uint32_t i = 0; i < ROWS * COLS; ++i) in[i] = i * 2654435761u + 1, out[i] = 0;
+  cube_kernel_desc_t desc = {.name = "tma_pipelined",
+                             .source = kPipelinedCopy,
+                             .cube_dim = {1, 1, 1},
+                             .dynamic_shared_memory = 3 * 8 * 32 * 4 + 128};
+  cube_kernel_t *kernel = NULL;
+  CTH_OK(cube_kernel_create(&desc, &kernel));
+  cube_handle_t hi = CTH_BUFFER(client, ROWS * COLS * 4), ho = CTH_BUFFER(client, ROWS * COLS * 4);
+  CTH_OK(cube_write(client, S, cube_handle_binding(hi), in, ROWS * COLS * 4));
+  CTH_OK(cube_write(client, S, cube_handle_binding(ho), out, ROWS * COLS * 4));
+  const uint64_t shape[2] = {ROWS, COLS};
+  const uint32_t box[2] = {8, 32};
+  cube_tensor_map_desc_t map =
+      cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_U32, 2, shape, NULL, box);
+  cube_kernel_buffer_t args[2] = {
+      {.binding = cube_handle_binding(hi), .io = CUBE_IO_READ, .tensor_map = &map},
+      {.binding = cube_handle_binding(ho), .io = CUBE_IO_WRITE, .tensor_map = &map}};
+  cube_kernel_args_t kargs = {args, 2, NULL, 0};
+  CTH_OK(cube_launch(client, S, kernel, cube_count_static(2, 1, 1), &kargs, CUBE_LAUNCH_EXECUTE));
+  CTH_OK(cube_read(client, S, cube_handle_binding(ho), out, ROWS * COLS * 4));
+  for (uint32_t i = 0; i < ROWS * COLS; ++i) {
+    if (out[i] != in[i])
+      fail_msg("pipelined TMA copy on %s: element [%u][%u] = %08x, want %08x",
+               cth_backend_label(g_kind), i / COLS, i % COLS, out[i], in[i]);
+  }
+  printf("  pipelined TMA copy, %u boxes on %s\n", 60u, cth_backend_label(g_kind));
+  cth_release_handle(client, hi), cth_release_handle(client, ho);
+  cube_kernel_release(kernel);
+  free(in), free(out);
+  cube_client_release(client);
+}
+
 //===--- Refusals, async copies, ARGs ---===//
 
 static void test_refusals_on_every_backend(void **state) {
@@ -1424,6 +1506,72 @@ static void test_arg_scalars(void **state) {
   cube_client_release(client);
 }
 
+// LEN, RANK, SHAPE and STRIDE where the info block's layout is fixed by the
+// signature (no ARGs and no SCALAR read; ARGs, reduced precision among them)
+// and where it is read from the header (an undeclared SCALAR read): the
+// same answers every way (on CUDA the first two index the block with
+// constants).
+static const char kLayoutNone[] =
+    "CUBE_KERNEL(lay_none, IN(float, x), OUT(double, o)) {\n"
+    "  o[0] = (double)LEN(x); o[1] = (double)RANK(x); o[2] = (double)SHAPE(x, 0);\n"
+    "  o[3] = (double)SHAPE(x, 1); o[4] = (double)STRIDE(x, 0); o[5] = (double)LEN(o);\n"
+    "  o[6] = 0; o[7] = 0;\n"
+    "}\n";
+static const char kLayoutArgs[] =
+    "CUBE_KERNEL(lay_args, IN(float, x), OUT(double, o), ARG(f16, h), ARG(f64, d), ARG(u32, u)) "
+    "{\n"
+    "  o[0] = (double)LEN(x); o[1] = (double)RANK(x); o[2] = (double)SHAPE(x, 0);\n"
+    "  o[3] = (double)SHAPE(x, 1); o[4] = (double)STRIDE(x, 0); o[5] = (double)LEN(o);\n"
+    "  o[6] = d + (double)TO_F32(h); o[7] = (double)u;\n"
+    "}\n";
+static const char kLayoutRead[] =
+    "CUBE_KERNEL(lay_read, IN(float, x), OUT(double, o)) {\n"
+    "  o[0] = (double)LEN(x); o[1] = (double)RANK(x); o[2] = (double)SHAPE(x, 0);\n"
+    "  o[3] = (double)SHAPE(x, 1); o[4] = (double)STRIDE(x, 0); o[5] = (double)LEN(o);\n"
+    "  o[6] = (double)SCALAR(f32, 0); o[7] = (double)SCALAR(u32, 0);\n"
+    "}\n";
+
+static void test_lengths_and_shapes_every_layout(void **state) {
+  (void)state;
+  cube_client_t *client = CTH_CLIENT(g_kind, "");
+  const char *const sources[3] = {kLayoutNone, kLayoutArgs, kLayoutRead};
+  const char *const names[3] = {"lay_none", "lay_args", "lay_read"};
+  cube_scalar_t args_scalars[3] = {cube_scalar_f16(1.5f), cube_scalar_f64(2.25),
+                                   cube_scalar_u32(7)};
+  cube_scalar_t read_scalars[2] = {cube_scalar_f32(-3.5f), cube_scalar_u32(9)};
+  const double extra[3][2] = {{0, 0}, {3.75, 7}, {-3.5, 9}};
+  const uint64_t shape[2] = {3, 5}, strides[2] = {5, 1};
+  cube_handle_t hx = CTH_BUFFER(client, 15 * 4 + 4), ho = CTH_BUFFER(client, 8 * 8);
+  for (int k = 0; k < 3; ++k) {
+    cube_kernel_t *kernel = CTH_KERNEL(names[k], sources[k], ((cube_dim3_t){1, 1, 1}));
+    cube_kernel_buffer_t bufs[2] = {{.binding = cube_handle_binding(hx),
+                                     .io = CUBE_IO_READ,
+                                     .rank = 2,
+                                     .shape = shape,
+                                     .strides = strides},
+                                    {.binding = cube_handle_binding(ho), .io = CUBE_IO_WRITE}};
+    cube_kernel_args_t kargs = {bufs, 2,
+                                k == 1   ? args_scalars
+                                : k == 2 ? read_scalars
+                                         : NULL,
+                                k == 1   ? 3u
+                                : k == 2 ? 2u
+                                         : 0u};
+    CTH_OK(cube_launch(client, S, kernel, cube_count_static(1, 1, 1), &kargs, CUBE_LAUNCH_EXECUTE));
+    double o[8];
+    CTH_OK(cube_read(client, S, cube_handle_binding(ho), o, sizeof o));
+    const double want[8] = {16, 2, 3, 5, 5, 8, extra[k][0], extra[k][1]};
+    for (int i = 0; i < 8; ++i) {
+      if (o[i] != want[i])
+        fail_msg("%s on %s: o[%d] = %g, want %g", names[k], cth_backend_label(g_kind), i, o[i],
+                 want[i]);
+    }
+    cube_kernel_release(kernel);
+  }
+  cth_release_handle(client, hx), cth_release_handle(client, ho);
+  cube_client_release(client);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_atomics_global),
@@ -1438,9 +1586,11 @@ int main(void) {
       cmocka_unit_test(test_conversions_from_f32),
       cmocka_unit_test(test_matrix_fragments),
       cmocka_unit_test(test_warpgroup_mma),
+      cmocka_unit_test(test_tma_pipelined_copy),
       cmocka_unit_test(test_refusals_on_every_backend),
       cmocka_unit_test(test_async_copies),
       cmocka_unit_test(test_arg_scalars),
+      cmocka_unit_test(test_lengths_and_shapes_every_layout),
   };
   return cth_run_on_every_backend("dialect_ops", tests, sizeof tests / sizeof tests[0], &g_kind)
              ? 1

@@ -31,7 +31,7 @@ typedef struct cube_cuda_options_t {
   char arch[64];  // --gpu-architecture=sm_XY
   char include[4200];
   char dims[3][32];  // -DCUBE__DIM_X=... (dialect)
-  const char *list[CUBE_CUDA_MAX_OPTIONS + 8];
+  const char *list[CUBE_CUDA_MAX_OPTIONS + 10];
   int count;
 } cube_cuda_options_t;
 
@@ -145,6 +145,11 @@ static cube_status_t cube_cuda_options_build(const cube_cuda_device_t *device,
                dim[d]);
       out_options->list[out_options->count++] = out_options->dims[d];
     }
+    // No SCALAR anywhere in the source: the core refuses every launch that
+    // passes a scalar the signature does not declare, so the info block's
+    // layout is the signature's and the dialect indexes it with constants.
+    if (!strstr(request->source, "SCALAR"))
+      out_options->list[out_options->count++] = "-DCUBE__NO_SCALAR_READS";
   } else {
     const char *home = cuda_home;
     char candidate[4096] = "";

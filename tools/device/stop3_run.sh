@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Issue 31 on one H200, third stop (each phase one call of the device tool,
+# under its 10-minute limit; logs packed into $OUT/all-logs.tgz):
+#   bash tools/device/stop3_run.sh probe    where the launch and graph gaps go
+#        (bench_cuda --launch-tma with the in-situ breakdown and the TMA copy
+#        forms; bench_graph with the padded raw kernel), the pipelined TMA
+#        conformance test on CUDA
+#   bash tools/device/stop3_run.sh figures  issue 31's figures after the
+#        changes (launch_bench 3+3, TMA, NCCL, MPI at 2/4/8 ranks)
+#   bash tools/device/stop3_run.sh final    the whole suite, CUDA groups included
+set -uo pipefail
+dest="${OUT:-build-gpu/logs}"
+out="$(mktemp -d /tmp/stop3-logs-XXXXXX)"
+phase="${1:-probe}"
+mkdir -p "$dest"
+started=$SECONDS
+step() { printf '\n==== %s (%ds)\n' "$1" "$((SECONDS - started))"; }
+pack() {
+  step packed
+  tar czf /tmp/all-logs.tgz -C "$out" . 2>/dev/null && mv /tmp/all-logs.tgz "$dest/all-logs.tgz"
+}
+if { [ ! -f /usr/include/cmocka.h ] || [ ! -f /usr/include/xxhash.h ]; } &&
+  ls .deb/*.deb >/dev/null 2>&1; then
+  for f in .deb/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+fi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,compute_cap --format=csv,noheader |
+  tee "$out/gpu.txt"
+step build
+(cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCUBE_BUILD_FUZZ=OFF >/dev/null &&
+  cmake --build build-gpu -j"$(nproc)" -- -k) >"$out/build.log" 2>&1 ||
+  { grep -E 'error|Error' "$out/build.log" | head -40; }
+export CUBE_CACHE_DIR="$PWD/build-gpu/kernel-cache"
+
+if [ "$phase" = probe ]; then
+  step dialect_ops
+  timeout 120 ./build-gpu/tests/test_dialect_ops >"$out/dialect_ops.log" 2>&1
+  echo "test_dialect_ops rc=$?"; grep -E "pipelined|PASSED|FAILED|ERROR" "$out/dialect_ops.log" | head
+  for i in 1 2; do
+    step "bench_cuda --launch-tma $i"
+    timeout 150 ./build-gpu/bench/bench_cuda --launch-tma >"$out/launch_tma.run$i.log" 2>&1
+    echo "rc=$?"; grep -E "launch|breakdown|TMA" "$out/launch_tma.run$i.log" | head -30
+    pack
+  done
+  for i in 1 2; do
+    step "bench_graph $i"
+    timeout 90 ./build-gpu/bench/bench_graph >"$out/graph.run$i.log" 2>&1
+    echo "rc=$?"; grep -E "graph|ratio|padded|entry|eager" "$out/graph.run$i.log" | head -12
+  done
+  pack
+  exit 0
+fi
+
+if [ "$phase" = figures ]; then
+  step launch_bench
+  BUILD=build-gpu OUT="$out" timeout 200 bash tools/device/launch_bench.sh 3 3 2>&1 | tail -24
+  pack
+  step tma
+  timeout 100 ./build-gpu/bench/bench_cuda --launch-tma >"$out/launch_tma.log" 2>&1
+  grep -E "TMA|maps" "$out/launch_tma.log" | head
+  pack
+  for i in 1 2 3; do
+    step "bench_collectives $i"
+    timeout 50 ./build-gpu/bench/bench_collectives --backend cuda >"$out/bench_collectives.run$i.log" 2>&1
+    tail -14 "$out/bench_collectives.run$i.log"
+  done
+  pack
+  if [ -x tools/device/mpi_bench.sh ] || [ -f tools/device/mpi_bench.sh ]; then
+    step mpi_bench
+    BUILD=build-gpu OUT="$out" timeout 150 bash tools/device/mpi_bench.sh full 2>&1 | tail -30
+  fi
+  pack
+  exit 0
+fi
+
+if [ "$phase" = final ]; then
+  step ctest
+  timeout 300 ctest --test-dir build-gpu -j12 --output-on-failure --timeout 240 \
+    >"$out/ctest_final.log" 2>&1
+  grep -E "tests passed|\*\*\*|Failed|Not Run|Timeout" "$out/ctest_final.log" | head -30
+  grep -B2 -A14 -E "FAILED  \]|ERROR   \]|^FAIL" "$out/ctest_final.log" | head -60
+  pack
+  exit 0
+fi
+echo "unknown phase $phase"; exit 2
