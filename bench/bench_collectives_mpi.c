@@ -2,13 +2,14 @@
 // clients, the "mpi" transport) against a raw MPI_Allreduce of the same
 // size, in the same run, on the same MPI (the library cubec loaded).
 // `bench_collectives --mpi` is this benchmark. Run under mpirun:
-//   mpirun -np 2 build/bench/bench_collectives --mpi [--max BYTES] [--cuda]
-// Per size (8 B .. 256 MiB, x4): the median over repetitions of the time per
-// call (rank 0's clock, a barrier before each repetition), busbw with
-// nccl-tests' all_reduce factor 2(n-1)/n, the ratio raw/cubec (1.00 = as
-// fast as raw MPI) and cubec's overhead per call in microseconds. cubec's
-// calls are made with ComputeWait::AtSync and one cube_sync_collective at
-// the end of a repetition (the calls pipeline as a training loop's would);
+//   mpirun -np 2 build/bench/bench_collectives --mpi [--min BYTES] [--max BYTES]
+//          [--iters N] [--cuda]
+// Per size (--min, 8 B, .. --max, 256 MiB, x4; --iters: calls per
+// repetition at every size, for a profile of one size under callgrind): the median over repetitions
+// of the time per call (rank 0's clock, a barrier before each repetition), busbw with nccl-tests'
+// all_reduce factor 2(n-1)/n, the ratio raw/cubec (1.00 = as fast as raw MPI) and cubec's overhead
+// per call in microseconds. cubec's calls are made with ComputeWait::AtSync and one
+// cube_sync_collective at the end of a repetition (the calls pipeline as a training loop's would);
 // each carries the ranks' status records before its payload.
 // Targets (issue 11): >= 0.95x raw at >= 1 MiB; <= raw + 2 us per call for
 // small sizes.
@@ -26,18 +27,24 @@ typedef int (*allreduce_fn)(const void *, void *, int, void *, void *, void *);
 typedef int (*barrier_fn)(void *);
 
 int main(int argc, char **argv) {
-  static const char *const kOptions[] = {"--max=N", "--cuda", NULL};
+  static const char *const kOptions[] = {"--min=N", "--max=N", "--iters=N", "--cuda", NULL};
   bench_check_args(argc, argv,
-                   "usage: bench_collectives_mpi [--max BYTES] [--cuda]\n"
+                   "usage: bench_collectives_mpi [--min BYTES] [--max BYTES] [--iters N] "
+                   "[--cuda]\n"
                    "  under mpirun (or one process per GPU, torchrun-style, with --cuda):\n"
-                   "  cubec's world all_reduce against a raw MPI_Allreduce, 8 B .. --max\n"
-                   "  (default 256 MiB)\n",
+                   "  cubec's world all_reduce against a raw MPI_Allreduce, --min (default\n"
+                   "  8 B) .. --max (default 256 MiB), x4; --iters: calls per repetition\n",
                    kOptions);
-  uint64_t max_bytes = 256ull << 20;
+  uint64_t min_bytes = 8, max_bytes = 256ull << 20;
+  int fixed_iters = 0;
   bool cuda = false;
   for (int i = 1; i < argc; ++i) {
+    if (strncmp(argv[i], "--min", 5) == 0)
+      min_bytes = strtoull(argv[i][5] == '=' ? argv[i] + 6 : argv[++i], NULL, 0);
     if (strncmp(argv[i], "--max", 5) == 0)
       max_bytes = strtoull(argv[i][5] == '=' ? argv[i] + 6 : argv[++i], NULL, 0);
+    if (strncmp(argv[i], "--iters", 7) == 0)
+      fixed_iters = atoi(argv[i][7] == '=' ? argv[i] + 8 : argv[++i]);
     if (strcmp(argv[i], "--cuda") == 0) cuda = true;
   }
   cube_comm_env_options_t options;
@@ -77,10 +84,16 @@ int main(int argc, char **argv) {
     printf("%12s %8s %12s %12s %10s %10s %8s %10s\n", "bytes", "iters", "raw_us", "cubec_us",
            "raw_GB/s", "cubec_GB/s", "ratio", "over_us");
   }
-  for (uint64_t bytes = 8; bytes <= max_bytes;
+  if (min_bytes < 4 || min_bytes % 4) {
+    fprintf(stderr, "bench_collectives_mpi: --min %llu is not a whole number of f32\n",
+            (unsigned long long)min_bytes);
+    return 2;
+  }
+  for (uint64_t bytes = min_bytes; bytes <= max_bytes;
        bytes = bytes * 4 > max_bytes && bytes < max_bytes ? max_bytes : bytes * 4) {
     uint64_t count = bytes / 4;
     int iters = bytes <= (64 << 10) ? 200 : bytes <= (4 << 20) ? 20 : bytes <= (64 << 20) ? 4 : 2;
+    if (fixed_iters > 0) iters = fixed_iters;
     int reps = bytes <= (4 << 20) ? 7 : 3;
     float *a = calloc(count, 4), *b = calloc(count, 4);
     if (!a || !b) {

@@ -498,14 +498,30 @@ CUBE__DEVICE void cube__store(T *p, uint64_t i, uint64_t n, V v) {
 
 #else  //===--- CPU (system C compiler) ---===//
 
-#if !defined(CUBE__SPLIT_PARSE)
-#include <math.h>
+// The libc names a kernel may use (<stdint.h>, <math.h>, <string.h>). The
+// CPU backend's compile (CUBE__OWN_LIBC; not for a kernel that includes
+// anything itself) declares them here instead of reading the system
+// headers, which were a sixth of a simple kernel's first compile
+// (docs/measurements/2026-12-03/cpu-compile-stop3.md). The compiler knows
+// the functions as builtins by their names either way: the same code. Fast
+// math keeps <math.h>, whose glibc SIMD declarations let loops call the
+// vector math library (libmvec), and clang keeps <stdint.h> (its predefined
+// int_fast types are not glibc's). The barrier splitter's libclang parse
+// (which may come without compiler headers: -nostdinc) sees the same
+// declarations; any other includer of this header, the headers.
+#if defined(CUBE__SPLIT_PARSE) || (defined(CUBE__OWN_LIBC) && !defined(__clang__))
+#define CUBE__OWN_STDINT 1
+#endif
+#if defined(CUBE__SPLIT_PARSE) || (defined(CUBE__OWN_LIBC) && !defined(__FAST_MATH__))
+#define CUBE__OWN_MATH 1
+#endif
+#if defined(CUBE__SPLIT_PARSE) || defined(CUBE__OWN_LIBC)
+#define CUBE__OWN_STRING 1
+#endif
+
+#if !defined(CUBE__OWN_STDINT)
 #include <stdint.h>
-#include <string.h>
 #else
-// The barrier splitter parses kernels with libclang (src/backends/cpu/
-// cpu_split.c), which may come without its compiler headers: the few libc
-// names a kernel can use are declared here instead.
 typedef __INT8_TYPE__ int8_t;
 typedef __INT16_TYPE__ int16_t;
 typedef __INT32_TYPE__ int32_t;
@@ -514,89 +530,261 @@ typedef __UINT8_TYPE__ uint8_t;
 typedef __UINT16_TYPE__ uint16_t;
 typedef __UINT32_TYPE__ uint32_t;
 typedef __UINT64_TYPE__ uint64_t;
+typedef __INT_LEAST8_TYPE__ int_least8_t;
+typedef __INT_LEAST16_TYPE__ int_least16_t;
+typedef __INT_LEAST32_TYPE__ int_least32_t;
+typedef __INT_LEAST64_TYPE__ int_least64_t;
+typedef __UINT_LEAST8_TYPE__ uint_least8_t;
+typedef __UINT_LEAST16_TYPE__ uint_least16_t;
+typedef __UINT_LEAST32_TYPE__ uint_least32_t;
+typedef __UINT_LEAST64_TYPE__ uint_least64_t;
+typedef __INT_FAST8_TYPE__ int_fast8_t;
+typedef __INT_FAST16_TYPE__ int_fast16_t;
+typedef __INT_FAST32_TYPE__ int_fast32_t;
+typedef __INT_FAST64_TYPE__ int_fast64_t;
+typedef __UINT_FAST8_TYPE__ uint_fast8_t;
+typedef __UINT_FAST16_TYPE__ uint_fast16_t;
+typedef __UINT_FAST32_TYPE__ uint_fast32_t;
+typedef __UINT_FAST64_TYPE__ uint_fast64_t;
 typedef __INTPTR_TYPE__ intptr_t;
 typedef __UINTPTR_TYPE__ uintptr_t;
+typedef __INTMAX_TYPE__ intmax_t;
+typedef __UINTMAX_TYPE__ uintmax_t;
+#define INT8_MAX __INT8_MAX__
+#define INT16_MAX __INT16_MAX__
+#define INT32_MAX __INT32_MAX__
+#define INT64_MAX __INT64_MAX__
+#define INT8_MIN (-INT8_MAX - 1)
+#define INT16_MIN (-INT16_MAX - 1)
+#define INT32_MIN (-INT32_MAX - 1)
+#define INT64_MIN (-INT64_MAX - 1)
+#define UINT8_MAX __UINT8_MAX__
+#define UINT16_MAX __UINT16_MAX__
+#define UINT32_MAX __UINT32_MAX__
+#define UINT64_MAX __UINT64_MAX__
+#define INT_LEAST8_MAX __INT_LEAST8_MAX__
+#define INT_LEAST16_MAX __INT_LEAST16_MAX__
+#define INT_LEAST32_MAX __INT_LEAST32_MAX__
+#define INT_LEAST64_MAX __INT_LEAST64_MAX__
+#define INT_LEAST8_MIN (-INT_LEAST8_MAX - 1)
+#define INT_LEAST16_MIN (-INT_LEAST16_MAX - 1)
+#define INT_LEAST32_MIN (-INT_LEAST32_MAX - 1)
+#define INT_LEAST64_MIN (-INT_LEAST64_MAX - 1)
+#define UINT_LEAST8_MAX __UINT_LEAST8_MAX__
+#define UINT_LEAST16_MAX __UINT_LEAST16_MAX__
+#define UINT_LEAST32_MAX __UINT_LEAST32_MAX__
+#define UINT_LEAST64_MAX __UINT_LEAST64_MAX__
+#define INT_FAST8_MAX __INT_FAST8_MAX__
+#define INT_FAST16_MAX __INT_FAST16_MAX__
+#define INT_FAST32_MAX __INT_FAST32_MAX__
+#define INT_FAST64_MAX __INT_FAST64_MAX__
+#define INT_FAST8_MIN (-INT_FAST8_MAX - 1)
+#define INT_FAST16_MIN (-INT_FAST16_MAX - 1)
+#define INT_FAST32_MIN (-INT_FAST32_MAX - 1)
+#define INT_FAST64_MIN (-INT_FAST64_MAX - 1)
+#define UINT_FAST8_MAX __UINT_FAST8_MAX__
+#define UINT_FAST16_MAX __UINT_FAST16_MAX__
+#define UINT_FAST32_MAX __UINT_FAST32_MAX__
+#define UINT_FAST64_MAX __UINT_FAST64_MAX__
+#define INTPTR_MAX __INTPTR_MAX__
+#define INTPTR_MIN (-INTPTR_MAX - 1)
+#define UINTPTR_MAX __UINTPTR_MAX__
+#define INTMAX_MAX __INTMAX_MAX__
+#define INTMAX_MIN (-INTMAX_MAX - 1)
+#define UINTMAX_MAX __UINTMAX_MAX__
+#define PTRDIFF_MAX __PTRDIFF_MAX__
+#define PTRDIFF_MIN (-PTRDIFF_MAX - 1)
+#define SIZE_MAX __SIZE_MAX__
+#define INT8_C(c) c
+#define INT16_C(c) c
+#define INT32_C(c) c
+#define UINT8_C(c) c
+#define UINT16_C(c) c
+#if defined(__INT64_C)  // gcc
+#define INT64_C(c) __INT64_C(c)
+#define UINT32_C(c) __UINT32_C(c)
+#define UINT64_C(c) __UINT64_C(c)
+#define INTMAX_C(c) __INTMAX_C(c)
+#define UINTMAX_C(c) __UINTMAX_C(c)
+#else  // clang (the splitter's parse)
+#define INT64_C(c) CUBE__CAT(c, __INT64_C_SUFFIX__)
+#define UINT32_C(c) CUBE__CAT(c, __UINT32_C_SUFFIX__)
+#define UINT64_C(c) CUBE__CAT(c, __UINT64_C_SUFFIX__)
+#define INTMAX_C(c) CUBE__CAT(c, __INTMAX_C_SUFFIX__)
+#define UINTMAX_C(c) CUBE__CAT(c, __UINTMAX_C_SUFFIX__)
+#endif
+#endif  // CUBE__OWN_STDINT
+
+#if !defined(CUBE__OWN_STRING)
+#include <string.h>
+#else
 typedef __SIZE_TYPE__ size_t;
 typedef __PTRDIFF_TYPE__ ptrdiff_t;
 #define NULL ((void *)0)
-#define INT32_MAX __INT32_MAX__
-#define INT64_MAX __INT64_MAX__
-#define UINT32_MAX __UINT32_MAX__
-#define UINT64_MAX __UINT64_MAX__
-#define INFINITY __builtin_inff()
-#define NAN __builtin_nanf("")
-#define HUGE_VAL __builtin_huge_val()
-#define HUGE_VALF __builtin_huge_valf()
-#define M_PI 3.14159265358979323846
-#define M_E 2.7182818284590452354
-#define M_SQRT2 1.41421356237309504880
-#define M_LN2 0.69314718055994530942
-#define isnan(x) __builtin_isnan(x)
-#define isinf(x) __builtin_isinf(x)
-#define isfinite(x) __builtin_isfinite(x)
-#define signbit(x) __builtin_signbit(x)
-void *memcpy(void *, const void *, size_t);
+void *memcpy(void *__restrict, const void *__restrict, size_t);
 void *memmove(void *, const void *, size_t);
 void *memset(void *, int, size_t);
 int memcmp(const void *, const void *, size_t);
-// Declared per line (the `;` at the use keeps clang-format from joining them).
-#define CUBE__PARSE_MATH1(f) \
-  double f(double);          \
-  float f##f(float)
-#define CUBE__PARSE_MATH2(f) \
-  double f(double, double);  \
-  float f##f(float, float)
-CUBE__PARSE_MATH1(sqrt);
-CUBE__PARSE_MATH1(cbrt);
-CUBE__PARSE_MATH1(exp);
-CUBE__PARSE_MATH1(exp2);
-CUBE__PARSE_MATH1(expm1);
-CUBE__PARSE_MATH1(log);
-CUBE__PARSE_MATH1(log2);
-CUBE__PARSE_MATH1(log10);
-CUBE__PARSE_MATH1(log1p);
-CUBE__PARSE_MATH1(sin);
-CUBE__PARSE_MATH1(cos);
-CUBE__PARSE_MATH1(tan);
-CUBE__PARSE_MATH1(asin);
-CUBE__PARSE_MATH1(acos);
-CUBE__PARSE_MATH1(atan);
-CUBE__PARSE_MATH1(sinh);
-CUBE__PARSE_MATH1(cosh);
-CUBE__PARSE_MATH1(tanh);
-CUBE__PARSE_MATH1(asinh);
-CUBE__PARSE_MATH1(acosh);
-CUBE__PARSE_MATH1(atanh);
-CUBE__PARSE_MATH1(erf);
-CUBE__PARSE_MATH1(erfc);
-CUBE__PARSE_MATH1(tgamma);
-CUBE__PARSE_MATH1(lgamma);
-CUBE__PARSE_MATH1(fabs);
-CUBE__PARSE_MATH1(floor);
-CUBE__PARSE_MATH1(ceil);
-CUBE__PARSE_MATH1(round);
-CUBE__PARSE_MATH1(trunc);
-CUBE__PARSE_MATH1(rint);
-CUBE__PARSE_MATH1(nearbyint);
-CUBE__PARSE_MATH2(pow);
-CUBE__PARSE_MATH2(atan2);
-CUBE__PARSE_MATH2(fmin);
-CUBE__PARSE_MATH2(fmax);
-CUBE__PARSE_MATH2(fmod);
-CUBE__PARSE_MATH2(hypot);
-CUBE__PARSE_MATH2(copysign);
-CUBE__PARSE_MATH2(fdim);
-CUBE__PARSE_MATH2(remainder);
-CUBE__PARSE_MATH2(nextafter);
-double fma(double, double, double);
-float fmaf(float, float, float);
-double ldexp(double, int);
-float ldexpf(float, int);
-long lround(double);
-long lroundf(float);
+void *memchr(const void *, int, size_t);
+size_t strlen(const char *);
+size_t strnlen(const char *, size_t);
+int strcmp(const char *, const char *);
+int strncmp(const char *, const char *, size_t);
+char *strcpy(char *__restrict, const char *__restrict);
+char *strncpy(char *__restrict, const char *__restrict, size_t);
+char *strcat(char *__restrict, const char *__restrict);
+char *strncat(char *__restrict, const char *__restrict, size_t);
+char *strchr(const char *, int);
+char *strrchr(const char *, int);
+char *strstr(const char *, const char *);
+char *strpbrk(const char *, const char *);
+size_t strspn(const char *, const char *);
+size_t strcspn(const char *, const char *);
+// <stdlib.h>'s integer absolute values (builtins, so they were there before)
 int abs(int);
 long labs(long);
+long long llabs(long long);
+#endif  // CUBE__OWN_STRING
+
+#if !defined(CUBE__OWN_MATH)
+#include <math.h>
+#else
+// Its macros as glibc defines them for gcc and clang, and every C99 function
+// (and the BSD ones glibc declares for gnu11) in its double, float (f) and
+// long double (l) versions.
+#define INFINITY (__builtin_inff())
+#define NAN (__builtin_nanf(""))
+#define HUGE_VAL (__builtin_huge_val())
+#define HUGE_VALF (__builtin_huge_valf())
+#define HUGE_VALL (__builtin_huge_vall())
+#define MAXFLOAT 3.40282347e+38F
+#define FP_NAN 0
+#define FP_INFINITE 1
+#define FP_ZERO 2
+#define FP_SUBNORMAL 3
+#define FP_NORMAL 4
+#if defined(__FP_FAST_FMA)
+#define FP_FAST_FMA 1
 #endif
+#if defined(__FP_FAST_FMAF)
+#define FP_FAST_FMAF 1
+#endif
+#define MATH_ERRNO 1
+#define MATH_ERREXCEPT 2
+#if defined(__NO_MATH_ERRNO__)
+#define math_errhandling (MATH_ERREXCEPT)
+#else
+#define math_errhandling (MATH_ERRNO | MATH_ERREXCEPT)
+#endif
+#define fpclassify(x) __builtin_fpclassify(FP_NAN, FP_INFINITE, FP_NORMAL, FP_SUBNORMAL, FP_ZERO, x)
+#define isnan(x) __builtin_isnan(x)
+#define isinf(x) __builtin_isinf_sign(x)
+#define isfinite(x) __builtin_isfinite(x)
+#define isnormal(x) __builtin_isnormal(x)
+#define signbit(x) __builtin_signbit(x)
+#define isgreater(x, y) __builtin_isgreater(x, y)
+#define isgreaterequal(x, y) __builtin_isgreaterequal(x, y)
+#define isless(x, y) __builtin_isless(x, y)
+#define islessequal(x, y) __builtin_islessequal(x, y)
+#define islessgreater(x, y) __builtin_islessgreater(x, y)
+#define isunordered(x, y) __builtin_isunordered(x, y)
+#define M_E 2.7182818284590452354
+#define M_LOG2E 1.4426950408889634074
+#define M_LOG10E 0.43429448190325182765
+#define M_LN2 0.69314718055994530942
+#define M_LN10 2.30258509299404568402
+#define M_PI 3.14159265358979323846
+#define M_PI_2 1.57079632679489661923
+#define M_PI_4 0.78539816339744830962
+#define M_1_PI 0.31830988618379067154
+#define M_2_PI 0.63661977236758134308
+#define M_2_SQRTPI 1.12837916709551257390
+#define M_SQRT2 1.41421356237309504880
+#define M_SQRT1_2 0.70710678118654752440
+#if __FLT_EVAL_METHOD__ == 2
+typedef long double float_t;
+typedef long double double_t;
+#elif __FLT_EVAL_METHOD__ == 1
+typedef double float_t;
+typedef double double_t;
+#else
+typedef float float_t;
+typedef double double_t;
+#endif
+// One set of declarations per floating type T; S is the names' suffix.
+#define CUBE__LIBM(S, T)           \
+  T acos##S(T);                    \
+  T asin##S(T);                    \
+  T atan##S(T);                    \
+  T atan2##S(T, T);                \
+  T cos##S(T);                     \
+  T sin##S(T);                     \
+  T tan##S(T);                     \
+  T acosh##S(T);                   \
+  T asinh##S(T);                   \
+  T atanh##S(T);                   \
+  T cosh##S(T);                    \
+  T sinh##S(T);                    \
+  T tanh##S(T);                    \
+  T exp##S(T);                     \
+  T exp2##S(T);                    \
+  T expm1##S(T);                   \
+  T frexp##S(T, int *);            \
+  int ilogb##S(T);                 \
+  T ldexp##S(T, int);              \
+  T log##S(T);                     \
+  T log10##S(T);                   \
+  T log1p##S(T);                   \
+  T log2##S(T);                    \
+  T logb##S(T);                    \
+  T modf##S(T, T *);               \
+  T scalbn##S(T, int);             \
+  T scalbln##S(T, long);           \
+  T cbrt##S(T);                    \
+  T fabs##S(T);                    \
+  T hypot##S(T, T);                \
+  T pow##S(T, T);                  \
+  T sqrt##S(T);                    \
+  T erf##S(T);                     \
+  T erfc##S(T);                    \
+  T lgamma##S(T);                  \
+  T tgamma##S(T);                  \
+  T ceil##S(T);                    \
+  T floor##S(T);                   \
+  T nearbyint##S(T);               \
+  T rint##S(T);                    \
+  long lrint##S(T);                \
+  long long llrint##S(T);          \
+  T round##S(T);                   \
+  long lround##S(T);               \
+  long long llround##S(T);         \
+  T trunc##S(T);                   \
+  T fmod##S(T, T);                 \
+  T remainder##S(T, T);            \
+  T remquo##S(T, T, int *);        \
+  T copysign##S(T, T);             \
+  T nan##S(const char *);          \
+  T nextafter##S(T, T);            \
+  T nexttoward##S(T, long double); \
+  T fdim##S(T, T);                 \
+  T fmax##S(T, T);                 \
+  T fmin##S(T, T);                 \
+  T fma##S(T, T, T);               \
+  T j0##S(T);                      \
+  T j1##S(T);                      \
+  T jn##S(int, T);                 \
+  T y0##S(T);                      \
+  T y1##S(T);                      \
+  T yn##S(int, T);                 \
+  T gamma##S(T);                   \
+  T lgamma##S##_r(T, int *);       \
+  T drem##S(T, T);                 \
+  T significand##S(T);             \
+  T scalb##S(T, T)
+CUBE__LIBM(, double);
+CUBE__LIBM(f, float);
+CUBE__LIBM(l, long double);
+#endif  // CUBE__OWN_MATH
 
 // The per-cube context the CPU backend hands a compiled kernel. This struct
 // is the ABI between the runtime and the kernels it compiles: change it only
@@ -1129,6 +1317,7 @@ CUBE__DEVICE e5m2 cube__f32_to_e5m2(float f) {
   return cube__e5m2_of(cube__f32_to_e5m2_bits(cube__bits_of_f32(f)));
 }
 
+#if !defined(CUBE__OMIT_LINES)  // left out of a kernel that names none of it
 //===--- Lines: N elements per access (dialect version 2) ---===//
 //
 // LINE(T, N) is the type of N consecutive T (N = 1, 2, 4, 8 or 16), CubeCL's
@@ -1502,7 +1691,9 @@ CUBE__LINE_STORAGE(CUBE__SAME_NARROW)
 #define TO_E4M3(v) CUBE__TO_NARROW_G(e4m3, v)
 #define TO_E5M2(v) CUBE__TO_NARROW_G(e5m2, v)
 #endif
+#endif  // CUBE__OMIT_LINES
 
+#if !defined(CUBE__OMIT_FRAGMENTS)  // left out of a kernel that names none of it
 //===--- Matrix fragments: CubeCL's cmma (dialect version 2) ---===//
 //
 // A fragment is a tile of a matrix held by a whole plane: every unit of the
@@ -1977,7 +2168,9 @@ void cube__frag_mismatch(const void *first, ...)
   _Generic((d), CUBE__FRAG_MMA_D(16, 16, 16, a, b), CUBE__FRAG_MMA_D(32, 8, 16, a, b))(&(d), &(a), \
                                                                                        &(b), &(c))
 #endif
+#endif  // CUBE__OMIT_FRAGMENTS
 
+#if !defined(CUBE__OMIT_ASYNC_COPIES)  // left out of a kernel that names none of it
 //===--- Asynchronous copies into shared memory (dialect version 2) ---===//
 //
 // COPY_ASYNC(dst, src, bytes): copies |bytes| (4, 8 or 16, a constant; both
@@ -2029,6 +2222,7 @@ CUBE__DEVICE void cube__async_commit(void) {
 #define ASYNC_COMMIT() ((void)0)
 #define ASYNC_WAIT(n) ((void)(n))
 #endif
+#endif  // CUBE__OMIT_ASYNC_COPIES
 
 //===--- Shared by every backend ---===//
 #define UNIT_POS_X cube__ux
@@ -2233,6 +2427,7 @@ CUBE__DEVICE uint64_t cube__stride(const uint64_t *m, uint32_t d) {
 #define SHAPE(name, d) cube__shape(CUBE__META(name), (d))
 #define STRIDE(name, d) cube__stride(CUBE__META(name), (d))
 
+#if !defined(CUBE__OMIT_TMA)  // left out of a kernel that names none of it
 //===--- TMA tensor maps (docs/tma.md) ---===//
 //
 // Kernels that move tiles with the Tensor Memory Accelerator. A map is a
@@ -2793,7 +2988,9 @@ static inline void cube__tma_load_im2col(cube__ctx_t *ctx, void *smem, const cub
                         ((uint16_t)(ow), (uint16_t)(oh), (uint16_t)(od)))
 
 #endif  // TMA backend
+#endif  // CUBE__OMIT_TMA
 
+#if !defined(CUBE__OMIT_WGMMA)  // left out of a kernel that names none of it
 //===--- Warpgroup matrix multiply (WGMMA: Hopper's asynchronous MMA) ---===//
 //
 // A warpgroup is four planes (planes 4w..4w+3 of the cube: UNIT_POS /
@@ -3175,6 +3372,7 @@ CUBE__DEVICE void cube__wg_store_sw128(cube__ctx_t *ctx, void *smem, const float
                        "WG_ACC_STORE_SW128: the boxes do not lie in the cube's shared memory", \
                        "WG_ACC_STORE_SW128: the boxes are not 1024-byte aligned")
 #endif  // WGMMA backend
+#endif  // CUBE__OMIT_WGMMA
 
 //===--- Register reallocation between warpgroups (setmaxnreg) ---===//
 //

@@ -506,6 +506,13 @@ enum { CH_DATA = 0, CH_STATUS = 1, CH_XFER = 2, CH_COUNT = 3 };
 #define MPI_TAG_WORLD 2
 #define MPI_TAG_GONE 3
 #define MPI_TAG_ROUND 16
+// Relayed exchanges alternate between two sets of tags (MPI_TAG_ROUND up,
+// and the same plus this): a receive left over from one exchange cannot
+// match a message of the next (rdbl_step cancels a pre-posted receive that
+// the next exchange's message may meet first). Every tag of a set, its
+// parts' and slices' included, is below it, and both sets below 32767 (the
+// least MPI_TAG_UB MPI allows).
+#define MPI_TAG_EPOCH 4096
 // How long an abandoning rank pushes its notices out, and how long a rank
 // that may be late looks for one after its records came (wait_all).
 #define MPI_GONE_PUSH_NS 20000000ull  // 20 ms
@@ -522,6 +529,7 @@ struct cube_mpi_comm_t {
   uint8_t gone_byte;
   bool gone_posted;
   uint64_t last_exchange_ns;  // when the last status exchange began
+  uint32_t relayed;           // relayed exchanges begun (their tags' set: MPI_TAG_EPOCH)
   atomic_bool aborted;
   pthread_mutex_t lock;  // guards |error|
   cube_status_t error;   // the first failure: what poll answers
@@ -1065,8 +1073,12 @@ bool cube_mpi_relays_records(uint32_t nranks) {
 // fails), this rank's in place.
 // |known|/|lens|: per rank, whether its record is here and its length.
 #define RDBL_HEAD 24u  // a message's length, its block's tag and its block's bytes
+// A round's tag is MPI_TAG_ROUND + round (round < 32); a round that hands a
+// reduced block back MPI_TAG_BARE + round. Every one is below 128, and its
+// parts' (RDBL_PART_TAG) and slices' (RDBL_SLICE_TAG) below MPI_TAG_EPOCH.
 #define MPI_TAG_FOLD (MPI_TAG_ROUND + 40)
 #define MPI_TAG_UNFOLD (MPI_TAG_ROUND + 41)
+#define MPI_TAG_BARE (MPI_TAG_ROUND + 48)
 // A carried block from this size is reduced in halves (exchange_rdbl;
 // cmake -DCUBE_MPI_HALVING_MIN_BYTES=N builds another).
 #ifdef CUBE_MPI_HALVING_MIN_BYTES
@@ -1120,6 +1132,7 @@ typedef struct rdbl_t {
   // rank sends, and what it receives and joins.
   size_t send_at, send_bytes, recv_at, recv_bytes;
   uint64_t deadline_ns;
+  int epoch;  // added to every tag: 0 or MPI_TAG_EPOCH, every other exchange
 } rdbl_t;
 
 // The tag of |carry|'s block (0: none, or one MPI cannot reduce), its
@@ -1271,6 +1284,11 @@ static cube_status_t rdbl_take(rdbl_t *x, uint32_t from, rdbl_join_t join, bool 
 #define RDBL_MAX_PARTS 16u
 #define RDBL_PART_TAG(tag, k) ((tag) + 128 * (int)(k))           // part k > 0 of a message
 #define RDBL_SLICE_TAG(tag) ((tag) + 128 * (int)RDBL_MAX_PARTS)  // a slice apart
+_Static_assert(MPI_TAG_ROUND + 31 < MPI_TAG_FOLD && MPI_TAG_UNFOLD < MPI_TAG_BARE &&
+                   MPI_TAG_BARE + 31 < 128,
+               "a step's tag is below 128, apart from every other step's");
+_Static_assert(127 + 128 * RDBL_MAX_PARTS < MPI_TAG_EPOCH && 2 * MPI_TAG_EPOCH <= 32768,
+               "a set of tags, parts and slices included, is below MPI_TAG_EPOCH");
 static uint32_t rdbl_parts(uint64_t bytes) {
   uint64_t parts = (bytes + RDBL_PART_BYTES - 1) / RDBL_PART_BYTES;
   return parts > 1 && parts <= RDBL_MAX_PARTS ? (uint32_t)parts : 1;
@@ -1292,10 +1310,14 @@ static size_t rdbl_part_len(uint64_t bytes, uint32_t parts, uint32_t k) {
 // round at 32 KiB (16-core H200 host, tools/device/mpi_slices_probe.c:
 // rab_ann against rab). It has room for the longest slice a record holds,
 // so a peer whose block differs cannot overrun it; a peer that sends none
-// (it holds no block) has it cancelled, which nothing can have matched: the
-// peer sends on that tag again only in a later exchange, after this rank's
-// next messages. A slice this rank did not expect is received once its
-// message says how long it is.
+// (it holds no block, or one of another size) has it cancelled. That peer
+// may be a whole exchange ahead by then (it needs nothing more of this
+// rank's to finish this one), and its next exchange's slice may be matched
+// before the cancel is asked, which then cancels nothing and the next
+// exchange waits for that slice to its deadline: so consecutive exchanges
+// use different tags (|epoch|, MPI_TAG_EPOCH), and a peer two exchanges on
+// needs this rank's next records, sent after the cancel. A slice this rank
+// did not expect is received once its message says how long it is.
 static cube_status_t rdbl_step(rdbl_t *x, uint32_t to, uint32_t from, int tag, rdbl_join_t join,
                                bool look) {
   mpi_h ch = x->comm->comm[CH_STATUS];
@@ -1411,19 +1433,20 @@ static cube_status_t exchange_rdbl(rdbl_t *x, bool late) {
   rdbl_whole(x);
   if (rank >= p) {
     // Folded: the record and block go to rank - p, everything comes back.
-    status = rdbl_step(x, rank - p, UINT32_MAX, MPI_TAG_FOLD, RDBL_HIGHER, false);
+    status = rdbl_step(x, rank - p, UINT32_MAX, x->epoch + MPI_TAG_FOLD, RDBL_HIGHER, false);
     if (!status) {
       // What comes back holds this rank's own record too (known only to
       // the other side) and the finished block, which replaces this one's.
       memset(x->known, 0, n);
       uint64_t mine = x->lens[rank];
-      status = rdbl_step(x, UINT32_MAX, rank - p, MPI_TAG_UNFOLD, RDBL_REPLACE, late);
+      status = rdbl_step(x, UINT32_MAX, rank - p, x->epoch + MPI_TAG_UNFOLD, RDBL_REPLACE, late);
       if (!status && !x->known[rank]) status = rdbl_refuse(x, rank - p, 0, "lacks this rank");
       x->lens[rank] = mine;
     }
     return status;
   }
-  if (rank < extra) status = rdbl_step(x, UINT32_MAX, rank + p, MPI_TAG_FOLD, RDBL_LOWER, false);
+  if (rank < extra)
+    status = rdbl_step(x, UINT32_MAX, rank + p, x->epoch + MPI_TAG_FOLD, RDBL_LOWER, false);
   // A large block is reduced in halves (Rabenseifner's): in the rounds that
   // gather the records, each rank keeps half of what it holds of the block
   // and sends the other half, so that each ends with a p-th of the block
@@ -1450,7 +1473,7 @@ static cube_status_t exchange_rdbl(rdbl_t *x, bool late) {
       x->recv_bytes = (keep_hi - keep_lo) * x->esize;
       at_lo = keep_lo, at_hi = keep_hi;
     }
-    status = rdbl_step(x, partner, partner, MPI_TAG_ROUND + round,
+    status = rdbl_step(x, partner, partner, x->epoch + MPI_TAG_ROUND + round,
                        rank < partner ? RDBL_LOWER : RDBL_HIGHER, late && d * 2 >= p);
   }
   // Every rank knows by now whether every block came alike (|present|).
@@ -1462,12 +1485,12 @@ static cube_status_t exchange_rdbl(rdbl_t *x, bool late) {
     x->send_bytes = (at_hi - at_lo) * x->esize;
     x->recv_at = (low ? mid : lo[k]) * x->esize;
     x->recv_bytes = (low ? hi[k] - mid : mid - lo[k]) * x->esize;
-    status = rdbl_bare_step(x, partner, MPI_TAG_ROUND + 32 + k, late && k == 0);
+    status = rdbl_bare_step(x, partner, x->epoch + MPI_TAG_BARE + k, late && k == 0);
     at_lo = lo[k], at_hi = hi[k];
   }
   rdbl_whole(x);
   if (!status && rank < extra)
-    status = rdbl_step(x, rank + p, UINT32_MAX, MPI_TAG_UNFOLD, RDBL_REPLACE, false);
+    status = rdbl_step(x, rank + p, UINT32_MAX, x->epoch + MPI_TAG_UNFOLD, RDBL_REPLACE, false);
   return status;
 }
 
@@ -1536,7 +1559,8 @@ static cube_status_t exchange_any(cube_mpi_comm_t *comm, uint32_t peer, const vo
                 .known = buffer + 8 * (size_t)n,
                 .bytes = bytes,
                 .room = room,
-                .deadline_ns = deadline_ns};
+                .deadline_ns = deadline_ns,
+                .epoch = (comm->relayed++ & 1) ? MPI_TAG_EPOCH : 0};
     uint64_t tag = rdbl_block_tag(carry, &x);
     x.tag = tag;
     x.block = tag ? carry->size : 0;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -792,6 +793,168 @@ static void test_kernel_caches(void **state) {
   device->vtable->kernel_release(device, k4);
 }
 
+// The libc names a kernel uses, compiled from one text for the kernel (the
+// dialect's own declarations, CUBE__OWN_LIBC) and for the host (the system
+// headers): the two must compute the same values. (Stringified where it is
+// an argument, so the kernel gets the text before the host's macros.)
+#define LIBC_NAMES(...)                      \
+  static void libc_names_host(double *out) { \
+    __VA_ARGS__                              \
+  }                                          \
+  static const char kLibcNamesBody[] = #__VA_ARGS__;
+LIBC_NAMES(int e = 0; float ip = 0.0f; char text[8]; memset(text, 0, sizeof text);
+           memcpy(text, "cube", 4); int_fast16_t fast = INT16_MAX; intmax_t big = INTMAX_MAX;
+           volatile float inf = -HUGE_VALF, nan = NAN, x = 2.75f; out[0] = (double)strlen(text);
+           out[1] = (double)isinf(inf); out[2] = (double)(fpclassify(x) == FP_NORMAL);
+           out[3] = (double)(isnan(nan) != 0); out[4] = (double)(signbit(inf) != 0);
+           out[5] = frexpf(x, &e) + e; out[6] = modff(x, &ip) + ip * 10;
+           out[7] = (double)lroundf(x); out[8] = M_PI; out[9] = (double)(INT64_C(1) << 40);
+           out[10] = (double)(UINT64_MAX == ~UINT64_C(0));
+           out[11] = (double)fast + (double)(big == INT64_MAX); out[12] = sqrt(2.0) - M_SQRT2;
+           out[13] = (double)llabs(-5ll) + abs(-3); out[14] = hypotf(3.0f, 4.0f);
+           out[15] = (double)sizeof(int_fast32_t) + (double)(SIZE_MAX == (size_t)-1);)
+
+// Runs kernel |name| (one unit, writing 16 doubles) and checks them against
+// the host's.
+static void check_libc_names(cube_backend_device_t *device, const char *name, const char *prefix) {
+  char source[4096];
+  snprintf(source, sizeof source, "%sCUBE_KERNEL(%s, OUT(double, out)) {\n  %s\n}\n", prefix, name,
+           kLibcNamesBody);
+  cube_bkernel_t *kernel = compile(device, name, source, NULL);
+  cube_bstream_t *stream = make_stream(device);
+  double out[16] = {0}, expected[16] = {0};
+  libc_names_host(expected);
+  uint64_t page = alloc_page(device, sizeof out);
+  uint64_t words[8], lengths[1] = {sizeof out}, buffers[1] = {page};
+  uint32_t w = build_info(words, 0, NULL, 1, lengths);
+  dispatch(device, stream, kernel, (cube_dim3_t){1, 1, 1}, (cube_dim3_t){1, 1, 1}, buffers, 1,
+           words, w);
+  ASSERT_OK(device->vtable->copy_to_host(device, stream, out, page, sizeof out));
+  ASSERT_OK(device->vtable->stream_sync(device, stream));
+  for (int i = 0; i < 16; ++i) {
+    if (memcmp(&out[i], &expected[i], sizeof out[i]) != 0)
+      fail_msg("%s: out[%d] = %.17g, the host's %.17g", name, i, out[i], expected[i]);
+  }
+  assert_true(expected[1] == -1.0 && expected[14] == 5.0);  // the body computes something
+  device->vtable->kernel_release(device, kernel);
+  device->vtable->stream_destroy(device, stream);
+  ASSERT_OK(device->vtable->page_free(device, page));
+}
+
+static void test_libc_names(void **state) {
+  cube_backend_device_t *device = *state;
+  // The dialect's declarations, and (a kernel that includes anything) the
+  // system headers: the key tells the two apart, the values do not differ.
+  char target[CUBE_KERNEL_TARGET_MAX];
+  cube_compile_request_t request = {.name = "k",
+                                    .source = "CUBE_KERNEL(k, OUT(float, y)) { y[0] = 1; }\n",
+                                    .language = CUBE_KERNEL_DIALECT};
+  ASSERT_OK(device->vtable->kernel_target(device, &request, target, sizeof target));
+  assert_non_null(strstr(target, "-DCUBE__OWN_LIBC"));
+  assert_non_null(strstr(target, " link=-pipe -fstack-usage -nolibc"));
+  request.source = "#include <math.h>\nCUBE_KERNEL(k, OUT(float, y)) { y[0] = 1; }\n";
+  ASSERT_OK(device->vtable->kernel_target(device, &request, target, sizeof target));
+  assert_null(strstr(target, "-DCUBE__OWN_LIBC"));
+  check_libc_names(device, "libc_own", "");
+  check_libc_names(device, "libc_headers", "#include <math.h>\n");
+}
+
+// Whether kernel_target's flags for |source| (and |options|) leave |flag| in.
+static bool target_has(cube_backend_device_t *device, const char *source, const char *options,
+                       const char *flag) {
+  char target[CUBE_KERNEL_TARGET_MAX];
+  cube_compile_request_t request = {
+      .name = "k", .source = source, .options = options, .language = CUBE_KERNEL_DIALECT};
+  ASSERT_OK(device->vtable->kernel_target(device, &request, target, sizeof target));
+  return strstr(target, flag) != NULL;
+}
+
+// The dialect's sections a kernel does not name are left out of its compile;
+// a name in the source or the options, an include or the dialect's
+// internals keep them.
+static void test_dialect_parts(void **state) {
+  cube_backend_device_t *device = *state;
+  static const char *const kFlags[] = {"-DCUBE__OMIT_LINES", "-DCUBE__OMIT_FRAGMENTS",
+                                       "-DCUBE__OMIT_ASYNC_COPIES", "-DCUBE__OMIT_TMA",
+                                       "-DCUBE__OMIT_WGMMA"};
+  static const char *const kUses[] = {"LINE_SPLAT(x, 4)", "FRAG_FILL(f, 0)", "ASYNC_COMMIT()",
+                                      "TMA_STORE_COMMIT()", "WGMMA_COMMIT()"};
+  const char *plain = "CUBE_KERNEL(k, OUT(float, y)) { y[0] = 1; }\n";
+  for (int i = 0; i < 5; ++i) {
+    assert_true(target_has(device, plain, NULL, kFlags[i]));
+    char source[200];
+    snprintf(source, sizeof source, "CUBE_KERNEL(k, OUT(float, y)) { %s; }\n", kUses[i]);
+    for (int j = 0; j < 5; ++j)
+      assert_true(target_has(device, source, NULL, kFlags[j]) == (i != j));
+    assert_false(target_has(device, plain, "-DUSE=TMA_STORE_COMMIT()", "-DCUBE__OMIT_TMA"));
+    char included[300];
+    snprintf(included, sizeof included, "#include \"parts.h\"\n%s", plain);
+    assert_false(target_has(device, included, NULL, kFlags[i]));
+    assert_false(
+        target_has(device, "CUBE_KERNEL(k, OUT(float, y)) { y[0] = cube__x; }\n", NULL, kFlags[i]));
+  }
+  // The checked mode's define is no use of a section.
+  assert_true(target_has(device, plain, "-DCUBE__CHECKED=1", "-DCUBE__OMIT_LINES"));
+
+  // A line named only in the options compiles (and is a 16-byte line).
+  cube_compile_request_t request = {
+      .name = "opt_line",
+      .source = "CUBE_KERNEL(opt_line, OUT(float, y)) { y[0] = (float)sizeof(WIDE); }\n",
+      .language = CUBE_KERNEL_DIALECT,
+      .options = "-DWIDE=LINE(float,4)"};
+  cube_bkernel_t *kernel = NULL;
+  cube_kernel_info_t info;
+  ASSERT_OK(cube_kernel_build(g_store, device, &request, &kernel, &info));
+  cube_bstream_t *stream = make_stream(device);
+  float out = 0;
+  uint64_t page = alloc_page(device, sizeof out);
+  uint64_t words[8], lengths[1] = {sizeof out}, buffers[1] = {page};
+  uint32_t w = build_info(words, 0, NULL, 1, lengths);
+  dispatch(device, stream, kernel, (cube_dim3_t){1, 1, 1}, (cube_dim3_t){1, 1, 1}, buffers, 1,
+           words, w);
+  ASSERT_OK(device->vtable->copy_to_host(device, stream, &out, page, sizeof out));
+  ASSERT_OK(device->vtable->stream_sync(device, stream));
+  assert_true(out == 16.0f);
+  device->vtable->kernel_release(device, kernel);
+  device->vtable->stream_destroy(device, stream);
+  ASSERT_OK(device->vtable->page_free(device, page));
+}
+
+// A compiler that does not know -nolibc (gcc before 9) still builds kernels:
+// the device links as before, and asks it once.
+static void test_compiler_without_nolibc(void **state) {
+  cube_backend_device_t *device = *state;
+  char script[240], asked[240];
+  snprintf(script, sizeof script, "%.200s/old-cc", g_cache_dir);
+  snprintf(asked, sizeof asked, "%.200s/old-cc.nolibc", g_cache_dir);
+  FILE *f = fopen(script, "w");
+  assert_non_null(f);
+  fprintf(f,
+          "#!/bin/sh\n"
+          "for a in \"$@\"; do\n"
+          "  if [ \"$a\" = -nolibc ]; then\n"
+          "    echo x >> '%s'\n"
+          "    echo \"cc: error: unrecognized command-line option '-nolibc'\" >&2; exit 1\n"
+          "  fi\n"
+          "done\n"
+          "exec cc \"$@\"\n",
+          asked);
+  assert_int_equal(fclose(f), 0);
+  assert_int_equal(chmod(script, 0700), 0);
+  cube_cpu_device_t *cpu = (cube_cpu_device_t *)device;
+  snprintf(cpu->cc, sizeof cpu->cc, "%s", script);
+  check_libc_names(device, "old_cc_a", "");
+  check_libc_names(device, "old_cc_b", "");  // a second kernel: -nolibc not asked again
+  f = fopen(asked, "r");
+  assert_non_null(f);
+  char line[16];
+  int lines = 0;
+  while (fgets(line, sizeof line, f)) ++lines;
+  fclose(f);
+  assert_int_equal(lines, 1);
+  assert_true(atomic_load(&cpu->cc_needs_libc));
+}
+
 //===--- Timing and traps ---===//
 
 static const char kBusy[] =
@@ -1121,6 +1284,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_multi_dimensional_cubes, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_compile_errors, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_kernel_caches, device_setup, device_teardown),
+      cmocka_unit_test_setup_teardown(test_libc_names, device_setup, device_teardown),
+      cmocka_unit_test_setup_teardown(test_dialect_parts, device_setup, device_teardown),
+      cmocka_unit_test_setup_teardown(test_compiler_without_nolibc, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_timed_events, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_traps, device_setup, device_teardown),
       cmocka_unit_test_setup_teardown(test_halted_stream_still_waits, device_setup,

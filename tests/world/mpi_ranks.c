@@ -571,6 +571,12 @@ int main(int argc, char **argv) {
     exchange(comm);
     carry(comm);
     stale(comm);
+  } else if (strcmp(mode, "carry-loop") == 0) {
+    // The carried cases over and over (a reproducer for races between one
+    // exchange and the next: run it under load).
+    int times = argc > 2 ? atoi(argv[2]) : 100;
+    printf("INFO mpi: %s\n", detail);
+    for (int i = 0; i < times && !g_failures; ++i) carry(comm);
   } else if (strcmp(mode, "killed") == 0) {
     lose_a_rank(comm, true);
   } else if (strcmp(mode, "timeout") == 0) {

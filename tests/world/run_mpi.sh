@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The multi-process MPI suite (tests/world/mpi_ranks.c) under Open MPI's
-# mpirun. Usage: run_mpi.sh MODE NP RANKS_BINARY
+# mpirun. Usage: run_mpi.sh MODE NP RANKS_BINARY WORLD_BINARY [CANCEL_SHIM]
 #   local     NP ranks on this host: every operation and element type against
 #             the oracle, the status exchange, a stale part
 #   failures  a rank killed with SIGKILL mid-loop, a rank that comes past the
@@ -8,6 +8,9 @@
 #   netns     NP ranks on two test hosts: network namespaces made here
 #             (ip netns, a veth pair on 10.213.77.0/24 inside them only),
 #             MPI over TCP between them; removed on exit
+#   cancel-race  NP ranks whose MPI (CANCEL_SHIM over libmpi) cancels late:
+#             the carried cases, a cancelled receive never taking a message
+#             of the next exchange
 # Exit 77 (skipped) without mpirun or libmpi; every run bounded by timeout.
 set -uo pipefail
 mode="$1" np="$2" bin="$3" world="$4"
@@ -120,6 +123,24 @@ failures)
   cat "$log"
   expect "^PASS mismatch" 1 "a launcher/MPI world-size mismatch is a clear error"
   ;;
+cancel-race)
+  # A rank whose MPI_Cancel of a pre-posted receive comes late, after its
+  # peers' next exchange reached it (MPI_SHIM_CANCEL_PAUSE_MS; the shim
+  # drives progress before it cancels): every carried case still passes
+  # (before the exchanges alternated their tags, the next exchange's slice
+  # was taken by the cancelled receive and the rank waited to its deadline).
+  shim="$5"
+  CUBE_MPI_PATH="$shim" MPI_SHIM_CANCEL_PAUSE_MS=300 CUBE_COLLECTIVE_TIMEOUT_S=10 timeout 240 \
+    "${launch[@]}" -x CUBE_MPI_PATH -x MPI_SHIM_CANCEL_PAUSE_MS -np "$np" "$bin" carry-loop 1 >"$log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] || { cat "$log"; echo "FAIL: mpirun (cancels paused) exited $rc"; exit 1; }
+  expect "^INFO mpi: $shim" "$np" "the shim is the MPI every rank loaded"
+  paused="$(grep -c "^INFO shim: MPI_Cancel paused" "$log" || true)"
+  [ "$paused" -gt 0 ] || { cat "$log"; echo "FAIL: no receive was cancelled (the race was not run)"; exit 1; }
+  echo "ok: $paused cancels paused"
+  expect "^PASS carry" "$np" "carried sources with every cancel late"
+  ! grep -q "^FAIL" "$log" || { cat "$log"; exit 1; }
+  ;;
 netns)
   [ "$(id -u)" = 0 ] && command -v ip >/dev/null 2>&1 || { echo "SKIP: network namespaces need root and iproute2"; exit 77; }
   h1=cubec-h1-$$ h2=cubec-h2-$$ agent="$(mktemp)"
@@ -174,6 +195,6 @@ AGENT
   [ "$hosts" = 2 ] || { echo "FAIL: world_ranks ran in $hosts network namespaces, not 2"; exit 1; }
   echo "ok: ranks in 2 network namespaces (test hosts), talking over TCP"
   ;;
-*) echo "usage: $0 local|failures|netns NP MPI_RANKS WORLD_RANKS"; exit 2 ;;
+*) echo "usage: $0 local|failures|netns|cancel-race NP MPI_RANKS WORLD_RANKS [CANCEL_SHIM]"; exit 2 ;;
 esac
 echo "passed: $mode"

@@ -125,11 +125,27 @@ if [ "$phase" = final ]; then
     echo "rc=$?"; grep -E "TFLOP|GEMM|RESULT gemm" "$out/reduce_gemm_torch.log" | tail -22
     pack
   fi
-  if left 500; then
-    step "graph and launch"
+  if left 520; then
+    step "graph"
     timeout 25 ./build-gpu/bench/bench_graph --quick >"$out/graph.log" 2>&1
     grep -E "ratio|padded|entry|replay" "$out/graph.log" | head -8
-    timeout 60 ./build-gpu/bench/bench_cuda --launch >"$out/launch.log" 2>&1
+    pack
+  fi
+  # MPI all_reduce on the host's cores, 8 B .. 32 KiB, one run per rank count.
+  if command -v mpirun >/dev/null; then
+    for np in 2 4 8; do
+      if left 545; then
+        step "mpi all_reduce, $np ranks"
+        timeout 25 mpirun --allow-run-as-root --oversubscribe -np "$np" \
+          ./build-gpu/bench/bench_collectives --mpi --max 32768 >"$out/mpi_$np.log" 2>&1
+        echo "rc=$?"; grep -E "all_reduce|over raw|per call" "$out/mpi_$np.log" | head -12
+        pack
+      fi
+    done
+  fi
+  if left 540; then
+    step "launch"
+    timeout 45 ./build-gpu/bench/bench_cuda --launch --quick >"$out/launch.log" 2>&1
     grep -E "launch|breakdown" "$out/launch.log" | head -8
     pack
   fi

@@ -10,7 +10,8 @@ CC=${CUBE_CC:-cc}
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 # kernel.c as the backend writes it: the dialect, the source, the note, the
-# stack table's placeholder.
+# stack table's placeholder. (Revised for cpu-compile-stop3.md: each step
+# before and after; the first version is in git history.)
 {
   printf '#line 1 "cube/dialect.h"\n'
   cat include/cube/dialect.h
@@ -43,7 +44,11 @@ cat >"$W/clang.c" <<'C'
 int main(void) { return dlopen("libclang-15.so.1", RTLD_NOW | RTLD_LOCAL) ? 0 : 1; }
 C
 $CC -O2 -o "$W/clang" "$W/clang.c" -ldl
-F="-std=gnu11 -O3 -fPIC -shared -w -march=native -DCUBE__NO_BARRIER -DCUBE__DIM_X=256 -DCUBE__DIM_Y=1 -DCUBE__DIM_Z=1"
+# FB: the flags before cpu-compile-stop3.md (the system headers, the whole
+# dialect); F: the backend's flags now (the dialect's own libc names, the
+# sections saxpy does not name left out).
+FB="-std=gnu11 -O3 -fPIC -shared -w -march=native -DCUBE__NO_BARRIER -DCUBE__DIM_X=256 -DCUBE__DIM_Y=1 -DCUBE__DIM_Z=1"
+F="-std=gnu11 -O3 -fPIC -shared -w -march=native -DCUBE__OWN_LIBC -DCUBE__OMIT_LINES -DCUBE__OMIT_FRAGMENTS -DCUBE__OMIT_ASYNC_COPIES -DCUBE__OMIT_TMA -DCUBE__OMIT_WGMMA -DCUBE__NO_BARRIER -DCUBE__DIM_X=256 -DCUBE__DIM_Y=1 -DCUBE__DIM_Z=1"
 ms() { # median wall ms of RUNS runs of "$@" (in $W), then its CPU ms (perf's
   # task-clock, children included: steadier than the wall time on a busy VM)
   i=0
@@ -60,19 +65,23 @@ ms() { # median wall ms of RUNS runs of "$@" (in $W), then its CPU ms (perf's
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg); $RUNS runs each: median wall ms, mean CPU ms (perf)"
 printf '%s  cc --version (fork/exec of the driver; once per process)\n' "$(ms $CC --version)"
 printf '%s  cc -c of an empty file at -O3 (driver + cc1 + as start-up)\n' "$(ms $CC $F -c -o e.o empty.c)"
-printf '%s  preprocess kernel.c (-E: the dialect header)\n' "$(ms $CC $F -E -o kernel.i kernel.c)"
-printf '%s  parse only (-fsyntax-only)\n' "$(ms $CC $F -fsyntax-only kernel.c)"
+printf '%s  before: preprocess kernel.c (-E: the dialect and the system headers)\n' "$(ms $CC $FB -E -o kernel.i kernel.c)"
+printf '%s  now: preprocess kernel.c (-E: the dialect alone, 5 sections left out)\n' "$(ms $CC $F -E -o kernel.i kernel.c)"
+printf '%s  before: parse only (-fsyntax-only)\n' "$(ms $CC $FB -fsyntax-only kernel.c)"
+printf '%s  now: parse only (-fsyntax-only)\n' "$(ms $CC $F -fsyntax-only kernel.c)"
+printf '%s  before: compile to an object at -O3\n' "$(ms $CC $FB -c -o k.o kernel.c)"
 for O in -O0 -O1 -O2 -O3; do
-  printf '%s  compile to an object at %s\n' "$(ms $CC $(echo "$F" | sed "s/-O3/$O/") -c -o k.o kernel.c)" "$O"
+  printf '%s  now: compile to an object at %s\n' "$(ms $CC $(echo "$F" | sed "s/-O3/$O/") -c -o k.o kernel.c)" "$O"
 done
-printf '%s  compile the preprocessed kernel.i at -O3\n' "$(ms $CC $F -c -o k.o -x cpp-output kernel.i)"
-(cd "$W" && $CC $F -c -o k.o kernel.c && $CC $F -c -o s.o stack.c)
-printf '%s  link k.o + s.o into a .so (cc -shared)\n' "$(ms $CC $F -o k.so k.o s.o -lm)"
-printf '%s  link with ld alone (ld -shared)\n' "$(ms ld -shared -o k.so k.o s.o)"
-printf '%s  before: cc -c, then cc -o .so k.o stack.c (two driver runs)\n' \
-  "$(ms sh -c "$CC $F -fstack-usage -c -o k.o kernel.c && $CC $F -o k.so k.o stack.c -lm")"
-printf '%s  now: cc -pipe -fstack-usage -o kernel.so kernel.c -lm (one run)\n' \
-  "$(ms $CC $F -pipe -fstack-usage -o kernel.so kernel.c -lm)"
+printf '%s  now: compile the preprocessed kernel.i at -O3\n' "$(ms $CC $F -c -o k.o -x cpp-output kernel.i)"
+(cd "$W" && $CC $F -c -o k.o kernel.c)
+printf '%s  before: link the object into a .so (cc -shared)\n' "$(ms $CC $F -o k.so k.o -lm)"
+printf '%s  now: link the object into a .so (cc -shared -nolibc)\n' "$(ms $CC $F -nolibc -o k.so k.o -lm)"
+printf '%s  link with ld alone (ld -shared, no libraries)\n' "$(ms ld -shared -o k.so k.o)"
+printf '%s  before: cc -pipe -fstack-usage -o kernel.so kernel.c -lm (one run)\n' \
+  "$(ms $CC $FB -pipe -fstack-usage -o kernel.so kernel.c -lm)"
+printf '%s  now: cc -pipe -fstack-usage -nolibc -o kernel.so kernel.c -lm (one run)\n' \
+  "$(ms $CC $F -pipe -fstack-usage -nolibc -o kernel.so kernel.c -lm)"
 i=0; set --
 while [ $i -lt 20 ]; do cp "$W/kernel.so" "$W/copy$i.so"; set -- "$@" "$W/copy$i.so"; i=$((i + 1)); done
 printf '%s  dlopen + dlclose of the object, 20 copies (process start included)\n' "$(ms ./load "$@")"

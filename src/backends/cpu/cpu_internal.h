@@ -249,12 +249,13 @@ struct cube_cpu_device_t {
   // CUBE_CPU_DIFFERENTIAL=1: every launch of a kernel with a split or plain
   // path runs on fibers too, and the two must leave identical bytes.
   bool differential;
-  bool path_log;            // CUBE_CPU_PATH_LOG
-  atomic_bool cc_reported;  // the compiler that cannot run was reported (once per client)
-  uint64_t stack_max;       // CUBE_CPU_STACK_MAX
-  uint64_t cube_memory;     // CUBE_CPU_CUBE_MEMORY
-  char libclang[1024];      // CUBE_LIBCLANG ("": the usual names)
-  char mpi_path[1024];      // CUBE_MPI_PATH ("": the usual names; world/mpi.h)
+  bool path_log;              // CUBE_CPU_PATH_LOG
+  atomic_bool cc_reported;    // the compiler that cannot run was reported (once per client)
+  atomic_bool cc_needs_libc;  // the compiler refused -nolibc (gcc < 9): link as it likes
+  uint64_t stack_max;         // CUBE_CPU_STACK_MAX
+  uint64_t cube_memory;       // CUBE_CPU_CUBE_MEMORY
+  char libclang[1024];        // CUBE_LIBCLANG ("": the usual names)
+  char mpi_path[1024];        // CUBE_MPI_PATH ("": the usual names; world/mpi.h)
 };
 
 //===--- Transports ---===//

@@ -34,6 +34,10 @@ extern char **environ;
 // cache directory shared between machines never serves one CPU's code to
 // another.
 static const char *const kBaseFlags[] = {"-std=gnu11", "-O3", "-fPIC", "-shared", "-w"};
+// The compile-and-link run's own arguments (kCompileArgs, kLibcArgs below)
+// in the kernel's key: which of the two builds is the compiler's choice, and
+// its identity is in the key too.
+#define LINK_KEY "-pipe -fstack-usage -nolibc(where known) -lm"
 // In an ASan build the kernels are instrumented too: with the pass-through
 // pool (CUBE_MM_PASSTHROUGH=1, one heap block per buffer) an access past a
 // buffer is reported where it happens, as compute-sanitizer does on CUDA.
@@ -266,6 +270,30 @@ cube_status_t cube_cpu_kernel_bundle_targets(cube_backend_device_t *device, char
 
 //===--- Flags ---===//
 
+// The dialect's sections a kernel may not use, each with the words its
+// public names contain: a kernel whose source and options contain none of
+// them is compiled without it (-DCUBE__OMIT_*), so the compiler reads and
+// parses less (the five were 7 ms of a simple kernel's 51 ms compile). A
+// source that includes anything, or names the dialect's internals
+// (cube__, CUBE__; the options' -DCUBE__CHECKED=1 is no use of a section),
+// gets them all.
+typedef struct dialect_part_t {
+  const char *flag;
+  const char *words[6];
+} dialect_part_t;
+static const dialect_part_t kDialectParts[] = {
+    {"-DCUBE__OMIT_LINES", {"LINE", "TO_", NULL}},
+    {"-DCUBE__OMIT_FRAGMENTS", {"FRAG", "_MAJOR", NULL}},
+    {"-DCUBE__OMIT_ASYNC_COPIES", {"ASYNC", NULL}},
+    {"-DCUBE__OMIT_TMA", {"TMA", "MBAR", "TENSOR_MAP", "FENCE", "SHARED_ALIGNED", NULL}},
+    {"-DCUBE__OMIT_WGMMA", {"WG", "SHARED_OFFSET", NULL}},
+};
+
+static bool names(const cube_compile_request_t *request, const char *word) {
+  return strstr(request->source, word) != NULL ||
+         (request->options != NULL && strstr(request->options, word) != NULL);
+}
+
 // The host CPU as /proc/cpuinfo describes it (model and feature flags): what
 // -march=native compiles for. Read once.
 static char host_cpu[4096];
@@ -310,6 +338,21 @@ static cube_status_t build_flags(const cube_cpu_device_t *cpu,
     used += (size_t)snprintf(out_flags + used, 1024 - used, "-march=%s %s", cpu->march,
                              CUBE_CPU_KERNEL_SANITIZE);
   }
+  // The dialect declares the libc names a kernel uses itself instead of
+  // reading the system headers (a sixth of a simple kernel's compile); a
+  // kernel that includes anything gets the headers, as its includes expect.
+  const bool includes = strstr(request->source, "include") != NULL;
+  if (!includes) used += (size_t)snprintf(out_flags + used, 1024 - used, "-DCUBE__OWN_LIBC ");
+  if (!includes && strstr(request->source, "cube__") == NULL &&
+      strstr(request->source, "CUBE__") == NULL) {
+    for (size_t i = 0; i < sizeof kDialectParts / sizeof kDialectParts[0]; ++i) {
+      bool named = false;
+      for (size_t w = 0; kDialectParts[i].words[w] != NULL && !named; ++w)
+        named = names(request, kDialectParts[i].words[w]);
+      if (!named)
+        used += (size_t)snprintf(out_flags + used, 1024 - used, "%s ", kDialectParts[i].flag);
+    }
+  }
   // No barrier in the source: the unit loop needs no fiber check.
   if (strstr(request->source, "SYNC_CUBE") == NULL)
     used += (size_t)snprintf(out_flags + used, 1024 - used, "-DCUBE__NO_BARRIER ");
@@ -351,7 +394,8 @@ cube_status_t cube_cpu_kernel_target(cube_backend_device_t *device,
                           : cube_cpu_split_identity_unneeded();
   if (status == CUBE_OK && request->target != NULL) {
     // A bundle entry's record: the target stands for the host CPU.
-    int n = snprintf(out_target, capacity, "cpu target=%s cc=%s identity=%s split=%s flags=%s",
+    int n = snprintf(out_target, capacity,
+                     "cpu target=%s cc=%s identity=%s split=%s flags=%s link=" LINK_KEY,
                      request->target, cpu->cc, identity, split, flags);
     if (n < 0 || (size_t)n >= capacity)
       status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
@@ -366,8 +410,9 @@ cube_status_t cube_cpu_kernel_target(cube_backend_device_t *device,
     cube_hash128_hex(cube_hash128(host_cpu, strlen(host_cpu)), host);
     // The split entry appended to the source depends on the splitter's code
     // and on the libclang it parsed with.
-    int n = snprintf(out_target, capacity, "cpu cc=%s identity=%s host=%s split=%s flags=%s",
-                     cpu->cc, identity, host, split, flags);
+    int n = snprintf(out_target, capacity,
+                     "cpu cc=%s identity=%s host=%s split=%s flags=%s link=" LINK_KEY, cpu->cc,
+                     identity, host, split, flags);
     if (n < 0 || (size_t)n >= capacity) {
       status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
                                 "cpu compile of kernel '%s': the compiler command and flags are "
@@ -471,8 +516,15 @@ static cube_status_t write_source(const cube_compile_request_t *request, const c
 // relative names, so the object does not depend on where the scratch
 // directory was. (A second run to link a table of the report's figures cost
 // a third of a simple kernel's first compile: the table is patched instead.)
-static const char *const kCompileArgs[] = {"-pipe",    "-fstack-usage", "-o", "kernel.so",
-                                           "kernel.c", "-lm",           NULL};
+// -nolibc: the object is loaded into a process that has the C library
+// already, and reading libc.so (a script naming libc.so.6, libc_nonshared.a
+// and the loader) was 4-5 ms of the link's 13; libm stays a dependency, and
+// libgcc is still linked. A compiler older than -nolibc (gcc 8, clang 12)
+// links as it always did (kLibcArgs).
+static const char *const kCompileArgs[] = {"-pipe",     "-fstack-usage", "-nolibc", "-o",
+                                           "kernel.so", "kernel.c",      "-lm",     NULL};
+static const char *const kLibcArgs[] = {"-pipe",    "-fstack-usage", "-o", "kernel.so",
+                                        "kernel.c", "-lm",           NULL};
 
 // Runs the compiler with |flags| and |extra| in |cwd|; *out_log receives its
 // output when it fails.
@@ -503,6 +555,23 @@ static cube_status_t run_compiler(const cube_cpu_device_t *cpu, const char *name
     status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
                               "cpu compile of kernel '%s': %s exited with status %d: %s", name,
                               cpu->cc, exit_code, out_log->data ? out_log->data : "");
+  }
+  return status;
+}
+
+// Compiles and links kernel.c in |cwd|: with kCompileArgs, or kLibcArgs once
+// the compiler has refused -nolibc.
+static cube_status_t compile_source(cube_cpu_device_t *cpu, const char *name, const char *flags,
+                                    const char *cwd, text_t *out_log) {
+  bool libc = atomic_load(&cpu->cc_needs_libc);
+  cube_status_t status =
+      run_compiler(cpu, name, flags, libc ? kLibcArgs : kCompileArgs, cwd, out_log);
+  if (status != CUBE_OK && !libc && out_log->data != NULL && strstr(out_log->data, "nolibc")) {
+    atomic_store(&cpu->cc_needs_libc, true);
+    cube_status_release(status);
+    free(out_log->data);
+    *out_log = (text_t){0};
+    status = run_compiler(cpu, name, flags, kLibcArgs, cwd, out_log);
   }
   return status;
 }
@@ -550,16 +619,14 @@ cube_status_t cube_cpu_kernel_compile(cube_backend_device_t *device,
   text_t log = {0};
   bool had_split = false;
   if (status == CUBE_OK) status = write_source(request, source_path, true, &had_split);
-  if (status == CUBE_OK)
-    status = run_compiler(cpu, request->name, flags, kCompileArgs, scratch_dir, &log);
+  if (status == CUBE_OK) status = compile_source(cpu, request->name, flags, scratch_dir, &log);
   if (status != CUBE_OK && had_split && log.data != NULL) {
     cube_status_t first = status;
     free(log.data);
     log = (text_t){0};
     unlink(source_path);
     status = write_source(request, source_path, false, &had_split);
-    if (status == CUBE_OK)
-      status = run_compiler(cpu, request->name, flags, kCompileArgs, scratch_dir, &log);
+    if (status == CUBE_OK) status = compile_source(cpu, request->name, flags, scratch_dir, &log);
     if (status == CUBE_OK) {
       cube_status_release(first);
     } else {

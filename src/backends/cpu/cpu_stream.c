@@ -50,7 +50,9 @@ struct cube_bstream_t {
   uint64_t tag;  // carried by the tasks queued from now on (stream_tag)
   // Late failures: once a task fails the stream halts until the core takes
   // the failure; tasks with seq <= drop_through are dropped as well.
-  bool halted;
+  // Written under |lock|; take_failure reads it first without (a halt it
+  // misses is one that had not happened: its failure is taken next time).
+  atomic_bool halted;
   cube_status_t failure;  // while halted
   uint64_t failure_tag;
   cube_status_t dropped_failure;  // what events in the dropped range report
@@ -372,9 +374,12 @@ void cube_cpu_stream_tag(cube_backend_device_t *device, cube_bstream_t *stream, 
 cube_status_t cube_cpu_stream_take_failure(cube_backend_device_t *device, cube_bstream_t *stream,
                                            uint64_t *out_tag) {
   (void)device;
+  *out_tag = 0;
+  // Asked before nearly every call of the core (settle): a stream that has
+  // not halted answers without its lock.
+  if (!atomic_load_explicit(&stream->halted, memory_order_acquire)) return CUBE_OK;
   pthread_mutex_lock(&stream->lock);
   cube_status_t failure = CUBE_OK;
-  *out_tag = 0;
   if (stream->halted) {
     failure = stream->failure;
     *out_tag = stream->failure_tag;

@@ -409,6 +409,9 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
   }
   if (call->world) {
     if (have_src) cube_coll_call_carry_locked(call, &src);
+    cube_comm_member_t *m = &call->group->members[call->rank];
+    call->comm_stream = m->stream && !m->left ? server->streams[m->stream].backend : NULL;
+    call->comm_stream_read = true;
     call->posted = true;  // exchanged by call_wait_round, with no lock held
     return;
   }
@@ -439,13 +442,15 @@ static cube_status_t call_exchange_world(coll_call_t *call) {
   cube_coll_header_t headers[CUBE_COMM_MAX_RANKS];
   bool transfer = cube_coll_is_transfer(call->kind);
   cube_status_t status = CUBE_OK;
-  cube_bstream_t *stream = NULL;  // the comm's own
+  cube_bstream_t *stream = call->comm_stream;  // the comm's own
   // A ready part's text is empty and never read: its words are the record.
   size_t used =
       call->header.verdict == CUBE_VERDICT_OK ? CUBE_COLL_HEADER_WORDS : sizeof call->header;
-  pthread_mutex_lock(&call->server->lock);
-  if (m->stream && !m->left) stream = call->server->streams[m->stream].backend;
-  pthread_mutex_unlock(&call->server->lock);
+  if (!call->comm_stream_read) {
+    pthread_mutex_lock(&call->server->lock);
+    if (m->stream && !m->left) stream = call->server->streams[m->stream].backend;
+    pthread_mutex_unlock(&call->server->lock);
+  }
   if (!transfer && g->nranks == 1) {
     headers[0] = call->header;  // a world of one: nothing to carry
   } else if (!g->transport->exchange_status) {

@@ -78,6 +78,11 @@ typedef struct coll_call_t {
   uint32_t rank, channel;
   uint64_t seq;
   bool posted;
+  // A world call's communicator stream, read at the post under the server's
+  // lock (the status exchange needs no second lock for it); |comm_stream_read|:
+  // it was (a part that failed before its post reads it then).
+  cube_bstream_t *comm_stream;
+  bool comm_stream_read;
   bool solo;  // a group of one rank: the round was decided at the post
   // A solo part whose caller kept the server's lock from the post to the
   // submit (|held|): its bindings as the post resolved them.

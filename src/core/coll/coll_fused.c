@@ -65,12 +65,17 @@ void cube_coll_call_records_done(coll_call_t *call) {
 // Whether the last writer of |slot| is known to have finished, so its bytes
 // can be read now (lock held). Asked twice: the first question may only
 // mark the stream's end with an event that the second finds reached.
-static bool writer_done(cube_server_t *server, const cube_slot_t *slot) {
+// |out_refreshed|: the stream's progress was asked (which may settle a late
+// failure of the writer).
+static bool writer_done(cube_server_t *server, const cube_slot_t *slot, bool *out_refreshed) {
+  *out_refreshed = false;
   uint32_t w = slot->write_stream;
   if (!w || w > CUBE_MAX_STREAMS) return true;
   const cube_stream_state_t *s = &server->streams[w];
-  for (int i = 0; i < 2 && s->live && s->completed < slot->write_ticket; ++i)
+  for (int i = 0; i < 2 && s->live && s->completed < slot->write_ticket; ++i) {
     cube_server_refresh_progress(server, w, slot->write_ticket);
+    *out_refreshed = true;
+  }
   return !s->live || s->completed >= slot->write_ticket;
 }
 
@@ -82,14 +87,17 @@ void cube_coll_call_carry_locked(coll_call_t *call, const cube_resolved_t *src) 
   const cube_transport_vtable_t *t = call->group->transport;
   uint32_t n = call->group->nranks;
   const cube_transport_fused_t *fused = t->fused;
+  bool refreshed = false;
   if (!call->world || call->kind != CUBE_TOP_ALL_REDUCE || n < 2 || !fused || !fused->max_bytes ||
       !fused->read || src->size == 0 || src->size > fused->max_bytes ||
-      call->header.verdict != CUBE_VERDICT_OK || !writer_done(server, src->slot))
+      call->header.verdict != CUBE_VERDICT_OK || !writer_done(server, src->slot, &refreshed))
     return;
-  // Asking after the writer may have settled a late failure of it.
+  // Asking after the writer may have settled a late failure of it; asked
+  // only then (the post checked the source under the same lock, and a ready
+  // verdict says it carried none).
   cube_slot_t *slot = src->slot;
   cube_status_t carried =
-      server->track_failures ? cube_server_ensure_written(server, &slot, 1) : CUBE_OK;
+      server->track_failures && refreshed ? cube_server_ensure_written(server, &slot, 1) : CUBE_OK;
   if (carried) {
     cube_status_release(carried);  // the submit drops the part (its source claims)
     return;
@@ -120,10 +128,13 @@ cube_status_t cube_coll_call_exchange_records(coll_call_t *call, cube_bstream_t 
   bool ready = call->header.verdict == CUBE_VERDICT_OK;
   // Past |used| the record is never read (exchange_status leaves a short
   // record's tail unspecified): only a header's text is zeroed, for a
-  // transport that sends whole records, not a payload's room.
+  // transport that sends whole records (one that carries sources sends
+  // |used| bytes), not a payload's room.
+  const cube_transport_fused_t *fused = g->transport->fused;
+  bool carries = fused && fused->exchange_carry;
   size_t used = ready ? words + call->header.carried : sizeof call->header;
   memcpy(mine, &call->header, ready ? words : sizeof call->header);
-  if (used < sizeof call->header) memset(mine + used, 0, sizeof call->header - used);
+  if (!carries && used < sizeof call->header) memset(mine + used, 0, sizeof call->header - used);
   // A transport that reduces carried sources on the way writes the result
   // over this rank's own (sent by then).
   cube_carry_t carry = {.bytes = ready ? call->header.carried : 0,
@@ -131,8 +142,6 @@ cube_status_t cube_coll_call_exchange_records(coll_call_t *call, cube_bstream_t 
                         .op = call->op,
                         .out = mine + words,
                         .in_place = true};
-  const cube_transport_fused_t *fused = g->transport->fused;
-  bool carries = fused && fused->exchange_carry;
   cube_status_t status =
       carries ? fused->exchange_carry(call->server->device, m->comm, stream, mine, used,
                                       call->records, call->record_bytes, &carry)

@@ -143,7 +143,9 @@ typedef struct cube_transport_fused_t {
   // (every rank, whatever each carries), where this rank's record may end
   // with a carried source (|carry|). A transport that relays records may
   // reduce those sources on the way, so that no record's bytes need reach
-  // every rank. NULL: exchange_status, records whole.
+  // every rank. It moves the first |mine_bytes| of this rank's record only
+  // (the core leaves the rest unwritten). NULL: exchange_status, records
+  // whole.
   cube_status_t (*exchange_carry)(cube_backend_device_t *device, cube_tcomm_t *comm,
                                   cube_bstream_t *stream, const void *mine, size_t mine_bytes,
                                   void *out, size_t bytes, cube_carry_t *carry);
