@@ -201,12 +201,16 @@ typedef struct gemm_ws_shape_t {
   uint32_t stages;   // >= 2
   uint32_t group_m;  // tile rows a group of cubes walks
   gemm_ws_kind_t kind;
+  // 0: each consumer stores its accumulator straight to C; 1: through
+  // swizzled shared-memory boxes and TMA stores (64 KiB more shared memory
+  // at bn 256), the consumers back on the next tile while the stores run.
+  uint32_t epilogue;
 } gemm_ws_shape_t;
 
 // 128 x 256 tiles, 4 stages of 48 KiB on the H200; the CPU's 64 KiB arena
 // takes 128 x 64 tiles in 2 stages.
-static const gemm_ws_shape_t kGemmWsCudaShape = {256, 4, 8, GEMM_WS_BF16_KN};
-static const gemm_ws_shape_t kGemmWsCpuShape = {64, 2, 2, GEMM_WS_BF16_KN};
+static const gemm_ws_shape_t kGemmWsCudaShape = {256, 4, 8, GEMM_WS_BF16_KN, 0};
+static const gemm_ws_shape_t kGemmWsCpuShape = {64, 2, 2, GEMM_WS_BF16_KN, 0};
 
 static inline uint32_t gemm_ws_elem_bytes(const gemm_ws_shape_t *s) {
   return s->kind >= GEMM_WS_E4M3 ? 1u : 2u;
@@ -219,24 +223,28 @@ static inline const char *gemm_ws_kind_name(gemm_ws_kind_t kind) {
 static inline uint32_t gemm_ws_shared_bytes(const gemm_ws_shape_t *s) {
   // The stages (rows of 128 bytes of k), the alignment slack, two barriers
   // per stage.
-  return s->stages * (128u + s->bn) * 128u + 1024u + 16u * s->stages;
+  // With the TMA-store epilogue: two 64 x bn bf16 staging tiles and two more
+  // barriers.
+  return s->stages * (128u + s->bn) * 128u + 1024u + 16u * s->stages +
+         (s->epilogue ? 2u * 64u * s->bn * 2u + 16u : 0u);
 }
 
 // |sm90a|: build for sm_90a (the CUDA backend on compute capability 9.0).
 static inline cube_status_t gemm_ws_kernel_create(const gemm_ws_shape_t *s, uint32_t plane,
                                                   bool sm90a, cube_kernel_t **out_kernel) {
   if ((s->bn != 64 && s->bn != 128 && s->bn != 256) || s->stages < 2 || !s->group_m ||
-      (unsigned)s->kind > GEMM_WS_E5M2) {
+      (unsigned)s->kind > GEMM_WS_E5M2 || s->epilogue > 1) {
     return cube_status_make(CUBE_STATUS_VALIDATION,
                             "gemm_ws: bn %u (64, 128 or 256), stages %u (>= 2), group_m %u, "
-                            "kind %u (0..3)",
-                            s->bn, s->stages, s->group_m, (unsigned)s->kind);
+                            "kind %u (0..3), epilogue %u (0 or 1)",
+                            s->bn, s->stages, s->group_m, (unsigned)s->kind, s->epilogue);
   }
   char options[200];
   snprintf(options, sizeof options,
-           "%s-DCUBE_MIN_CUBES_PER_SM=1 -DWS_BN=%u -DWS_STAGES=%u -DWS_GROUP_M=%u -DWS_KIND=%u",
+           "%s-DCUBE_MIN_CUBES_PER_SM=1 -DWS_BN=%u -DWS_STAGES=%u -DWS_GROUP_M=%u -DWS_KIND=%u "
+           "-DWS_EPI=%u",
            sm90a ? "--gpu-architecture=sm_90a " : "", s->bn, s->stages, s->group_m,
-           (unsigned)s->kind);
+           (unsigned)s->kind, s->epilogue);
   cube_kernel_desc_t desc;
   memset(&desc, 0, sizeof desc);
   desc.name = "gemm_ws";
@@ -248,7 +256,15 @@ static inline cube_status_t gemm_ws_kernel_create(const gemm_ws_shape_t *s, uint
   return cube_kernel_create(&desc, out_kernel);
 }
 
-typedef gemm_wg_args_t gemm_ws_args_t;
+// As gemm_wg_args_t, and C once more through a tensor map (the kernel's
+// |tc|: the TMA-store epilogue's; bound with either epilogue).
+typedef struct gemm_ws_args_t {
+  cube_tensor_map_desc_t map_a, map_b, map_c;
+  cube_kernel_buffer_t buffers[4];
+  cube_scalar_t scalars[3];
+  cube_kernel_args_t args;
+  cube_cube_count_t count;
+} gemm_ws_args_t;
 
 // |a| m x k, |b| n x k (k x n for GEMM_WS_BF16_KN), |c| m x n bf16, all
 // row-major; |cubes| the persistent grid (at most the tile count: one per
@@ -282,10 +298,19 @@ static inline cube_status_t gemm_ws_args_initialize(const gemm_ws_shape_t *s, cu
   out->buffers[1].tensor_map = &out->map_b;
   out->buffers[2].binding = cube_handle_binding(c);
   out->buffers[2].io = CUBE_IO_WRITE;
+  // C in boxes of 64 rows x 64 columns (128 bytes), 128-byte swizzled: the
+  // layout WG_ACC_STORE_SW128 writes.
+  const uint64_t shape_c[2] = {m, n};
+  const uint32_t box_c[2] = {64, 64};
+  out->map_c = cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_BF16, 2, shape_c, NULL, box_c);
+  out->map_c.swizzle = CUBE_TENSOR_MAP_SWIZZLE_128B;
+  out->buffers[3].binding = cube_handle_binding(c);
+  out->buffers[3].io = CUBE_IO_WRITE;
+  out->buffers[3].tensor_map = &out->map_c;
   out->scalars[0] = cube_scalar_u32(m);
   out->scalars[1] = cube_scalar_u32(n);
   out->scalars[2] = cube_scalar_u32(k);
-  out->args = (cube_kernel_args_t){out->buffers, 3, out->scalars, 3};
+  out->args = (cube_kernel_args_t){out->buffers, 4, out->scalars, 3};
   const uint32_t tiles = (m / 128) * (n / s->bn);
   out->count = cube_count_static(cubes == 0 || cubes > tiles ? tiles : cubes, 1, 1);
   return CUBE_OK;

@@ -311,6 +311,9 @@
   "#ifndef WS_GROUP_M\n"                                                                           \
   "#define WS_GROUP_M 8\n"                                                                         \
   "#endif\n"                                                                                       \
+  "#ifndef WS_EPI\n"                                                                               \
+  "#define WS_EPI 0\n"                                                                             \
+  "#endif\n"                                                                                       \
   "#ifndef WS_KIND\n"                                                                              \
   "#define WS_KIND 1\n"                                                                            \
   "#endif\n"                                                                                       \
@@ -326,6 +329,15 @@
   "#define WS_A_BYTES (WS_BM * 128)\n"                                                             \
   "#define WS_B_BYTES (WS_BN * 128)\n"                                                             \
   "#define WS_STAGE_BYTES (WS_A_BYTES + WS_B_BYTES)\n"                                             \
+  "// WS_EPI 1: each consumer warpgroup stages its 64 x WS_BN bf16 rows in\n"                      \
+  "// shared memory (WS_BN / 64 swizzled boxes of 64 x 64) and one unit stores\n"                  \
+  "// them with TMA, while the warpgroup goes on to the next tile.\n"                              \
+  "#define WS_C_BYTES (64 * WS_BN * 2)\n"                                                          \
+  "#if WS_EPI\n"                                                                                   \
+  "#define WS_EPI_BYTES (2 * WS_C_BYTES)\n"                                                        \
+  "#else\n"                                                                                        \
+  "#define WS_EPI_BYTES 0\n"                                                                       \
+  "#endif\n"                                                                                       \
   "\n"                                                                                             \
   "// Step |kb| (in elements of k) of B into stage |buf|, and one k step of the\n"                 \
   "// product (defined outside the body: the CPU splitter keeps a body holding a\n"                \
@@ -366,15 +378,18 @@
   "// eight planes). Warpgroups 1 and 2 consume: 64 rows each of the\n"                            \
   "// 128 x WS_BN tile, one WGMMA group per stage, the stage before released as\n"                 \
   "// soon as its group is done.\n"                                                                \
-  "CUBE_KERNEL(gemm_ws, TENSOR_MAP_IN(ta), TENSOR_MAP_IN(tb), OUT(bf16, c), ARG(u32, m),\n"        \
-  "            ARG(u32, n), ARG(u32, k)) {\n"                                                      \
+  "// |tc| maps C for the TMA stores of WS_EPI 1 (c itself otherwise).\n"                          \
+  "CUBE_KERNEL(gemm_ws, TENSOR_MAP_IN(ta), TENSOR_MAP_IN(tb), OUT(bf16, c), TENSOR_MAP_OUT(tc),\n" \
+  "            ARG(u32, m), ARG(u32, n), ARG(u32, k)) {\n"                                         \
   "  SHARED_DYNAMIC(unsigned char, dyn);\n"                                                        \
   "  // The tiles 1024-byte aligned: the period of the 128-byte swizzle.\n"                        \
   "  unsigned char *base = dyn + (1024u - SHARED_OFFSET(dyn) % 1024u) % 1024u;\n"                  \
   "  unsigned char *as = base;\n"                                                                  \
   "  unsigned char *bs = base + WS_STAGES * WS_A_BYTES;\n"                                         \
-  "  uint64_t *full = (uint64_t *)(base + WS_STAGES * WS_STAGE_BYTES);\n"                          \
+  "  unsigned char *cs = base + WS_STAGES * WS_STAGE_BYTES;  // WS_EPI 1\n"                        \
+  "  uint64_t *full = (uint64_t *)(cs + WS_EPI_BYTES);\n"                                          \
   "  uint64_t *empty = full + WS_STAGES;\n"                                                        \
+  "  uint64_t *epi = empty + WS_STAGES;  // one per consumer warpgroup (WS_EPI 1)\n"               \
   "  const uint32_t tiles_m = m / WS_BM, tiles = tiles_m * (n / WS_BN);\n"                         \
   "  const uint32_t group = WS_GROUP_M * (n / WS_BN), steps = k / WS_BK;\n"                        \
   "  const uint32_t wg = UNIT_POS / (4 * PLANE_DIM);\n"                                            \
@@ -382,6 +397,10 @@
   "    for (uint32_t s = 0; s < WS_STAGES; ++s) {\n"                                               \
   "      MBAR_INIT(&full[s], 1);\n"                                                                \
   "      MBAR_INIT(&empty[s], 8);\n"                                                               \
+  "    }\n"                                                                                        \
+  "    if (WS_EPI) {\n"                                                                            \
+  "      MBAR_INIT(&epi[0], 4 * PLANE_DIM);\n"                                                     \
+  "      MBAR_INIT(&epi[1], 4 * PLANE_DIM);\n"                                                     \
   "    }\n"                                                                                        \
   "    FENCE_MBAR_INIT();\n"                                                                       \
   "  }\n"                                                                                          \
@@ -406,6 +425,10 @@
   "    SETMAXNREG_INC(232);\n"                                                                     \
   "    const uint32_t rows0 = (wg - 1) * 64;\n"                                                    \
   "    uint32_t it = 0;\n"                                                                         \
+  "    uint32_t epi_phase = 0;\n"                                                                  \
+  "    const uint32_t lead = UNIT_POS % (4 * PLANE_DIM) == 0;\n"                                   \
+  "    unsigned char *ct = cs + (wg - 1) * WS_C_BYTES;\n"                                          \
+  "    uint64_t *wg_bar = &epi[wg - 1];\n"                                                         \
   "    for (uint32_t t = CUBE_POS; t < tiles; t += CUBE_COUNT) {\n"                                \
   "      WS_TILE(t);\n"                                                                            \
   "      WG_ACC(WS_BN) acc;\n"                                                                     \
@@ -426,8 +449,31 @@
   "      }\n"                                                                                      \
   "      WGMMA_WAIT(acc, 0);\n"                                                                    \
   "      if (UNIT_POS_PLANE == 0) MBAR_ARRIVE(&empty[held]);\n"                                    \
-  "      WG_ACC_STORE(c + ((uint64_t)row0 + rows0) * n + col0, acc, n);\n"                         \
+  "      if (WS_EPI) {\n"                                                                          \
+  "        // The warpgroup waits for its last store to have read the boxes\n"                     \
+  "        // (long done: a tile of mainloop ago), fills them, and one unit\n"                     \
+  "        // stores them; the mbarrier is the warpgroup's own barrier.\n"                         \
+  "        if (lead) TMA_STORE_WAIT_READ();\n"                                                     \
+  "        MBAR_ARRIVE(wg_bar);\n"                                                                 \
+  "        MBAR_WAIT(wg_bar, epi_phase);\n"                                                        \
+  "        epi_phase ^= 1u;\n"                                                                     \
+  "        WG_ACC_STORE_SW128(ct, acc);\n"                                                         \
+  "        FENCE_PROXY_ASYNC();  // the units' writes, before the TMA unit reads them\n"           \
+  "        MBAR_ARRIVE(wg_bar);\n"                                                                 \
+  "        MBAR_WAIT(wg_bar, epi_phase);\n"                                                        \
+  "        epi_phase ^= 1u;\n"                                                                     \
+  "        if (lead) {\n"                                                                          \
+  "          for (uint32_t j = 0; j < WS_BN / 64; ++j)\n"                                          \
+  "            TMA_STORE_2D(tc, ct + j * 8192, row0 + (int32_t)rows0, col0 + (int32_t)(j * "       \
+  "64));\n"                                                                                        \
+  "          TMA_STORE_COMMIT();\n"                                                                \
+  "        }\n"                                                                                    \
+  "      } else {\n"                                                                               \
+  "        WG_ACC_STORE(c + ((uint64_t)row0 + rows0) * n + col0, acc, n);\n"                       \
+  "      }\n"                                                                                      \
   "    }\n"                                                                                        \
+  "    // The shared memory stays until the last stores have read it.\n"                           \
+  "    if (WS_EPI && lead) TMA_STORE_WAIT();\n"                                                    \
   "  }\n"                                                                                          \
   "}\n"
 

@@ -3207,6 +3207,27 @@ CUBE__DEVICE void cube__wg_store(T *c, const cube__wg_acc<N> &d, uint32_t ldc) {
     cube__store_pair(c + (row + 8) * ldc + 8 * j + col, d.r[4 * j + 2], d.r[4 * j + 3]);
   }
 }
+// The tile as bf16 into N / 64 boxes of 64 rows x 128 bytes, 8 KiB apart,
+// each 128-byte swizzled (a TMA store's box with CUBE_TENSOR_MAP_SWIZZLE_128B):
+// a plane's eight rows land in eight different 16-byte chunks, so its stores
+// meet no bank conflict (a plain row-major tile of 512-byte rows: eight-way).
+template <int N>
+CUBE__DEVICE void cube__wg_store_sw128(void *smem, const cube__wg_acc<N> &d) {
+  const uint32_t lane = cube__lane(), p = (threadIdx.x >> 5) & 3u;
+  const uint32_t row = p * 16u + (lane >> 2), x = row & 7u;
+  const uint32_t base = cube__smem(smem) + row * 128u + 4u * (lane & 3u);
+#pragma unroll
+  for (int j = 0; j < N / 8; ++j) {
+    const uint32_t at = base + (uint32_t)(j / 8) * 8192u + (((uint32_t)(j % 8) ^ x) << 4);
+    const uint32_t lo = (uint32_t)cube__f32_to_bf16(d.r[4 * j]).bits |
+                        (uint32_t)cube__f32_to_bf16(d.r[4 * j + 1]).bits << 16;
+    const uint32_t hi = (uint32_t)cube__f32_to_bf16(d.r[4 * j + 2]).bits |
+                        (uint32_t)cube__f32_to_bf16(d.r[4 * j + 3]).bits << 16;
+    // Shared-state stores (the generic ones would resolve the window each).
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(at), "r"(lo) : "memory");
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(at + 1024u), "r"(hi) : "memory");  // row + 8
+  }
+}
 #define WG_ACC_FILL(acc, v) cube__wg_fill((acc), (float)(v))
 #define WGMMA_FENCE(acc) cube__wg_fence(acc)
 #define WGMMA_BF16(acc, a, b) \
@@ -3221,6 +3242,7 @@ CUBE__DEVICE void cube__wg_store(T *c, const cube__wg_acc<N> &d, uint32_t ldc) {
 #define WGMMA_COMMIT() cube__wg_commit()
 #define WGMMA_WAIT(acc, pending) cube__wg_wait<(pending)>(acc)
 #define WG_ACC_STORE(c, acc, ldc) cube__wg_store((c), (acc), (uint32_t)(ldc))
+#define WG_ACC_STORE_SW128(smem, acc) cube__wg_store_sw128((void *)(smem), (acc))
 
 #else  // CPU: unit q of the warpgroup holds rows 16q..16q+15, all N columns
 typedef struct {
@@ -3306,6 +3328,21 @@ CUBE__DEVICE void cube__wgmma_cpu(cube__ctx_t *ctx, float *v, uint32_t n, const 
 CUBE__WG_STORE(f16, cube__f32_to_f16)
 CUBE__WG_STORE(bf16, cube__f32_to_bf16)
 CUBE__WG_STORE(float, (float))
+// WG_ACC_STORE_SW128: rows 16q..16q+15 as bf16 into the swizzled boxes
+// (64 rows x 128 bytes, 8 KiB apart) at |smem|, 1024-byte aligned.
+CUBE__DEVICE void cube__wg_store_sw128(cube__ctx_t *ctx, void *smem, const float *v, uint32_t n,
+                                       uint32_t q, const char *outside, const char *unaligned) {
+  const uintptr_t arena = (uintptr_t)ctx->shared, p = (uintptr_t)smem;
+  if (p < arena || p - arena + (uint64_t)n * 128u > ctx->shared_size) ctx->trap(ctx, outside);
+  if ((p - arena) & 1023u) ctx->trap(ctx, unaligned);
+  for (uint32_t i = 0; i < 16; ++i)
+    for (uint32_t col = 0; col < n; ++col) {
+      const uint64_t off = (uint64_t)(p - arena) + (uint64_t)(col / 64u) * 8192u +
+                           (uint64_t)(16u * q + i) * 128u + 2u * (col % 64u);
+      const bf16 h = cube__f32_to_bf16(v[i * n + col]);
+      memcpy(ctx->shared + cube__tma_swizzle(128, off), &h, sizeof h);
+    }
+}
 #define CUBE__WG_Q ((uint32_t)(UNIT_POS / PLANE_DIM) % 4u)
 #define WG_ACC_FILL(acc, x) cube__wg_fill((acc).v, CUBE__WG_N(acc), (float)(x))
 #define WGMMA_FENCE(acc) ((void)(acc))
@@ -3330,6 +3367,10 @@ CUBE__WG_STORE(float, (float))
 #define WG_ACC_STORE(c, acc, ldc) \
   _Generic((c), f16 *: cube__wg_store_f16, bf16 *: cube__wg_store_bf16, float *: cube__wg_store_float)( \
       (c), (acc).v, CUBE__WG_N(acc), (uint64_t)(ldc), CUBE__WG_Q)
+#define WG_ACC_STORE_SW128(smem, acc)                                                          \
+  cube__wg_store_sw128(cube__ctx, (void *)(smem), (acc).v, CUBE__WG_N(acc), CUBE__WG_Q,        \
+                       "WG_ACC_STORE_SW128: the boxes do not lie in the cube's shared memory", \
+                       "WG_ACC_STORE_SW128: the boxes are not 1024-byte aligned")
 #endif  // WGMMA backend
 #endif  // CUBE__OMIT_WGMMA
 

@@ -1248,6 +1248,8 @@ static void test_matrix_fragments(void **state) {
 // k step, stored to f32, bf16 and f16 with a padded stride. WG_KIND: 0 bf16
 // with B n x k (K-major), 1 bf16 with B k x n (MN-major, WGMMA_BF16_KN:
 // N / 64 boxes of 64 n x 64 k, 8192 bytes apart), 2 e4m3, 3 e5m2 (K-major).
+// Then WG_ACC_STORE_SW128 into the (done) operand tiles, copied out raw to
+// |ds|: the host reads them back through the TMA unit's 128-byte swizzle.
 static const char kWgSource[] =
     "#if WG_KIND == 1\n"
     "#define WG_LOAD_B()                                       \\\n"
@@ -1258,7 +1260,7 @@ static const char kWgSource[] =
     "#define WG_STEP(kk) WG_OP(acc, as + (kk) * WG_EB, bs + (kk) * WG_EB)\n"
     "#endif\n"
     "CUBE_KERNEL(wg_case, TENSOR_MAP_IN(ta), TENSOR_MAP_IN(tb), OUT(float, d), OUT(bf16, dh),\n"
-    "            OUT(f16, dg)) {\n"
+    "            OUT(f16, dg), OUT(bf16, ds)) {\n"
     "  SHARED_DYNAMIC(unsigned char, dyn);\n"
     "  unsigned char *base = dyn + (1024u - SHARED_OFFSET(dyn) % 1024u) % 1024u;\n"
     "  unsigned char *as = base, *bs = base + 64 * 128;\n"
@@ -1281,6 +1283,10 @@ static const char kWgSource[] =
     "  WG_ACC_STORE(d, acc, WG_N + 8);\n"
     "  WG_ACC_STORE(dh, acc, WG_N + 8);\n"
     "  WG_ACC_STORE(dg, acc, WG_N + 8);\n"
+    "  SYNC_CUBE();\n"
+    "  WG_ACC_STORE_SW128(base, acc);\n"
+    "  SYNC_CUBE();\n"
+    "  for (uint32_t i = UNIT_POS; i < 64 * WG_N; i += CUBE_DIM) ds[i] = ((const bf16 *)base)[i];\n"
     "}\n";
 
 static const char *const kWgKindName[] = {"bf16", "bf16 B k x n", "e4m3", "e5m2"};
@@ -1307,9 +1313,9 @@ static void wg_case(cube_client_t *client, uint32_t kind, uint32_t n, uint64_t *
   const uint32_t eb = kind >= 2 ? 1 : 2, kdim = 128 / eb, ld = n + 8;
   const size_t nc = (size_t)64 * ld;
   unsigned char *a = malloc(64 * 128), *b = malloc((size_t)n * 128);
-  uint16_t *dh = malloc(nc * 2), *dg = malloc(nc * 2);
+  uint16_t *dh = malloc(nc * 2), *dg = malloc(nc * 2), *ds = malloc((size_t)n * 128);
   float *d = malloc(nc * 4);
-  assert_true(a && b && dh && dg && d);
+  assert_true(a && b && dh && dg && d && ds);
   for (uint32_t i = 0; i < 64 * kdim; ++i) {
     uint16_t v = wg_value(kind, (int)cth_rand_below(rng, 7) - 3);
     memcpy(a + i * eb, &v, eb);
@@ -1334,7 +1340,7 @@ static void wg_case(cube_client_t *client, uint32_t kind, uint32_t n, uint64_t *
   CTH_OK(cube_kernel_create(&desc, &kernel));
   cube_handle_t ha = CTH_BUFFER(client, 64 * 128), hb = CTH_BUFFER(client, (uint64_t)n * 128);
   cube_handle_t hd = CTH_BUFFER(client, nc * 4), hh = CTH_BUFFER(client, nc * 2),
-                hg = CTH_BUFFER(client, nc * 2);
+                hg = CTH_BUFFER(client, nc * 2), hs = CTH_BUFFER(client, (uint64_t)n * 128);
   CTH_OK(cube_write(client, S, cube_handle_binding(ha), a, 64 * 128));
   CTH_OK(cube_write(client, S, cube_handle_binding(hb), b, (uint64_t)n * 128));
   CTH_OK(cube_write(client, S, cube_handle_binding(hd), d, nc * 4));
@@ -1350,17 +1356,19 @@ static void wg_case(cube_client_t *client, uint32_t kind, uint32_t n, uint64_t *
                          mb = kind == 1 ? cube_tensor_map_tiled(dtype, 2, shape_kn, NULL, box_kn)
                                         : cube_tensor_map_tiled(dtype, 2, shape_b, NULL, box_b);
   ma.swizzle = mb.swizzle = CUBE_TENSOR_MAP_SWIZZLE_128B;
-  cube_kernel_buffer_t args[5] = {
+  cube_kernel_buffer_t args[6] = {
       {.binding = cube_handle_binding(ha), .io = CUBE_IO_READ, .tensor_map = &ma},
       {.binding = cube_handle_binding(hb), .io = CUBE_IO_READ, .tensor_map = &mb},
       {.binding = cube_handle_binding(hd), .io = CUBE_IO_READ_WRITE},
       {.binding = cube_handle_binding(hh), .io = CUBE_IO_READ_WRITE},
-      {.binding = cube_handle_binding(hg), .io = CUBE_IO_READ_WRITE}};
-  cube_kernel_args_t kargs = {args, 5, NULL, 0};
+      {.binding = cube_handle_binding(hg), .io = CUBE_IO_READ_WRITE},
+      {.binding = cube_handle_binding(hs), .io = CUBE_IO_WRITE}};
+  cube_kernel_args_t kargs = {args, 6, NULL, 0};
   CTH_OK(cube_launch(client, S, kernel, cube_count_static(1, 1, 1), &kargs, CUBE_LAUNCH_EXECUTE));
   CTH_OK(cube_read(client, S, cube_handle_binding(hd), d, nc * 4));
   CTH_OK(cube_read(client, S, cube_handle_binding(hh), dh, nc * 2));
   CTH_OK(cube_read(client, S, cube_handle_binding(hg), dg, nc * 2));
+  CTH_OK(cube_read(client, S, cube_handle_binding(hs), ds, (size_t)n * 128));
   for (uint32_t r = 0; r < 64; ++r) {
     for (uint32_t c = 0; c < ld; ++c) {
       size_t o = (size_t)r * ld + c;
@@ -1378,12 +1386,19 @@ static void wg_case(cube_client_t *client, uint32_t kind, uint32_t n, uint64_t *
       if (d[o] != want || dh[o] != cube_bf16_from_f32(want) || dg[o] != cube_f16_from_f32(want))
         fail_msg("wg_case %s N=%u on %s: d[%u][%u] = %g / bf16 0x%04x / f16 0x%04x, want %g",
                  kWgKindName[kind], n, cth_backend_label(g_kind), r, c, d[o], dh[o], dg[o], want);
+      // Box c / 64 (8 KiB apart), row r of 128 bytes, its 16-byte chunks
+      // XORed with r % 8: the TMA unit's 128-byte swizzle.
+      uint32_t off = (c / 64) * 8192 + r * 128 + 2 * (c % 64);
+      off ^= ((off >> 7) & 7u) << 4;
+      if (ds[off / 2] != cube_bf16_from_f32(want))
+        fail_msg("wg_case %s N=%u on %s: WG_ACC_STORE_SW128 [%u][%u] at byte %u = 0x%04x, want %g",
+                 kWgKindName[kind], n, cth_backend_label(g_kind), r, c, off, ds[off / 2], want);
     }
   }
   cth_release_handle(client, ha), cth_release_handle(client, hb), cth_release_handle(client, hd);
-  cth_release_handle(client, hh), cth_release_handle(client, hg);
+  cth_release_handle(client, hh), cth_release_handle(client, hg), cth_release_handle(client, hs);
   cube_kernel_release(kernel);
-  free(a), free(b), free(dh), free(dg), free(d);
+  free(a), free(b), free(dh), free(dg), free(d), free(ds);
 }
 
 static void test_warpgroup_mma(void **state) {

@@ -157,14 +157,18 @@ static void test_the_examples_compile(void **state) {
 // sm_90a's), never miscompiled.
 static void test_the_ws_gemm_compiles_for_sm90a_only(void **state) {
   (void)state;
-  for (int kind = 0; kind < 4; ++kind) {
+  // Both epilogues (WS_EPI 1: swizzled staging boxes and TMA stores).
+  for (int variant = 0; variant < 8; ++variant) {
+    const int kind = variant % 4, epi = variant / 4;
     size_t n = strlen(CUBE_EXAMPLE_GEMM_WS) + 64;
     char *source = malloc(n);
     assert_non_null(source);
-    snprintf(source, n, "#define WS_KIND %d\n%s", kind, CUBE_EXAMPLE_GEMM_WS);
+    snprintf(source, n, "#define WS_KIND %d\n#define WS_EPI %d\n%s", kind, epi,
+             CUBE_EXAMPLE_GEMM_WS);
     char *log = NULL;
     int result = compile("gemm_ws", source, 384, "sm_90a", "-DCUBE_MIN_CUBES_PER_SM=1", &log);
-    if (result != 0) fail_msg("gemm_ws kind %d for sm_90a: %s", kind, log ? log : "");
+    if (result != 0)
+      fail_msg("gemm_ws kind %d epilogue %d for sm_90a: %s", kind, epi, log ? log : "");
     free(log);
     log = NULL;
     result = compile("gemm_ws", source, 384, "sm_80", "-DCUBE_MIN_CUBES_PER_SM=1", &log);
