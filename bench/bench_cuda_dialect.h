@@ -528,11 +528,19 @@ static void bench_dialect_gemm_ws(cube_client_t *client, const cube_cuda_driver_
   CHECK(cube_handle_create(client, CUBE_STREAM_CURRENT, count, &hb8));
   CHECK(cube_write(client, CUBE_STREAM_CURRENT, cube_handle_binding(ha8), a8, count));
   CHECK(cube_write(client, CUBE_STREAM_CURRENT, cube_handle_binding(hb8), b8, count));
-  // --ws-tma: the TMA-store epilogue at 3 stages of 48 KiB.
-  const gemm_ws_shape_t f8 = ws_tma ? (gemm_ws_shape_t){256, 3, 8, GEMM_WS_E4M3, 1}
-                                    : (gemm_ws_shape_t){256, 4, 8, GEMM_WS_E4M3, 0};
-  double f8_tflops = ws_run(client, cu, &f8, ha8, hb8, hc, fa, fb, c_host, m, n, k, 2e-3);
-  wrong |= f8_tflops < 0;
+  // --ws-tma: the TMA-store epilogue at 3 stages of 48 KiB, and the
+  // register epilogue at group 16 (bf16's better group at 4 stages); the
+  // better of the two.
+  static const gemm_ws_shape_t kF8[] = {{256, 4, 8, GEMM_WS_E4M3, 0}};
+  static const gemm_ws_shape_t kF8Tma[] = {{256, 3, 8, GEMM_WS_E4M3, 1},
+                                           {256, 4, 16, GEMM_WS_E4M3, 0}};
+  double f8_tflops = 0;
+  for (size_t s = 0; s < (ws_tma && !quick ? 2u : 1u); ++s) {
+    double t = ws_run(client, cu, ws_tma ? &kF8Tma[s] : &kF8[s], ha8, hb8, hc, fa, fb, c_host, m, n,
+                      k, 2e-3);
+    wrong |= t < 0;
+    if (t > f8_tflops) f8_tflops = t;
+  }
   if (f8_tflops > 0) {
     result_line(ws_tma ? "gemm_e4m3_ws_tma_tflops" : "gemm_e4m3_ws_tflops", f8_tflops);
     rows[row_count++] = (row_t){"e4m3 GEMM 8192^3, warp-specialised, TF/s",
