@@ -151,4 +151,20 @@ if [ "$phase" = final ]; then
   fi
   exit 0
 fi
+if [ "$phase" = repeat ]; then
+  # Medians over runs: bench_graph x3 and bench_cuda --launch x2.
+  for i in 1 2 3; do
+    step "bench_graph $i"
+    timeout 45 ./build-gpu/bench/bench_graph >"$out/graph.run$i.log" 2>&1
+    grep -E "ratio|padded|entry|replay" "$out/graph.run$i.log" | head -6
+    pack
+  done
+  for i in 1 2; do
+    step "bench_cuda --launch $i"
+    timeout 60 ./build-gpu/bench/bench_cuda --launch >"$out/launch.run$i.log" 2>&1
+    grep -E "launch|breakdown" "$out/launch.run$i.log" | head -6
+    pack
+  done
+  exit 0
+fi
 echo "unknown phase $phase"; exit 2
