@@ -405,17 +405,110 @@ static void bench_decode(cube_client_t *client) {
   cube_kernel_release(d.resid);
 }
 
+//===--- --code-probe: which part of cubec's small kernel costs the replay ---===//
+
+// The padded raw kernel (cubec's parameter block, its length read from the
+// block) and the same with one of cubec's kernel's features each: the 1-D
+// grid test of ABSOLUTE_POS, the length read through a context struct
+// holding a pointer to the by-value block (as the dialect's body reads it),
+// and both. Each in a raw graph of GRAPH_KERNELS launches, alternating.
+static const char *const kProbeKernels =
+    "struct pad_t { unsigned long long w[8]; };\n"
+    "struct ctx_t { const unsigned long long *info; const unsigned long long *dyn; };\n"
+    "static __device__ __forceinline__ unsigned long long pos(bool grid_test) {\n"
+    "  unsigned long long i = (unsigned long long)blockIdx.x * 256 + threadIdx.x;\n"
+    "  if (grid_test && !(gridDim.y == 1 && gridDim.z == 1))\n"
+    "    i += ((unsigned long long)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x * 256;\n"
+    "  return i;\n"
+    "}\n"
+    "static __device__ __forceinline__ void body(const ctx_t *c, const float *x, float *y,\n"
+    "                                            bool grid_test) {\n"
+    "  unsigned long long i = pos(grid_test);\n"
+    "  if (i < c->info[2] / 4) y[i] = x[i] + 1.0f;\n"
+    "}\n"
+    "extern \"C\" __global__ void probe_grid(const float *x, float *y,\n"
+    "    const __grid_constant__ pad_t info, const unsigned long long *dyn) {\n"
+    "  unsigned long long i = pos(true);\n"
+    "  if (i < info.w[2] / 4) y[i] = x[i] + 1.0f;\n"
+    "}\n"
+    "extern \"C\" __global__ void probe_ctx(const float *x, float *y,\n"
+    "    const __grid_constant__ pad_t info, const unsigned long long *dyn) {\n"
+    "  ctx_t c = {info.w, dyn};\n"
+    "  body(&c, x, y, false);\n"
+    "}\n"
+    "extern \"C\" __global__ void probe_both(const float *x, float *y,\n"
+    "    const __grid_constant__ pad_t info, const unsigned long long *dyn) {\n"
+    "  ctx_t c = {info.w, dyn};\n"
+    "  body(&c, x, y, true);\n"
+    "}\n";
+
+static CUfunction probe_function(cube_client_t *client, const char *name) {
+  cube_kernel_t *k = make_kernel(name, kProbeKernels, CUBE_KERNEL_CUDA, 256);
+  CHECK(cube_launch(client, S, k, cube_count_static(1, 1, 1), NULL, CUBE_LAUNCH_COMPILE_ONLY));
+  CUfunction f = function_of(client, k);
+  cube_kernel_release(k);  // the compiled kernel stays in the client's cache
+  return f;
+}
+
+static void bench_code_probe(cube_client_t *client) {
+  const char *detail = NULL;
+  const cube_cuda_driver_t *cu = cube_cuda_driver(&detail);
+  cube_handle_t a = buffer(client, INC_N, 0.0f), b = buffer(client, INC_N, 0.0f);
+  cube_stream_t s = 0;
+  CHECK(cube_stream_current(client, &s));
+  CUstream stream = cube_cuda_stream(cube_server_of(client)->streams[s].backend);
+  uint64_t aa, ba;
+  CHECK(cube_get_resource(client, S, cube_handle_binding(a), &aa));
+  CHECK(cube_get_resource(client, S, cube_handle_binding(b), &ba));
+  CUdeviceptr ap = aa, bp = ba, none = 0;
+  uint64_t words[8] = {0, INC_N * 4, INC_N * 4};
+  void *ab[] = {&ap, &bp, words, &none}, *ba_[] = {&bp, &ap, words, &none};
+  cube_kernel_t *pk = make_kernel("bg_inc_raw_pad", kRawIncPadded, CUBE_KERNEL_CUDA, 256);
+  CHECK(cube_launch(client, S, pk, cube_count_static(1, 1, 1), NULL, CUBE_LAUNCH_COMPILE_ONLY));
+  static const char *const names[4] = {"padded raw", "+ 1-D grid test", "+ context struct",
+                                       "+ both"};
+  CUfunction fns[4] = {function_of(client, pk), probe_function(client, "probe_grid"),
+                       probe_function(client, "probe_ctx"), probe_function(client, "probe_both")};
+  CUgraphExec exec[4];
+  CUgraph g[4];
+  for (int v = 0; v < 4; ++v) exec[v] = raw_graph(cu, stream, fns[v], ab, ba_, &g[v]);
+  const int replays = 500, repeats = 15;
+  double t[4][64];
+  for (int rep = 0; rep < repeats; ++rep) {
+    for (int side = 0; side < 4; ++side) {
+      const int v = (side + rep) % 4;
+      double t0 = now_s();
+      for (int i = 0; i < replays; ++i) CU(cu->cuGraphLaunch(exec[v], stream));
+      CU(cu->cuStreamSynchronize(stream));
+      t[v][rep] = (now_s() - t0) / (replays * (double)GRAPH_KERNELS) * 1e6;
+    }
+  }
+  printf("\ncode probe: raw graphs of %d small kernels, us per kernel, medians of %d\n",
+         GRAPH_KERNELS, repeats);
+  for (int v = 0; v < 4; ++v) {
+    printf("  %-20s %8.3f  (%.3fx the padded raw)\n", names[v], median(t[v], repeats),
+           median(t[v], repeats) / median(t[0], repeats));
+    CU(cu->cuGraphExecDestroy(exec[v]));
+    CU(cu->cuGraphDestroy(g[v]));
+  }
+  cube_kernel_release(pk);
+  CHECK(cube_handle_release(client, a));
+  CHECK(cube_handle_release(client, b));
+}
+
 int main(int argc, char **argv) {
-  static const char *const flags[] = {"--quick", "--cpu", NULL};
+  static const char *const flags[] = {"--quick", "--cpu", "--code-probe", NULL};
   bench_check_args(argc, argv,
-                   "usage: bench_graph [--quick] [--cpu]\n"
+                   "usage: bench_graph [--quick] [--cpu] [--code-probe]\n"
                    "graph replay of 100 small kernels vs a raw driver graph (CUDA), and a\n"
-                   "64-kernel decode step eager vs graph; --cpu: the CPU backend only\n",
+                   "64-kernel decode step eager vs graph; --cpu: the CPU backend only;\n"
+                   "--code-probe (CUDA): which feature of cubec's small kernel costs the replay\n",
                    flags);
-  bool force_cpu = false;
+  bool force_cpu = false, code_probe = false;
   for (int i = 1; i < argc; ++i) {
     quick |= strcmp(argv[i], "--quick") == 0;
     force_cpu |= strcmp(argv[i], "--cpu") == 0;
+    code_probe |= strcmp(argv[i], "--code-probe") == 0;
   }
   cube_backend_info_t info;
   CHECK(cube_backend_query(CUBE_BACKEND_CUDA, &info));
@@ -424,8 +517,12 @@ int main(int argc, char **argv) {
   printf("bench_graph on %s (%s)%s\n", cube_client_properties(client)->name,
          cube_client_backend_name(client),
          cuda ? "" : " -- CUDA unavailable or --cpu: software graph vs eager only");
-  bench_replay(client, cuda);
-  bench_decode(client);
+  if (code_probe && cuda) {
+    bench_code_probe(client);
+  } else {
+    bench_replay(client, cuda);
+    bench_decode(client);
+  }
   cube_client_release(client);
   return 0;
 }

@@ -151,6 +151,17 @@ if [ "$phase" = final ]; then
   fi
   exit 0
 fi
+if [ "$phase" = probe2 ]; then
+  # Which feature of cubec's small kernel costs the graph replay.
+  step "bench_graph --code-probe"
+  timeout 60 ./build-gpu/bench/bench_graph --code-probe >"$out/code_probe.log" 2>&1
+  echo "rc=$?"; grep -E "probe|raw|grid|context|both" "$out/code_probe.log" | head -8
+  step "bench_graph"
+  timeout 45 ./build-gpu/bench/bench_graph >"$out/graph.log" 2>&1
+  grep -E "ratio|padded|entry|replay" "$out/graph.log" | head -6
+  pack
+  exit 0
+fi
 if [ "$phase" = repeat ]; then
   # Medians over runs: bench_graph x3 and bench_cuda --launch x2.
   for i in 1 2 3; do
