@@ -5,11 +5,13 @@
 #        (bench_cuda --launch-tma with the in-situ breakdown and the TMA copy
 #        forms; bench_graph with the padded raw kernel), the pipelined TMA
 #        conformance test on CUDA
-#   bash tools/device/stop3_run.sh figures  issue 31's figures after the
-#        changes (launch_bench 3+3, TMA, NCCL, MPI at 2/4/8 ranks)
 #   bash tools/device/stop3_run.sh call2    the GEMM (tools/device/gemm_stop3.sh), the
 #        CUDA/conformance/collective tests, launch, TMA, graph and NCCL figures
-#   bash tools/device/stop3_run.sh final    the whole suite, CUDA groups included
+#   bash tools/device/stop3_run.sh final    every test with a CUDA group, then graph,
+#        MPI all_reduce at 2/4/8 ranks, GEMM vs torch and launch while time is left
+#   bash tools/device/stop3_run.sh repeat   bench_graph x3, bench_cuda --launch x2
+#   bash tools/device/stop3_run.sh probe2   bench_graph --code-probe (which feature
+#        of cubec's small kernel costs the graph replay)
 set -uo pipefail
 dest="${OUT:-build-gpu/logs}"
 out="$(mktemp -d /tmp/stop3-logs-XXXXXX)"
@@ -83,28 +85,6 @@ if [ "$phase" = call2 ]; then
       pack
     fi
   done
-  exit 0
-fi
-
-if [ "$phase" = figures ]; then
-  step launch_bench
-  BUILD=build-gpu OUT="$out" timeout 200 bash tools/device/launch_bench.sh 3 3 2>&1 | tail -24
-  pack
-  step tma
-  timeout 100 ./build-gpu/bench/bench_cuda --launch-tma >"$out/launch_tma.log" 2>&1
-  grep -E "TMA|maps" "$out/launch_tma.log" | head
-  pack
-  for i in 1 2 3; do
-    step "bench_collectives $i"
-    timeout 50 ./build-gpu/bench/bench_collectives --backend cuda >"$out/bench_collectives.run$i.log" 2>&1
-    tail -14 "$out/bench_collectives.run$i.log"
-  done
-  pack
-  if [ -x tools/device/mpi_bench.sh ] || [ -f tools/device/mpi_bench.sh ]; then
-    step mpi_bench
-    BUILD=build-gpu OUT="$out" timeout 150 bash tools/device/mpi_bench.sh full 2>&1 | tail -30
-  fi
-  pack
   exit 0
 fi
 
