@@ -509,25 +509,27 @@ static void bench_compile(void) {
 }
 
 int main(int argc, char **argv) {
-  static const char *const flags[] = {"--quick",  "--dialect", "--launch-tma",
-                                      "--launch", "--ws-tma",  NULL};
-  bench_check_args(argc, argv,
-                   "usage: bench_cuda [--quick] [--dialect] [--launch-tma] [--launch] [--ws-tma]\n"
-                   "cubec vs the raw CUDA driver on the first GPU (launch enqueue, axpy, D2D,\n"
-                   "H2D/D2H, copy kernel, NVRTC cache), and the dialect's line copy, reduction\n"
-                   "and bf16 GEMM against CUDA by hand (--dialect: only those, with the GEMM\n"
-                   "over seven tile shapes; --launch-tma: only the launch and TMA rows; --launch:\n"
-                   "only the launch rows and their breakdown; --ws-tma: only the warp-\n"
-                   "specialised GEMM's TMA-store-epilogue variants); exits 0\n"
-                   "with a note without a GPU\n",
-                   flags);
-  bool dialect_only = false, launch_tma = false, launch_only = false;
+  static const char *const flags[] = {
+      "--quick", "--dialect", "--launch-tma", "--launch", "--ws-tma", "--tma", NULL};
+  bench_check_args(
+      argc, argv,
+      "usage: bench_cuda [--quick] [--dialect] [--launch-tma] [--launch] [--ws-tma] [--tma]\n"
+      "cubec vs the raw CUDA driver on the first GPU (launch enqueue, axpy, D2D,\n"
+      "H2D/D2H, copy kernel, NVRTC cache), and the dialect's line copy, reduction\n"
+      "and bf16 GEMM against CUDA by hand (--dialect: only those, with the GEMM\n"
+      "over seven tile shapes; --launch-tma: only the launch and TMA rows; --launch:\n"
+      "only the launch rows and their breakdown; --ws-tma: only the warp-\n"
+      "specialised GEMM's TMA-store-epilogue variants; --tma: only the TMA rows);\n"
+      "exits 0 with a note without a GPU\n",
+      flags);
+  bool dialect_only = false, launch_tma = false, launch_only = false, tma_only = false;
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--quick") == 0) quick = true;
     if (strcmp(argv[i], "--dialect") == 0) dialect_only = true;
     if (strcmp(argv[i], "--ws-tma") == 0) ws_tma = dialect_only = true;
     if (strcmp(argv[i], "--launch-tma") == 0) launch_tma = true;
     if (strcmp(argv[i], "--launch") == 0) launch_only = true;
+    if (strcmp(argv[i], "--tma") == 0) tma_only = true;
   }
   cube_backend_info_t info;
   CHECK(cube_backend_query(CUBE_BACKEND_CUDA, &info));
@@ -542,6 +544,11 @@ int main(int argc, char **argv) {
          cube_client_backend_name(client));
   if (launch_only) {
     bench_launch(client, cu);
+    cube_client_release(client);
+    return 0;
+  }
+  if (tma_only) {
+    bench_tma(client, cu);
     cube_client_release(client);
     return 0;
   }
