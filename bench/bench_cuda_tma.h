@@ -5,84 +5,50 @@
 #ifndef CUBE_BENCH_BENCH_CUDA_TMA_H_
 #define CUBE_BENCH_BENCH_CUDA_TMA_H_
 
+#include "kernels.h"
 #include "view/core.h"
 
-// 16384 x 16384 f32 through 32 x 256 boxes (1 KiB rows, 32 KiB a box),
-// STAGES stages in dynamic shared memory, one unit per cube issuing
-// everything, PER_SM persistent cubes per SM: each box is loaded into a
-// stage and stored from it. The first form refills a stage as soon as its
-// store has read it (it waits for that store alone, so one store is in
-// flight at a time: reference §4.5, 4.01 TB/s on the H200, 0.94x the float4
-// copy); the deferred form keeps one store reading while it refills the
-// stage of the store before (TMA_STORE_WAIT_READ_PENDING(1)).
-#define TMA_BOX_ROWS 32
-#define TMA_BOX_COLS 256
-// |cols|: the tensor's row length in f32 (16384: each box reads 32 rows
-// 64 KiB apart; 256: the same GiB as 1 Mi rows of 1 KiB, each box 32 KiB in
+// 1 GiB of f32 through R x C boxes (32 x 256: 1 KiB rows, 32 KiB a box),
+// S stages in dynamic shared memory, one unit per cube issuing everything,
+// PER_SM persistent cubes per SM: each box is loaded into a stage and stored
+// from it. A stage is refilled once the store issued P iterations before has
+// read it (TMA_STORE_WAIT_READ_PENDING(P)): P = 0 waits for the store just
+// issued (one store reading at a time: reference §4.5, 4.01 TB/s on the
+// H200, 0.94x the float4 copy), P = 1 keeps one store reading while the stage
+// of the store before is refilled (the "deferred" form), larger P more.
+// The kernel is examples/kernels.h's CUBE_EXAMPLE_TMA_COPY with these
+// parameters; tools/device/tma_raw_study.cu runs the same forms written in
+// CUDA by hand.
+// |cols|: the tensor's row length in f32 (16384: each box reads R rows
+// 64 KiB apart; 256 or 32: the same GiB in rows of 1 KiB or 128 B, each box
 // one piece). |prefetch|: the maps' L2 promotion.
 typedef struct tma_variant_t {
   const char *name;
-  unsigned stages, per_sm;
-  bool deferred;
+  unsigned stages, per_sm, pending;
   uint64_t cols;
   cube_tensor_map_prefetch_t prefetch;
+  uint32_t box_rows, box_cols;
 } tma_variant_t;
 static const tma_variant_t kTmaVariants[] = {
-    {"tma_copy_s4", 4, 1, false, 16384, CUBE_TENSOR_MAP_PREFETCH_NONE},
-    {"tma_copy_s4_deferred", 4, 1, true, 16384, CUBE_TENSOR_MAP_PREFETCH_NONE},
-    {"tma_copy_s3x2_deferred", 3, 2, true, 16384, CUBE_TENSOR_MAP_PREFETCH_NONE},
-    {"tma_copy_s4_l2_256", 4, 1, true, 16384, CUBE_TENSOR_MAP_PREFETCH_256B},
-    {"tma_copy_rows256", 4, 1, true, 256, CUBE_TENSOR_MAP_PREFETCH_NONE},
-    {"tma_copy_rows256_l2_256", 4, 1, true, 256, CUBE_TENSOR_MAP_PREFETCH_256B},
+    {"tma_copy_s4", 4, 1, 0, 16384, CUBE_TENSOR_MAP_PREFETCH_NONE, 32, 256},
+    {"tma_copy_s4_deferred", 4, 1, 1, 16384, CUBE_TENSOR_MAP_PREFETCH_NONE, 32, 256},
+    {"tma_copy_s3x2_deferred", 3, 2, 1, 16384, CUBE_TENSOR_MAP_PREFETCH_NONE, 32, 256},
+    {"tma_copy_s4_l2_256", 4, 1, 1, 16384, CUBE_TENSOR_MAP_PREFETCH_256B, 32, 256},
+    {"tma_copy_rows256", 4, 1, 1, 256, CUBE_TENSOR_MAP_PREFETCH_NONE, 32, 256},
+    {"tma_copy_rows256_l2_256", 4, 1, 1, 256, CUBE_TENSOR_MAP_PREFETCH_256B, 32, 256},
+    // More stores reading while stages refill, more stages, other boxes.
+    {"tma_copy_s4_p3", 4, 1, 3, 16384, CUBE_TENSOR_MAP_PREFETCH_NONE, 32, 256},
+    {"tma_copy_s6_p4", 6, 1, 4, 16384, CUBE_TENSOR_MAP_PREFETCH_NONE, 32, 256},
+    {"tma_copy_s3x2_p2", 3, 2, 2, 16384, CUBE_TENSOR_MAP_PREFETCH_NONE, 32, 256},
+    {"tma_copy_64x256_s3_p2", 3, 1, 2, 16384, CUBE_TENSOR_MAP_PREFETCH_NONE, 64, 256},
+    {"tma_copy_16x256_s12_p6", 12, 1, 6, 16384, CUBE_TENSOR_MAP_PREFETCH_NONE, 16, 256},
+    {"tma_copy_rows32_s6_p4", 6, 1, 4, 32, CUBE_TENSOR_MAP_PREFETCH_NONE, 256, 32},
 };
-static void tma_copy_source(const tma_variant_t *v, char *out, size_t size) {
-  const char *refill =
-      v->deferred ? "    if (k > 0) {\n"
-                    "      uint32_t p = (k - 1) %% S, next = t + (S - 1) * step;\n"
-                    "      if (next < tiles) {\n"
-                    "        TMA_STORE_WAIT_READ_PENDING(1);\n"
-                    "        MBAR_ARRIVE_EXPECT_TX(&bar[p], box);\n"
-                    "        TMA_LOAD_2D(smem + p * box, src, &bar[p], (next / tiles_x) * 32,\n"
-                    "                    (next %% tiles_x) * 256);\n"
-                    "      }\n"
-                    "    }\n"
-                  : "    uint32_t next = t + S * step;\n"
-                    "    if (next < tiles) {\n"
-                    "      TMA_STORE_WAIT_READ();\n"
-                    "      MBAR_ARRIVE_EXPECT_TX(&bar[s], box);\n"
-                    "      TMA_LOAD_2D(smem + s * box, src, &bar[s], (next / tiles_x) * 32,\n"
-                    "                  (next %% tiles_x) * 256);\n"
-                    "    }\n";
-  char format[4096];
-  snprintf(format, sizeof format,
-           "#define S %%u\n"
-           "CUBE_KERNEL(%%s, TENSOR_MAP_IN(src), TENSOR_MAP_OUT(dst)) {\n"
-           "  SHARED_DYNAMIC(unsigned char, raw);\n"
-           "  SHARED(uint64_t, bar, S);\n"
-           "  unsigned char *smem = (unsigned char *)(((uint64_t)raw + 1023) & ~1023ull);\n"
-           "  const uint32_t tiles_x = SCALAR(u32, 0), tiles = SCALAR(u32, 1);\n"
-           "  const uint32_t box = 32 * 256 * 4;\n"
-           "  for (uint32_t s = 0; s < S; ++s) MBAR_INIT(&bar[s], 1);\n"
-           "  FENCE_MBAR_INIT();\n"
-           "  const uint32_t first = CUBE_POS_X, step = CUBE_COUNT_X;\n"
-           "  for (uint32_t s = 0; s < S && first + s * step < tiles; ++s) {\n"
-           "    uint32_t t = first + s * step;\n"
-           "    MBAR_ARRIVE_EXPECT_TX(&bar[s], box);\n"
-           "    TMA_LOAD_2D(smem + s * box, src, &bar[s], (t / tiles_x) * 32, (t %%%% tiles_x) * "
-           "256);\n"
-           "  }\n"
-           "  uint32_t k = 0;\n"
-           "  for (uint32_t t = first; t < tiles; t += step, ++k) {\n"
-           "    uint32_t s = k %%%% S;\n"
-           "    MBAR_WAIT(&bar[s], (k / S) & 1);\n"
-           "    TMA_STORE_2D(dst, smem + s * box, (t / tiles_x) * 32, (t %%%% tiles_x) * 256);\n"
-           "    TMA_STORE_COMMIT();\n"
-           "%s"
-           "  }\n"
-           "  TMA_STORE_WAIT();\n"
-           "}\n",
-           refill);
-  snprintf(out, size, format, v->stages, v->name);
+// The kernel options of form |v| (CUBE_EXAMPLE_TMA_COPY's parameters).
+static void tma_copy_options(const tma_variant_t *v, char *out, size_t size) {
+  snprintf(out, size,
+           "-DTMA_COPY_STAGES=%u -DTMA_COPY_PENDING=%u -DTMA_COPY_ROWS=%u -DTMA_COPY_COLS=%u",
+           v->stages, v->pending, v->box_rows, v->box_cols);
 }
 
 // The plain copy a user would write: one float4 per thread.
@@ -130,16 +96,19 @@ static void bench_tma_copy(cube_client_t *client, const cube_cuda_driver_t *cu) 
   // form above.
   enum { VARIANTS = sizeof kTmaVariants / sizeof kTmaVariants[0] };
   cube_kernel_t *tma[VARIANTS];
-  char source[8192];
+  char options[VARIANTS][160];
   for (int v = 0; v < VARIANTS; ++v) {
-    tma_copy_source(&kTmaVariants[v], source, sizeof source);
-    cube_kernel_desc_t desc = {.name = kTmaVariants[v].name,
-                               .source = source,
-                               .cube_dim = {1, 1, 1},
-                               .dynamic_shared_memory = kTmaVariants[v].stages * 32 * 1024 + 1024};
+    tma_copy_options(&kTmaVariants[v], options[v], sizeof options[v]);
+    cube_kernel_desc_t desc = {
+        .name = "tma_copy_pipe",
+        .source = CUBE_EXAMPLE_TMA_COPY,
+        .options = options[v],
+        .cube_dim = {1, 1, 1},
+        .dynamic_shared_memory =
+            kTmaVariants[v].stages * kTmaVariants[v].box_rows * kTmaVariants[v].box_cols * 4 +
+            1024};
     CHECK(cube_kernel_create(&desc, &tma[v]));
   }
-  const uint32_t tile[2] = {TMA_BOX_ROWS, TMA_BOX_COLS};
   cube_tensor_map_desc_t maps[VARIANTS];
   cube_kernel_buffer_t buffers[VARIANTS][2];
   cube_scalar_t scalars[VARIANTS][2];
@@ -147,15 +116,16 @@ static void bench_tma_copy(cube_client_t *client, const cube_cuda_driver_t *cu) 
   for (int v = 0; v < VARIANTS; ++v) {
     const uint64_t vcols = kTmaVariants[v].cols, vheight = size / 4 / vcols;
     const uint64_t shape[2] = {vheight, vcols};
+    const uint32_t tile[2] = {kTmaVariants[v].box_rows, kTmaVariants[v].box_cols};
     maps[v] = cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_F32, 2, shape, NULL, tile);
     maps[v].prefetch = kTmaVariants[v].prefetch;
     buffers[v][0] =
         (cube_kernel_buffer_t){cube_handle_binding(x), CUBE_IO_READ, 0, NULL, NULL, &maps[v]};
     buffers[v][1] =
         (cube_kernel_buffer_t){cube_handle_binding(y), CUBE_IO_WRITE, 0, NULL, NULL, &maps[v]};
-    const uint32_t tiles_x = (uint32_t)(vcols / TMA_BOX_COLS);
+    const uint32_t tiles_x = (uint32_t)(vcols / kTmaVariants[v].box_cols);
     scalars[v][0] = cube_scalar_u32(tiles_x);
-    scalars[v][1] = cube_scalar_u32(tiles_x * (uint32_t)(vheight / TMA_BOX_ROWS));
+    scalars[v][1] = cube_scalar_u32(tiles_x * (uint32_t)(vheight / kTmaVariants[v].box_rows));
     args[v] = (cube_kernel_args_t){buffers[v], 2, scalars[v], 2};
   }
   uint32_t sms = cube_client_properties(client)->core_count;
@@ -215,10 +185,13 @@ static void bench_tma_copy(cube_client_t *client, const cube_cuda_driver_t *cu) 
   double f4_bw = median(t_f4, repeats), mc_bw = median(t_mc, repeats);
   double best = f4_bw > mc_bw ? f4_bw : mc_bw;
   for (int v = 0; v < VARIANTS; ++v) {
-    printf("    (TMA %-24s %u stage(s), %u cube(s)/SM, rows of %5llu f32: %.0f GB/s, %.3fx)\n",
-           kTmaVariants[v].name, kTmaVariants[v].stages, kTmaVariants[v].per_sm,
-           (unsigned long long)kTmaVariants[v].cols, median(t_v[v], repeats),
-           median(t_v[v], repeats) / best);
+    printf(
+        "    (TMA %-24s box %3ux%-3u %2u stage(s), %u reading, %u cube(s)/SM, rows of %5llu f32: "
+        "%.0f GB/s, %.3fx)\n",
+        kTmaVariants[v].name, kTmaVariants[v].box_rows, kTmaVariants[v].box_cols,
+        kTmaVariants[v].stages, kTmaVariants[v].pending, kTmaVariants[v].per_sm,
+        (unsigned long long)kTmaVariants[v].cols, median(t_v[v], repeats),
+        median(t_v[v], repeats) / best);
   }
   // The headline row: the first form listed (the kernel docs/tma.md shows).
   for (int rep = 0; rep < repeats; ++rep) t_tma[rep] = t_v[0][rep];

@@ -220,6 +220,60 @@
   "  if (i < LEN(y)) y[i] = x[i];\n"                                                             \
   "}\n"
 
+// A 2-D copy through TMA, the form bench_cuda's TMA row measures (bench/
+// bench_cuda_tma.h; tools/device/tma_raw_study.cu is the same in CUDA by
+// hand): TMA_COPY_ROWS x TMA_COPY_COLS boxes of 4-byte elements (32 x 256 by
+// default), TMA_COPY_STAGES stages in dynamic shared memory, one unit per
+// cube issuing everything, persistent cubes striding over the tiles_x * tiles
+// boxes (tiles_x boxes a row of boxes). A stage is refilled once the store
+// issued TMA_COPY_PENDING iterations before has read it: 0 waits for the
+// store just issued, 1 leaves one store reading while the stage before
+// refills. Needs STAGES * ROWS * COLS * 4 + 1023 bytes of dynamic shared
+// memory (the stages start on a 1024-byte boundary).
+#define CUBE_EXAMPLE_TMA_COPY                                                                      \
+  "#ifndef TMA_COPY_STAGES\n"                                                                      \
+  "#define TMA_COPY_STAGES 4\n"                                                                    \
+  "#endif\n"                                                                                       \
+  "#ifndef TMA_COPY_PENDING\n"                                                                     \
+  "#define TMA_COPY_PENDING 1\n"                                                                   \
+  "#endif\n"                                                                                       \
+  "#ifndef TMA_COPY_ROWS\n"                                                                        \
+  "#define TMA_COPY_ROWS 32\n"                                                                     \
+  "#endif\n"                                                                                       \
+  "#ifndef TMA_COPY_COLS\n"                                                                        \
+  "#define TMA_COPY_COLS 256\n"                                                                    \
+  "#endif\n"                                                                                       \
+  "CUBE_KERNEL(tma_copy_pipe, TENSOR_MAP_IN(src), TENSOR_MAP_OUT(dst), ARG(u32, tiles_x),\n"       \
+  "            ARG(u32, tiles)) {\n"                                                               \
+  "  SHARED_DYNAMIC(unsigned char, raw);\n"                                                        \
+  "  SHARED(uint64_t, bar, TMA_COPY_STAGES);\n"                                                    \
+  "  const uint32_t S = TMA_COPY_STAGES, P = TMA_COPY_PENDING;\n"                                  \
+  "  const uint32_t R = TMA_COPY_ROWS, C = TMA_COPY_COLS, box = R * C * 4;\n"                      \
+  "  unsigned char *smem = raw + (1024u - SHARED_OFFSET(raw) % 1024u) % 1024u;\n"                  \
+  "  for (uint32_t s = 0; s < S; ++s) MBAR_INIT(&bar[s], 1);\n"                                    \
+  "  FENCE_MBAR_INIT();\n"                                                                         \
+  "  const uint32_t first = CUBE_POS_X, step = CUBE_COUNT_X;\n"                                    \
+  "  for (uint32_t s = 0; s < S && first + s * step < tiles; ++s) {\n"                             \
+  "    uint32_t t = first + s * step;\n"                                                           \
+  "    MBAR_ARRIVE_EXPECT_TX(&bar[s], box);\n"                                                     \
+  "    TMA_LOAD_2D(smem + s * box, src, &bar[s], (t / tiles_x) * R, (t % tiles_x) * C);\n"         \
+  "  }\n"                                                                                          \
+  "  uint32_t k = 0;\n"                                                                            \
+  "  for (uint32_t t = first; t < tiles; t += step, ++k) {\n"                                      \
+  "    uint32_t s = k % S;\n"                                                                      \
+  "    MBAR_WAIT(&bar[s], (k / S) & 1);\n"                                                         \
+  "    TMA_STORE_2D(dst, smem + s * box, (t / tiles_x) * R, (t % tiles_x) * C);\n"                 \
+  "    TMA_STORE_COMMIT();\n"                                                                      \
+  "    uint32_t p = (k + S - P) % S, next = first + (k + S - P) * step;\n"                         \
+  "    if (k + 1 > P && next < tiles) {\n"                                                         \
+  "      TMA_STORE_WAIT_READ_PENDING(TMA_COPY_PENDING);\n"                                         \
+  "      MBAR_ARRIVE_EXPECT_TX(&bar[p], box);\n"                                                   \
+  "      TMA_LOAD_2D(smem + p * box, src, &bar[p], (next / tiles_x) * R, (next % tiles_x) * C);\n" \
+  "    }\n"                                                                                        \
+  "  }\n"                                                                                          \
+  "  TMA_STORE_WAIT();\n"                                                                          \
+  "}\n"
+
 // The bf16 GEMM on Hopper's warpgroup MMA, fed by TMA (examples/gemm.h's
 // gemm_wg_*): C = A x B^T with B given n x k.
 #define CUBE_EXAMPLE_GEMM_BF16_WG                                                                \

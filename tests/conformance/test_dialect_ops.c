@@ -33,6 +33,7 @@
 
 #include "cube/cube.h"
 #include "harness/dialect_cases.h"
+#include "kernels.h"
 #include "harness/harness.h"
 
 static cube_backend_kind_t g_kind;
@@ -1562,6 +1563,79 @@ static void test_tma_pipelined_copy(void **state) {
   cube_client_release(client);
 }
 
+//===--- The TMA copy bench_cuda measures (CUBE_EXAMPLE_TMA_COPY) ---===//
+
+// Every form bench_cuda_tma.h times, on a small tensor: boxes of ROWS x COLS
+// u32, STAGES stages, PENDING stores left reading at a refill, over 1-3
+// persistent cubes (fewer tiles than stages for some cubes). Every element
+// must land, and nothing outside the tensor may change.
+static void test_tma_copy_forms(void **state) {
+  (void)state;
+  cube_client_t *client = CTH_CLIENT(g_kind, "");
+  const cube_device_properties_t *p = cube_client_properties(client);
+  if (p->backend == CUBE_BACKEND_CUDA && !p->supports_tma) {
+    printf("  TMA copy forms: no TMA on %s\n", cth_backend_label(g_kind));
+    cube_client_release(client);
+    return;
+  }
+  static const struct {
+    uint32_t stages, pending, rows, cols;
+  } forms[] = {{4, 0, 8, 32},  {4, 1, 8, 32},  {4, 3, 8, 32}, {6, 4, 8, 32},
+               {3, 2, 16, 32}, {12, 6, 4, 32}, {6, 4, 32, 8}};
+  enum { ROWS = 64, COLS = 160, WORDS = ROWS * COLS };
+  uint32_t *in = malloc(WORDS * 4), *out = malloc((WORDS + 64) * 4);
+  assert_true(in && out);
+  for (uint32_t i = 0; i < WORDS; ++i) in[i] = i * 2654435761u + 7;
+  cube_handle_t hi = CTH_BUFFER(client, WORDS * 4), ho = CTH_BUFFER(client, (WORDS + 64) * 4);
+  CTH_OK(cube_write(client, S, cube_handle_binding(hi), in, WORDS * 4));
+  int runs = 0;
+  for (size_t f = 0; f < sizeof forms / sizeof forms[0]; ++f) {
+    char options[160];
+    snprintf(options, sizeof options,
+             "-DTMA_COPY_STAGES=%u -DTMA_COPY_PENDING=%u -DTMA_COPY_ROWS=%u -DTMA_COPY_COLS=%u",
+             forms[f].stages, forms[f].pending, forms[f].rows, forms[f].cols);
+    const uint32_t box = forms[f].rows * forms[f].cols * 4;
+    cube_kernel_desc_t desc = {.name = "tma_copy_pipe",
+                               .source = CUBE_EXAMPLE_TMA_COPY,
+                               .options = options,
+                               .cube_dim = {1, 1, 1},
+                               .dynamic_shared_memory = forms[f].stages * box + 1024};
+    cube_kernel_t *kernel = NULL;
+    CTH_OK(cube_kernel_create(&desc, &kernel));
+    const uint64_t shape[2] = {ROWS, COLS};
+    const uint32_t tile[2] = {forms[f].rows, forms[f].cols};
+    cube_tensor_map_desc_t map =
+        cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_U32, 2, shape, NULL, tile);
+    // The destination buffer is 64 words longer than the tensor: the map
+    // covers the tensor only, so those words must keep their sentinel.
+    cube_kernel_buffer_t args[2] = {
+        {.binding = cube_handle_binding(hi), .io = CUBE_IO_READ, .tensor_map = &map},
+        {.binding = cube_handle_binding(ho), .io = CUBE_IO_WRITE, .tensor_map = &map}};
+    const uint32_t tiles_x = COLS / forms[f].cols, tiles = tiles_x * (ROWS / forms[f].rows);
+    cube_scalar_t scalars[2] = {cube_scalar_u32(tiles_x), cube_scalar_u32(tiles)};
+    cube_kernel_args_t kargs = {args, 2, scalars, 2};
+    for (uint32_t cubes = 1; cubes <= 3; ++cubes) {
+      for (uint32_t i = 0; i < WORDS + 64; ++i) out[i] = 0xA5A5A5A5u;
+      CTH_OK(cube_write(client, S, cube_handle_binding(ho), out, (WORDS + 64) * 4));
+      CTH_OK(cube_launch(client, S, kernel, cube_count_static(cubes, 1, 1), &kargs,
+                         CUBE_LAUNCH_EXECUTE));
+      CTH_OK(cube_read(client, S, cube_handle_binding(ho), out, (WORDS + 64) * 4));
+      for (uint32_t i = 0; i < WORDS + 64; ++i) {
+        uint32_t want = i < WORDS ? in[i] : 0xA5A5A5A5u;
+        if (out[i] != want)
+          fail_msg("TMA copy (%s) over %u cube(s) on %s: word %u = %08x, want %08x", options, cubes,
+                   cth_backend_label(g_kind), i, out[i], want);
+      }
+      runs++;
+    }
+    cube_kernel_release(kernel);
+  }
+  printf("  TMA copy forms: %d runs on %s\n", runs, cth_backend_label(g_kind));
+  cth_release_handle(client, hi), cth_release_handle(client, ho);
+  free(in), free(out);
+  cube_client_release(client);
+}
+
 //===--- Refusals, async copies, ARGs ---===//
 
 static void test_refusals_on_every_backend(void **state) {
@@ -1708,6 +1782,7 @@ int main(void) {
       cmocka_unit_test(test_warpgroup_mma),
       cmocka_unit_test(test_setmaxnreg),
       cmocka_unit_test(test_tma_pipelined_copy),
+      cmocka_unit_test(test_tma_copy_forms),
       cmocka_unit_test(test_refusals_on_every_backend),
       cmocka_unit_test(test_async_copies),
       cmocka_unit_test(test_arg_scalars),
