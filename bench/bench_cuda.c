@@ -292,8 +292,11 @@ static void bench_launch(cube_client_t *client, const cube_cuda_driver_t *cu) {
   {
     CUfunction entry = NULL;
     for (size_t i = 0; i < cube_server_of(client)->compiled_count; ++i) {
-      if (cube_server_of(client)->compiled[i].kernel == saxpy)
-        entry = cube_server_of(client)->compiled[i].backend->function8;
+      if (cube_server_of(client)->compiled[i].kernel == saxpy) {
+        // The 1-D grid's twin when the module has one (what cubec launches).
+        const cube_bkernel_t *b = cube_server_of(client)->compiled[i].backend;
+        entry = b->grid1d[1] ? b->grid1d[1] : b->function8;
+      }
     }
     if (entry) {
       uint64_t words[8] = {0};

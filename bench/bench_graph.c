@@ -170,7 +170,13 @@ static void bench_replay(cube_client_t *client, bool cuda) {
     void *pad_ab[] = {&ap, &bp, pad_words, &pad_dyn}, *pad_ba[] = {&bp, &ap, pad_words, &pad_dyn};
     pad_exec = raw_graph(cu, stream, function_of(client, pk), pad_ab, pad_ba, &pad_g);
     cube_compiled_t *compiled = cube_kernel_cache_find(cube_server_of(client), k);
-    if (compiled && compiled->backend && compiled->backend->function8) {
+    // The entry cubec launches for these 1-D grids: the 8-word entry's 1-D
+    // twin when the module has one.
+    CUfunction own = NULL;
+    if (compiled && compiled->backend)
+      own = compiled->backend->grid1d[1] ? compiled->backend->grid1d[1]
+                                         : compiled->backend->function8;
+    if (own) {
       // The info words cubec packs for these launches (both directions
       // alike: same lengths, no metadata).
       cube_kernel_buffer_t bufs[2] = {{cube_handle_binding(a), CUBE_IO_READ, 0, NULL, NULL, NULL},
@@ -182,7 +188,7 @@ static void bench_replay(cube_client_t *client, bool cuda) {
       if (fixed <= 8 && all == fixed) {
         memcpy(words_ab, words, fixed * sizeof(uint64_t));
         memcpy(words_ba, words, fixed * sizeof(uint64_t));
-        own_exec = raw_graph(cu, stream, compiled->backend->function8, own_ab, own_ba, &own_g);
+        own_exec = raw_graph(cu, stream, own, own_ab, own_ba, &own_g);
       }
     }
   }

@@ -301,19 +301,32 @@ struct cube__const_u32 {
 #endif
 
 // |entry_params| and |args| come parenthesized: their commas must not split
-// this macro's arguments.
-#define CUBE__ENTRY(name, suffix, info_t, entry_params, args)                            \
-  extern "C" __global__ void CUBE__LAUNCH_BOUNDS name##suffix(                           \
-      CUBE__UNPACK entry_params const __grid_constant__ info_t cube__info,               \
-      const uint64_t *cube__dynamic) {                                                   \
-    constexpr const uint32_t *cube__sigc CUBE__UNUSED = name##__cube_sigc;               \
-    cube__ctx_t cube__c = {cube__info.w, cube__dynamic};                                 \
-    name##__body<cube__layout_of(name##__cube_sigc)>(&cube__c, threadIdx.x, CUBE__TID_Y, \
-                                                     CUBE__TID_Z, 0 CUBE__UNPACK args);  \
+// this macro's arguments. |grid1d|: the entry is launched only on grids of
+// one row of cubes (y = z = 1), which ABSOLUTE_POS then need not test.
+#define CUBE__ENTRY(name, suffix, info_t, grid1d, entry_params, args)                            \
+  extern "C" __global__ void CUBE__LAUNCH_BOUNDS name##suffix(                                   \
+      CUBE__UNPACK entry_params const __grid_constant__ info_t cube__info,                       \
+      const uint64_t *cube__dynamic) {                                                           \
+    constexpr const uint32_t *cube__sigc CUBE__UNUSED = name##__cube_sigc;                       \
+    cube__ctx_t cube__c = {cube__info.w, cube__dynamic};                                         \
+    name##__body<cube__layout_of(name##__cube_sigc), grid1d>(&cube__c, threadIdx.x, CUBE__TID_Y, \
+                                                             CUBE__TID_Z, 0 CUBE__UNPACK args);  \
   }
+// -DCUBE__GRID1D_ENTRIES (set by the CUDA backend when the source reads
+// ABSOLUTE_POS): each entry has a twin for 1-D grids (name__1d, name__w8_1d,
+// name__w16_1d) that the dispatch picks when the grid's y and z are 1, in
+// the same module; the other entries then compute the full position.
+#if defined(CUBE__GRID1D_ENTRIES)
+#define CUBE__ENTRIES_1D(name, entry_params, args)                           \
+  CUBE__ENTRY(name, __1d, cube__static_info_t, true, entry_params, args)     \
+  CUBE__ENTRY(name, __w8_1d, cube__static_info8_t, true, entry_params, args) \
+  CUBE__ENTRY(name, __w16_1d, cube__static_info16_t, true, entry_params, args)
+#else
+#define CUBE__ENTRIES_1D(name, entry_params, args)
+#endif
 
 #define CUBE__KERNEL_(name, params, entry_params, args, iostr, sig, signames)                    \
-  template <uint32_t cube__layout>                                                               \
+  template <uint32_t cube__layout, bool cube__grid1d>                                            \
   CUBE__DEVICE void name##__body(const cube__ctx_t *cube__ctx CUBE__UNUSED,                      \
                                  uint32_t cube__ux CUBE__UNUSED, uint32_t cube__uy CUBE__UNUSED, \
                                  uint32_t cube__uz CUBE__UNUSED,                                 \
@@ -322,10 +335,11 @@ struct cube__const_u32 {
   extern "C" __device__ const uint32_t name##__cube_sig[] = {CUBE__UNPACK sig};                  \
   extern "C" __device__ const char name##__cube_sig_names[] = signames;                          \
   static __device__ constexpr uint32_t name##__cube_sigc[] = {CUBE__UNPACK sig};                 \
-  CUBE__ENTRY(name, , cube__static_info_t, (entry_params), (args))                               \
-  CUBE__ENTRY(name, __w8, cube__static_info8_t, (entry_params), (args))                          \
-  CUBE__ENTRY(name, __w16, cube__static_info16_t, (entry_params), (args))                        \
-  template <uint32_t cube__layout>                                                               \
+  CUBE__ENTRY(name, , cube__static_info_t, false, (entry_params), (args))                        \
+  CUBE__ENTRY(name, __w8, cube__static_info8_t, false, (entry_params), (args))                   \
+  CUBE__ENTRY(name, __w16, cube__static_info16_t, false, (entry_params), (args))                 \
+  CUBE__ENTRIES_1D(name, (entry_params), (args))                                                 \
+  template <uint32_t cube__layout, bool cube__grid1d>                                            \
   CUBE__DEVICE void name##__body(const cube__ctx_t *cube__ctx CUBE__UNUSED,                      \
                                  uint32_t cube__ux CUBE__UNUSED, uint32_t cube__uy CUBE__UNUSED, \
                                  uint32_t cube__uz CUBE__UNUSED,                                 \
@@ -2243,20 +2257,32 @@ CUBE__DEVICE void cube__async_commit(void) {
 // 32-bit. x is one mad.wide written as PTX: left to itself the compiler folds
 // blockDim.x into the y/z product, a chain of three dependent wide
 // multiply-adds that costs a copy kernel 1.3 % of its bandwidth on the H200.
+// |grid1d|: the entry runs on grids of one row of cubes only (y = z = 1):
+// blockIdx.y and .z are 0 and the y and z extents 1 without reading them
+// (special registers, a long latency a small kernel waits for).
+template <bool grid1d>
 CUBE__DEVICE uint64_t cube__absolute_pos(uint32_t ux, uint32_t uy, uint32_t uz) {
   uint64_t x;
   asm("mad.wide.u32 %0, %1, %2, %3;"
       : "=l"(x)
       : "r"(blockIdx.x), "r"(CUBE_DIM_X), "l"((uint64_t)ux));
-  // A 1-D cube in a 1-D grid (the cube dim is compiled in, the grid's extents
-  // are uniform reads): the y and z terms are zero, and reading blockIdx.y and
-  // .z (special registers, a long latency a small kernel waits for) is skipped.
+  if (grid1d) {
+    if (CUBE_DIM_Y == 1u && CUBE_DIM_Z == 1u) return x;
+    return x + ((uint64_t)uz * CUBE_DIM_Y + uy) * ((uint64_t)gridDim.x * CUBE_DIM_X);
+  }
+#if !defined(CUBE__GRID1D_ENTRIES)
+  // No 1-D twin to take a 1-D grid (an older module layout, or a kernel
+  // compiled by hand): a 1-D cube tests the grid's extents, uniform reads.
   if (CUBE_DIM_Y == 1u && CUBE_DIM_Z == 1u && gridDim.y == 1u && gridDim.z == 1u) return x;
+#endif
   uint64_t yz = (uint64_t)(blockIdx.z * CUBE_DIM_Z + uz) * (gridDim.y * CUBE_DIM_Y) +
                 (blockIdx.y * CUBE_DIM_Y + uy);
   return x + yz * ((uint64_t)gridDim.x * CUBE_DIM_X);
 }
-#define ABSOLUTE_POS cube__absolute_pos(UNIT_POS_X, UNIT_POS_Y, UNIT_POS_Z)
+// Outside a kernel's body (whose template parameter of this name hides it):
+// any grid.
+static constexpr bool cube__grid1d = false;
+#define ABSOLUTE_POS cube__absolute_pos<cube__grid1d>(UNIT_POS_X, UNIT_POS_Y, UNIT_POS_Z)
 #else
 // On the CPU every axis is widened (its cube counts are not bounded as a
 // GPU's are); the unit loop's index stays affine, so gcc keeps the per-unit

@@ -284,6 +284,81 @@ static void test_2d_and_3d_cube_dims(void **state) {
   check_positions(client, (cube_dim3_t){32, 1, 8}, (cube_dim3_t){1, 2, 3});
 }
 
+// ABSOLUTE_POS through each of a CUDA kernel's entries: 1, 5 and 9 buffers
+// put 3, 11 and 19 words in the info block (the 8-word, 16-word and full
+// entries), and 1-D grids take their 1-D twins (-DCUBE__GRID1D_ENTRIES),
+// 2-D and 3-D grids the others. Unit i writes i + 1 at ABSOLUTE_POS, computed
+// from its x, y and z: every element must read its own index plus one.
+static const char *const kAbsolutePos[3] = {
+    "CUBE_KERNEL(conf_abs_w8, OUT(uint64_t, out)) {\n"
+    "  uint64_t w = (uint64_t)CUBE_COUNT_X * CUBE_DIM_X, h = (uint64_t)CUBE_COUNT_Y * CUBE_DIM_Y;\n"
+    "  uint64_t i = ABSOLUTE_POS;\n"
+    "  if (i < LEN(out)) out[i] = ABSOLUTE_POS_X + ABSOLUTE_POS_Y * w + ABSOLUTE_POS_Z * w * h + "
+    "1;\n"
+    "}\n",
+    "CUBE_KERNEL(conf_abs_w16, IN(float, a), IN(float, b), IN(float, c), IN(float, d),\n"
+    "            OUT(uint64_t, out)) {\n"
+    "  uint64_t w = (uint64_t)CUBE_COUNT_X * CUBE_DIM_X, h = (uint64_t)CUBE_COUNT_Y * CUBE_DIM_Y;\n"
+    "  uint64_t i = ABSOLUTE_POS;\n"
+    "  if (i < LEN(out)) out[i] = ABSOLUTE_POS_X + ABSOLUTE_POS_Y * w + ABSOLUTE_POS_Z * w * h + "
+    "1;\n"
+    "}\n",
+    "CUBE_KERNEL(conf_abs_full, IN(float, a), IN(float, b), IN(float, c), IN(float, d),\n"
+    "            IN(float, e), IN(float, f), IN(float, g), IN(float, k), OUT(uint64_t, out)) {\n"
+    "  uint64_t w = (uint64_t)CUBE_COUNT_X * CUBE_DIM_X, h = (uint64_t)CUBE_COUNT_Y * CUBE_DIM_Y;\n"
+    "  uint64_t i = ABSOLUTE_POS;\n"
+    "  if (i < LEN(out)) out[i] = ABSOLUTE_POS_X + ABSOLUTE_POS_Y * w + ABSOLUTE_POS_Z * w * h + "
+    "1;\n"
+    "}\n"};
+
+static void test_absolute_pos_on_every_entry(void **state) {
+  cube_client_t *client = CLIENT(state);
+  static const char *const names[3] = {"conf_abs_w8", "conf_abs_w16", "conf_abs_full"};
+  static const uint32_t buffers[3] = {1, 5, 9};
+  static const struct {
+    cube_dim3_t dim, count;
+  } shapes[] = {
+      {{32, 1, 1}, {7, 1, 1}},  // 1-D cube, 1-D grid
+      {{8, 4, 1}, {5, 1, 1}},   // 2-D cube, 1-D grid
+      {{4, 2, 2}, {3, 1, 1}},   // 3-D cube, 1-D grid
+      {{32, 1, 1}, {3, 4, 1}},  // 1-D cube, 2-D grid
+      {{8, 4, 1}, {2, 3, 2}},   // 2-D cube, 3-D grid
+      {{32, 1, 1}, {2, 1, 3}},  // 1-D cube, grid of x and z
+  };
+  enum { MAX_UNITS = 32 * 7 * 4 };
+  uint64_t got[MAX_UNITS + 16];
+  cube_handle_t out = CTH_BUFFER(client, sizeof got), in = CTH_BUFFER(client, 64);
+  for (int e = 0; e < 3; ++e) {
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s) {
+      const cube_dim3_t dim = shapes[s].dim, count = shapes[s].count;
+      const uint64_t units = (uint64_t)dim.x * dim.y * dim.z * count.x * count.y * count.z;
+      assert_true(units <= MAX_UNITS);
+      cube_kernel_t *k = CTH_KERNEL(names[e], kAbsolutePos[e], dim);
+      memset(got, 0xff, sizeof got);
+      CTH_OK(cube_write(client, S, cube_handle_binding(out), got, sizeof got));
+      cube_kernel_buffer_t bufs[9];
+      for (uint32_t b = 0; b + 1 < buffers[e]; ++b) bufs[b] = cth_arg(in, CUBE_IO_READ);
+      // |units| elements: the units past LEN write nothing.
+      bufs[buffers[e] - 1] = (cube_kernel_buffer_t){.binding = cube_handle_slice(out, 0, units * 8),
+                                                    .io = CUBE_IO_WRITE};
+      cube_kernel_args_t args = {bufs, buffers[e], NULL, 0};
+      CTH_OK(cube_launch(client, S, k, cube_count_static(count.x, count.y, count.z), &args,
+                         CUBE_LAUNCH_EXECUTE));
+      CTH_OK(cube_read(client, S, cube_handle_binding(out), got, sizeof got));
+      for (uint64_t i = 0; i < MAX_UNITS + 16; ++i) {
+        uint64_t want = i < units ? i + 1 : ~0ull;
+        if (got[i] != want)
+          fail_msg("%s, dim (%u,%u,%u), count (%u,%u,%u): element %llu = %llu, want %llu", names[e],
+                   dim.x, dim.y, dim.z, count.x, count.y, count.z, (unsigned long long)i,
+                   (unsigned long long)got[i], (unsigned long long)want);
+      }
+      cube_kernel_release(k);
+    }
+  }
+  cth_release_handle(client, in);
+  cth_release_handle(client, out);
+}
+
 static void run_cover(cube_client_t *client, cube_kernel_t *k, uint32_t dim,
                       cube_cube_count_t count, uint64_t elements, uint64_t expected_hits) {
   uint64_t bytes = elements * 4;
@@ -694,6 +769,7 @@ static const struct CMUnitTest kTests[] = {
     cmocka_unit_test(test_saxpy),
     cmocka_unit_test(test_cube_reduction_with_barriers),
     cmocka_unit_test(test_2d_and_3d_cube_dims),
+    cmocka_unit_test(test_absolute_pos_on_every_entry),
     cmocka_unit_test(test_cube_counts_spread_over_y_z),
     cmocka_unit_test(test_dynamic_cube_count),
     cmocka_unit_test(test_scalars_of_several_types),

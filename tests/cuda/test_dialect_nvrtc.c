@@ -12,6 +12,7 @@
 //   test_dialect_nvrtc --dump DIR   writes every kernel as DIR/<name>.cu (the
 //                                   prelude, then the source) for nvcc
 //                                   (tools/device/dialect_nvcc.sh) and exits
+#include <elf.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -149,6 +150,11 @@ static void test_the_examples_compile(void **state) {
                        "-DCUBE_FRAG_TRUST_ALIGNMENT", &log);
   if (result != 0) fail_msg("gemm_bf16 with -DCUBE_FRAG_TRUST_ALIGNMENT: %s", log ? log : "");
   free(log);
+  // bench_cuda's TMA copy (sm_90: TMA), three stores left reading.
+  result =
+      compile("tma_copy_pipe", CUBE_EXAMPLE_TMA_COPY, 1, "sm_90a", "-DTMA_COPY_PENDING=3", &log);
+  if (result != 0) fail_msg("tma_copy_pipe: %s", log ? log : "");
+  free(log);
 }
 
 // The warp-specialised GEMM in its four operand kinds at its H200 shape
@@ -181,6 +187,110 @@ static void test_the_ws_gemm_compiles_for_sm90a_only(void **state) {
 }
 
 // The refusals are about types and shapes, the same for every target.
+// The 1-D-grid entries (-DCUBE__GRID1D_ENTRIES), through the backend's own
+// bundle build (NVRTC, the options the backend picks, a cubin for sm_90):
+// a kernel reading ABSOLUTE_POS gets the flag and the three twins, one
+// reading only ABSOLUTE_POS_X neither; and the twin of bench_graph's small
+// kernel is no longer than the same body written raw with the same
+// parameter block (the graph replay's target: 40 instructions with nvcc 13,
+// the 8-word entry 48). |name|'s .text size from the cubin, 0 if absent.
+static uint64_t text_size(const void *cubin, size_t size, const char *name) {
+  const Elf64_Ehdr *h = cubin;
+  assert_true(size >= sizeof *h && memcmp(h->e_ident, ELFMAG, SELFMAG) == 0);
+  assert_true(h->e_ident[EI_CLASS] == ELFCLASS64 && h->e_shentsize == sizeof(Elf64_Shdr));
+  assert_true(h->e_shoff + (uint64_t)h->e_shnum * sizeof(Elf64_Shdr) <= size);
+  const Elf64_Shdr *sections = (const Elf64_Shdr *)((const char *)cubin + h->e_shoff);
+  assert_true(h->e_shstrndx < h->e_shnum);
+  const char *names = (const char *)cubin + sections[h->e_shstrndx].sh_offset;
+  char want[256];
+  snprintf(want, sizeof want, ".text.%s", name);
+  for (uint32_t i = 0; i < h->e_shnum; ++i)
+    if (strcmp(names + sections[i].sh_name, want) == 0) return sections[i].sh_size;
+  return 0;
+}
+
+static void *build_sm90(const char *name, const char *source, cube_kernel_language_t language,
+                        size_t *out_size, char *out_description, size_t capacity) {
+  cube_compile_request_t request = {.name = name,
+                                    .source = source,
+                                    .language = language,
+                                    .cube_dim = {256, 1, 1},
+                                    .target = "cuda-sm_90"};
+  void *binary = NULL;
+  cube_status_t status =
+      cube_cuda_bundle_compile(NULL, &request, &binary, out_size, out_description, capacity);
+  if (status) fail_msg("building %s: %s", name, cube_status_message(status));
+  return binary;
+}
+
+static void test_grid1d_entries(void **state) {
+  (void)state;
+  static const char kInc[] =
+      "CUBE_KERNEL(bg_inc, IN(float, x), OUT(float, y)) {\n"
+      "  uint64_t i = ABSOLUTE_POS;\n"
+      "  if (i < LEN(y)) y[i] = x[i] + 1.0f;\n"
+      "}\n";
+  static const char kIncX[] =
+      "CUBE_KERNEL(bg_inc_x, IN(float, x), OUT(float, y)) {\n"
+      "  uint64_t i = ABSOLUTE_POS_X;\n"
+      "  if (i < LEN(y)) y[i] = x[i] + 1.0f;\n"
+      "}\n";
+  static const char kRawPadded[] =
+      "struct pad_t { unsigned long long w[8]; };\n"
+      "extern \"C\" __global__ void bg_inc_raw_pad(const float *x, float *y,\n"
+      "    const __grid_constant__ pad_t info, const unsigned long long *dyn) {\n"
+      "  unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+      "  if (i < info.w[1] / 4) y[i] = x[i] + 1.0f;\n"
+      "}\n";
+  char description[4096];
+  size_t size = 0;
+  void *inc =
+      build_sm90("bg_inc", kInc, CUBE_KERNEL_DIALECT, &size, description, sizeof description);
+  assert_non_null(strstr(description, "-DCUBE__GRID1D_ENTRIES"));
+  static const char *const entries[3][2] = {
+      {"bg_inc", "bg_inc__1d"}, {"bg_inc__w8", "bg_inc__w8_1d"}, {"bg_inc__w16", "bg_inc__w16_1d"}};
+  uint64_t sizes[3][2];
+  for (int e = 0; e < 3; ++e) {
+    for (int g = 0; g < 2; ++g) {
+      sizes[e][g] = text_size(inc, size, entries[e][g]);
+      if (!sizes[e][g]) fail_msg("the cubin has no entry %s", entries[e][g]);
+    }
+  }
+  size_t raw_size = 0;
+  void *raw = build_sm90("bg_inc_raw_pad", kRawPadded, CUBE_KERNEL_CUDA, &raw_size, description,
+                         sizeof description);
+  const uint64_t padded = text_size(raw, raw_size, "bg_inc_raw_pad");
+  assert_true(padded > 0);
+  printf("  sm_90 instructions: bg_inc__w8 %llu, bg_inc__w8_1d %llu, padded raw kernel %llu\n",
+         (unsigned long long)sizes[1][0] / 16, (unsigned long long)sizes[1][1] / 16,
+         (unsigned long long)padded / 16);
+  for (int e = 0; e < 3; ++e) {
+    if (sizes[e][1] > padded)
+      fail_msg("%s is %llu instructions, the padded raw kernel %llu", entries[e][1],
+               (unsigned long long)sizes[e][1] / 16, (unsigned long long)padded / 16);
+  }
+  free(inc);
+  free(raw);
+  void *x =
+      build_sm90("bg_inc_x", kIncX, CUBE_KERNEL_DIALECT, &size, description, sizeof description);
+  assert_null(strstr(description, "GRID1D"));
+  assert_true(text_size(x, size, "bg_inc_x__w8") > 0);
+  assert_int_equal(text_size(x, size, "bg_inc_x__w8_1d"), 0);
+  free(x);
+  // Every conformance kernel compiles with the twins as well.
+  bundle_t bundle = {NULL, 0, 0, 0};
+  dc_each_source(bundle_add, &bundle);
+  for (size_t a = 0; a < sizeof kArches / sizeof kArches[0]; ++a) {
+    char *log = NULL;
+    int result =
+        compile("dialect_cases", bundle.text, 32, kArches[a], "-DCUBE__GRID1D_ENTRIES", &log);
+    if (result != 0)
+      fail_msg("with -DCUBE__GRID1D_ENTRIES for %s:\n%s", kArches[a], log ? log : "");
+    free(log);
+  }
+  free(bundle.text);
+}
+
 static void test_refusals_are_refused(void **state) {
   (void)state;
   for (size_t i = 0; i < dc_refused_count; ++i) {
@@ -257,6 +367,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_the_ws_gemm_compiles_for_sm90a_only),
       cmocka_unit_test(test_refusals_are_refused),
       cmocka_unit_test(test_fragments_need_sm80),
+      cmocka_unit_test(test_grid1d_entries),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 31's graph and TMA rows on one H200, fourth stop: one call of the
-# device tool, about 3 minutes (each step under its own timeout, and skipped
+# device tool, about 3 minutes, at most 6 (each step under its own timeout, and skipped
 # when the call's time is spent; logs in $OUT/kernels-stop4/ and a summary on
 # stdout):
 #   bash tools/device/kernels_stop4.sh
@@ -9,10 +9,13 @@
 #    flight, boxes per stage, non-tensor bulk copies, TMA load + thread
 #    stores) against the float4 copy and cudaMemcpyAsync D2D: is the 0.94x
 #    the TMA path or cubec?
-# 2. build-gpu (only the library and the two benchmarks);
+# 2. build-gpu (only the library, the two benchmarks and three tests);
 # 3. bench_graph --code-probe (raw graphs of the padded raw kernel with the
 #    1-D grid test, the context struct, both), then bench_graph;
-# 4. bench_cuda --tma (cubec's TMA copy forms, encode, two-map launch).
+# 4. bench_cuda --tma (cubec's TMA copy forms, encode, two-map launch);
+# 5. on CUDA: test_launch (ABSOLUTE_POS through every entry and its 1-D
+#    twin, 1-D/2-D/3-D grids), test_dialect_ops (the TMA copy forms),
+#    test_dialect_nvrtc (the twins' instruction count), while time is left.
 set -uo pipefail
 dest="${OUT:-build-gpu/logs}/kernels-stop4"
 mkdir -p "$dest"
@@ -49,7 +52,8 @@ if left 120; then
   step build
   (cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCUBE_BUILD_FUZZ=OFF >/dev/null &&
     timeout $((140 - (SECONDS - started))) \
-      cmake --build build-gpu -j"$(nproc)" --target bench_graph bench_cuda) \
+      cmake --build build-gpu -j"$(nproc)" --target bench_graph bench_cuda test_launch \
+        test_dialect_ops test_dialect_nvrtc) \
     >"$dest/build.log" 2>&1 || { grep -E 'error|Error' "$dest/build.log" | head -40; }
 fi
 export CUBE_CACHE_DIR="$PWD/build-gpu/kernel-cache"
@@ -71,5 +75,16 @@ if left 215 && [ -x build-gpu/bench/bench_cuda ]; then
   step "bench_cuda --tma"
   timeout 60 ./build-gpu/bench/bench_cuda --tma >"$dest/bench_cuda_tma.log" 2>&1
   echo "rc=$?"; grep -E "TMA|float4|launch" "$dest/bench_cuda_tma.log" | head -40
+fi
+# 5. The conformance of what changed, on CUDA.
+if left 240; then
+  step "tests on CUDA"
+  for t in test_launch test_dialect_ops test_dialect_nvrtc; do
+    if [ -x "build-gpu/tests/$t" ] && left 300; then
+      timeout 60 "./build-gpu/tests/$t" >"$dest/$t.log" 2>&1
+      echo "$t rc=$?"
+      grep -E "absolute_pos|TMA copy|grid1d|instructions|PASSED|FAILED|ERROR" "$dest/$t.log" | head -8
+    fi
+  done
 fi
 step done

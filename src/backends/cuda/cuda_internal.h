@@ -55,6 +55,10 @@ struct cube_bkernel_t {
   // Dialect kernels also export entries taking 8 and 16 info words
   // (name__w8, name__w16); NULL when absent (raw CUDA C++).
   CUfunction function8, function16;
+  // The three entries' twins for 1-D grids (name__1d, name__w8_1d,
+  // name__w16_1d: ABSOLUTE_POS without the y/z terms), when the source reads
+  // ABSOLUTE_POS; NULL otherwise.
+  CUfunction grid1d[3];
   cube_kernel_language_t language;
   char *io;  // NUL-terminated; "" for raw CUDA C++
   // The exported signature (name__cube_sig) and its names list, copied to

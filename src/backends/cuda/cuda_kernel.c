@@ -5,6 +5,7 @@
 // Dialect sources are compiled as: the embedded text of include/cube/dialect.h,
 // then `#line 1 "<name>.cube"`, then the user source (so compiler messages
 // point into the user's file). Raw CUDA C++ is compiled as given.
+#include <ctype.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -69,6 +70,18 @@ static void cube_cuda_user_arch(const char *token, char out_arch[16]) {
 
 // |device| NULL: a bundle build (request->target names the architecture,
 // |cuda_home| the toolkit of raw CUDA C++ includes).
+// Whether |source| names ABSOLUTE_POS itself (not only ABSOLUTE_POS_X/_Y/_Z,
+// which read no grid extents).
+static bool cube_cuda_reads_absolute_pos(const char *source) {
+  static const char kName[] = "ABSOLUTE_POS";
+  for (const char *at = strstr(source, kName); at; at = strstr(at + 1, kName)) {
+    const char after = at[sizeof kName - 1];
+    const bool word_before = at > source && (isalnum((unsigned char)at[-1]) || at[-1] == '_');
+    if (!word_before && !isalnum((unsigned char)after) && after != '_') return true;
+  }
+  return false;
+}
+
 static cube_status_t cube_cuda_options_build(const cube_cuda_device_t *device,
                                              const char *cuda_home,
                                              const cube_compile_request_t *request,
@@ -150,6 +163,10 @@ static cube_status_t cube_cuda_options_build(const cube_cuda_device_t *device,
     // layout is the signature's and the dialect indexes it with constants.
     if (!strstr(request->source, "SCALAR"))
       out_options->list[out_options->count++] = "-DCUBE__NO_SCALAR_READS";
+    // ABSOLUTE_POS in the source: the module also holds entries for 1-D
+    // grids, which the dispatch picks (their position reads no y/z extents).
+    if (cube_cuda_reads_absolute_pos(request->source))
+      out_options->list[out_options->count++] = "-DCUBE__GRID1D_ENTRIES";
   } else {
     const char *home = cuda_home;
     char candidate[4096] = "";
@@ -378,6 +395,14 @@ static cube_status_t cube_cuda_load(cube_cuda_device_t *device,
     if (device->cu->cuModuleGetFunction(&kernel->function16, kernel->module, variant) !=
         CUDA_SUCCESS)
       kernel->function16 = NULL;
+    // Their twins for 1-D grids (-DCUBE__GRID1D_ENTRIES), when compiled in.
+    static const char *const grid1d[3] = {"__1d", "__w8_1d", "__w16_1d"};
+    for (int e = 0; e < 3; ++e) {
+      snprintf(variant, sizeof variant, "%s%s", request->name, grid1d[e]);
+      if (device->cu->cuModuleGetFunction(&kernel->grid1d[e], kernel->module, variant) !=
+          CUDA_SUCCESS)
+        kernel->grid1d[e] = NULL;
+    }
   }
   int value = 0;
   if (!status) {
