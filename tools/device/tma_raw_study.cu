@@ -124,6 +124,10 @@ struct cfg_t {
   uint32_t stages, pending;     // pending: store groups left reading at a refill (< stages)
   uint32_t tiles_x, tiles;      // a tile = one stage's boxes
   uint64_t cols;                // the tensor's row length (f32)
+  // Round 2: tile order (0: cube b takes b, b + grid, ...; 1: a contiguous
+  // run of tiles per cube), L2 hints (bit 0: loads evict_first, bit 1:
+  // stores evict_first), store-issuing threads (tensor_copy_ws).
+  uint32_t order, hint, consumers;
 };
 
 enum { MAX_STAGES = 24 };
@@ -250,6 +254,149 @@ __global__ void tensor_load_thread_store(const __grid_constant__ CUtensorMap src
   }
 }
 
+//===--- Round 2 ---===//
+
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+__device__ __forceinline__ void tma_load_2d_hint(void *s, const CUtensorMap *m, uint64_t *bar,
+                                                 int x, int y, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".L2::cache_hint [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_addr(s)),
+      "l"((uint64_t)m), "r"(smem_addr(bar)), "r"(x), "r"(y), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ void tma_store_2d_hint(const CUtensorMap *m, const void *s, int x,
+                                                  int y, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group.L2::cache_hint"
+      " [%0, {%2, %3}], [%1], %4;" ::"l"((uint64_t)m),
+      "r"(smem_addr(s)), "r"(x), "r"(y), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// This cube's tiles: |*count| of them, the k-th at first + k * step.
+__device__ __forceinline__ void my_tiles(const cfg_t &c, uint32_t *first, uint32_t *step,
+                                         uint32_t *count) {
+  if (c.order == 0) {
+    *first = blockIdx.x;
+    *step = gridDim.x;
+    *count = blockIdx.x < c.tiles ? (c.tiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+  } else {
+    uint32_t lo = (uint32_t)((uint64_t)blockIdx.x * c.tiles / gridDim.x);
+    uint32_t hi = (uint32_t)((uint64_t)(blockIdx.x + 1) * c.tiles / gridDim.x);
+    *first = lo;
+    *step = 1;
+    *count = hi - lo;
+  }
+}
+__device__ __forceinline__ void load_tile(const cfg_t &c, const CUtensorMap *src, uint8_t *stage,
+                                          uint64_t *bar, uint32_t t, uint64_t policy) {
+  int x, y;
+  tile_at(c, t, &x, &y);
+  const uint32_t box = c.box_rows * c.box_cols * 4;
+  mbar_expect(bar, box * c.boxes);
+  for (uint32_t b = 0; b < c.boxes; ++b) {
+    if (c.hint & 1)
+      tma_load_2d_hint(stage + b * box, src, bar, x, y + (int)(b * c.box_rows), policy);
+    else
+      tma_load_2d(stage + b * box, src, bar, x, y + (int)(b * c.box_rows));
+  }
+}
+__device__ __forceinline__ void store_tile(const cfg_t &c, const CUtensorMap *dst,
+                                           const uint8_t *stage, uint32_t t, uint64_t policy) {
+  int x, y;
+  tile_at(c, t, &x, &y);
+  const uint32_t box = c.box_rows * c.box_cols * 4;
+  for (uint32_t b = 0; b < c.boxes; ++b) {
+    if (c.hint & 2)
+      tma_store_2d_hint(dst, stage + b * box, x, y + (int)(b * c.box_rows), policy);
+    else
+      tma_store_2d(dst, stage + b * box, x, y + (int)(b * c.box_rows));
+  }
+  commit();
+}
+
+// tensor_copy with the tile order and L2 hints as parameters.
+__global__ void tensor_copy2(const __grid_constant__ CUtensorMap src,
+                             const __grid_constant__ CUtensorMap dst, cfg_t c) {
+  extern __shared__ unsigned char raw[];
+  __shared__ uint64_t bar[MAX_STAGES];
+  uint8_t *smem = (uint8_t *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023);
+  const uint32_t stage = c.box_rows * c.box_cols * 4 * c.boxes;
+  const uint64_t policy = c.hint ? evict_first_policy() : 0;
+  for (uint32_t s = 0; s < c.stages; ++s) mbar_init(&bar[s], 1);
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  uint32_t first, step, count;
+  my_tiles(c, &first, &step, &count);
+  for (uint32_t s = 0; s < c.stages && s < count; ++s)
+    load_tile(c, &src, smem + s * stage, &bar[s], first + s * step, policy);
+  for (uint32_t k = 0; k < count; ++k) {
+    uint32_t s = k % c.stages;
+    mbar_wait(&bar[s], (k / c.stages) & 1);
+    store_tile(c, &dst, smem + s * stage, first + k * step, policy);
+    if (k + 1 > c.pending && k - c.pending + c.stages < count) {
+      uint32_t kk = k - c.pending;
+      wait_read((int)c.pending);
+      load_tile(c, &src, smem + (kk % c.stages) * stage, &bar[kk % c.stages],
+                first + (kk + c.stages) * step, policy);
+    }
+  }
+  wait_all();
+}
+
+// Producer and consumers: lane 0 of warp 0 loads (waiting on a stage's
+// "empty" barrier), lane 0 of warps 1..consumers stores (consumer j takes
+// k = j - 1, j - 1 + consumers, ...; each its own bulk-group queue), and
+// marks a stage empty once its store issued |pending| stores before has
+// read it. Needs pending < stages / consumers.
+__global__ void tensor_copy_ws(const __grid_constant__ CUtensorMap src,
+                               const __grid_constant__ CUtensorMap dst, cfg_t c) {
+  extern __shared__ unsigned char raw[];
+  __shared__ uint64_t full[MAX_STAGES], empty[MAX_STAGES];
+  uint8_t *smem = (uint8_t *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023);
+  const uint32_t stage = c.box_rows * c.box_cols * 4 * c.boxes;
+  if (threadIdx.x == 0) {
+    for (uint32_t s = 0; s < c.stages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 1);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x % 32 != 0) return;
+  const uint64_t policy = c.hint ? evict_first_policy() : 0;
+  uint32_t first, step, count;
+  my_tiles(c, &first, &step, &count);
+  const uint32_t warp = threadIdx.x / 32;
+  if (warp == 0) {
+    for (uint32_t k = 0; k < count; ++k) {
+      uint32_t s = k % c.stages;
+      if (k >= c.stages) mbar_wait(&empty[s], ((k / c.stages) - 1) & 1);
+      load_tile(c, &src, smem + s * stage, &full[s], first + k * step, policy);
+    }
+    return;
+  }
+  const uint32_t j0 = warp - 1, n = c.consumers;
+  uint32_t issued = 0;
+  for (uint32_t k = j0; k < count; k += n, ++issued) {
+    uint32_t s = k % c.stages;
+    mbar_wait(&full[s], (k / c.stages) & 1);
+    store_tile(c, &dst, smem + s * stage, first + k * step, policy);
+    if (issued >= c.pending) {
+      wait_read((int)c.pending);
+      mbar_arrive(&empty[(k - c.pending * n) % c.stages]);
+    }
+  }
+  wait_all();
+}
+
 __global__ void copy_float4(const float4 *x, float4 *y, unsigned long long n) {
   unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) y[i] = x[i];
@@ -270,13 +417,14 @@ __global__ void compare(const uint32_t *a, const uint32_t *b, unsigned long long
 
 //===--- host ---===//
 
-enum kind_t { TENSOR, BULK, TENSOR_THREADS };
+enum kind_t { TENSOR, BULK, TENSOR_THREADS, TENSOR2, TENSOR_WS };
 struct form_t {
   const char *name;
   kind_t kind;
   uint32_t box_rows, box_cols, boxes, stages, pending, per_sm;
   uint64_t cols;  // tensor row length (f32)
   CUtensorMapL2promotion l2;
+  uint32_t order, hint, consumers;  // round 2 (cfg_t)
 };
 
 static const uint64_t kBytes = 1ull << 30;
@@ -320,6 +468,9 @@ static bool prepare(const form_t &f, prepared_t *out) {
   c.stages = f.stages;
   c.pending = f.pending;
   c.cols = f.cols;
+  c.order = f.order;
+  c.hint = f.hint;
+  c.consumers = f.consumers ? f.consumers : 1;
   const uint64_t rows = kBytes / 4 / f.cols;
   const uint64_t stage = (uint64_t)f.box_rows * f.box_cols * 4 * f.boxes;
   if (f.kind == BULK) {
@@ -332,12 +483,15 @@ static bool prepare(const form_t &f, prepared_t *out) {
     p.md = make_map(g_dst, f.cols, f.box_rows, f.box_cols, f.l2);
   }
   p.smem = stage * f.stages + 1024;
-  p.threads = f.kind == TENSOR_THREADS ? 256 : 1;
+  p.threads = f.kind == TENSOR_THREADS ? 256 : f.kind == TENSOR_WS ? 32 * (1 + (int)c.consumers) : 1;
   p.blocks = g_sms * (int)f.per_sm;
-  const void *fn = f.kind == TENSOR ? (const void *)tensor_copy
-                   : f.kind == BULK ? (const void *)bulk_copy
-                                    : (const void *)tensor_load_thread_store;
-  if (f.stages > MAX_STAGES || f.pending >= f.stages) {
+  const void *fn = f.kind == TENSOR           ? (const void *)tensor_copy
+                   : f.kind == BULK           ? (const void *)bulk_copy
+                   : f.kind == TENSOR2        ? (const void *)tensor_copy2
+                   : f.kind == TENSOR_WS      ? (const void *)tensor_copy_ws
+                                              : (const void *)tensor_load_thread_store;
+  if (f.stages > MAX_STAGES || f.pending >= f.stages ||
+      (f.kind == TENSOR_WS && (f.pending + 1) * c.consumers > f.stages)) {
     printf("  %-34s skipped: stages %u, pending %u\n", f.name, f.stages, f.pending);
     return false;
   }
@@ -367,6 +521,12 @@ static void launch(const prepared_t &p, cudaStream_t stream) {
       break;
     case TENSOR_THREADS:
       tensor_load_thread_store<<<p.blocks, p.threads, p.smem, stream>>>(p.ms, g_dst, p.c);
+      break;
+    case TENSOR2:
+      tensor_copy2<<<p.blocks, p.threads, p.smem, stream>>>(p.ms, p.md, p.c);
+      break;
+    case TENSOR_WS:
+      tensor_copy_ws<<<p.blocks, p.threads, p.smem, stream>>>(p.ms, p.md, p.c);
       break;
   }
 }
@@ -413,12 +573,16 @@ static bool check(cudaStream_t stream, unsigned long long *bad_d, const char *na
 
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);  // a run killed by its timeout keeps what it printed
+  int round = 2;
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--quick") == 0) {
       reps = 5;
       batch = 5;
+    } else if (strcmp(argv[i], "--round") == 0 && i + 1 < argc &&
+               (strcmp(argv[i + 1], "1") == 0 || strcmp(argv[i + 1], "2") == 0)) {
+      round = atoi(argv[++i]);
     } else {
-      fprintf(stderr, "usage: tma_raw_study [--quick]\n");
+      fprintf(stderr, "usage: tma_raw_study [--quick] [--round 1|2]\n");
       return 2;
     }
   }
@@ -428,8 +592,10 @@ int main(int argc, char **argv) {
   int clock_khz = 0, mem_khz = 0;
   cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0);
   cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, 0);
-  printf("tma_raw_study on %s (sm_%d%d, %d SMs, %d MHz, memory %d MHz), %d x %d copies of 1 GiB\n",
-         prop.name, prop.major, prop.minor, g_sms, clock_khz / 1000, mem_khz / 1000, reps, batch);
+  printf(
+      "tma_raw_study round %d on %s (sm_%d%d, %d SMs, %d MHz, memory %d MHz), %d x %d copies of 1 "
+      "GiB\n",
+      round, prop.name, prop.major, prop.minor, g_sms, clock_khz / 1000, mem_khz / 1000, reps, batch);
   if (prop.major < 9) {
     printf("tma_raw_study: skipped, TMA needs compute capability 9.0\n");
     return 0;
@@ -476,7 +642,7 @@ int main(int argc, char **argv) {
 
   const CUtensorMapL2promotion L2N = CU_TENSOR_MAP_L2_PROMOTION_NONE;
   const CUtensorMapL2promotion L2_256 = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
-  static const form_t forms[] = {
+  static const form_t forms1[] = {
       // bench_cuda_tma.h's forms, raw.
       {"tensor 32x256 s4 p0 (bench s4)", TENSOR, 32, 256, 1, 4, 0, 1, 16384, L2N},
       {"tensor 32x256 s4 p1 (deferred)", TENSOR, 32, 256, 1, 4, 1, 1, 16384, L2N},
@@ -514,10 +680,45 @@ int main(int argc, char **argv) {
       {"tensor load + st.v4 32x256 s3 x2/SM", TENSOR_THREADS, 32, 256, 1, 3, 0, 2, 16384, L2N},
       {"tensor load + st.v4 16x256 s6 x2/SM", TENSOR_THREADS, 16, 256, 1, 6, 0, 2, 16384, L2N},
   };
+  // Round 2 (after round 1's best, 64x256 s3 p2 at 0.959x on the H200):
+  // all the shared memory, other box aspects, L2 evict-first hints, a
+  // contiguous run of tiles per cube, and loads decoupled from stores (a
+  // producer thread and 1-3 store-issuing threads, each its own queue).
+  static const form_t forms2[] = {
+      {"r2 64x256 s3 p2 (round 1 best)", TENSOR2, 64, 256, 1, 3, 2, 1, 16384, L2N, 0, 0, 0},
+      {"r2 32x256 s7 p4", TENSOR2, 32, 256, 1, 7, 4, 1, 16384, L2N, 0, 0, 0},
+      {"r2 32x256 s7 p5", TENSOR2, 32, 256, 1, 7, 5, 1, 16384, L2N, 0, 0, 0},
+      {"r2 16x256 s14 p8", TENSOR2, 16, 256, 1, 14, 8, 1, 16384, L2N, 0, 0, 0},
+      {"r2 16x256 s14 p10", TENSOR2, 16, 256, 1, 14, 10, 1, 16384, L2N, 0, 0, 0},
+      {"r2 128x128 s3 p2", TENSOR2, 128, 128, 1, 3, 2, 1, 16384, L2N, 0, 0, 0},
+      {"r2 256x64 s3 p2", TENSOR2, 256, 64, 1, 3, 2, 1, 16384, L2N, 0, 0, 0},
+      {"r2 64x128 s6 p4", TENSOR2, 64, 128, 1, 6, 4, 1, 16384, L2N, 0, 0, 0},
+      {"r2 128x64 s6 p4", TENSOR2, 128, 64, 1, 6, 4, 1, 16384, L2N, 0, 0, 0},
+      {"r2 64x256 s3 p2 load evict_first", TENSOR2, 64, 256, 1, 3, 2, 1, 16384, L2N, 0, 1, 0},
+      {"r2 64x256 s3 p2 store evict_first", TENSOR2, 64, 256, 1, 3, 2, 1, 16384, L2N, 0, 2, 0},
+      {"r2 64x256 s3 p2 both evict_first", TENSOR2, 64, 256, 1, 3, 2, 1, 16384, L2N, 0, 3, 0},
+      {"r2 32x256 s6 p4 both evict_first", TENSOR2, 32, 256, 1, 6, 4, 1, 16384, L2N, 0, 3, 0},
+      {"r2 64x256 s3 p2 blocked", TENSOR2, 64, 256, 1, 3, 2, 1, 16384, L2N, 1, 0, 0},
+      {"r2 32x256 s6 p4 blocked", TENSOR2, 32, 256, 1, 6, 4, 1, 16384, L2N, 1, 0, 0},
+      {"ws 64x256 s3 p0, 1 store thread", TENSOR_WS, 64, 256, 1, 3, 0, 1, 16384, L2N, 0, 0, 1},
+      {"ws 64x256 s3 p1, 1 store thread", TENSOR_WS, 64, 256, 1, 3, 1, 1, 16384, L2N, 0, 0, 1},
+      {"ws 64x256 s3 p2, 1 store thread", TENSOR_WS, 64, 256, 1, 3, 2, 1, 16384, L2N, 0, 0, 1},
+      {"ws 32x256 s6 p2, 1 store thread", TENSOR_WS, 32, 256, 1, 6, 2, 1, 16384, L2N, 0, 0, 1},
+      {"ws 32x256 s6 p4, 1 store thread", TENSOR_WS, 32, 256, 1, 6, 4, 1, 16384, L2N, 0, 0, 1},
+      {"ws 32x256 s6 p1, 2 store threads", TENSOR_WS, 32, 256, 1, 6, 1, 1, 16384, L2N, 0, 0, 2},
+      {"ws 32x256 s6 p2, 2 store threads", TENSOR_WS, 32, 256, 1, 6, 2, 1, 16384, L2N, 0, 0, 2},
+      {"ws 16x256 s12 p3, 3 store threads", TENSOR_WS, 16, 256, 1, 12, 3, 1, 16384, L2N, 0, 0, 3},
+      {"ws 32x256 s3 p1 x2/SM", TENSOR_WS, 32, 256, 1, 3, 1, 2, 16384, L2N, 0, 0, 1},
+      {"ws 64x256 s3 p2 both evict_first", TENSOR_WS, 64, 256, 1, 3, 2, 1, 16384, L2N, 0, 3, 1},
+  };
+  const form_t *forms = round == 1 ? forms1 : forms2;
+  const size_t form_count =
+      round == 1 ? sizeof forms1 / sizeof forms1[0] : sizeof forms2 / sizeof forms2[0];
   printf("  %-34s %7s %11s %7s\n", "form", "GB/s", "min-max", "ratio");
   double best_form = 0;
   const char *best_name = "";
-  for (const form_t &f : forms) {
+  for (size_t i = 0; i < form_count; ++i) {
+    const form_t &f = forms[i];
     prepared_t p;
     if (!prepare(f, &p)) continue;
     CK(cudaMemsetAsync(g_dst, 0, kBytes, stream));
