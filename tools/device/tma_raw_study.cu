@@ -397,6 +397,22 @@ __global__ void tensor_copy_ws(const __grid_constant__ CUtensorMap src,
   wait_all();
 }
 
+// One tile per cube, as many cubes as tiles (the hardware keeps as many per
+// SM as the shared memory allows): load, wait, store, wait for its read.
+__global__ void tensor_copy_one(const __grid_constant__ CUtensorMap src,
+                                const __grid_constant__ CUtensorMap dst, cfg_t c) {
+  extern __shared__ unsigned char raw[];
+  __shared__ uint64_t bar[1];
+  uint8_t *smem = (uint8_t *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023);
+  const uint64_t policy = c.hint ? evict_first_policy() : 0;
+  mbar_init(&bar[0], 1);
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  load_tile(c, &src, smem, &bar[0], blockIdx.x, policy);
+  mbar_wait(&bar[0], 0);
+  store_tile(c, &dst, smem, blockIdx.x, policy);
+  wait_read(0);
+}
+
 __global__ void copy_float4(const float4 *x, float4 *y, unsigned long long n) {
   unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) y[i] = x[i];
@@ -417,7 +433,7 @@ __global__ void compare(const uint32_t *a, const uint32_t *b, unsigned long long
 
 //===--- host ---===//
 
-enum kind_t { TENSOR, BULK, TENSOR_THREADS, TENSOR2, TENSOR_WS };
+enum kind_t { TENSOR, BULK, TENSOR_THREADS, TENSOR2, TENSOR_WS, TENSOR_ONE };
 struct form_t {
   const char *name;
   kind_t kind;
@@ -489,6 +505,7 @@ static bool prepare(const form_t &f, prepared_t *out) {
                    : f.kind == BULK           ? (const void *)bulk_copy
                    : f.kind == TENSOR2        ? (const void *)tensor_copy2
                    : f.kind == TENSOR_WS      ? (const void *)tensor_copy_ws
+                   : f.kind == TENSOR_ONE     ? (const void *)tensor_copy_one
                                               : (const void *)tensor_load_thread_store;
   if (f.stages > MAX_STAGES || f.pending >= f.stages ||
       (f.kind == TENSOR_WS && (f.pending + 1) * c.consumers > f.stages)) {
@@ -527,6 +544,9 @@ static void launch(const prepared_t &p, cudaStream_t stream) {
       break;
     case TENSOR_WS:
       tensor_copy_ws<<<p.blocks, p.threads, p.smem, stream>>>(p.ms, p.md, p.c);
+      break;
+    case TENSOR_ONE:
+      tensor_copy_one<<<p.c.tiles, p.threads, p.smem, stream>>>(p.ms, p.md, p.c);
       break;
   }
 }
@@ -710,6 +730,11 @@ int main(int argc, char **argv) {
       {"ws 16x256 s12 p3, 3 store threads", TENSOR_WS, 16, 256, 1, 12, 3, 1, 16384, L2N, 0, 0, 3},
       {"ws 32x256 s3 p1 x2/SM", TENSOR_WS, 32, 256, 1, 3, 1, 2, 16384, L2N, 0, 0, 1},
       {"ws 64x256 s3 p2 both evict_first", TENSOR_WS, 64, 256, 1, 3, 2, 1, 16384, L2N, 0, 3, 1},
+      // One tile per cube (stages: 1; the grid is the tile count).
+      {"one tile/cube 64x256", TENSOR_ONE, 64, 256, 1, 1, 0, 1, 16384, L2N, 0, 0, 0},
+      {"one tile/cube 32x256", TENSOR_ONE, 32, 256, 1, 1, 0, 1, 16384, L2N, 0, 0, 0},
+      {"one tile/cube 16x256", TENSOR_ONE, 16, 256, 1, 1, 0, 1, 16384, L2N, 0, 0, 0},
+      {"one tile/cube 8x256", TENSOR_ONE, 8, 256, 1, 1, 0, 1, 16384, L2N, 0, 0, 0},
   };
   const form_t *forms = round == 1 ? forms1 : forms2;
   const size_t form_count =
