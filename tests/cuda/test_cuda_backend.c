@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "backends/cuda/cuda_internal.h"
 #include "core/kernel_cache.h"
 #include "cuda/cuda_test.h"
 
@@ -57,7 +58,7 @@ static const char kDynamicShared[] =
     "  uint32_t u = UNIT_POS;\n"
     "  for (uint32_t k = u; k < 16384; k += CUBE_DIM) tile[k] = k;\n"
     "  SYNC_CUBE();\n"
-    "  if (u == 0) {\n"
+    "  if (ABSOLUTE_POS == 0) {\n"
     "    uint32_t s = 0;\n"
     "    for (uint32_t k = 0; k < 16384; ++k) s += tile[k];\n"
     "    out[0] = s;\n"
@@ -301,6 +302,7 @@ static void test_raw_cuda(void **state) {
   cube_bstream_t *stream = make_stream();
   cube_kernel_info_t info;
   cube_bkernel_t *iota = compile("iota_scaled", kRawIota, CUBE_KERNEL_CUDA, &info);
+  assert_null(iota->grid1d[0]);
   assert_string_equal(info.io, "");
   assert_true(info.max_units_per_cube >= 256);
   const uint32_t n = 5000;
@@ -468,6 +470,9 @@ static void test_dynamic_shared_optin(void **state) {
   cube_bstream_t *stream = make_stream();
   cube_kernel_info_t info;
   cube_bkernel_t *kernel = compile("dyn_shared", kDynamicShared, CUBE_KERNEL_DIALECT, &info);
+  // It reads ABSOLUTE_POS: the 1-D grid below runs the 8-word entry's 1-D
+  // twin, which must be opted in as well.
+  assert_non_null(kernel->grid1d[1]);
   uint64_t out = alloc_page(256);
   uint64_t words[64];
   const uint32_t counts[6] = {0};

@@ -4,10 +4,11 @@
 # timeout, skipped when the call's time is spent; logs in
 # $OUT/kernels-stop5/, a summary on stdout):
 #   bash tools/device/kernels_stop5.sh
-# 1. build-gpu: the library, bench_graph, bench_cuda and three tests;
+# 1. build-gpu: the library, bench_graph, bench_cuda and four tests;
 # 2. the CUDA tests of what changed: test_launch (ABSOLUTE_POS through every
-#    entry and its 1-D-grid twin, 1-D/2-D/3-D grids), test_dialect_nvrtc (the
-#    twins' instruction count), test_dialect_ops (the TMA copy forms);
+#    entry and its 1-D-grid twin, 1-D/2-D/3-D grids), test_cuda_backend (a
+#    twin opted in to 64 KiB of dynamic shared memory), test_dialect_nvrtc
+#    (the twins' instruction count), test_dialect_ops (the TMA copy forms);
 # 3. bench_graph three times (the replay with the 1-D-grid entries: target
 #    <= 1.01x the raw driver graph);
 # 4. tools/device/tma_raw_study.cu --round 2 (nvcc, sm_90a): the raw TMA
@@ -32,16 +33,16 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,co
 step build
 (cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCUBE_BUILD_FUZZ=OFF >/dev/null &&
   timeout 150 cmake --build build-gpu -j"$(nproc)" --target bench_graph bench_cuda test_launch \
-    test_dialect_ops test_dialect_nvrtc) >"$dest/build.log" 2>&1 ||
+    test_dialect_ops test_dialect_nvrtc test_cuda_backend) >"$dest/build.log" 2>&1 ||
   { grep -E 'error|Error' "$dest/build.log" | head -40; }
 export CUBE_CACHE_DIR="$PWD/build-gpu/kernel-cache"
 
 step "tests on CUDA"
-for t in test_launch test_dialect_nvrtc test_dialect_ops; do
+for t in test_launch test_cuda_backend test_dialect_nvrtc test_dialect_ops; do
   if [ -x "build-gpu/tests/$t" ] && left 200; then
     timeout 60 "./build-gpu/tests/$t" >"$dest/$t.log" 2>&1
     echo "$t rc=$?"
-    grep -E "absolute_pos|TMA copy|grid1d|instructions|PASSED|FAILED|ERROR" "$dest/$t.log" | head -8
+    grep -E "absolute_pos|TMA copy|grid1d|dynamic_shared|instructions|PASSED|FAILED|ERROR" "$dest/$t.log" | head -8
   fi
 done
 
