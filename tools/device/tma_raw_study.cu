@@ -35,13 +35,13 @@
 #include <algorithm>
 #include <vector>
 
-#define CK(call)                                                                        \
-  do {                                                                                  \
-    cudaError_t e_ = (call);                                                            \
-    if (e_ != cudaSuccess) {                                                            \
+#define CK(call)                                                                             \
+  do {                                                                                       \
+    cudaError_t e_ = (call);                                                                 \
+    if (e_ != cudaSuccess) {                                                                 \
       fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      exit(1);                                                                          \
-    }                                                                                   \
+      exit(1);                                                                               \
+    }                                                                                        \
   } while (0)
 
 typedef CUresult (*encode_tiled_t)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
@@ -89,8 +89,8 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap *m, const void *s
 }
 __device__ __forceinline__ void bulk_load(void *s, const void *g, uint32_t bytes, uint64_t *bar) {
   asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-          smem_addr(s)),
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(smem_addr(s)),
       "l"(g), "r"(bytes), "r"(smem_addr(bar))
       : "memory");
 }
@@ -99,21 +99,39 @@ __device__ __forceinline__ void bulk_store(void *g, const void *s, uint32_t byte
                "r"(smem_addr(s)), "r"(bytes)
                : "memory");
 }
-__device__ __forceinline__ void commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void commit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
 __device__ __forceinline__ void wait_all() {
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 // wait_group.read takes a constant: P stores may still be reading.
 __device__ __forceinline__ void wait_read(int pending) {
   switch (pending) {
-    case 0: asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); break;
-    case 1: asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory"); break;
-    case 2: asm volatile("cp.async.bulk.wait_group.read 2;" ::: "memory"); break;
-    case 3: asm volatile("cp.async.bulk.wait_group.read 3;" ::: "memory"); break;
-    case 4: asm volatile("cp.async.bulk.wait_group.read 4;" ::: "memory"); break;
-    case 5: asm volatile("cp.async.bulk.wait_group.read 5;" ::: "memory"); break;
-    case 6: asm volatile("cp.async.bulk.wait_group.read 6;" ::: "memory"); break;
-    default: asm volatile("cp.async.bulk.wait_group.read 7;" ::: "memory"); break;
+    case 0:
+      asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+      break;
+    case 1:
+      asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+      break;
+    case 2:
+      asm volatile("cp.async.bulk.wait_group.read 2;" ::: "memory");
+      break;
+    case 3:
+      asm volatile("cp.async.bulk.wait_group.read 3;" ::: "memory");
+      break;
+    case 4:
+      asm volatile("cp.async.bulk.wait_group.read 4;" ::: "memory");
+      break;
+    case 5:
+      asm volatile("cp.async.bulk.wait_group.read 5;" ::: "memory");
+      break;
+    case 6:
+      asm volatile("cp.async.bulk.wait_group.read 6;" ::: "memory");
+      break;
+    default:
+      asm volatile("cp.async.bulk.wait_group.read 7;" ::: "memory");
+      break;
   }
 }
 
@@ -269,8 +287,8 @@ __device__ __forceinline__ void tma_load_2d_hint(void *s, const CUtensorMap *m, 
       "l"((uint64_t)m), "r"(smem_addr(bar)), "r"(x), "r"(y), "l"(policy)
       : "memory");
 }
-__device__ __forceinline__ void tma_store_2d_hint(const CUtensorMap *m, const void *s, int x,
-                                                  int y, uint64_t policy) {
+__device__ __forceinline__ void tma_store_2d_hint(const CUtensorMap *m, const void *s, int x, int y,
+                                                  uint64_t policy) {
   asm volatile(
       "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group.L2::cache_hint"
       " [%0, {%2, %3}], [%1], %4;" ::"l"((uint64_t)m),
@@ -499,14 +517,16 @@ static bool prepare(const form_t &f, prepared_t *out) {
     p.md = make_map(g_dst, f.cols, f.box_rows, f.box_cols, f.l2);
   }
   p.smem = stage * f.stages + 1024;
-  p.threads = f.kind == TENSOR_THREADS ? 256 : f.kind == TENSOR_WS ? 32 * (1 + (int)c.consumers) : 1;
+  p.threads = f.kind == TENSOR_THREADS ? 256
+              : f.kind == TENSOR_WS    ? 32 * (1 + (int)c.consumers)
+                                       : 1;
   p.blocks = g_sms * (int)f.per_sm;
-  const void *fn = f.kind == TENSOR           ? (const void *)tensor_copy
-                   : f.kind == BULK           ? (const void *)bulk_copy
-                   : f.kind == TENSOR2        ? (const void *)tensor_copy2
-                   : f.kind == TENSOR_WS      ? (const void *)tensor_copy_ws
-                   : f.kind == TENSOR_ONE     ? (const void *)tensor_copy_one
-                                              : (const void *)tensor_load_thread_store;
+  const void *fn = f.kind == TENSOR       ? (const void *)tensor_copy
+                   : f.kind == BULK       ? (const void *)bulk_copy
+                   : f.kind == TENSOR2    ? (const void *)tensor_copy2
+                   : f.kind == TENSOR_WS  ? (const void *)tensor_copy_ws
+                   : f.kind == TENSOR_ONE ? (const void *)tensor_copy_one
+                                          : (const void *)tensor_load_thread_store;
   if (f.stages > MAX_STAGES || f.pending >= f.stages ||
       (f.kind == TENSOR_WS && (f.pending + 1) * c.consumers > f.stages)) {
     printf("  %-34s skipped: stages %u, pending %u\n", f.name, f.stages, f.pending);
@@ -615,7 +635,8 @@ int main(int argc, char **argv) {
   printf(
       "tma_raw_study round %d on %s (sm_%d%d, %d SMs, %d MHz, memory %d MHz), %d x %d copies of 1 "
       "GiB\n",
-      round, prop.name, prop.major, prop.minor, g_sms, clock_khz / 1000, mem_khz / 1000, reps, batch);
+      round, prop.name, prop.major, prop.minor, g_sms, clock_khz / 1000, mem_khz / 1000, reps,
+      batch);
   if (prop.major < 9) {
     printf("tma_raw_study: skipped, TMA needs compute capability 9.0\n");
     return 0;
@@ -640,13 +661,12 @@ int main(int argc, char **argv) {
   std::vector<double> t;
   const unsigned long long n4 = kBytes / 16;
   CK(cudaMemsetAsync(g_dst, 0, kBytes, stream));
-  copy_float4<<<(unsigned)(n4 / 256), 256, 0, stream>>>((const float4 *)g_src, (float4 *)g_dst,
-                                                         n4);
+  copy_float4<<<(unsigned)(n4 / 256), 256, 0, stream>>>((const float4 *)g_src, (float4 *)g_dst, n4);
   if (!check(stream, bad_d, "float4 copy")) return 1;
   time_it(
       [&] {
         copy_float4<<<(unsigned)(n4 / 256), 256, 0, stream>>>((const float4 *)g_src,
-                                                               (float4 *)g_dst, n4);
+                                                              (float4 *)g_dst, n4);
       },
       stream, &t);
   const double f4 = med(t);
