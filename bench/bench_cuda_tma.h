@@ -47,7 +47,15 @@ static const tma_variant_t kTmaVariants[] = {
     {"tma_copy_s7_p4", 7, 1, 4, 16384, CUBE_TENSOR_MAP_PREFETCH_NONE, 32, 256},
     {"tma_copy_16x256_s12_p6", 12, 1, 6, 16384, CUBE_TENSOR_MAP_PREFETCH_NONE, 16, 256},
     {"tma_copy_rows32_s6_p4", 6, 1, 4, 32, CUBE_TENSOR_MAP_PREFETCH_NONE, 256, 32},
+    // One tile per cube (per_sm 0: as many cubes as tiles, one stage each),
+    // as tma_raw_study's round 2 runs it by hand.
+    {"tma_copy_one_32x256", 1, 0, 0, 16384, CUBE_TENSOR_MAP_PREFETCH_NONE, 32, 256},
+    {"tma_copy_one_16x256", 1, 0, 0, 16384, CUBE_TENSOR_MAP_PREFETCH_NONE, 16, 256},
 };
+// The cube count of form |v|: PER_SM per SM, or one per tile.
+static uint32_t tma_cubes(const tma_variant_t *v, uint32_t sms, uint32_t tiles) {
+  return v->per_sm ? sms * v->per_sm : tiles;
+}
 // The kernel options of form |v| (CUBE_EXAMPLE_TMA_COPY's parameters).
 static void tma_copy_options(const tma_variant_t *v, char *out, size_t size) {
   snprintf(out, size,
@@ -146,7 +154,8 @@ static void bench_tma_copy(cube_client_t *client, const cube_cuda_driver_t *cu) 
   // wrote (y's last bytes cleared first).
   uint64_t last = ((size - 16) % (64 << 20)) / 4;
   for (int v = 0; v < VARIANTS; ++v) {
-    cube_cube_count_t count = cube_count_static(sms * kTmaVariants[v].per_sm, 1, 1);
+    cube_cube_count_t count =
+        cube_count_static(tma_cubes(&kTmaVariants[v], sms, scalars[v][1].value.u32), 1, 1);
     static const uint32_t zeros[4] = {0, 0, 0, 0};
     CHECK(cube_write(client, CUBE_STREAM_CURRENT, cube_handle_slice(y, size - 16, 16), zeros, 16));
     CHECK(cube_launch(client, CUBE_STREAM_CURRENT, tma[v], count, &args[v], CUBE_LAUNCH_EXECUTE));
@@ -168,7 +177,8 @@ static void bench_tma_copy(cube_client_t *client, const cube_cuda_driver_t *cu) 
   double t_v[VARIANTS][16];
   for (int rep = 0; rep < repeats; ++rep) {
     for (int v = 0; v < VARIANTS; ++v) {
-      cube_cube_count_t count = cube_count_static(sms * kTmaVariants[v].per_sm, 1, 1);
+      cube_cube_count_t count =
+          cube_count_static(tma_cubes(&kTmaVariants[v], sms, scalars[v][1].value.u32), 1, 1);
       double t0 = now_s();
       for (int b = 0; b < batch; ++b)
         CHECK(
@@ -190,8 +200,8 @@ static void bench_tma_copy(cube_client_t *client, const cube_cuda_driver_t *cu) 
   double best = f4_bw > mc_bw ? f4_bw : mc_bw;
   for (int v = 0; v < VARIANTS; ++v) {
     printf(
-        "    (TMA %-24s box %3ux%-3u %2u stage(s), %u reading, %u cube(s)/SM, rows of %5llu f32: "
-        "%.0f GB/s, %.3fx)\n",
+        "    (TMA %-24s box %3ux%-3u %2u stage(s), %u reading, %u cube(s)/SM (0: a cube a tile), "
+        "rows of %5llu f32: %.0f GB/s, %.3fx)\n",
         kTmaVariants[v].name, kTmaVariants[v].box_rows, kTmaVariants[v].box_cols,
         kTmaVariants[v].stages, kTmaVariants[v].pending, kTmaVariants[v].per_sm,
         (unsigned long long)kTmaVariants[v].cols, median(t_v[v], repeats),
