@@ -1069,9 +1069,8 @@ bool cube_coll_call_solo(coll_call_t *call, bool bracket) {
                                                 &call->group, &call->rank)) {
     call->group_borrowed = true;
   } else if (!call->group) {
-    cube_status_t found =
-        cube_comm_group_find(call->clients, call->client_count, false, call->operation, server,
-                             &call->group, &call->rank);
+    cube_status_t found = cube_comm_group_find(call->clients, call->client_count, false,
+                                               call->operation, server, &call->group, &call->rank);
     if (found) {
       cube_status_release(found);
       return false;  // said again by the general path
