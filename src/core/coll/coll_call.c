@@ -1035,7 +1035,8 @@ static void solo_member_submit(coll_call_t *call, const cube_top_t *top, bool br
   cube_server_t *server = call->server;
   const cube_transport_vtable_t *t = call->group->transport;
   cube_comm_member_t *m = &call->group->members[call->rank];
-  *out = (solo_member_t){0};
+  out->poll = out->submitted = out->ended = out->enqueued = CUBE_OK;
+  out->ready = false;
   pthread_mutex_lock(&m->lock);
   out->aborted = m->aborted || !m->comm;
   if (!out->aborted) out->poll = t->poll(server->device, m->comm);
@@ -1086,7 +1087,8 @@ bool cube_coll_call_solo(coll_call_t *call, bool bracket) {
     return false;
   }
   cube_comm_member_t *m = &group->members[call->rank];
-  cube_resolved_t src = {0}, dst = {0};
+  // Resolved where the general submit reads them when it takes over (held).
+  cube_resolved_t *src = &call->held_src, *dst = &call->held_dst;
   bool clean = !m->left && m->stream && !server->streams[index].capturing;
   if (clean) {
     // A late failure the comm's stream reported is settled (member_check).
@@ -1094,47 +1096,57 @@ bool cube_coll_call_solo(coll_call_t *call, bool bracket) {
     clean = !atomic_load_explicit(&group->failed, memory_order_acquire) && !server->poison;
   }
   if (clean) {
-    clean = cube_server_resolve_quick(server, call->source, &src) &&
-            cube_server_resolve_quick(server, call->destination, &dst) &&
-            src.slot->home_stream == dst.slot->home_stream;
-    cube_status_t s = clean ? call_validate(call, &src, &dst, 1) : CUBE_OK;
+    clean = cube_server_resolve_quick(server, call->source, src) &&
+            cube_server_resolve_quick(server, call->destination, dst) &&
+            src->slot->home_stream == dst->slot->home_stream;
+    cube_status_t s = clean ? call_validate(call, src, dst, 1) : CUBE_OK;
     clean = clean && !s;
     cube_status_release(s);
   }
   if (clean && server->track_failures) {
     // The source is checked like a read, a writer known to have failed late
     // settled first (as the post does).
-    const uint32_t w = src.slot->write_stream;
-    if (w && server->streams[w].live && server->streams[w].completed < src.slot->write_ticket)
-      cube_server_refresh_progress(server, w, src.slot->write_ticket);
-    clean = !cube_claim_is_set(&src.slot->claim) && !server->poison;
+    const uint32_t w = src->slot->write_stream;
+    if (w && server->streams[w].live && server->streams[w].completed < src->slot->write_ticket)
+      cube_server_refresh_progress(server, w, src->slot->write_ticket);
+    clean = !cube_claim_is_set(&src->slot->claim) && !server->poison;
   }
   // Nothing to move: the general path says so.
-  if (!clean || src.size == 0 || dst.size == 0) {
+  if (!clean || src->size == 0 || dst->size == 0) {
     cube_server_leave(server);
     return false;
   }
-  const cube_top_t top = call_top(call, &src, true, &dst, true);
+  // The transport op (call_top's, for these kinds over one rank: checked,
+  // the source and the destination hold the same bytes).
+  const bool reduce = reduces(call->kind);
+  const cube_top_t top = {.kind = call->kind,
+                          .dtype = reduce ? call->dtype : CUBE_DTYPE_U8,
+                          .op = call->op,
+                          .send = src->address,
+                          .recv = dst->address,
+                          .count = reduce ? src->size / cube_dtype_size(call->dtype) : src->size,
+                          .peer = 1 - call->rank};
   // The part is ready: its round (of one) is its own verdict.
   call->stream_index = index;
   call->header.kind = (uint8_t)call->kind;
+  call->header.dtype = (uint8_t)call->dtype;
+  call->header.op = (uint8_t)call->op;
+  call->header.root = 0;
   call->header.verdict = CUBE_VERDICT_OK;
-  call->header.send_bytes = src.size;
-  call->header.recv_bytes = dst.size;
+  call->header.send_bytes = src->size;
+  call->header.recv_bytes = dst->size;
   call->outcome.ok = true;
   call->outcome.failed_count = 0;
   call->posted = call->solo = true;
   call->channel = 0;
   call->seq = m->seq[0]++;
-  call->held_src = src;
-  call->held_dst = dst;
   call->held_have_src = call->held_have_dst = true;
   const uint32_t comm = m->stream;
   // The communicator's stream waits for the buffers' writers and users.
   cube_server_tag(server, comm);
-  status = comm_order(server, comm, src.slot, false);
-  if (!status) status = comm_order(server, comm, dst.slot, true);
-  if (status || (server->track_failures && cube_claim_is_set(&src.slot->claim))) {
+  status = comm_order(server, comm, src->slot, false);
+  if (!status) status = comm_order(server, comm, dst->slot, true);
+  if (status || (server->track_failures && cube_claim_is_set(&src->slot->claim))) {
     // The order failed, or settled a writer whose failure the source now
     // carries: the general submit says what that means (lock held, the
     // bindings as resolved).
@@ -1153,7 +1165,7 @@ bool cube_coll_call_solo(coll_call_t *call, bool bracket) {
     // refusal check answer it. Nothing was submitted.
     if (sm.poll) cube_comm_group_fail(group, sm.poll);
     cube_status_t refused = cube_comm_group_refusal(group, call->operation);
-    claim_failure(server, dst.slot, refused);
+    claim_failure(server, dst->slot, refused);
     cube_server_leave(server);
     call->result = refused;
     return true;
@@ -1172,7 +1184,7 @@ bool cube_coll_call_solo(coll_call_t *call, bool bracket) {
     if (!sm.aborted) {
       scope_fail(&call->scope, status);
     } else {
-      claim_failure(server, dst.slot, status);
+      claim_failure(server, dst->slot, status);
     }
     cube_server_work_failed(server, index, status);
     cube_server_leave(server);
@@ -1180,10 +1192,11 @@ bool cube_coll_call_solo(coll_call_t *call, bool bracket) {
     return true;
   }
   server->streams[comm].ticket++;
-  cube_server_used(server, comm, src.slot);
-  cube_server_wrote(server, comm, dst.slot);
+  cube_server_used(server, comm, src->slot);
+  cube_server_wrote(server, comm, dst->slot);
   m->busy = true;
-  if (!group->transport->fails_late) member_note_inflight(m, dst.slot_index, dst.slot->generation);
+  if (!group->transport->fails_late)
+    member_note_inflight(m, dst->slot_index, dst->slot->generation);
   call->submitting = true;
   if (sm.ended || sm.ready) {
     if (sm.ended) cube_status_release(sm.enqueued);
