@@ -244,6 +244,15 @@ static void header_device(cube_coll_header_t *header, const cube_server_t *serve
   snprintf(header->device, sizeof header->device, "%s (client #%u)", server->name, server->id);
 }
 
+// cube_server_resolve, its common case inline (a call resolves its two
+// bindings at its post and again at its submit). Lock held.
+static inline cube_status_t call_resolve(cube_server_t *server, cube_binding_t binding,
+                                         const char *operation, const char *what,
+                                         cube_resolved_t *out) {
+  if (cube_server_resolve_quick(server, binding, out)) return CUBE_OK;
+  return cube_server_resolve(server, binding, operation, what, out);
+}
+
 //===--- The round: the group, the post, the settle ---===//
 
 // Resolves the group and this client's rank; joins a pair. No lock held.
@@ -360,14 +369,13 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
   cube_resolved_t src = {0}, dst = {0};
   bool have_src = false, have_dst = false;
   if (!call->local && call_wants_source(call)) {
-    cube_status_t s =
-        cube_server_resolve(server, call->source, call->operation, "the source", &src);
+    cube_status_t s = call_resolve(server, call->source, call->operation, "the source", &src);
     have_src = cube_status_is_ok(s);
     call_fail_local(call, s);
   }
   if (call_wants_destination(call)) {
     cube_status_t s =
-        cube_server_resolve(server, call->destination, call->operation, "the destination", &dst);
+        call_resolve(server, call->destination, call->operation, "the destination", &dst);
     have_dst = cube_status_is_ok(s);
     if (!call->local) {
       call_fail_local(call, s);
@@ -707,8 +715,7 @@ void cube_coll_call_submit_locked(coll_call_t *call) {
     have_dst = call->held_have_dst;
   }
   if (!held && call_wants_source(call)) {
-    cube_status_t s =
-        cube_server_resolve(server, call->source, call->operation, "the source", &src);
+    cube_status_t s = call_resolve(server, call->source, call->operation, "the source", &src);
     have_src = cube_status_is_ok(s);
     if (!have_src && call->outcome.ok && !call->local && !call->stale)
       call_fail_local(call, cube_status_retain(s));
@@ -716,7 +723,7 @@ void cube_coll_call_submit_locked(coll_call_t *call) {
   }
   if (!held && call_wants_destination(call)) {
     cube_status_t s =
-        cube_server_resolve(server, call->destination, call->operation, "the destination", &dst);
+        call_resolve(server, call->destination, call->operation, "the destination", &dst);
     have_dst = cube_status_is_ok(s);
     if (!have_dst && call->outcome.ok && !call->local && !call->stale)
       call_fail_local(call, cube_status_retain(s));
