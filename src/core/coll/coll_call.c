@@ -1158,6 +1158,15 @@ bool cube_coll_call_solo(coll_call_t *call, bool bracket) {
     // carries: the general submit says what that means (lock held, the
     // bindings as resolved).
     cube_status_release(status);
+    // The member's state first, as the general path asks it before a part.
+    member_check_locked(server, group, call->rank);
+    cube_status_t refused = cube_comm_group_refusal(group, call->operation);
+    if (refused) {
+      claim_destination_locked(call, refused);
+      cube_server_leave(server);
+      call->result = refused;
+      return true;
+    }
     call->held = true;
     cube_coll_call_submit_locked(call);
     cube_coll_call_finish_locked(call);
