@@ -663,28 +663,33 @@ static cube_top_t call_top(const coll_call_t *call, const cube_resolved_t *src, 
   return top;
 }
 
-// Orders the communicator's stream after |slot|'s writer (and, when the
-// part writes it, every stream still using it), with an event only for
-// work not known to be done (lock held).
-static cube_status_t comm_order(cube_server_t *server, uint32_t comm, cube_slot_t *slot,
-                                bool writes) {
+// Whether the communicator's stream needs no event to follow |slot|'s
+// writer (and, when the part writes it, every stream still using it).
+static inline bool comm_order_none(const cube_server_t *server, uint32_t comm,
+                                   const cube_slot_t *slot, bool writes) {
   // A read after a writer known done, or on the communicator's stream:
   // nothing to order (what the refresh and cube_server_order would find).
   const uint32_t w = slot->write_stream;
-  if (!writes && (w == comm || w == 0 || !server->streams[w].live ||
-                  server->streams[w].completed >= slot->write_ticket))
-    return CUBE_OK;
+  if (!writes)
+    return w == comm || w == 0 || !server->streams[w].live ||
+           server->streams[w].completed >= slot->write_ticket;
   // Last written on the communicator's stream (the steady state of a
-  // destination collectives keep writing), and, for a write, used by no
-  // other stream since: nothing to order.
-  if (w == comm) {
-    const uint32_t at = (comm - 1) / 64;
-    const uint64_t mine = 1ull << ((comm - 1) % 64);
-    uint64_t others = 0;
-    for (uint32_t word = 0; word < CUBE_MAX_STREAMS / 64; ++word)
-      others |= slot->users[word] & (word == at ? ~mine : ~0ull);
-    if (!others) return CUBE_OK;
-  }
+  // destination collectives keep writing), and used by no other stream
+  // since: nothing to order.
+  if (w != comm) return false;
+  // Every other stream's bit clear (its own flipped: a bit it lacks counts
+  // as another's, which only orders what needs none).
+  const uint32_t at = (comm - 1) / 64;
+  const uint64_t mine = 1ull << ((comm - 1) % 64);
+  uint64_t others = 0;
+#pragma GCC unroll 4
+  for (uint32_t word = 0; word < CUBE_MAX_STREAMS / 64; ++word)
+    others |= slot->users[word] ^ (word == at ? mine : 0);
+  return !others;
+}
+
+static cube_status_t comm_order_events(cube_server_t *server, uint32_t comm, cube_slot_t *slot,
+                                       bool writes) {
   if (slot->write_stream != comm)
     cube_server_refresh_progress(server, slot->write_stream, slot->write_ticket);
   for (uint32_t word = 0; writes && word < CUBE_MAX_STREAMS / 64; ++word) {
@@ -694,6 +699,17 @@ static cube_status_t comm_order(cube_server_t *server, uint32_t comm, cube_slot_
     }
   }
   return cube_server_order(server, comm, slot, writes);
+}
+
+// Orders the communicator's stream after |slot|'s writer (and, when the
+// part writes it, every stream still using it), with an event only for
+// work not known to be done (lock held). The common case, nothing to
+// order, answers inline.
+static inline cube_status_t comm_order(cube_server_t *server, uint32_t comm, cube_slot_t *slot,
+                                       bool writes) {
+  return comm_order_none(server, comm, slot, writes)
+             ? CUBE_OK
+             : comm_order_events(server, comm, slot, writes);
 }
 
 // After the round: settles a part that moves nothing, or opens the scope,
