@@ -1084,6 +1084,110 @@ static void solo_member_submit(coll_call_t *call, const cube_top_t *top, bool br
   pthread_mutex_unlock(&m->lock);
 }
 
+// A clean solo part, from its post to its commit (the server's lock held on
+// entry and on exit; |index|: the compute stream). call->result is its
+// answer.
+static void solo_run_locked(coll_call_t *call, uint32_t index, bool bracket) {
+  cube_server_t *server = call->server;
+  cube_comm_group_t *group = call->group;
+  cube_comm_member_t *m = &group->members[call->rank];
+  cube_resolved_t *src = &call->held_src, *dst = &call->held_dst;
+  cube_status_t status = CUBE_OK;
+  // The transport op (call_top's, for these kinds over one rank: checked,
+  // the source and the destination hold the same bytes).
+  const bool reduce = reduces(call->kind);
+  const cube_top_t top = {.kind = call->kind,
+                          .dtype = reduce ? call->dtype : CUBE_DTYPE_U8,
+                          .op = call->op,
+                          .send = src->address,
+                          .recv = dst->address,
+                          .count = reduce ? src->size / cube_dtype_size(call->dtype) : src->size,
+                          .peer = 1 - call->rank};
+  // The part is ready: its round (of one) is its own verdict.
+  call->stream_index = index;
+  call->header.kind = (uint8_t)call->kind;
+  call->header.dtype = (uint8_t)call->dtype;
+  call->header.op = (uint8_t)call->op;
+  call->header.root = 0;
+  call->header.verdict = CUBE_VERDICT_OK;
+  call->header.send_bytes = src->size;
+  call->header.recv_bytes = dst->size;
+  call->outcome.ok = true;
+  call->outcome.failed_count = 0;
+  call->posted = call->solo = true;
+  call->channel = 0;
+  call->seq = m->seq[0]++;
+  call->held_have_src = call->held_have_dst = true;
+  const uint32_t comm = m->stream;
+  // The communicator's stream waits for the buffers' writers and users.
+  cube_server_tag(server, comm);
+  status = comm_order(server, comm, src->slot, false);
+  if (!status) status = comm_order(server, comm, dst->slot, true);
+  if (status || (server->track_failures && cube_claim_is_set(&src->slot->claim))) {
+    // The order failed, or settled a writer whose failure the source now
+    // carries: the general submit says what that means (lock held, the
+    // bindings as resolved).
+    cube_status_release(status);
+    // The member's state first, as the general path asks it before a part.
+    member_check_locked(server, group, call->rank);
+    cube_status_t refused = cube_comm_group_refusal(group, call->operation);
+    if (refused) {
+      claim_destination_locked(call, refused);
+      call->result = refused;
+      return;
+    }
+    call->held = true;
+    cube_coll_call_submit_locked(call);
+    cube_coll_call_finish_locked(call);
+    return;
+  }
+  solo_member_t sm;
+  solo_member_submit(call, &top, bracket, &sm);
+  if (sm.poll || (sm.aborted && atomic_load_explicit(&group->failed, memory_order_acquire))) {
+    // The comm's asynchronous error (or a failure since the refusal check):
+    // the group fails and the part is refused, as member_check and the
+    // refusal check answer it. Nothing was submitted.
+    if (sm.poll) cube_comm_group_fail(group, sm.poll);
+    cube_status_t refused = cube_comm_group_refusal(group, call->operation);
+    claim_failure(server, dst->slot, refused);
+    call->result = refused;
+    return;
+  }
+  if (sm.aborted || sm.submitted) {
+    // Not queued (cube_comm_group_submit's answers): the group fails.
+    cube_status_release(sm.ended);
+    status = sm.submitted ? sm.submitted
+                          : cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
+                                             "%s: the communicator of rank %u was aborted",
+                                             cube_top_kind_name(top.kind), call->rank);
+    cube_comm_group_fail(
+        group, cube_status_wrap(cube_status_retain(status), CUBE_STATUS_TRANSPORT_FAILED,
+                                "%s #%llu: rank %u (%s) could not queue its part", call->operation,
+                                (unsigned long long)call->seq, call->rank, server->name));
+    if (!sm.aborted) {
+      scope_fail(&call->scope, status);
+    } else {
+      claim_failure(server, dst->slot, status);
+    }
+    cube_server_work_failed(server, index, status);
+    call->result = status;
+    return;
+  }
+  server->streams[comm].ticket++;
+  cube_server_used(server, comm, src->slot);
+  cube_server_wrote(server, comm, dst->slot);
+  m->busy = true;
+  if (!group->transport->fails_late)
+    member_note_inflight(m, dst->slot_index, dst->slot->generation);
+  call->submitting = true;
+  if (sm.ended || sm.ready) {
+    if (sm.ended) cube_status_release(sm.enqueued);
+    cube_coll_call_commit_locked(call, sm.ended ? sm.ended : sm.enqueued);
+  } else {
+    cube_coll_call_finish_locked(call);  // still enqueuing: waited for, the lock let go
+  }
+}
+
 bool cube_coll_call_solo(coll_call_t *call, bool bracket) {
   cube_server_t *server = call->server;
   if (!solo_kind(call)) return false;
@@ -1135,109 +1239,10 @@ bool cube_coll_call_solo(coll_call_t *call, bool bracket) {
     clean = !cube_claim_is_set(&src->slot->claim) && !server->poison;
   }
   // Nothing to move: the general path says so.
-  if (!clean || src->size == 0 || dst->size == 0) {
-    cube_server_leave(server);
-    return false;
-  }
-  // The transport op (call_top's, for these kinds over one rank: checked,
-  // the source and the destination hold the same bytes).
-  const bool reduce = reduces(call->kind);
-  const cube_top_t top = {.kind = call->kind,
-                          .dtype = reduce ? call->dtype : CUBE_DTYPE_U8,
-                          .op = call->op,
-                          .send = src->address,
-                          .recv = dst->address,
-                          .count = reduce ? src->size / cube_dtype_size(call->dtype) : src->size,
-                          .peer = 1 - call->rank};
-  // The part is ready: its round (of one) is its own verdict.
-  call->stream_index = index;
-  call->header.kind = (uint8_t)call->kind;
-  call->header.dtype = (uint8_t)call->dtype;
-  call->header.op = (uint8_t)call->op;
-  call->header.root = 0;
-  call->header.verdict = CUBE_VERDICT_OK;
-  call->header.send_bytes = src->size;
-  call->header.recv_bytes = dst->size;
-  call->outcome.ok = true;
-  call->outcome.failed_count = 0;
-  call->posted = call->solo = true;
-  call->channel = 0;
-  call->seq = m->seq[0]++;
-  call->held_have_src = call->held_have_dst = true;
-  const uint32_t comm = m->stream;
-  // The communicator's stream waits for the buffers' writers and users.
-  cube_server_tag(server, comm);
-  status = comm_order(server, comm, src->slot, false);
-  if (!status) status = comm_order(server, comm, dst->slot, true);
-  if (status || (server->track_failures && cube_claim_is_set(&src->slot->claim))) {
-    // The order failed, or settled a writer whose failure the source now
-    // carries: the general submit says what that means (lock held, the
-    // bindings as resolved).
-    cube_status_release(status);
-    // The member's state first, as the general path asks it before a part.
-    member_check_locked(server, group, call->rank);
-    cube_status_t refused = cube_comm_group_refusal(group, call->operation);
-    if (refused) {
-      claim_destination_locked(call, refused);
-      cube_server_leave(server);
-      call->result = refused;
-      return true;
-    }
-    call->held = true;
-    cube_coll_call_submit_locked(call);
-    cube_coll_call_finish_locked(call);
-    cube_server_leave(server);
-    return true;
-  }
-  solo_member_t sm;
-  solo_member_submit(call, &top, bracket, &sm);
-  if (sm.poll || (sm.aborted && atomic_load_explicit(&group->failed, memory_order_acquire))) {
-    // The comm's asynchronous error (or a failure since the refusal check):
-    // the group fails and the part is refused, as member_check and the
-    // refusal check answer it. Nothing was submitted.
-    if (sm.poll) cube_comm_group_fail(group, sm.poll);
-    cube_status_t refused = cube_comm_group_refusal(group, call->operation);
-    claim_failure(server, dst->slot, refused);
-    cube_server_leave(server);
-    call->result = refused;
-    return true;
-  }
-  if (sm.aborted || sm.submitted) {
-    // Not queued (cube_comm_group_submit's answers): the group fails.
-    cube_status_release(sm.ended);
-    status = sm.submitted ? sm.submitted
-                          : cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
-                                             "%s: the communicator of rank %u was aborted",
-                                             cube_top_kind_name(top.kind), call->rank);
-    cube_comm_group_fail(
-        group, cube_status_wrap(cube_status_retain(status), CUBE_STATUS_TRANSPORT_FAILED,
-                                "%s #%llu: rank %u (%s) could not queue its part", call->operation,
-                                (unsigned long long)call->seq, call->rank, server->name));
-    if (!sm.aborted) {
-      scope_fail(&call->scope, status);
-    } else {
-      claim_failure(server, dst->slot, status);
-    }
-    cube_server_work_failed(server, index, status);
-    cube_server_leave(server);
-    call->result = status;
-    return true;
-  }
-  server->streams[comm].ticket++;
-  cube_server_used(server, comm, src->slot);
-  cube_server_wrote(server, comm, dst->slot);
-  m->busy = true;
-  if (!group->transport->fails_late)
-    member_note_inflight(m, dst->slot_index, dst->slot->generation);
-  call->submitting = true;
-  if (sm.ended || sm.ready) {
-    if (sm.ended) cube_status_release(sm.enqueued);
-    cube_coll_call_commit_locked(call, sm.ended ? sm.ended : sm.enqueued);
-  } else {
-    cube_coll_call_finish_locked(call);  // still enqueuing: waited for, the lock let go
-  }
+  clean = clean && src->size != 0 && dst->size != 0;
+  if (clean) solo_run_locked(call, index, bracket);
   cube_server_leave(server);
-  return true;
+  return clean;
 }
 
 // Runs the part the transport left to this thread (no lock held). Its
