@@ -386,6 +386,30 @@ typedef struct cube_resolved_t {
 CUBE_INTERNAL cube_status_t cube_server_resolve(cube_server_t *server, cube_binding_t binding,
                                                 const char *operation, const char *what,
                                                 cube_resolved_t *out);
+// cube_server_resolve's common case, inline, for a path that falls back to
+// it: true with |*out| when |binding| names a live, bound slot of |server|
+// and lies inside it; false, nothing written, otherwise (cube_server_resolve
+// then binds the slot or says what is wrong). The handle's bits as
+// server.c packs them. Lock held.
+static inline bool cube_server_resolve_quick(const cube_server_t *server, cube_binding_t binding,
+                                             cube_resolved_t *out) {
+  const uint64_t bits = binding.handle.bits;
+  const uint32_t index = (uint32_t)(bits & 0xffffff) - 1;
+  if (bits == 0 || (uint32_t)(bits >> 48) != (server->id & 0xffff) || index >= server->slot_count)
+    return false;
+  cube_slot_t *slot = &server->slots[index];
+  if (!slot->live || slot->unbound || slot->generation != ((uint32_t)(bits >> 24) & 0xffffff) ||
+      binding.offset > slot->size)
+    return false;
+  const uint64_t size = binding.size == CUBE_WHOLE ? slot->size - binding.offset : binding.size;
+  if (size > slot->size - binding.offset) return false;
+  *out = (cube_resolved_t){.slot = slot,
+                           .slot_index = index,
+                           .offset = binding.offset,
+                           .size = size,
+                           .address = slot->slice.address + binding.offset};
+  return true;
+}
 // The live slot |handle| names, or the error that says why not. Lock held.
 CUBE_INTERNAL cube_status_t cube_server_slot(cube_server_t *server, cube_handle_t handle,
                                              const char *operation, const char *what,

@@ -158,6 +158,9 @@ typedef struct cube_mpi_carry_t {
   // then. The block is then reduced there (no copy in or out); its bytes
   // are unspecified unless |reduced|.
   bool in_place;
+  // The clock (cube_now_ns) when the caller set the deadline: the exchange
+  // reads it no second time. 0: read it here.
+  uint64_t now_ns;
   // Out: |whole|: every record came whole (each rank's carried bytes are in
   // its slot, to reduce: cube_mpi_reduce_records); |reduced|: the records
   // were relayed and the sources reduced on the way, the result (a mean

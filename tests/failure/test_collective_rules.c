@@ -750,6 +750,52 @@ static void test_one_rank_keeps_the_rules(void **state) {
   }
 }
 
+// The failures a lone one-rank call meets past its own checks, where it
+// runs straight through (coll_call.c, cube_coll_call_solo), alone and as a
+// lone group call: the communicator's asynchronous error (the group fails
+// and the part is refused, GROUP_FAILED with that root, and no part is
+// handed to the transport), and the enqueue check's (alone) or the
+// transport's group end's (grouped) error (the group fails). Each claims the
+// destination; the next call is refused until comm_init rebuilds the group.
+static void test_one_rank_transport_failures(void **state) {
+  (void)state;
+  static const struct {
+    const char *plan;
+    cube_status_code_t code;
+    const char *says;
+    uint64_t parts;  // parts handed to the transport
+  } kCases[] = {
+      {"transport_poll:1:launch", CUBE_STATUS_GROUP_FAILED,
+       "injected fault: transport_poll call #1", 0},
+      {"comm:1:launch", CUBE_STATUS_TRANSPORT_FAILED, "injected fault: comm call #1", 1},
+  };
+  for (int grouped = 0; grouped < 2; ++grouped) {
+    for (size_t k = 0; k < sizeof kCases / sizeof kCases[0]; ++k) {
+      ranks_t r;
+      ranks_make(&r, 1, true);
+      cube_binding_t d = cube_handle_binding(r.dst[0]);
+      float out[ELEMS];
+      CTH_OK(all_reduce_one(&r, grouped, d));  // the kept lookup, warm
+      expect_sum(&r);
+      CTH_OK(cube_fault_set_plan(cube_server_of(r.c[0])->device, kCases[k].plan));
+      CTH_EXPECT_RELEASE(all_reduce_one(&r, grouped, d), kCases[k].code, kCases[k].says);
+      assert_int_equal(transport_calls(r.c[0]), kCases[k].parts);
+      // A part handed over fails late too, if it had not run by the abort:
+      // the destination then names that failure instead.
+      CTH_EXPECT_RELEASE(read_back(r.c[0], r.dst[0], out), CUBE_STATUS_UNWRITTEN,
+                         kCases[k].parts ? NULL : kCases[k].says);
+      CTH_OK(cube_fault_set_plan(cube_server_of(r.c[0])->device, kQuiet));
+      CTH_EXPECT_RELEASE(all_reduce_one(&r, grouped, d), CUBE_STATUS_GROUP_FAILED, NULL);
+      assert_int_equal(transport_calls(r.c[0]), 0);
+      cube_status_release(cube_sync_collective(r.c[0], S));
+      CTH_OK(cube_comm_init(r.c, 1));
+      CTH_OK(all_reduce_one(&r, grouped, d));
+      expect_sum(&r);
+      ranks_free(&r);
+    }
+  }
+}
+
 // A thread keeps its last group lookup while no group joins or leaves the
 // registry: a released member, a rebuilt group or a new client at a freed
 // client's address is never answered from it.
@@ -943,6 +989,7 @@ static const struct CMUnitTest kTests[] = {
     cmocka_unit_test(test_bad_arguments),
     cmocka_unit_test(test_released_member),
     cmocka_unit_test(test_one_rank_keeps_the_rules),
+    cmocka_unit_test(test_one_rank_transport_failures),
     cmocka_unit_test(test_kept_lookup_follows_the_registry),
     cmocka_unit_test(test_reading_a_hung_destination_of_one_client),
     cmocka_unit_test(test_reading_a_hung_destination_answers_at_the_deadline),

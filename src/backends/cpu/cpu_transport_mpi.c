@@ -345,9 +345,10 @@ static cube_status_t mpi_exchange_carry(cube_backend_device_t *device, cube_tcom
                          .dtype = (cube_mpi_dtype_t)carry->dtype,
                          .op = (cube_mpi_reduce_t)carry->op,
                          .out = carry->out,
-                         .in_place = carry->in_place};
+                         .in_place = carry->in_place,
+                         .now_ns = cube_now_ns()};
   cube_status_t status = cube_mpi_exchange_reduce(c->mpi, mine, mine_bytes, out, bytes, &mc,
-                                                  cube_now_ns() + c->timeout_ns);
+                                                  mc.now_ns + c->timeout_ns);
   carry->whole = mc.whole;
   carry->reduced = mc.reduced;
   return status;

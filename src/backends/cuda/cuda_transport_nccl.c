@@ -87,6 +87,10 @@ typedef struct nccl_comm_t {
   uint32_t rank, nranks;
   uint64_t timeout_ns;  // CUBE_COLLECTIVE_TIMEOUT_S of the client that made it
   bool aborted;         // the core calls abort under the member's lock: no race with submit
+  // NCCL answered ncclInProgress on this comm (its creation, a submit)
+  // since its state was last read as ready: only then does the enqueue
+  // check ask NCCL (nccl_comm_ready). Touched under the member's lock.
+  bool enqueuing;
   // Parts a fault plan's hang holds (op->hold): a host function on the
   // comm's stream that blocks it until the comm is aborted or the deadline
   // passes, then fails the comm (hold_failure, reported by poll): the
@@ -193,12 +197,17 @@ static cube_status_t nccl_group_begin(cube_backend_device_t *base) {
   return nccl_ok(result) ? CUBE_OK : nccl_error(nccl, NULL, result, "ncclGroupStart");
 }
 
+// This thread's last ncclGroupEnd answered ncclInProgress: its comms'
+// enqueue checks ask NCCL until the next group end says otherwise.
+static _Thread_local bool nccl_group_enqueuing;
+
 static cube_status_t nccl_group_end(cube_backend_device_t *base) {
   (void)base;
   const cube_nccl_api_t *nccl = nccl_hot();
   // Non-blocking communicators: InProgress means the group is still being
   // enqueued in the background; the core polls comm_ready until it is.
   ncclResult_t result = nccl->ncclGroupEnd();
+  nccl_group_enqueuing = result == ncclInProgress;
   return nccl_ok(result) ? CUBE_OK : nccl_error(nccl, NULL, result, "ncclGroupEnd");
 }
 
@@ -213,7 +222,11 @@ static cube_status_t nccl_comm_create(cube_backend_device_t *base, const cube_tu
   nccl_comm_t *comm = calloc(1, sizeof *comm);
   if (!comm)
     return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "nccl comm_create: out of host memory");
-  *comm = (nccl_comm_t){.device = device, .rank = rank, .nranks = nranks, .timeout_ns = timeout_ns};
+  *comm = (nccl_comm_t){.device = device,
+                        .rank = rank,
+                        .nranks = nranks,
+                        .timeout_ns = timeout_ns,
+                        .enqueuing = true};  // made in the background: asked until ready
   cube_nccl_config_t config = {
       .size = sizeof config,
       .magic = CUBE_NCCL_CONFIG_MAGIC,
@@ -318,10 +331,21 @@ static cube_status_t nccl_state(nccl_comm_t *comm, bool *out_ready) {
   return CUBE_OK;
 }
 
-static cube_status_t nccl_comm_ready(cube_backend_device_t *base, cube_tcomm_t *comm,
+static cube_status_t nccl_comm_ready(cube_backend_device_t *base, cube_tcomm_t *tcomm,
                                      bool *out_ready) {
   (void)base;
-  return nccl_state(nccl_cast(comm), out_ready);
+  nccl_comm_t *comm = nccl_cast(tcomm);
+  // A call on a stream that answered ncclSuccess has posted its work (NCCL's
+  // non-blocking contract: only ncclInProgress asks the caller to read the
+  // comm's state until it is ready). Its asynchronous errors are the poll's
+  // and the sync's, as every later one is.
+  if (!comm->enqueuing && !nccl_group_enqueuing && !comm->aborted) {
+    *out_ready = true;
+    return CUBE_OK;
+  }
+  cube_status_t status = nccl_state(comm, out_ready);
+  if (!status && *out_ready) comm->enqueuing = false;
+  return status;
 }
 
 static cube_status_t nccl_poll(cube_backend_device_t *base, cube_tcomm_t *comm) {
@@ -419,6 +443,7 @@ static cube_status_t nccl_submit(cube_backend_device_t *base, cube_tcomm_t *tcom
       return cube_status_make(CUBE_STATUS_VALIDATION, "nccl submit: unknown operation %d",
                               (int)op->kind);
   }
+  if (result == ncclInProgress) comm->enqueuing = true;
   return nccl_ok(result) ? CUBE_OK : nccl_error(nccl, comm, result, call);
 }
 

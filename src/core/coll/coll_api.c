@@ -122,6 +122,20 @@ cube_status_t cube_collective_group_end(void) {
   tls_batch.calls = NULL;
   tls_batch.count = tls_batch.capacity = 0;
 
+  // A lone call over one rank, clean: straight through (coll_call.c).
+  if (count == 1 && cube_coll_call_solo(calls[0], true)) {
+    cube_status_t result = calls[0]->result;
+    cube_coll_call_release(calls[0]);
+    if (!tls_batch.calls) {
+      tls_batch.calls = calls;
+      tls_batch.capacity = capacity;
+    } else {
+      for (size_t i = 0; i < capacity; ++i) free(calls[i]);
+      free(calls);
+    }
+    return result;
+  }
+
   // 1. Every part is checked and posted first, so that no rank's round waits
   //    on a part this thread has yet to post.
   bool live_small[64];

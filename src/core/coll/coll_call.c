@@ -84,7 +84,8 @@ static void claim_skip(cube_slot_t *slot, const cube_slot_t *source, const char 
 void cube_coll_call_init(coll_call_t *call, const cube_coll_op_t *op) {
   // The small fields: the group list, the header and the outcome, large,
   // are written before they are read.
-  memset(call, 0, offsetof(coll_call_t, clients));
+  memset(call, 0, offsetof(coll_call_t, scope));
+  call->scope.open = false;
   call->kind = op->kind;
   call->operation = op->operation;
   call->server = op->server;
@@ -243,11 +244,22 @@ static void header_device(cube_coll_header_t *header, const cube_server_t *serve
   snprintf(header->device, sizeof header->device, "%s (client #%u)", server->name, server->id);
 }
 
+// cube_server_resolve, its common case inline (a call resolves its two
+// bindings at its post and again at its submit). Lock held.
+static inline cube_status_t call_resolve(cube_server_t *server, cube_binding_t binding,
+                                         const char *operation, const char *what,
+                                         cube_resolved_t *out) {
+  if (cube_server_resolve_quick(server, binding, out)) return CUBE_OK;
+  return cube_server_resolve(server, binding, operation, what, out);
+}
+
 //===--- The round: the group, the post, the settle ---===//
 
 // Resolves the group and this client's rank; joins a pair. No lock held.
 static cube_status_t call_group(coll_call_t *call) {
-  if (call->world) return CUBE_OK;  // the comm's group, retained by the caller
+  // A world's: the comm's group, retained by the caller; else found already
+  // (call_solo looked it up).
+  if (call->world || call->group) return CUBE_OK;
   if (cube_coll_is_transfer(call->kind)) {
     if (!call->peer || call->peer == call->server) {
       return cube_status_make(CUBE_STATUS_VALIDATION, "%s: the peer must be another client (%s)",
@@ -357,14 +369,13 @@ static void call_prepare_locked(coll_call_t *call, uint32_t stream_index) {
   cube_resolved_t src = {0}, dst = {0};
   bool have_src = false, have_dst = false;
   if (!call->local && call_wants_source(call)) {
-    cube_status_t s =
-        cube_server_resolve(server, call->source, call->operation, "the source", &src);
+    cube_status_t s = call_resolve(server, call->source, call->operation, "the source", &src);
     have_src = cube_status_is_ok(s);
     call_fail_local(call, s);
   }
   if (call_wants_destination(call)) {
     cube_status_t s =
-        cube_server_resolve(server, call->destination, call->operation, "the destination", &dst);
+        call_resolve(server, call->destination, call->operation, "the destination", &dst);
     have_dst = cube_status_is_ok(s);
     if (!call->local) {
       call_fail_local(call, s);
@@ -652,28 +663,33 @@ static cube_top_t call_top(const coll_call_t *call, const cube_resolved_t *src, 
   return top;
 }
 
-// Orders the communicator's stream after |slot|'s writer (and, when the
-// part writes it, every stream still using it), with an event only for
-// work not known to be done (lock held).
-static cube_status_t comm_order(cube_server_t *server, uint32_t comm, cube_slot_t *slot,
-                                bool writes) {
+// Whether the communicator's stream needs no event to follow |slot|'s
+// writer (and, when the part writes it, every stream still using it).
+static inline bool comm_order_none(const cube_server_t *server, uint32_t comm,
+                                   const cube_slot_t *slot, bool writes) {
   // A read after a writer known done, or on the communicator's stream:
   // nothing to order (what the refresh and cube_server_order would find).
   const uint32_t w = slot->write_stream;
-  if (!writes && (w == comm || w == 0 || !server->streams[w].live ||
-                  server->streams[w].completed >= slot->write_ticket))
-    return CUBE_OK;
+  if (!writes)
+    return w == comm || w == 0 || !server->streams[w].live ||
+           server->streams[w].completed >= slot->write_ticket;
   // Last written on the communicator's stream (the steady state of a
-  // destination collectives keep writing), and, for a write, used by no
-  // other stream since: nothing to order.
-  if (w == comm) {
-    bool others = false;
-    for (uint32_t word = 0; writes && word < CUBE_MAX_STREAMS / 64; ++word) {
-      uint64_t mine = word == (comm - 1) / 64 ? 1ull << ((comm - 1) % 64) : 0;
-      others = others || (slot->users[word] & ~mine) != 0;
-    }
-    if (!others) return CUBE_OK;
-  }
+  // destination collectives keep writing), and used by no other stream
+  // since: nothing to order.
+  if (w != comm) return false;
+  // Every other stream's bit clear (its own flipped: a bit it lacks counts
+  // as another's, which only orders what needs none).
+  const uint32_t at = (comm - 1) / 64;
+  const uint64_t mine = 1ull << ((comm - 1) % 64);
+  uint64_t others = 0;
+#pragma GCC unroll 4
+  for (uint32_t word = 0; word < CUBE_MAX_STREAMS / 64; ++word)
+    others |= slot->users[word] ^ (word == at ? mine : 0);
+  return !others;
+}
+
+static cube_status_t comm_order_events(cube_server_t *server, uint32_t comm, cube_slot_t *slot,
+                                       bool writes) {
   if (slot->write_stream != comm)
     cube_server_refresh_progress(server, slot->write_stream, slot->write_ticket);
   for (uint32_t word = 0; writes && word < CUBE_MAX_STREAMS / 64; ++word) {
@@ -683,6 +699,17 @@ static cube_status_t comm_order(cube_server_t *server, uint32_t comm, cube_slot_
     }
   }
   return cube_server_order(server, comm, slot, writes);
+}
+
+// Orders the communicator's stream after |slot|'s writer (and, when the
+// part writes it, every stream still using it), with an event only for
+// work not known to be done (lock held). The common case, nothing to
+// order, answers inline.
+static inline cube_status_t comm_order(cube_server_t *server, uint32_t comm, cube_slot_t *slot,
+                                       bool writes) {
+  return comm_order_none(server, comm, slot, writes)
+             ? CUBE_OK
+             : comm_order_events(server, comm, slot, writes);
 }
 
 // After the round: settles a part that moves nothing, or opens the scope,
@@ -704,8 +731,7 @@ void cube_coll_call_submit_locked(coll_call_t *call) {
     have_dst = call->held_have_dst;
   }
   if (!held && call_wants_source(call)) {
-    cube_status_t s =
-        cube_server_resolve(server, call->source, call->operation, "the source", &src);
+    cube_status_t s = call_resolve(server, call->source, call->operation, "the source", &src);
     have_src = cube_status_is_ok(s);
     if (!have_src && call->outcome.ok && !call->local && !call->stale)
       call_fail_local(call, cube_status_retain(s));
@@ -713,7 +739,7 @@ void cube_coll_call_submit_locked(coll_call_t *call) {
   }
   if (!held && call_wants_destination(call)) {
     cube_status_t s =
-        cube_server_resolve(server, call->destination, call->operation, "the destination", &dst);
+        call_resolve(server, call->destination, call->operation, "the destination", &dst);
     have_dst = cube_status_is_ok(s);
     if (!have_dst && call->outcome.ok && !call->local && !call->stale)
       call_fail_local(call, cube_status_retain(s));
@@ -988,6 +1014,237 @@ void cube_coll_call_wait_round(coll_call_t *call) {
   }
 }
 
+//===--- A lone call over one rank, straight through ---===//
+//
+// The common case of a one-rank group (one GPU's NCCL, a CPU client's
+// inproc): a collective outside a group call, or the only call of one. The
+// general path runs it in steps built for rounds of several ranks (post,
+// wait, submit, finish), each asking again what the one before knew; this
+// one runs it in one hold of the server's lock and one of the member's (the
+// poll, the submit, the transport's group brackets and the enqueue check
+// together). It makes the same checks in the same terms: anything that is
+// not clean (no group yet, several ranks, a poisoned or capturing stream, a
+// binding that does not resolve, a part the checks refuse, a source that
+// carries a failure, a failed group) makes it hand the call, untouched, to
+// the general path, which finds and reports it as it always did. What it
+// may have done by then (settling a stream, asking a writer's progress,
+// binding a buffer at its first use) is what the general path does first
+// too.
+
+// The checks that need no lock and no state: a kind this path runs.
+static bool solo_kind(const coll_call_t *call) {
+  return !call->world && call->has_source &&
+         (call->kind == CUBE_TOP_ALL_REDUCE || call->kind == CUBE_TOP_ALL_GATHER ||
+          call->kind == CUBE_TOP_REDUCE_SCATTER || call->kind == CUBE_TOP_ALL_TO_ALL);
+}
+
+// What the member's section of a solo part found.
+typedef struct solo_member_t {
+  cube_status_t poll;       // the comm's asynchronous error: nothing submitted
+  bool aborted;             // the comm was aborted or left: nothing submitted
+  cube_status_t submitted;  // the submit's answer
+  cube_status_t ended;      // the group end's (|bracket|)
+  cube_status_t enqueued;   // the enqueue check's, when |ready|
+  bool ready;               // the enqueue check answered (the part taken, or its error)
+} solo_member_t;
+
+// The member's section of a solo part (its lock held once): the comm's
+// asynchronous error first (as member_check_locked asks it), then the
+// destination's scope and the submit inside the transport's group brackets
+// (|bracket|, as group_end puts them), then whether the transport has taken
+// the part (as call_enqueued asks).
+static void solo_member_submit(coll_call_t *call, const cube_top_t *top, bool bracket,
+                               solo_member_t *out) {
+  cube_server_t *server = call->server;
+  const cube_transport_vtable_t *t = call->group->transport;
+  cube_comm_member_t *m = &call->group->members[call->rank];
+  out->poll = out->submitted = out->ended = out->enqueued = CUBE_OK;
+  out->ready = false;
+  pthread_mutex_lock(&m->lock);
+  out->aborted = m->aborted || !m->comm;
+  if (!out->aborted) out->poll = t->poll(server->device, m->comm);
+  if (!out->aborted && !out->poll) {
+    bool begun = false;
+    if (bracket) {
+      cube_status_t s = t->group_begin(server->device);
+      begun = cube_status_is_ok(s);
+      cube_status_release(s);
+    }
+    // Opened under both locks, after the checks: in place, the source is
+    // the destination, and its provisional claim is this part's own.
+    const cube_resolved_t *dst = &call->held_dst;
+    scope_open(&call->scope, server, dst->slot, dst->offset == 0 && dst->size == dst->slot->size);
+    out->submitted = t->submit(server->device, m->comm, server->streams[m->stream].backend, top);
+    if (begun) out->ended = t->group_end(server->device);
+    if (!out->submitted && !out->ended) {
+      out->enqueued = t->comm_ready(server->device, m->comm, &out->ready);
+      out->ready = out->ready || out->enqueued;
+    }
+  }
+  pthread_mutex_unlock(&m->lock);
+}
+
+// A clean solo part, from its post to its commit (the server's lock held on
+// entry and on exit; |index|: the compute stream). call->result is its
+// answer.
+static void solo_run_locked(coll_call_t *call, uint32_t index, bool bracket) {
+  cube_server_t *server = call->server;
+  cube_comm_group_t *group = call->group;
+  cube_comm_member_t *m = &group->members[call->rank];
+  cube_resolved_t *src = &call->held_src, *dst = &call->held_dst;
+  cube_status_t status = CUBE_OK;
+  // The transport op (call_top's, for these kinds over one rank: checked,
+  // the source and the destination hold the same bytes).
+  const bool reduce = reduces(call->kind);
+  const cube_top_t top = {.kind = call->kind,
+                          .dtype = reduce ? call->dtype : CUBE_DTYPE_U8,
+                          .op = call->op,
+                          .send = src->address,
+                          .recv = dst->address,
+                          .count = reduce ? src->size / cube_dtype_size(call->dtype) : src->size,
+                          .peer = 1 - call->rank};
+  // The part is ready: its round (of one) is its own verdict.
+  call->stream_index = index;
+  call->header.kind = (uint8_t)call->kind;
+  call->header.dtype = (uint8_t)call->dtype;
+  call->header.op = (uint8_t)call->op;
+  call->header.root = 0;
+  call->header.verdict = CUBE_VERDICT_OK;
+  call->header.send_bytes = src->size;
+  call->header.recv_bytes = dst->size;
+  call->outcome.ok = true;
+  call->outcome.failed_count = 0;
+  call->posted = call->solo = true;
+  call->channel = 0;
+  call->seq = m->seq[0]++;
+  call->held_have_src = call->held_have_dst = true;
+  const uint32_t comm = m->stream;
+  // The communicator's stream waits for the buffers' writers and users.
+  cube_server_tag(server, comm);
+  status = comm_order(server, comm, src->slot, false);
+  if (!status) status = comm_order(server, comm, dst->slot, true);
+  if (status || (server->track_failures && cube_claim_is_set(&src->slot->claim))) {
+    // The order failed, or settled a writer whose failure the source now
+    // carries: the general submit says what that means (lock held, the
+    // bindings as resolved).
+    cube_status_release(status);
+    // The member's state first, as the general path asks it before a part.
+    member_check_locked(server, group, call->rank);
+    cube_status_t refused = cube_comm_group_refusal(group, call->operation);
+    if (refused) {
+      claim_destination_locked(call, refused);
+      call->result = refused;
+      return;
+    }
+    call->held = true;
+    cube_coll_call_submit_locked(call);
+    cube_coll_call_finish_locked(call);
+    return;
+  }
+  solo_member_t sm;
+  solo_member_submit(call, &top, bracket, &sm);
+  if (sm.poll || (sm.aborted && atomic_load_explicit(&group->failed, memory_order_acquire))) {
+    // The comm's asynchronous error (or a failure since the refusal check):
+    // the group fails and the part is refused, as member_check and the
+    // refusal check answer it. Nothing was submitted.
+    if (sm.poll) cube_comm_group_fail(group, sm.poll);
+    cube_status_t refused = cube_comm_group_refusal(group, call->operation);
+    claim_failure(server, dst->slot, refused);
+    call->result = refused;
+    return;
+  }
+  if (sm.aborted || sm.submitted) {
+    // Not queued (cube_comm_group_submit's answers): the group fails.
+    cube_status_release(sm.ended);
+    status = sm.submitted ? sm.submitted
+                          : cube_status_make(CUBE_STATUS_TRANSPORT_FAILED,
+                                             "%s: the communicator of rank %u was aborted",
+                                             cube_top_kind_name(top.kind), call->rank);
+    cube_comm_group_fail(
+        group, cube_status_wrap(cube_status_retain(status), CUBE_STATUS_TRANSPORT_FAILED,
+                                "%s #%llu: rank %u (%s) could not queue its part", call->operation,
+                                (unsigned long long)call->seq, call->rank, server->name));
+    if (!sm.aborted) {
+      scope_fail(&call->scope, status);
+    } else {
+      claim_failure(server, dst->slot, status);
+    }
+    cube_server_work_failed(server, index, status);
+    call->result = status;
+    return;
+  }
+  server->streams[comm].ticket++;
+  cube_server_used(server, comm, src->slot);
+  cube_server_wrote(server, comm, dst->slot);
+  m->busy = true;
+  if (!group->transport->fails_late)
+    member_note_inflight(m, dst->slot_index, dst->slot->generation);
+  call->submitting = true;
+  if (sm.ended || sm.ready) {
+    if (sm.ended) cube_status_release(sm.enqueued);
+    cube_coll_call_commit_locked(call, sm.ended ? sm.ended : sm.enqueued);
+  } else {
+    cube_coll_call_finish_locked(call);  // still enqueuing: waited for, the lock let go
+  }
+}
+
+bool cube_coll_call_solo(coll_call_t *call, bool bracket) {
+  cube_server_t *server = call->server;
+  if (!solo_kind(call)) return false;
+  // The thread's kept lookup, borrowed (a lone call makes no other): no
+  // reference taken or dropped. Else the full lookup, retained.
+  if (!call->group && cube_comm_group_find_kept(call->clients, call->client_count, server,
+                                                &call->group, &call->rank)) {
+    call->group_borrowed = true;
+  } else if (!call->group) {
+    cube_status_t found = cube_comm_group_find(call->clients, call->client_count, false,
+                                               call->operation, server, &call->group, &call->rank);
+    if (found) {
+      cube_status_release(found);
+      return false;  // said again by the general path
+    }
+  }
+  cube_comm_group_t *group = call->group;
+  if (group->nranks != 1 || atomic_load_explicit(&group->failed, memory_order_acquire))
+    return false;
+  uint32_t index = 0;
+  cube_status_t status = cube_server_begin(server, call->stream, call->operation, &index);
+  if (status) {
+    cube_status_release(status);
+    return false;
+  }
+  cube_comm_member_t *m = &group->members[call->rank];
+  // Resolved where the general submit reads them when it takes over (held).
+  cube_resolved_t *src = &call->held_src, *dst = &call->held_dst;
+  bool clean = !m->left && m->stream && !server->streams[index].capturing;
+  if (clean) {
+    // A late failure the comm's stream reported is settled (member_check).
+    cube_server_settle(server, m->stream);
+    clean = !atomic_load_explicit(&group->failed, memory_order_acquire) && !server->poison;
+  }
+  if (clean) {
+    clean = cube_server_resolve_quick(server, call->source, src) &&
+            cube_server_resolve_quick(server, call->destination, dst) &&
+            src->slot->home_stream == dst->slot->home_stream;
+    cube_status_t s = clean ? call_validate(call, src, dst, 1) : CUBE_OK;
+    clean = clean && !s;
+    cube_status_release(s);
+  }
+  if (clean && server->track_failures) {
+    // The source is checked like a read, a writer known to have failed late
+    // settled first (as the post does).
+    const uint32_t w = src->slot->write_stream;
+    if (w && server->streams[w].live && server->streams[w].completed < src->slot->write_ticket)
+      cube_server_refresh_progress(server, w, src->slot->write_ticket);
+    clean = !cube_claim_is_set(&src->slot->claim) && !server->poison;
+  }
+  // Nothing to move: the general path says so.
+  clean = clean && src->size != 0 && dst->size != 0;
+  if (clean) solo_run_locked(call, index, bracket);
+  cube_server_leave(server);
+  return clean;
+}
+
 // Runs the part the transport left to this thread (no lock held). Its
 // failure failed late on the communicator's stream, which is settled at
 // once (the destination claims it before the call returns), fails the
@@ -1017,7 +1274,9 @@ static void call_run_inline(coll_call_t *call) {
 cube_status_t cube_coll_call_run(coll_call_t *call) {
   cube_server_t *server = call->server;
   call->inline_ok = true;  // this thread runs the part itself if it is left to it
-  if (cube_coll_call_enter_and_post(call, NULL, 0)) {
+  if (cube_coll_call_solo(call, false)) {
+    // nothing more: run to its end
+  } else if (cube_coll_call_enter_and_post(call, NULL, 0)) {
     if (call->solo) {
       // One rank: no rendezvous, the lock is kept until the submit.
       cube_coll_call_wait_round(call);

@@ -85,10 +85,10 @@ typedef struct coll_call_t {
   bool comm_stream_read;
   bool solo;  // a group of one rank: the round was decided at the post
   // A solo part whose caller kept the server's lock from the post to the
-  // submit (|held|): its bindings as the post resolved them.
+  // submit (|held|): its bindings as the post resolved them (held_src and
+  // held_dst, below).
   bool held;
   bool held_have_src, held_have_dst;
-  cube_resolved_t held_src, held_dst;
   cube_status_t local;    // this rank's own failure
   bool stale;             // its source carries a failure
   uint32_t stream_index;  // the compute stream
@@ -113,9 +113,11 @@ typedef struct coll_call_t {
   bool records_left;
   // Between the submit and the commit.
   bool submitting;
-  coll_scope_t scope;
   cube_status_t result;
 
+  // Written before they are read (call_init clears scope.open alone).
+  coll_scope_t scope;
+  cube_resolved_t held_src, held_dst;
   cube_client_t *clients[CUBE_COMM_MAX_RANKS];  // |client_count| of them
   cube_coll_header_t header;
   cube_round_outcome_t outcome;
@@ -155,6 +157,13 @@ CUBE_INTERNAL void cube_coll_call_commit_locked(coll_call_t *call, cube_status_t
 // once when the transport has taken it, else after waiting for it (bounded)
 // with the lock let go. Nothing for a part not submitted.
 CUBE_INTERNAL void cube_coll_call_finish_locked(coll_call_t *call);
+// A lone call over a group of one rank (outside a group call, or the only
+// call of one; |bracket|: inside a group call, so the transport's group
+// brackets go around its submit), run straight through when it is clean:
+// true with call->result its answer. False, with nothing done that the
+// general path would see otherwise, when it is not that case or anything
+// about it is not clean: the general path then runs it (and says why).
+CUBE_INTERNAL bool cube_coll_call_solo(coll_call_t *call, bool bracket);
 // One call outside a group call, to its end; its answer.
 CUBE_INTERNAL cube_status_t cube_coll_call_run(coll_call_t *call);
 // Releases what a finished call holds (its own failure, its records, its

@@ -487,26 +487,33 @@ static void lookup_key_make(void) {
   lookup_key_made = pthread_key_create(&lookup_key, lookup_drop) == 0;
 }
 
-// The kept answer for this list, retained, with |self|'s rank; false when
-// there is none (or |self| is no member: the full lookup says why).
+// The kept answer for this list, not retained (the entry holds a
+// reference), with |self|'s rank; false when there is none (or |self| is no
+// member: the full lookup says why).
 static bool lookup_kept(cube_client_t *const *clients, size_t count, bool transfers,
                         cube_server_t *self, cube_comm_group_t **out_group, uint32_t *out_rank) {
   const group_lookup_t *last = &tls_lookup;
   if (!last->generation ||
       last->generation != atomic_load_explicit(&registry_generation, memory_order_acquire) ||
-      last->transfers != transfers || last->count != count || !clients ||
-      memcmp(last->clients, clients, count * sizeof *clients) != 0)
+      last->transfers != transfers || last->count != count || !clients)
     return false;
   size_t self_at = count;
   for (size_t i = 0; i < count; ++i) {
-    if (cube_server_of(clients[i])->id != last->ids[i]) return false;
+    if (clients[i] != last->clients[i] || cube_server_of(clients[i])->id != last->ids[i])
+      return false;
     if (cube_server_of(clients[i]) == self) self_at = i;
   }
   if (self_at == count) return false;
-  cube_comm_group_retain(last->group);  // the entry holds one: it is alive
   *out_group = last->group;
   *out_rank = last->ranks[self_at];
   return true;
+}
+
+bool cube_comm_group_find_kept(cube_client_t *const *clients, size_t count, cube_server_t *self,
+                               cube_comm_group_t **out_group, uint32_t *out_rank) {
+  *out_group = NULL;
+  return count >= 1 && count <= CUBE_COMM_MAX_RANKS &&
+         lookup_kept(clients, count, false, self, out_group, out_rank);
 }
 
 // Keeps |group| (retained by the caller) as the answer for this list.
@@ -535,8 +542,10 @@ cube_status_t cube_comm_group_find(cube_client_t *const *clients, size_t count, 
                                    cube_comm_group_t **out_group, uint32_t *out_rank) {
   *out_group = NULL;
   if (count >= 1 && count <= CUBE_COMM_MAX_RANKS &&
-      lookup_kept(clients, count, transfers, self, out_group, out_rank))
+      lookup_kept(clients, count, transfers, self, out_group, out_rank)) {
+    cube_comm_group_retain(*out_group);  // the entry holds one: it is alive
     return CUBE_OK;
+  }
   uint64_t id = 0, generation = 0;
   uint32_t ranks[CUBE_COMM_MAX_RANKS];
   cube_status_t status = group_locate(clients, count, transfers, operation, self, out_group,

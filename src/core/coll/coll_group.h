@@ -145,6 +145,13 @@ CUBE_INTERNAL cube_status_t cube_comm_group_find(cube_client_t *const *clients, 
                                                  bool transfers, const char *operation,
                                                  cube_server_t *self, cube_comm_group_t **out_group,
                                                  uint32_t *out_rank);
+// The calling thread's kept answer for |clients| (a group of collectives),
+// borrowed: the thread's entry holds the reference, and only this thread's
+// next cube_comm_group_find may drop it, so it lives as long as the caller
+// makes no other lookup. False when there is none (the full lookup then).
+CUBE_INTERNAL bool cube_comm_group_find_kept(cube_client_t *const *clients, size_t count,
+                                             cube_server_t *self, cube_comm_group_t **out_group,
+                                             uint32_t *out_rank);
 // Joins |clients| (comm_init, or a pair's first transfer): returns the
 // group, making it (communicators, streams) if there is none, and, when
 // |rebuild|, if the last one failed (comm_init). Without |rebuild| a failed
