@@ -791,14 +791,15 @@ static cube_status_t launch_entry(cube_client_t *client, cube_stream_t stream,
 // hook hears of it (launch_dispatch, then launch_locked). Lock held.
 CUBE_COLD static cube_status_t launch_straight_failed(cube_server_t *server, uint32_t stream,
                                                       const cube_kernel_t *kernel, uint32_t writes,
-                                                      cube_slot_t *const *slots, size_t n,
+                                                      const uint64_t *slots, size_t n,
                                                       cube_status_t status) {
   cube_claim_t *outputs[CUBE_MAX_BUFFERS];
   for (size_t i = 0; i < n; ++i) {
     outputs[i] = NULL;
     if ((writes >> i) & 1u) {
-      cube_claim_leave_clean(&slots[i]->claim);
-      outputs[i] = &slots[i]->claim;
+      cube_slot_t *slot = (cube_slot_t *)(uintptr_t)slots[i];
+      cube_claim_leave_clean(&slot->claim);
+      outputs[i] = &slot->claim;
     }
   }
   trace_failed(server, kernel, cube_failure_claim_outputs(outputs, n, status));
@@ -826,26 +827,35 @@ CUBE_COLD static cube_status_t launch_straight_failed(cube_server_t *server, uin
 // else, and every refusal, it leaves to the general path (launch_entry)
 // before it has changed anything: false then, the lock released. Returns
 // true with the launch's status in |*out_status| when it launched.
-static bool launch_straight(cube_server_t *server, cube_stream_t stream, cube_kernel_t *kernel,
-                            cube_dim3_t grid, const cube_kernel_args_t *args,
-                            cube_status_t *out_status) {
+static inline __attribute__((always_inline)) bool launch_straight(
+    cube_server_t *server, cube_stream_t stream, cube_kernel_t *kernel, cube_dim3_t grid,
+    const cube_kernel_args_t *args, cube_status_t *out_status) {
   const size_t n = args->buffer_count, m = args->scalar_count;
   if (n > CUBE_MAX_BUFFERS || m > CUBE_LAUNCH_SHAPE_SCALARS || (n && !args->buffers) ||
       (m && !args->scalars))
     return false;
-  // The shape, as validate_args builds it for a list it accepts.
-  cube_launch_shape_t shape;
-  cube_launch_shape_start(&shape, n, m);
+  // The shape (core/launch_plan.h), as validate_args builds it for a list
+  // it accepts, in registers.
+  uint64_t buffers0 = 0, buffers1 = 0, scalars0 = 0, scalars1 = 0;
   for (size_t i = 0; i < n; ++i) {
     const cube_kernel_buffer_t *b = &args->buffers[i];
     if (b->io > CUBE_IO_DEAD || b->rank || b->tensor_map) return false;
-    shape.buffers[i / 8] |= (uint64_t)b->io << (8 * (i % 8));
+    if (i < 8) {
+      buffers0 |= (uint64_t)b->io << (8 * i);
+    } else {
+      buffers1 |= (uint64_t)b->io << (8 * (i - 8));
+    }
   }
   for (size_t i = 0; i < m; ++i) {
-    const unsigned type = (unsigned)args->scalars[i].type;
+    const uint64_t type = (unsigned)args->scalars[i].type;
     if (type >= CUBE_SCALAR_TYPE_COUNT) return false;
-    shape.scalars[i / 16] |= (uint64_t)type << (4 * (i % 16));
+    if (i < 16) {
+      scalars0 |= type << (4 * i);
+    } else {
+      scalars1 |= type << (4 * (i - 16));
+    }
   }
+  const uint64_t counts = (uint64_t)n | (uint64_t)m << 8;
   pthread_mutex_lock(&server->lock);
   uint32_t index = 0;
   const cube_dim3_t max = server->max_cube_count;
@@ -860,14 +870,26 @@ static bool launch_straight(cube_server_t *server, cube_stream_t stream, cube_ke
       grid.x > max.x || grid.y > max.y || grid.z > max.z)
     goto general;
   const cube_compiled_t *compiled = &server->compiled[at];
-  const cube_launch_plan_t *plan = cube_launch_plan_find(compiled, &shape);
+  const cube_launch_plan_t *plan = NULL;
+  for (uint32_t i = 0; compiled->plans && i < CUBE_LAUNCH_PLANS && !plan; ++i) {
+    const cube_launch_shape_t *k = &compiled->plans->plans[i].shape;
+    if (((k->counts ^ counts) | (k->buffers[0] ^ buffers0) | (k->buffers[1] ^ buffers1) |
+         (k->scalars[0] ^ scalars0) | (k->scalars[1] ^ scalars1)) == 0)
+      plan = &compiled->plans->plans[i];
+  }
   if (!plan || !plan->straight || !plan->fits) goto general;
+  // The launch's own data in as few lines as it takes: the dispatch, then
+  // each binding's address, the info block's static words and each
+  // binding's slot (a pointer in a cell), one after the other.
+  struct {
+    cube_dispatch_t dispatch;
+    uint64_t cells[2 * CUBE_MAX_BUFFERS + CUBE_INFO_STATIC_WORDS];
+  } _Alignas(64) f;
+  uint64_t *const addresses = f.cells, *const words = f.cells + n;
+  uint64_t *const slots = words + plan->static_words;
   // Each binding, as cube_server_resolve and the plan's check take it: its
   // length goes straight into the info block, and whether it needs ordering
   // after another stream into |cross|.
-  uint64_t words[CUBE_INFO_STATIC_WORDS];
-  uint64_t addresses[CUBE_MAX_BUFFERS];
-  cube_slot_t *slots[CUBE_MAX_BUFFERS];
   uint32_t writes = 0, cross = 0;
   for (size_t i = 0; i < n; ++i) {
     const cube_binding_t binding = args->buffers[i].binding;
@@ -882,15 +904,16 @@ static bool launch_straight(cube_server_t *server, cube_stream_t stream, cube_ke
     const bool written = plan->buffer[i] & IO_W;
     writes |= (uint32_t)written << i;
     cross |= (uint32_t)!cube_server_order_trivial(slot, index, written) << i;
-    slots[i] = slot;
+    slots[i] = (uint64_t)(uintptr_t)slot;
     addresses[i] = address;
     cube_launch_plan_pack_buffer(plan, words, n, i, size);
   }
+#define SLOT(i) ((cube_slot_t *)(uintptr_t)slots[i])
   cube_kernel_stats_memory_hit();
   cube_launch_plan_pack_scalars(plan, args, words);
   // The write scope: each output claims TornDown until the work is
   // enqueued (its claim was clean: checked above).
-  for (uint32_t w = writes; w; w &= w - 1) cube_claim_enter_clean(&slots[__builtin_ctz(w)]->claim);
+  for (uint32_t w = writes; w; w &= w - 1) cube_claim_enter_clean(&SLOT(__builtin_ctz(w))->claim);
   cube_stream_state_t *s = &server->streams[index];
   cube_backend_device_t *device = server->device;
   const cube_backend_vtable_t *vt = device->vtable;
@@ -898,19 +921,19 @@ static bool launch_straight(cube_server_t *server, cube_stream_t stream, cube_ke
   cube_status_t status = CUBE_OK;
   for (uint32_t c = cross; c && cube_status_is_ok(status); c &= c - 1) {
     const unsigned i = (unsigned)__builtin_ctz(c);
-    status = cube_server_order(server, index, slots[i], (writes >> i) & 1u);
+    status = cube_server_order(server, index, SLOT(i), (writes >> i) & 1u);
   }
   if (cube_status_is_ok(status)) {
-    const cube_dispatch_t dispatch = {.kernel = compiled->backend,
-                                      .cube_count = grid,
-                                      .cube_dim = plan->cube_dim,
-                                      .dynamic_shared_memory = plan->dynamic_shared_memory,
-                                      .buffers = addresses,
-                                      .buffer_count = (uint32_t)n,
-                                      .info = words,
-                                      .info_words = plan->static_words,
-                                      .static_words = plan->static_words};
-    status = vt->dispatch(device, s->backend, &dispatch);
+    f.dispatch = (cube_dispatch_t){.kernel = compiled->backend,
+                                   .cube_count = grid,
+                                   .cube_dim = plan->cube_dim,
+                                   .dynamic_shared_memory = plan->dynamic_shared_memory,
+                                   .buffers = addresses,
+                                   .buffer_count = (uint32_t)n,
+                                   .info = words,
+                                   .info_words = plan->static_words,
+                                   .static_words = plan->static_words};
+    status = vt->dispatch(device, s->backend, &f.dispatch);
     if (!cube_status_is_ok(status))
       status = cube_server_note_in(server, status, CUBE_STATUS_FAMILY_LAUNCH);
   }
@@ -918,15 +941,16 @@ static bool launch_straight(cube_server_t *server, cube_stream_t stream, cube_ke
     s->ticket++;
     for (size_t i = 0; i < n; ++i) {
       if ((writes >> i) & 1u) {
-        cube_claim_leave_clean(&slots[i]->claim);
-        cube_server_wrote(server, index, slots[i]);
+        cube_claim_leave_clean(&SLOT(i)->claim);
+        cube_server_wrote(server, index, SLOT(i));
       } else {
-        cube_server_used(server, index, slots[i]);
+        cube_server_used(server, index, SLOT(i));
       }
     }
   } else {
     status = launch_straight_failed(server, index, kernel, writes, slots, n, status);
   }
+#undef SLOT
   pthread_mutex_unlock(&server->lock);
   *out_status = status;
   return true;
