@@ -94,11 +94,18 @@ int main(int argc, char **argv) {
   cube_backend_vtable_t noop = *real;
   noop.dispatch = noop_dispatch;
   device->vtable = &noop;
+  const uint32_t straight = cube_server_of(client)->straight_launches;
   for (int i = 0; i < launches; ++i) {
     if (evict) thrash();
     measured(client, kernel, count, launch_args);
   }
   device->vtable = real;
+  // What is counted is the planned launch's path (launch.c's straight path).
+  if (cube_server_of(client)->straight_launches - straight != (uint32_t)launches) {
+    fprintf(stderr, "bench_launch_count: %u of %d launches took the straight path\n",
+            cube_server_of(client)->straight_launches - straight, launches);
+    return 1;
+  }
   CHECK(cube_handle_release(client, x));
   CHECK(cube_handle_release(client, y));
   cube_kernel_release(kernel);

@@ -291,8 +291,11 @@ cube_status_t cube_kernel_cache_get(cube_server_t *server, cube_kernel_t *kernel
     server->compiled = grown;
     server->compiled_capacity = capacity;
   }
-  entry = &server->compiled[server->compiled_count++];
+  entry = &server->compiled[server->compiled_count];
   *entry = (cube_compiled_t){.kernel = cube_kernel_retain(kernel)};
+  // The next launch of this kernel object finds its entry without a search.
+  atomic_store_explicit(&kernel->hint, ((uint64_t)server->id << 32) | server->compiled_count++,
+                        memory_order_relaxed);
   cube_compile_request_t request = {.name = kernel->name,
                                     .source = kernel->source,
                                     .language = kernel->language,

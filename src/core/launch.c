@@ -447,6 +447,20 @@ static uint32_t launch_writes(const launch_t *l) {
   return writes;
 }
 
+// The resource check (fits_device) of a launch; a plan of the kernel
+// object that compiled it records a pass, and the straight path launches
+// that object with that plan from then on without the check (its answer
+// depends only on them and the device).
+static cube_status_t launch_fits(launch_t *l) {
+  cube_status_t status = fits_device(l->server, l->kernel, l->compiled);
+  if (cube_status_is_ok(status) && l->plan && l->kernel == l->compiled->kernel) {
+    l->plan->cube_dim = l->kernel->cube_dim;
+    l->plan->dynamic_shared_memory = l->kernel->dynamic_shared_memory;
+    l->plan->fits = true;
+  }
+  return status;
+}
+
 static cube_status_t launch_dispatch(launch_t *l) {
   cube_server_t *server = l->server;
   const uint32_t stream = l->stream;
@@ -462,14 +476,7 @@ static cube_status_t launch_dispatch(launch_t *l) {
   // refusal (the caller expected them written).
   cube_status_t status =
       l->dynamic ? cube_validate_cube_count(server, l->kernel->name, grid) : CUBE_OK;
-  if (cube_status_is_ok(status)) status = fits_device(server, l->kernel, l->compiled);
-  if (cube_status_is_ok(status) && l->plan && l->kernel == l->compiled->kernel) {
-    // The straight path launches this kernel object with this plan from now
-    // on without the resource check: its answer is this one.
-    l->plan->cube_dim = l->kernel->cube_dim;
-    l->plan->dynamic_shared_memory = l->kernel->dynamic_shared_memory;
-    l->plan->fits = true;
-  }
+  if (cube_status_is_ok(status)) status = launch_fits(l);
   uint64_t words[CUBE_INFO_MAX_WORDS];
   uint32_t info_words = 0, static_words = 0;
   if (cube_status_is_ok(status) && l->custom) {
@@ -613,7 +620,7 @@ static cube_status_t launch_body(launch_t *l) {
   if (!cube_status_is_ok(status)) return status;
   if (l->mode == CUBE_LAUNCH_COMPILE_ONLY) {
     // A dry run checks its maps as the launch would, and encodes none.
-    status = fits_device(l->server, l->kernel, l->compiled);
+    status = launch_fits(l);
     if (cube_status_is_ok(status) && l->tensor_maps) {
       cube_launch_maps_t maps;
       status = cube_tensor_map_launch(l->server->device, NULL, l->kernel->name, l->args,
@@ -937,6 +944,7 @@ static inline __attribute__((always_inline)) bool launch_straight(
     if (!cube_status_is_ok(status))
       status = cube_server_note_in(server, status, CUBE_STATUS_FAMILY_LAUNCH);
   }
+  server->straight_launches++;
   if (__builtin_expect(cube_status_is_ok(status), 1)) {
     s->ticket++;
     for (size_t i = 0; i < n; ++i) {

@@ -235,12 +235,15 @@ struct cube_server_t {
   cube_slot_t *slots;
   uint32_t slot_count;
   cube_dim3_t max_cube_count;  // the device's (properties), copied here
+  // Launches the straight path took (launch.c), wrapping: what the tests and
+  // bench_launch_count check to know which path ran.
+  uint32_t straight_launches;
   cube_compiled_t *compiled;
   size_t compiled_count;
   cube_pending_launch_t *pending_head;
   struct cube_profiler_t *profiler;
-  // The rest.
-  struct cube_server_t *registry_next;  // live servers (server.c), for exiting threads
+  // The rest (line 2 on, where the mutex is glibc's 40 bytes).
+  _Alignas(64) struct cube_server_t *registry_next;  // live servers (server.c), for exiting threads
   atomic_uint refs;
   size_t compiled_capacity;
   cube_pending_launch_t *pending_tail;
@@ -292,6 +295,11 @@ struct cube_server_t {
   cube_after_t *after_head;
   atomic_uint after_count;
 };
+
+#if defined(__x86_64__) && defined(__GLIBC__)
+_Static_assert(offsetof(struct cube_server_t, registry_next) == 128,
+               "what a launch reads of the server is its first two lines");
+#endif
 
 // A kernel object (kernel.c): immutable once created, shared by clients.
 struct cube_kernel_t {
