@@ -967,8 +967,9 @@ general:
   return false;
 }
 
-// Every other launch: the phases one by one (launch_entry).
-__attribute__((noinline)) static cube_status_t launch_general(
+// Every other launch: the phases one by one (launch_entry). Cold: out of
+// the straight path's lines.
+CUBE_COLD __attribute__((noinline)) static cube_status_t launch_general(
     cube_client_t *client, cube_stream_t stream, cube_kernel_t *kernel, cube_cube_count_t count,
     const cube_kernel_args_t *args, cube_launch_mode_t mode) {
   cube_server_t *nvtx_server = cube_server_of(client);
