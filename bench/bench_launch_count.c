@@ -45,19 +45,21 @@ __attribute__((noinline)) static void thrash(void) {
 }
 
 int main(int argc, char **argv) {
-  static const char *const flags[] = {"--axpy", "--launches=N", "--thrash", NULL};
+  static const char *const flags[] = {"--axpy", "--launches=N", "--thrash", "--cpu", NULL};
   bench_check_args(argc, argv,
-                   "usage: bench_launch_count [--axpy] [--launches N] [--thrash]\n"
+                   "usage: bench_launch_count [--axpy] [--launches N] [--thrash] [--cpu]\n"
                    "N launches (default 20000) of the core's path, the CPU dispatch a no-op, one\n"
                    "per call of measured(), for callgrind to count instructions per launch:\n"
                    "an empty kernel, or with --axpy 2 buffers + 1 scalar; --thrash: evict the\n"
-                   "caches between launches (64 KiB of code, 1 MiB of data)\n",
+                   "caches between launches (64 KiB of code, 1 MiB of data); --cpu: keep the\n"
+                   "CPU backend's own dispatch (the calling thread's share: its enqueue)\n",
                    flags);
-  bool empty = true, evict = false;
+  bool empty = true, evict = false, cpu = false;
   int launches = 20000;
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--axpy") == 0) empty = false;
     if (strcmp(argv[i], "--thrash") == 0) evict = true;
+    if (strcmp(argv[i], "--cpu") == 0) cpu = true;
     if (strncmp(argv[i], "--launches", 10) == 0)
       launches = atoi(argv[i][10] == '=' ? argv[i] + 11 : argv[++i]);
   }
@@ -93,13 +95,14 @@ int main(int argc, char **argv) {
   const cube_backend_vtable_t *real = device->vtable;
   cube_backend_vtable_t noop = *real;
   noop.dispatch = noop_dispatch;
-  device->vtable = &noop;
+  if (!cpu) device->vtable = &noop;
   const uint32_t straight = cube_server_of(client)->straight_launches;
   for (int i = 0; i < launches; ++i) {
     if (evict) thrash();
     measured(client, kernel, count, launch_args);
   }
   device->vtable = real;
+  if (cpu) CHECK(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
   // What is counted is the planned launch's path (launch.c's straight path).
   if (cube_server_of(client)->straight_launches - straight != (uint32_t)launches) {
     fprintf(stderr, "bench_launch_count: %u of %d launches took the straight path\n",

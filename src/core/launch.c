@@ -814,6 +814,21 @@ CUBE_COLD static cube_status_t launch_straight_failed(cube_server_t *server, uin
   return status;
 }
 
+// The compiled entry of the kernel object itself on |server| (the one it
+// compiled), or NULL; its hint names it from now on. For an object launched
+// on several clients in turn, whose hint names the last one's entry. Lock
+// held.
+CUBE_COLD static const cube_compiled_t *launch_own_entry(cube_server_t *server,
+                                                         cube_kernel_t *kernel) {
+  for (size_t i = 0; i < server->compiled_count; ++i) {
+    if (server->compiled[i].kernel == kernel) {
+      atomic_store_explicit(&kernel->hint, ((uint64_t)server->id << 32) | i, memory_order_relaxed);
+      return &server->compiled[i];
+    }
+  }
+  return NULL;
+}
+
 //===--- The straight path ---===//
 
 // A planned launch in one pass: a kernel object whose compiled entry (the
@@ -866,17 +881,20 @@ static inline __attribute__((always_inline)) bool launch_straight(
   pthread_mutex_lock(&server->lock);
   uint32_t index = 0;
   const cube_dim3_t max = server->max_cube_count;
-  // The compiled entry this kernel object found last on this client, if it
-  // is the object's own (a pointer compare: the entry retains it).
+  // The compiled entry this kernel object found last, if it is this
+  // client's and the object's own (a pointer compare: the entry retains it).
   const uint64_t hint = atomic_load_explicit(&kernel->hint, memory_order_relaxed);
   const size_t at = (size_t)(hint & 0xffffffffu);
   if (server->poison || server->pending_head || server->profiler || !server->track_failures ||
       !cube_server_stream_known(server, stream, &index) || server->streams[index].capturing ||
-      (hint >> 32) != server->id || at >= server->compiled_count ||
-      server->compiled[at].kernel != kernel || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
-      grid.x > max.x || grid.y > max.y || grid.z > max.z)
+      grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > max.x || grid.y > max.y ||
+      grid.z > max.z)
     goto general;
-  const cube_compiled_t *compiled = &server->compiled[at];
+  const cube_compiled_t *compiled = (hint >> 32) == server->id && at < server->compiled_count &&
+                                            server->compiled[at].kernel == kernel
+                                        ? &server->compiled[at]
+                                        : launch_own_entry(server, kernel);
+  if (!compiled) goto general;
   const cube_launch_plan_t *plan = NULL;
   for (uint32_t i = 0; compiled->plans && i < CUBE_LAUNCH_PLANS && !plan; ++i) {
     const cube_launch_shape_t *k = &compiled->plans->plans[i].shape;

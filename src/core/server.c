@@ -332,6 +332,20 @@ cube_status_t cube_server_stream_retire(cube_server_t *server, uint32_t index) {
   return status;
 }
 
+bool cube_server_thread_stream(cube_server_t *server, uint32_t *out_index) {
+  pthread_t self = pthread_self();
+  for (size_t i = 0; i < server->thread_stream_count; ++i) {
+    if (pthread_equal(server->thread_streams[i].thread, self)) {
+      *out_index = server->thread_streams[i].stream;
+      current_stream.server = server;
+      current_stream.client_id = server->id;
+      current_stream.stream = *out_index;
+      return true;
+    }
+  }
+  return false;
+}
+
 cube_status_t cube_server_stream(cube_server_t *server, cube_stream_t stream, const char *operation,
                                  uint32_t *out_index) {
   if (stream != CUBE_STREAM_CURRENT) {
@@ -350,16 +364,8 @@ cube_status_t cube_server_stream(cube_server_t *server, cube_stream_t stream, co
     *out_index = current_stream.stream;
     return CUBE_OK;
   }
+  if (cube_server_thread_stream(server, out_index)) return CUBE_OK;
   pthread_t self = pthread_self();
-  for (size_t i = 0; i < server->thread_stream_count; ++i) {
-    if (pthread_equal(server->thread_streams[i].thread, self)) {
-      *out_index = server->thread_streams[i].stream;
-      current_stream.server = server;
-      current_stream.client_id = server->id;
-      current_stream.stream = *out_index;
-      return CUBE_OK;
-    }
-  }
   if (server->thread_stream_count == server->thread_stream_capacity) {
     size_t capacity = server->thread_stream_capacity ? server->thread_stream_capacity * 2 : 8;
     cube_thread_stream_t *grown = realloc(server->thread_streams, capacity * sizeof *grown);

@@ -370,10 +370,14 @@ typedef struct cube_current_stream_t {
 } cube_current_stream_t;
 #define CUBE_SERVER_TLS __attribute__((tls_model("initial-exec")))
 CUBE_INTERNAL extern _Thread_local cube_current_stream_t cube_server_current_stream CUBE_SERVER_TLS;
+// The calling thread's default stream on |server| if it has one (and the
+// thread's last answer becomes it), else false. Lock held.
+CUBE_INTERNAL CUBE_COLD bool cube_server_thread_stream(cube_server_t *server, uint32_t *out_index);
 // cube_server_stream's answer when it is one without a message or a new
-// stream: a live explicit stream, or the thread's stream found before.
-// False: ask cube_server_stream. Lock held.
-static inline bool cube_server_stream_known(const cube_server_t *server, cube_stream_t stream,
+// stream: a live explicit stream, or the thread's stream (the last answer,
+// else its entry: a thread using several clients in turn). False: ask
+// cube_server_stream. Lock held.
+static inline bool cube_server_stream_known(cube_server_t *server, cube_stream_t stream,
                                             uint32_t *out_index) {
   if (stream != CUBE_STREAM_CURRENT) {
     if (stream > CUBE_MAX_STREAMS) return false;
@@ -383,7 +387,8 @@ static inline bool cube_server_stream_known(const cube_server_t *server, cube_st
   }
   const cube_current_stream_t *c = &cube_server_current_stream;
   *out_index = c->stream;
-  return c->server == server && c->client_id == server->id && server->streams[c->stream].live;
+  if (c->server == server && c->client_id == server->id) return server->streams[c->stream].live;
+  return cube_server_thread_stream(server, out_index) && server->streams[*out_index].live;
 }
 // Resolves CUBE_STREAM_CURRENT and validates explicit ids; creates the
 // calling thread's default stream on first use. Lock held.

@@ -222,6 +222,30 @@ static void everything_else_goes_the_general_way(void **state) {
   fixture_close(&f);
 }
 
+// One kernel object launched on two clients in turn (its hint names the
+// other client's entry each time) still takes the straight path on both.
+static void one_kernel_on_two_clients_goes_straight(void **state) {
+  (void)state;
+  fixture_t f, g;
+  fixture_open(&f, "");
+  fixture_open(&g, "");
+  cube_kernel_release(g.kernel);
+  g.kernel = cube_kernel_retain(f.kernel);
+  CTH_OK(launch(&f, 2));
+  CTH_OK(launch(&g, 3));
+  const uint32_t before_f = straight(f.client), before_g = straight(g.client);
+  for (int r = 0; r < 3; ++r) {
+    CTH_OK(launch(&f, (float)(4 + r)));
+    CTH_OK(launch(&g, (float)(8 + r)));
+  }
+  assert_int_equal(straight(f.client), before_f + 3);
+  assert_int_equal(straight(g.client), before_g + 3);
+  expect_scaled(&f, 6);
+  expect_scaled(&g, 10);
+  fixture_close(&g);
+  fixture_close(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(planned_launches_go_straight),
@@ -229,6 +253,7 @@ int main(void) {
       cmocka_unit_test(poisoning_dispatch_poisons),
       cmocka_unit_test(cross_stream_order_is_kept),
       cmocka_unit_test(everything_else_goes_the_general_way),
+      cmocka_unit_test(one_kernel_on_two_clients_goes_straight),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
