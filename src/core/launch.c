@@ -849,9 +849,10 @@ CUBE_COLD static const cube_compiled_t *launch_own_entry(cube_server_t *server,
 // else, and every refusal, it leaves to the general path (launch_entry)
 // before it has changed anything: false then, the lock released. Returns
 // true with the launch's status in |*out_status| when it launched.
-static inline __attribute__((always_inline)) bool launch_straight(
-    cube_server_t *server, cube_stream_t stream, cube_kernel_t *kernel, cube_dim3_t grid,
-    const cube_kernel_args_t *args, cube_status_t *out_status) {
+static CUBE_ALWAYS_INLINE bool launch_straight(cube_server_t *server, cube_stream_t stream,
+                                               cube_kernel_t *kernel, cube_dim3_t grid,
+                                               const cube_kernel_args_t *args,
+                                               cube_status_t *out_status) {
   const size_t n = args->buffer_count, m = args->scalar_count;
   if (n > CUBE_MAX_BUFFERS || m > CUBE_LAUNCH_SHAPE_SCALARS || (n && !args->buffers) ||
       (m && !args->scalars))
@@ -878,6 +879,7 @@ static inline __attribute__((always_inline)) bool launch_straight(
     }
   }
   const uint64_t counts = (uint64_t)n | (uint64_t)m << 8;
+  bool launched = false;  // else the general path's, nothing changed
   pthread_mutex_lock(&server->lock);
   uint32_t index = 0;
   const cube_dim3_t max = server->max_cube_count;
@@ -977,17 +979,16 @@ static inline __attribute__((always_inline)) bool launch_straight(
     status = launch_straight_failed(server, index, kernel, writes, slots, n, status);
   }
 #undef SLOT
-  pthread_mutex_unlock(&server->lock);
   *out_status = status;
-  return true;
+  launched = true;
 general:
   pthread_mutex_unlock(&server->lock);
-  return false;
+  return launched;
 }
 
 // Every other launch: the phases one by one (launch_entry). Cold: out of
 // the straight path's lines.
-CUBE_COLD __attribute__((noinline)) static cube_status_t launch_general(
+CUBE_COLD CUBE_NOINLINE static cube_status_t launch_general(
     cube_client_t *client, cube_stream_t stream, cube_kernel_t *kernel, cube_cube_count_t count,
     const cube_kernel_args_t *args, cube_launch_mode_t mode) {
   cube_server_t *nvtx_server = cube_server_of(client);
