@@ -1,12 +1,13 @@
 // Instructions per launch on the core's path, counted by callgrind: a count
 // that does not move with the machine's load (the 2-core VM's timings do).
 // The CPU backend's dispatch slot is replaced by a no-op, as in
-// bench/bench_core_launch; `measured` wraps one cube_launch.
+// bench/bench_core_launch (--cpu keeps it); `measured` wraps one cube_launch.
 //
 //   valgrind --tool=callgrind --toggle-collect=measured
 //     ./build/bench/bench_launch_count [--axpy] [--launches 20000]
 //   (Ir of PROGRAM TOTALS / launches; --axpy: 2 buffers + 1 scalar; without
-//   valgrind it only runs the launches)
+//   valgrind it only runs the launches; --time prints the median ns of one;
+//   docs/measurements/2026-12-03/launch-stop4-count.sh runs the counts)
 //
 // --thrash runs 64 KiB of straight-line code and touches 1 MiB of data
 // between launches, as the driver's own launch does on a GPU: with
@@ -45,19 +46,24 @@ __attribute__((noinline)) static void thrash(void) {
 }
 
 int main(int argc, char **argv) {
-  static const char *const flags[] = {"--axpy", "--launches=N", "--thrash", NULL};
+  static const char *const flags[] = {"--axpy", "--launches=N", "--thrash",
+                                      "--cpu",  "--time",       NULL};
   bench_check_args(argc, argv,
-                   "usage: bench_launch_count [--axpy] [--launches N] [--thrash]\n"
+                   "usage: bench_launch_count [--axpy] [--launches N] [--thrash] [--cpu] [--time]\n"
                    "N launches (default 20000) of the core's path, the CPU dispatch a no-op, one\n"
                    "per call of measured(), for callgrind to count instructions per launch:\n"
                    "an empty kernel, or with --axpy 2 buffers + 1 scalar; --thrash: evict the\n"
-                   "caches between launches (64 KiB of code, 1 MiB of data)\n",
+                   "caches between launches (64 KiB of code, 1 MiB of data); --cpu: keep the\n"
+                   "CPU backend's own dispatch (the calling thread's share: its enqueue); --time:\n"
+                   "print the median ns of one launch (less an empty timed region)\n",
                    flags);
-  bool empty = true, evict = false;
+  bool empty = true, evict = false, cpu = false, timed = false;
   int launches = 20000;
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--axpy") == 0) empty = false;
     if (strcmp(argv[i], "--thrash") == 0) evict = true;
+    if (strcmp(argv[i], "--cpu") == 0) cpu = true;
+    if (strcmp(argv[i], "--time") == 0) timed = true;
     if (strncmp(argv[i], "--launches", 10) == 0)
       launches = atoi(argv[i][10] == '=' ? argv[i] + 11 : argv[++i]);
   }
@@ -93,12 +99,40 @@ int main(int argc, char **argv) {
   const cube_backend_vtable_t *real = device->vtable;
   cube_backend_vtable_t noop = *real;
   noop.dispatch = noop_dispatch;
-  device->vtable = &noop;
+  if (!cpu) device->vtable = &noop;
+  const uint32_t straight = cube_server_of(client)->straight_launches;
+  double *ns = timed ? calloc((size_t)launches, sizeof *ns) : NULL;
+  double *idle = timed ? calloc((size_t)launches, sizeof *idle) : NULL;
+  if (timed && (!ns || !idle)) return 1;
   for (int i = 0; i < launches; ++i) {
     if (evict) thrash();
-    measured(client, kernel, count, launch_args);
+    if (timed) {
+      // An empty timed region first (the clock's own cost), then the launch.
+      const double t0 = now_s(), t1 = now_s();
+      measured(client, kernel, count, launch_args);
+      const double t2 = now_s();
+      idle[i] = (t1 - t0) * 1e9;
+      ns[i] = (t2 - t1) * 1e9;
+    } else {
+      measured(client, kernel, count, launch_args);
+    }
   }
+  if (timed) {
+    const double clock_ns = median(idle, launches);
+    printf("%s%s: %.1f ns per launch (median of %d, less %.1f ns of clock)\n",
+           empty ? "empty kernel" : "axpy", evict ? ", caches evicted before each" : "",
+           median(ns, launches) - clock_ns, launches, clock_ns);
+  }
+  free(ns);
+  free(idle);
   device->vtable = real;
+  if (cpu) CHECK(cube_sync(client, CUBE_STREAM_CURRENT, NULL, 0));
+  // What is counted is the planned launch's path (launch.c's straight path).
+  if (cube_server_of(client)->straight_launches - straight != (uint32_t)launches) {
+    fprintf(stderr, "bench_launch_count: %u of %d launches took the straight path\n",
+            cube_server_of(client)->straight_launches - straight, launches);
+    return 1;
+  }
   CHECK(cube_handle_release(client, x));
   CHECK(cube_handle_release(client, y));
   cube_kernel_release(kernel);

@@ -18,6 +18,7 @@
 #define CUBE_CORE_BACKEND_H_
 
 #include <stdatomic.h>
+#include <stddef.h>
 
 #include "cube/cube.h"
 
@@ -244,6 +245,10 @@ typedef struct cube_bcopy_t {
   XS(stream_flush, (cube_backend_device_t *device, cube_bstream_t *stream), (device, stream))   \
   XV(stream_tag, (cube_backend_device_t *device, cube_bstream_t *stream, uint64_t tag),         \
      (device, stream, tag))                                                                     \
+  /* dispatch (Kernels) beside stream_tag: a launch reads one line of the vtable */             \
+  XS(dispatch,                                                                                  \
+     (cube_backend_device_t *device, cube_bstream_t *stream, const cube_dispatch_t *dispatch),  \
+     (device, stream, dispatch))                                                                \
   XS(stream_take_failure,                                                                       \
      (cube_backend_device_t *device, cube_bstream_t *stream, uint64_t *out_tag),                \
      (device, stream, out_tag))                                                                 \
@@ -314,9 +319,6 @@ typedef struct cube_bcopy_t {
   XS(kernel_bundle_targets,                                                                     \
      (cube_backend_device_t *device, char *out_targets, size_t capacity),                       \
      (device, out_targets, capacity))                                                           \
-  XS(dispatch,                                                                                  \
-     (cube_backend_device_t *device, cube_bstream_t *stream, const cube_dispatch_t *dispatch),  \
-     (device, stream, dispatch))                                                                \
   XS(tensor_map_encode,                                                                         \
      (cube_backend_device_t *device, const cube_tmap_encode_t *request, cube_tmap_t *out_map),  \
      (device, request, out_map))                                                                \
@@ -335,13 +337,16 @@ typedef struct cube_bcopy_t {
 // clang-format on
 
 typedef struct cube_backend_vtable_t {
-  const char *name;  // "cpu", "cuda", "fault", "null"
+  // 64-byte aligned: the name and the first slots (through stream_tag and
+  // dispatch, what every launch calls) share one line.
+  _Alignas(64) const char *name;  // "cpu", "cuda", "fault", "null"
 #define CUBE__SLOT_FIELD_S(name, params, args) cube_status_t(*name) params;
 #define CUBE__SLOT_FIELD_V(name, params, args) void(*name) params;
   CUBE_BACKEND_SLOTS(CUBE__SLOT_FIELD_S, CUBE__SLOT_FIELD_V)
 #undef CUBE__SLOT_FIELD_S
 #undef CUBE__SLOT_FIELD_V
 } cube_backend_vtable_t;
+_Static_assert(offsetof(cube_backend_vtable_t, dispatch) < 64, "a launch's vtable line");
 
 // A backend's prototypes and vtable, generated from the slot list: define
 // CUBE_BACKEND_PREFIX (e.g. cube_cpu) first, then

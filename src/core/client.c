@@ -264,7 +264,9 @@ static cube_status_t client_create(const cube_client_options_t *options, bool pr
   }
 
   cube_status_t status = CUBE_OK;
-  cube_server_t *server = calloc(1, sizeof *server);
+  // 64-byte aligned: a launch reads the server's first two lines (core/server.h).
+  cube_server_t *server = aligned_alloc(64, sizeof *server);
+  if (server) memset(server, 0, sizeof *server);
   cube_backend_device_t *device = NULL;
   if (!server)
     status =
@@ -281,6 +283,7 @@ static cube_status_t client_create(const cube_client_options_t *options, bool pr
   }
   if (cube_status_is_ok(status)) {
     server->device = device;
+    server->max_cube_count = device->properties.max_cube_count;
     device = NULL;
     atomic_init(&server->refs, 1);
     server->id = atomic_fetch_add(&next_client_id, 1) & 0xffff;

@@ -24,13 +24,13 @@ static atomic_uint_fast64_t next_failure_id = 1;
 
 // The failure a scope claims on entry and every fallback when memory runs out:
 // static, so claiming it costs a store, and never written after start-up.
-static cube_failure_t torn_down = {.is_static = true};
+cube_failure_t cube_failure_torn_down = {.is_static = true};
 
 static cube_failure_t *failure_create(cube_status_t root) {
   cube_failure_t *failure = calloc(1, sizeof *failure);
   if (!failure) {
     cube_status_release(root);
-    return &torn_down;
+    return &cube_failure_torn_down;
   }
   failure->id = atomic_fetch_add(&next_failure_id, 1);
   failure->root = root;
@@ -164,7 +164,7 @@ void cube_write_scope_add(cube_write_scope_t *scope, cube_claim_t *claim, bool w
     // The prior claim moves aside (its references with it); the provisional
     // one is static, so entering costs two stores.
     out->prior = *claim;
-    claim->failure = &torn_down;
+    claim->failure = &cube_failure_torn_down;
     claim->chain = NULL;
   }
 }
@@ -175,7 +175,8 @@ void cube_write_scope_commit(cube_write_scope_t *scope) {
   for (uint32_t i = scope->count; i-- > 0;) {
     cube_scope_output_t *out = &scope->outputs[i];
     if (out->whole && !out->prior.failure && !out->prior.chain &&
-        (!out->claim->failure || out->claim->failure == &torn_down) && !out->claim->chain) {
+        (!out->claim->failure || out->claim->failure == &cube_failure_torn_down) &&
+        !out->claim->chain) {
       out->claim->failure = NULL;  // the common case: nothing was claimed before
     } else if (out->whole) {
       cube_claim_drop(&out->prior);

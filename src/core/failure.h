@@ -102,6 +102,19 @@ static inline void cube_write_scope_open(cube_write_scope_t *scope, cube_scope_o
 // commit; a partial one's is set aside and comes back at commit, since the
 // bytes outside the write are exactly as stale as they were.
 CUBE_INTERNAL void cube_write_scope_add(cube_write_scope_t *scope, cube_claim_t *claim, bool whole);
+// The same two steps for one whole output that claims nothing (its claim
+// not set), inline: the provisional TornDown goes in with a store, and the
+// commit takes it out with another (what cube_write_scope_commit does for
+// such an output). A scope that fails instead takes its outputs back to
+// clean first, then claims them (cube_failure_claim_outputs, the failure
+// cube_write_scope_fail would make).
+CUBE_INTERNAL extern cube_failure_t cube_failure_torn_down;
+static inline void cube_claim_enter_clean(cube_claim_t *claim) {
+  claim->failure = &cube_failure_torn_down;
+}
+static inline void cube_claim_leave_clean(cube_claim_t *claim) {
+  claim->failure = 0;
+}
 // The work was enqueued: whole outputs are released, partial outputs get back
 // what they claimed before.
 CUBE_INTERNAL void cube_write_scope_commit(cube_write_scope_t *scope);

@@ -28,9 +28,13 @@ cube_status_t cube_handles_slot_add(cube_server_t *server, uint32_t stream_index
   if (server->free_slot == UINT32_MAX && server->slot_count == server->slot_capacity) {
     uint32_t capacity = server->slot_capacity ? server->slot_capacity * 2 : 256;
     if (capacity > CUBE_HANDLE_MAX_SLOTS) capacity = CUBE_HANDLE_MAX_SLOTS;
-    cube_slot_t *grown = realloc(server->slots, (size_t)capacity * sizeof *grown);
+    // 64-byte aligned: a launch reads two whole lines of each slot (core/server.h).
+    cube_slot_t *grown = aligned_alloc(64, (size_t)capacity * sizeof *grown);
     if (!grown)
       return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "%s: out of host memory", op);
+    if (server->slot_count)
+      memcpy(grown, server->slots, (size_t)server->slot_count * sizeof *grown);
+    free(server->slots);
     server->slots = grown;
     server->slot_capacity = capacity;
   }

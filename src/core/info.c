@@ -25,6 +25,9 @@ _Static_assert(CUBE_INFO_NO_META_WORD == CUBE_INFO_NO_META,
 // The dialect-1 types (f64 .. i32) count in the header word; the reduced-
 // precision ones (f16 .. e5m2) in an extension word after the dialect-1
 // scalars, present only when the launch passes any.
+// A scalar's word is the low bytes of its value union read as one 64-bit
+// word (cube_info_scalar_width_log, core/launch_plan.h).
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "scalar words assume little-endian");
 #define INFO_V1_TYPES 6
 _Static_assert(CUBE_SCALAR_F16 == INFO_V1_TYPES && CUBE__SCALAR_TYPE_f16 == CUBE_SCALAR_F16 &&
                    CUBE__SCALAR_TYPE_e5m2 == CUBE_SCALAR_E5M2 &&

@@ -47,6 +47,26 @@ static inline uint64_t cube_info_scalar_word(const cube_scalar_t *s) {
   return word;
 }
 
+// log2(8 / the bytes of a scalar's value): its word is its low 64 >> this
+// bits of the value union (the same word as cube_info_scalar_word, which a
+// launch plan packs without the switch).
+static inline unsigned cube_info_scalar_width_log(cube_scalar_type_t type) {
+  switch (type) {
+    case CUBE_SCALAR_F64:
+    case CUBE_SCALAR_U64:
+    case CUBE_SCALAR_I64:
+      return 0;
+    case CUBE_SCALAR_F16:
+    case CUBE_SCALAR_BF16:
+      return 2;
+    case CUBE_SCALAR_E4M3:
+    case CUBE_SCALAR_E5M2:
+      return 3;
+    default:
+      return 1;
+  }
+}
+
 // Where a launch's info words go, given the types of its scalars and its
 // buffer count (cube_info_layout): the same for every launch of one argument
 // shape, so a launch plan (core/launch_plan.h) keeps it. Words 0..63 hold

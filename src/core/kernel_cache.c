@@ -139,16 +139,18 @@ cube_status_t cube_kernel_build(cube_kstore_t *store, cube_backend_device_t *dev
 
 //===--- Kernel cache statistics ---===//
 
-// Counted on every launch (memory hits): atomics, not a lock.
+// Counted on every launch (memory hits, inline: kernel_cache.h): atomics,
+// not a lock.
+atomic_uint_fast64_t cube_kernel_memory_hits;
 static struct {
-  atomic_uint_fast64_t compiled, memory_hits, disk_hits, bundle_hits;
+  atomic_uint_fast64_t compiled, disk_hits, bundle_hits;
   _Atomic double compile_seconds;
 } stats;
 
 void cube_kernel_stats_count(bool compiled, bool disk_hit, bool memory_hit, double seconds) {
   if (compiled) atomic_fetch_add_explicit(&stats.compiled, 1, memory_order_relaxed);
   if (disk_hit) atomic_fetch_add_explicit(&stats.disk_hits, 1, memory_order_relaxed);
-  if (memory_hit) atomic_fetch_add_explicit(&stats.memory_hits, 1, memory_order_relaxed);
+  if (memory_hit) cube_kernel_stats_memory_hit();
   if (seconds > 0) {
     double old = atomic_load(&stats.compile_seconds);
     while (!atomic_compare_exchange_weak(&stats.compile_seconds, &old, old + seconds)) {
@@ -159,7 +161,7 @@ void cube_kernel_stats_count(bool compiled, bool disk_hit, bool memory_hit, doub
 void cube_kernel_cache_stats(cube_kernel_cache_stats_t *out_stats) {
   if (!out_stats) return;
   out_stats->compiled = atomic_load(&stats.compiled);
-  out_stats->memory_hits = atomic_load(&stats.memory_hits);
+  out_stats->memory_hits = atomic_load(&cube_kernel_memory_hits);
   out_stats->disk_hits = atomic_load(&stats.disk_hits);
   out_stats->compile_seconds = atomic_load(&stats.compile_seconds);
   out_stats->bundle_hits = atomic_load(&stats.bundle_hits);
@@ -278,15 +280,22 @@ cube_status_t cube_kernel_cache_get(cube_server_t *server, cube_kernel_t *kernel
   }
   if (server->compiled_count == server->compiled_capacity) {
     size_t capacity = server->compiled_capacity ? server->compiled_capacity * 2 : 16;
-    cube_compiled_t *grown = realloc(server->compiled, capacity * sizeof *grown);
+    // 64-byte aligned: a launch reads one line of its entry (core/server.h).
+    cube_compiled_t *grown = aligned_alloc(64, capacity * sizeof *grown);
     if (!grown)
       return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "compiling '%s': out of host memory",
                               kernel->name);
+    if (server->compiled_count)
+      memcpy(grown, server->compiled, server->compiled_count * sizeof *grown);
+    free(server->compiled);
     server->compiled = grown;
     server->compiled_capacity = capacity;
   }
-  entry = &server->compiled[server->compiled_count++];
+  entry = &server->compiled[server->compiled_count];
   *entry = (cube_compiled_t){.kernel = cube_kernel_retain(kernel)};
+  // The next launch of this kernel object finds its entry without a search.
+  atomic_store_explicit(&kernel->hint, ((uint64_t)server->id << 32) | server->compiled_count++,
+                        memory_order_relaxed);
   cube_compile_request_t request = {.name = kernel->name,
                                     .source = kernel->source,
                                     .language = kernel->language,

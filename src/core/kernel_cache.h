@@ -29,6 +29,11 @@ CUBE_INTERNAL cube_status_t cube_kernel_cache_get(cube_server_t *server, cube_ke
 // Releases every entry (teardown).
 CUBE_INTERNAL void cube_kernel_cache_clear(cube_server_t *server);
 // Process-wide statistics.
+CUBE_INTERNAL extern atomic_uint_fast64_t cube_kernel_memory_hits;
+// A launch found its compiled kernel in memory (every launch but a compile).
+static inline void cube_kernel_stats_memory_hit(void) {
+  atomic_fetch_add_explicit(&cube_kernel_memory_hits, 1, memory_order_relaxed);
+}
 CUBE_INTERNAL void cube_kernel_stats_count(bool compiled, bool disk_hit, bool memory_hit,
                                            double seconds);
 

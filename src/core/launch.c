@@ -300,7 +300,7 @@ typedef struct launch_t {
   const uint8_t *io;
   // The plan kept for the argument list's shape on the compiled kernel (the
   // checks it stands for passed already), when |shaped| (the key holds it).
-  const cube_launch_plan_t *plan;
+  cube_launch_plan_t *plan;
   cube_compiled_t *compiled;
   const custom_info_t *custom;  // custom info words (B15), or NULL
   // The cube count: static, or read back from |count_buffer| by cube_launch
@@ -372,18 +372,18 @@ static cube_status_t launch_resolve(launch_t *l) {
 }
 
 // A trace shows where the failure began (core/profile.h).
-static void trace_failed(launch_t *l, uint64_t failure_id) {
-  if (!l->server->profiler || failure_id == 0) return;
+static void trace_failed(cube_server_t *server, const cube_kernel_t *kernel, uint64_t failure_id) {
+  if (!server->profiler || failure_id == 0) return;
   char name[96];
-  snprintf(name, sizeof name, "launch of '%s' failed: failure #%llu", l->kernel->name,
+  snprintf(name, sizeof name, "launch of '%s' failed: failure #%llu", kernel->name,
            (unsigned long long)failure_id);
-  cube_trace_mark(l->server, CUBE_TRACE_MARK_FAILED, failure_id, name);
+  cube_trace_mark(server, CUBE_TRACE_MARK_FAILED, failure_id, name);
 }
 
 // Every written buffer claims a new failure owning |error|: the launch will
 // not write them.
 static void launch_fail(launch_t *l, cube_status_t error) {
-  trace_failed(l, launch_claim(l->server, l->kernel, l->args, error));
+  trace_failed(l->server, l->kernel, launch_claim(l->server, l->kernel, l->args, error));
   l->claimed = true;
 }
 
@@ -394,7 +394,7 @@ static void launch_fail(launch_t *l, cube_status_t error) {
 // around a dry run that failed measured no kernel that will ever run).
 static cube_status_t launch_compile(launch_t *l) {
   if (l->compiled && !l->compiled->error) {
-    cube_kernel_stats_count(false, false, true, 0);  // as cube_kernel_cache_get counts a hit
+    cube_kernel_stats_memory_hit();  // as cube_kernel_cache_get counts a hit
     return CUBE_OK;
   }
   cube_status_t status = cube_kernel_cache_get(l->server, l->kernel, l->compiled, &l->compiled);
@@ -447,6 +447,20 @@ static uint32_t launch_writes(const launch_t *l) {
   return writes;
 }
 
+// The resource check (fits_device) of a launch; a plan of the kernel
+// object that compiled it records a pass, and the straight path launches
+// that object with that plan from then on without the check (its answer
+// depends only on them and the device).
+static cube_status_t launch_fits(launch_t *l) {
+  cube_status_t status = fits_device(l->server, l->kernel, l->compiled);
+  if (cube_status_is_ok(status) && l->plan && l->kernel == l->compiled->kernel) {
+    l->plan->cube_dim = l->kernel->cube_dim;
+    l->plan->dynamic_shared_memory = l->kernel->dynamic_shared_memory;
+    l->plan->fits = true;
+  }
+  return status;
+}
+
 static cube_status_t launch_dispatch(launch_t *l) {
   cube_server_t *server = l->server;
   const uint32_t stream = l->stream;
@@ -462,7 +476,7 @@ static cube_status_t launch_dispatch(launch_t *l) {
   // refusal (the caller expected them written).
   cube_status_t status =
       l->dynamic ? cube_validate_cube_count(server, l->kernel->name, grid) : CUBE_OK;
-  if (cube_status_is_ok(status)) status = fits_device(server, l->kernel, l->compiled);
+  if (cube_status_is_ok(status)) status = launch_fits(l);
   uint64_t words[CUBE_INFO_MAX_WORDS];
   uint32_t info_words = 0, static_words = 0;
   if (cube_status_is_ok(status) && l->custom) {
@@ -551,7 +565,7 @@ static cube_status_t launch_dispatch(launch_t *l) {
       }
     }
   } else {
-    trace_failed(l, cube_write_scope_fail(&scope, status));
+    trace_failed(server, l->kernel, cube_write_scope_fail(&scope, status));
     l->claimed = true;
   }
   return status;
@@ -606,7 +620,7 @@ static cube_status_t launch_body(launch_t *l) {
   if (!cube_status_is_ok(status)) return status;
   if (l->mode == CUBE_LAUNCH_COMPILE_ONLY) {
     // A dry run checks its maps as the launch would, and encodes none.
-    status = fits_device(l->server, l->kernel, l->compiled);
+    status = launch_fits(l);
     if (cube_status_is_ok(status) && l->tensor_maps) {
       cube_launch_maps_t maps;
       status = cube_tensor_map_launch(l->server->device, NULL, l->kernel->name, l->args,
@@ -654,7 +668,7 @@ static cube_status_t launch_locked(cube_server_t *server, uint32_t stream, cube_
   }
   cube_status_t status = launch_body(&l);
   if (!cube_status_is_ok(status) && mode != CUBE_LAUNCH_COMPILE_ONLY) {
-    if (!l.claimed) trace_failed(&l, launch_claim(server, kernel, args, status));
+    if (!l.claimed) trace_failed(server, kernel, launch_claim(server, kernel, args, status));
     cube_server_work_failed(server, stream, status);
   }
   return status;
@@ -756,7 +770,7 @@ static cube_status_t launch_entry(cube_client_t *client, cube_stream_t stream,
     cube_launch_flush_deferred(server);
   // A static count above the device's limit is refused before anything is
   // compiled or queued (the comparison here, the message only when it fails).
-  const cube_dim3_t max = server->device->properties.max_cube_count;
+  const cube_dim3_t max = server->max_cube_count;
   if (cube_status_is_ok(status) && !count.dynamic &&
       (count.count.x > max.x || count.count.y > max.y || count.count.z > max.z))
     status = cube_validate_cube_count(server, kernel->name, count.count);
@@ -778,15 +792,223 @@ static cube_status_t launch_entry(cube_client_t *client, cube_stream_t stream,
   return status;
 }
 
-cube_status_t cube_launch(cube_client_t *client, cube_stream_t stream, cube_kernel_t *kernel,
-                          cube_cube_count_t count, const cube_kernel_args_t *args,
-                          cube_launch_mode_t mode) {
+// The straight path's failure once its outputs claimed TornDown (the
+// ordering or the dispatch failed): as a failed write scope, each output
+// claims one new failure owning |status|, and the stream's work-failed
+// hook hears of it (launch_dispatch, then launch_locked). Lock held.
+CUBE_COLD static cube_status_t launch_straight_failed(cube_server_t *server, uint32_t stream,
+                                                      const cube_kernel_t *kernel, uint32_t writes,
+                                                      const uint64_t *slots, size_t n,
+                                                      cube_status_t status) {
+  cube_claim_t *outputs[CUBE_MAX_BUFFERS];
+  for (size_t i = 0; i < n; ++i) {
+    outputs[i] = NULL;
+    if ((writes >> i) & 1u) {
+      cube_slot_t *slot = (cube_slot_t *)(uintptr_t)slots[i];
+      cube_claim_leave_clean(&slot->claim);
+      outputs[i] = &slot->claim;
+    }
+  }
+  trace_failed(server, kernel, cube_failure_claim_outputs(outputs, n, status));
+  cube_server_work_failed(server, stream, status);
+  return status;
+}
+
+// The compiled entry of the kernel object itself on |server| (the one it
+// compiled), or NULL; its hint names it from now on. For an object launched
+// on several clients in turn, whose hint names the last one's entry. Lock
+// held.
+CUBE_COLD static const cube_compiled_t *launch_own_entry(cube_server_t *server,
+                                                         cube_kernel_t *kernel) {
+  for (size_t i = 0; i < server->compiled_count; ++i) {
+    if (server->compiled[i].kernel == kernel) {
+      atomic_store_explicit(&kernel->hint, ((uint64_t)server->id << 32) | i, memory_order_relaxed);
+      return &server->compiled[i];
+    }
+  }
+  return NULL;
+}
+
+//===--- The straight path ---===//
+
+// A planned launch in one pass: a kernel object whose compiled entry (the
+// one it compiled) has a straight plan for the argument list's shape
+// (core/launch_plan.h) and fits the device, launched to run now with a
+// static count on a stream that records nothing, on a server that is not
+// poisoned, profiling, tracing NVTX ranges or holding queued launches,
+// with bindings that are live, bound, in range, of whole elements, aligned
+// and clean (no claim). It makes every check the general path makes for
+// such a launch — the argument list's IO, ranks and scalar types, the
+// stream, the cube count against the device, each binding (live handle,
+// range, size and alignment against the kernel's elements), the plan's
+// match (its IO answers, tensor-map match, scalar check and info layout,
+// core/launch_plan.h) and the inputs' failures — and keeps the failure
+// model: its outputs claim TornDown while it is enqueued and the real error
+// if the ordering or the dispatch fails, the stream's work-failed hook
+// hears of it, and a device error poisons as it does anywhere. Anything
+// else, and every refusal, it leaves to the general path (launch_entry)
+// before it has changed anything: false then, the lock released. Returns
+// true with the launch's status in |*out_status| when it launched.
+static CUBE_ALWAYS_INLINE bool launch_straight(cube_server_t *server, cube_stream_t stream,
+                                               cube_kernel_t *kernel, cube_dim3_t grid,
+                                               const cube_kernel_args_t *args,
+                                               cube_status_t *out_status) {
+  const size_t n = args->buffer_count, m = args->scalar_count;
+  if (n > CUBE_MAX_BUFFERS || m > CUBE_LAUNCH_SHAPE_SCALARS || (n && !args->buffers) ||
+      (m && !args->scalars))
+    return false;
+  // The shape (core/launch_plan.h), as validate_args builds it for a list
+  // it accepts, in registers.
+  uint64_t buffers0 = 0, buffers1 = 0, scalars0 = 0, scalars1 = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const cube_kernel_buffer_t *b = &args->buffers[i];
+    if (b->io > CUBE_IO_DEAD || b->rank || b->tensor_map) return false;
+    if (i < 8) {
+      buffers0 |= (uint64_t)b->io << (8 * i);
+    } else {
+      buffers1 |= (uint64_t)b->io << (8 * (i - 8));
+    }
+  }
+  for (size_t i = 0; i < m; ++i) {
+    const uint64_t type = (unsigned)args->scalars[i].type;
+    if (type >= CUBE_SCALAR_TYPE_COUNT) return false;
+    if (i < 16) {
+      scalars0 |= type << (4 * i);
+    } else {
+      scalars1 |= type << (4 * (i - 16));
+    }
+  }
+  const uint64_t counts = (uint64_t)n | (uint64_t)m << 8;
+  bool launched = false;  // else the general path's, nothing changed
+  pthread_mutex_lock(&server->lock);
+  uint32_t index = 0;
+  const cube_dim3_t max = server->max_cube_count;
+  // The compiled entry this kernel object found last, if it is this
+  // client's and the object's own (a pointer compare: the entry retains it).
+  const uint64_t hint = atomic_load_explicit(&kernel->hint, memory_order_relaxed);
+  const size_t at = (size_t)(hint & 0xffffffffu);
+  if (server->poison || server->pending_head || server->profiler || !server->track_failures ||
+      !cube_server_stream_known(server, stream, &index) || server->streams[index].capturing ||
+      grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > max.x || grid.y > max.y ||
+      grid.z > max.z)
+    goto general;
+  const cube_compiled_t *compiled = (hint >> 32) == server->id && at < server->compiled_count &&
+                                            server->compiled[at].kernel == kernel
+                                        ? &server->compiled[at]
+                                        : launch_own_entry(server, kernel);
+  if (!compiled) goto general;
+  const cube_launch_plan_t *plan = NULL;
+  for (uint32_t i = 0; compiled->plans && i < CUBE_LAUNCH_PLANS && !plan; ++i) {
+    const cube_launch_shape_t *k = &compiled->plans->plans[i].shape;
+    if (((k->counts ^ counts) | (k->buffers[0] ^ buffers0) | (k->buffers[1] ^ buffers1) |
+         (k->scalars[0] ^ scalars0) | (k->scalars[1] ^ scalars1)) == 0)
+      plan = &compiled->plans->plans[i];
+  }
+  if (!plan || !plan->straight || !plan->fits) goto general;
+  // The launch's own data in as few lines as it takes: the dispatch, then
+  // each binding's address, the info block's static words and each
+  // binding's slot (a pointer in a cell), one after the other.
+  struct {
+    cube_dispatch_t dispatch;
+    uint64_t cells[2 * CUBE_MAX_BUFFERS + CUBE_INFO_STATIC_WORDS];
+  } _Alignas(64) f;
+  uint64_t *const addresses = f.cells, *const words = f.cells + n;
+  uint64_t *const slots = words + plan->static_words;
+  // Each binding, as cube_server_resolve and the plan's check take it: its
+  // length goes straight into the info block, and whether it needs ordering
+  // after another stream into |cross|.
+  uint32_t writes = 0, cross = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const cube_binding_t binding = args->buffers[i].binding;
+    cube_slot_t *slot = cube_server_live_slot(server, binding.handle);
+    if (!slot || slot->unbound || binding.offset > slot->size || cube_claim_is_set(&slot->claim))
+      goto general;
+    const uint64_t size = binding.size == CUBE_WHOLE ? slot->size - binding.offset : binding.size;
+    uint64_t end = 0;
+    if (!cube_add_u64(binding.offset, size, &end) || end > slot->size) goto general;
+    const uint64_t address = slot->slice.address + binding.offset;
+    if (!cube_launch_plan_binding_fits(plan, i, size, address)) goto general;
+    const bool written = plan->buffer[i] & IO_W;
+    writes |= (uint32_t)written << i;
+    cross |= (uint32_t)!cube_server_order_trivial(slot, index, written) << i;
+    slots[i] = (uint64_t)(uintptr_t)slot;
+    addresses[i] = address;
+    cube_launch_plan_pack_buffer(plan, words, n, i, size);
+  }
+#define SLOT(i) ((cube_slot_t *)(uintptr_t)slots[i])
+  cube_kernel_stats_memory_hit();
+  cube_launch_plan_pack_scalars(plan, args, words);
+  // The write scope: each output claims TornDown until the work is
+  // enqueued (its claim was clean: checked above).
+  for (uint32_t w = writes; w; w &= w - 1) cube_claim_enter_clean(&SLOT(__builtin_ctz(w))->claim);
+  cube_stream_state_t *s = &server->streams[index];
+  cube_backend_device_t *device = server->device;
+  const cube_backend_vtable_t *vt = device->vtable;
+  vt->stream_tag(device, s->backend, s->ticket + 1);
+  cube_status_t status = CUBE_OK;
+  for (uint32_t c = cross; c && cube_status_is_ok(status); c &= c - 1) {
+    const unsigned i = (unsigned)__builtin_ctz(c);
+    status = cube_server_order(server, index, SLOT(i), (writes >> i) & 1u);
+  }
+  if (cube_status_is_ok(status)) {
+    f.dispatch = (cube_dispatch_t){.kernel = compiled->backend,
+                                   .cube_count = grid,
+                                   .cube_dim = plan->cube_dim,
+                                   .dynamic_shared_memory = plan->dynamic_shared_memory,
+                                   .buffers = addresses,
+                                   .buffer_count = (uint32_t)n,
+                                   .info = words,
+                                   .info_words = plan->static_words,
+                                   .static_words = plan->static_words};
+    status = vt->dispatch(device, s->backend, &f.dispatch);
+    if (!cube_status_is_ok(status))
+      status = cube_server_note_in(server, status, CUBE_STATUS_FAMILY_LAUNCH);
+  }
+  server->straight_launches++;
+  if (__builtin_expect(cube_status_is_ok(status), 1)) {
+    s->ticket++;
+    for (size_t i = 0; i < n; ++i) {
+      if ((writes >> i) & 1u) {
+        cube_claim_leave_clean(&SLOT(i)->claim);
+        cube_server_wrote(server, index, SLOT(i));
+      } else {
+        cube_server_used(server, index, SLOT(i));
+      }
+    }
+  } else {
+    status = launch_straight_failed(server, index, kernel, writes, slots, n, status);
+  }
+#undef SLOT
+  *out_status = status;
+  launched = true;
+general:
+  pthread_mutex_unlock(&server->lock);
+  return launched;
+}
+
+// Every other launch: the phases one by one (launch_entry). Cold: out of
+// the straight path's lines.
+CUBE_COLD CUBE_NOINLINE static cube_status_t launch_general(
+    cube_client_t *client, cube_stream_t stream, cube_kernel_t *kernel, cube_cube_count_t count,
+    const cube_kernel_args_t *args, cube_launch_mode_t mode) {
   cube_server_t *nvtx_server = cube_server_of(client);
   bool nvtx = nvtx_server && nvtx_server->nvtx;
   if (__builtin_expect(nvtx, 0)) cube_nvtx_push(kernel ? kernel->name : "cube_launch");
   cube_status_t status = launch_entry(client, stream, kernel, count, args, NULL, mode);
   if (__builtin_expect(nvtx, 0)) cube_nvtx_pop();
   return status;
+}
+
+cube_status_t cube_launch(cube_client_t *client, cube_stream_t stream, cube_kernel_t *kernel,
+                          cube_cube_count_t count, const cube_kernel_args_t *args,
+                          cube_launch_mode_t mode) {
+  static const cube_kernel_args_t no_args = {0};
+  cube_server_t *server = cube_server_of(client);
+  cube_status_t status = CUBE_OK;
+  if (server && kernel && mode == CUBE_LAUNCH_EXECUTE && !count.dynamic && !server->nvtx &&
+      launch_straight(server, stream, kernel, count.count, args ? args : &no_args, &status))
+    return status;
+  return launch_general(client, stream, kernel, count, args, mode);
 }
 
 cube_status_t cube_launch_with_info(cube_client_t *client, cube_stream_t stream,

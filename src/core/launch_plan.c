@@ -21,11 +21,9 @@ bool cube_launch_shape_of(const cube_kernel_args_t *args, cube_launch_shape_t *o
   return true;
 }
 
-const cube_launch_plan_t *cube_launch_plan_keep(const cube_kernel_t *kernel,
-                                                cube_compiled_t *compiled,
-                                                const cube_kernel_args_t *args,
-                                                const cube_launch_shape_t *shape,
-                                                const uint8_t *io) {
+cube_launch_plan_t *cube_launch_plan_keep(const cube_kernel_t *kernel, cube_compiled_t *compiled,
+                                          const cube_kernel_args_t *args,
+                                          const cube_launch_shape_t *shape, const uint8_t *io) {
   cube_info_layout_t layout;
   cube_status_t status = cube_info_layout(kernel, args, &layout);
   if (!cube_status_is_ok(status)) {
@@ -33,8 +31,11 @@ const cube_launch_plan_t *cube_launch_plan_keep(const cube_kernel_t *kernel,
     return NULL;
   }
   if (!compiled->plans) {
-    compiled->plans = calloc(1, sizeof *compiled->plans);
+    // 64-byte aligned: a straight launch reads two whole lines of its plan.
+    compiled->plans = aligned_alloc(64, sizeof *compiled->plans);
     if (!compiled->plans) return NULL;
+    memset(compiled->plans, 0, sizeof *compiled->plans);
+    for (uint32_t i = 0; i < CUBE_LAUNCH_PLANS; ++i) compiled->plans->plans[i].shape.counts = ~0ull;
   }
   struct cube_launch_plans_t *p = compiled->plans;
   cube_launch_plan_t *plan = NULL;
@@ -49,21 +50,44 @@ const cube_launch_plan_t *cube_launch_plan_keep(const cube_kernel_t *kernel,
   const cube_signature_t *signature = &compiled->signature;
   plan->checks_bindings = signature->known;
   plan->odd_sizes = signature->odd_sizes;
+  // Straight unless something needs the general path's view (below).
+  bool straight = !(shape->counts >> 32) && !signature->odd_sizes;
   for (size_t i = 0; i < args->buffer_count; ++i) {
     plan->io[i] = io[i];
     if (io[i] & CUBE_IO_SET_WRITE) plan->writes |= 1u << i;
     if (args->buffers[i].rank) plan->ranked = true;
+    uint32_t size_mask = 0, align_mask = 0;
     if (signature->known && i < signature->buffer_count) {
-      plan->size_mask[i] = signature->size_mask[i];
-      plan->align_mask[i] = signature->align_mask[i];
+      size_mask = plan->size_mask[i] = signature->size_mask[i];
+      align_mask = plan->align_mask[i] = signature->align_mask[i];
     }
+    // Masks of powers of two up to 128 (0x7f): their log2 fits 3 bits.
+    const unsigned size_log = (unsigned)__builtin_popcount(size_mask);
+    const unsigned align_log = (unsigned)__builtin_popcount(align_mask);
+    if (size_mask > 0x7f || align_mask > 0x7f || (size_mask & (size_mask + 1)) ||
+        (align_mask & (align_mask + 1)))
+      straight = false;
+    plan->buffer[i] =
+        (uint8_t)((io[i] & CUBE_LAUNCH_PLAN_IO) | (size_log & 7u) << CUBE_LAUNCH_PLAN_SIZE_SHIFT |
+                  (align_log & 7u) << CUBE_LAUNCH_PLAN_ALIGN_SHIFT);
   }
+  plan->straight = straight && !plan->ranked;
   plan->layout = layout;
+  plan->header = layout.header;
+  plan->extension = layout.extension;
+  plan->extension_at = layout.extension_at;
+  plan->lengths_at = layout.lengths_at;
+  plan->static_words = layout.static_words;
   // Each scalar's word: its type's group, in argument order (as
-  // cube_info_pack_laid places them).
+  // cube_info_pack_laid places them), and its value's width.
   uint8_t at[CUBE_SCALAR_TYPE_COUNT];
   memcpy(at, layout.at, sizeof at);
-  for (size_t i = 0; i < args->scalar_count; ++i) plan->scalar_at[i] = at[args->scalars[i].type]++;
+  for (size_t i = 0; i < args->scalar_count; ++i) {
+    const cube_scalar_type_t type = args->scalars[i].type;
+    plan->scalar_at[i] = at[type]++;
+    plan->scalar[i] = (uint8_t)(plan->scalar_at[i] | cube_info_scalar_width_log(type)
+                                                         << CUBE_LAUNCH_PLAN_WIDTH_SHIFT);
+  }
   return plan;
 }
 

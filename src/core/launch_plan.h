@@ -14,6 +14,9 @@
 #ifndef CUBE_CORE_LAUNCH_PLAN_H_
 #define CUBE_CORE_LAUNCH_PLAN_H_
 
+#include <stddef.h>
+#include <string.h>
+
 #include "core/info.h"
 #include "core/server.h"
 #include "core/signature.h"
@@ -32,8 +35,41 @@ typedef struct cube_launch_shape_t {
   uint64_t scalars[2];  // four bits per scalar: its type
 } cube_launch_shape_t;
 
+// A planned launch (launch.c's straight path) reads the plan's first two
+// cache lines and nothing else of it: the key, the info block's header and
+// word positions, the backend kernel and its launch dims, and one byte per
+// buffer and per scalar. The rest is for the general path. The plans are
+// allocated 64-byte aligned, so each line is one line.
+#define CUBE_LAUNCH_PLAN_IO 0x03u       // buffer byte: its IO (core/io_sets.h bits)
+#define CUBE_LAUNCH_PLAN_SIZE_SHIFT 2   // log2 of the element size (0..7)
+#define CUBE_LAUNCH_PLAN_ALIGN_SHIFT 5  // log2 of the element alignment (0..7)
+#define CUBE_LAUNCH_PLAN_WORD 0x3fu     // scalar byte: its word in the block
+#define CUBE_LAUNCH_PLAN_WIDTH_SHIFT 6  // log2(8 / the value's bytes)
+
 typedef struct cube_launch_plan_t {
-  cube_launch_shape_t shape;
+  // Line 0: the key and the info block's static layout.
+  _Alignas(64) cube_launch_shape_t shape;
+  uint64_t header;       // word 0 of the info block (its layout's header)
+  uint64_t extension;    // the extension word (the later scalar types' counts)
+  uint8_t static_words;  // the info block's static words
+  uint8_t lengths_at;    // the buffer lengths, then one meta word per buffer
+  uint8_t extension_at;  // 0: no extension word
+  // The straight path takes this plan: no ranked buffer, no tensor map,
+  // every element size and alignment a power of two up to 128 (|buffer|).
+  bool straight;
+  // The kernel object that compiled it (compiled->kernel) fits the device
+  // with |cube_dim| and |dynamic_shared_memory|: launch.c's fits_device
+  // passed for that object, which a straight launch of it does not repeat.
+  bool fits;
+  // Line 1: the launch's dims and one byte per buffer and scalar.
+  cube_dim3_t cube_dim;
+  uint32_t dynamic_shared_memory;
+  // Per buffer: IO | log2(element size) << 2 | log2(alignment) << 5 (0s
+  // where the kernel exported no signature: nothing to check).
+  uint8_t buffer[CUBE_MAX_BUFFERS];
+  // Per scalar: its word | log2(8 / its value's bytes) << 6.
+  uint8_t scalar[CUBE_LAUNCH_SHAPE_SCALARS];
+  // The general path's view (launch.c's launch_match and launch_dispatch).
   uint8_t io[CUBE_MAX_BUFFERS];  // the resolved IO per buffer (core/io_sets.h bits)
   uint32_t writes;               // bit i: buffer i is written
   // The bindings' check, the signature's masks copied here so that a launch
@@ -49,7 +85,11 @@ typedef struct cube_launch_plan_t {
   uint8_t scalar_at[CUBE_LAUNCH_SHAPE_SCALARS];
   bool ranked;
 } cube_launch_plan_t;
+_Static_assert(offsetof(cube_launch_plan_t, cube_dim) == 64, "a plan's line 0");
+_Static_assert(offsetof(cube_launch_plan_t, io) == 128, "a plan's line 1");
 
+// A plan's slots (the oldest one is replaced). A slot not used yet holds a
+// key no shape has (counts all ones), so a lookup reads no count.
 struct cube_launch_plans_t {
   cube_launch_plan_t plans[CUBE_LAUNCH_PLANS];
   uint32_t count;
@@ -82,11 +122,11 @@ CUBE_INTERNAL bool cube_launch_shape_of(const cube_kernel_args_t *args,
                                         cube_launch_shape_t *out_shape);
 
 // The plan of |shape| on |compiled|, or NULL. Lock held.
-static inline const cube_launch_plan_t *cube_launch_plan_find(const cube_compiled_t *compiled,
-                                                              const cube_launch_shape_t *shape) {
-  const struct cube_launch_plans_t *p = compiled->plans;
+static inline cube_launch_plan_t *cube_launch_plan_find(const cube_compiled_t *compiled,
+                                                        const cube_launch_shape_t *shape) {
+  struct cube_launch_plans_t *p = compiled->plans;
   if (!p) return NULL;
-  for (uint32_t i = 0; i < p->count; ++i) {
+  for (uint32_t i = 0; i < CUBE_LAUNCH_PLANS; ++i) {
     const cube_launch_shape_t *k = &p->plans[i].shape;
     if (((k->counts ^ shape->counts) | (k->buffers[0] ^ shape->buffers[0]) |
          (k->buffers[1] ^ shape->buffers[1]) | (k->scalars[0] ^ shape->scalars[0]) |
@@ -101,11 +141,11 @@ static inline const cube_launch_plan_t *cube_launch_plan_find(const cube_compile
 // passed for it. Returns the plan, or NULL when none is kept (the info
 // layout refused the arguments: the launch reports it when it packs them;
 // or no memory for the plans: nothing is lost but time). Lock held.
-CUBE_INTERNAL const cube_launch_plan_t *cube_launch_plan_keep(const cube_kernel_t *kernel,
-                                                              cube_compiled_t *compiled,
-                                                              const cube_kernel_args_t *args,
-                                                              const cube_launch_shape_t *shape,
-                                                              const uint8_t *io);
+CUBE_INTERNAL cube_launch_plan_t *cube_launch_plan_keep(const cube_kernel_t *kernel,
+                                                        cube_compiled_t *compiled,
+                                                        const cube_kernel_args_t *args,
+                                                        const cube_launch_shape_t *shape,
+                                                        const uint8_t *io);
 
 // The bindings of a launch of |plan|'s shape (sizes in bytes |sizes|,
 // device |addresses|) against the kernel's elements: OK, or the
@@ -130,6 +170,40 @@ CUBE_INTERNAL uint32_t cube_launch_plan_pack(const cube_launch_plan_t *plan,
                                              const cube_kernel_args_t *args,
                                              const uint64_t *lengths, uint64_t *words,
                                              uint32_t *out_words);
+
+// The straight path's packing (plan->straight): the header and each
+// scalar's word, then per buffer |i| of |n| its length in bytes and its
+// "no metadata" word, as cube_info_pack places them. Words past the static
+// ones are not written (there are none without ranked buffers).
+static inline void cube_launch_plan_pack_scalars(const cube_launch_plan_t *plan,
+                                                 const cube_kernel_args_t *args, uint64_t *words) {
+  words[0] = plan->header;
+  if (plan->extension_at) words[plan->extension_at] = plan->extension;
+  for (size_t i = 0; i < args->scalar_count; ++i) {
+    // The value's own bytes, zero-extended (cube_info_scalar_word): the
+    // union holds it in its low bytes (little-endian, checked in info.c).
+    uint64_t value;
+    memcpy(&value, &args->scalars[i].value, sizeof value);
+    const unsigned byte = plan->scalar[i];
+    words[byte & CUBE_LAUNCH_PLAN_WORD] =
+        value & (~0ull >> (64u - (64u >> (byte >> CUBE_LAUNCH_PLAN_WIDTH_SHIFT))));
+  }
+}
+static inline void cube_launch_plan_pack_buffer(const cube_launch_plan_t *plan, uint64_t *words,
+                                                size_t n, size_t i, uint64_t length) {
+  words[plan->lengths_at + i] = length;
+  words[plan->lengths_at + n + i] = CUBE_INFO_NO_META_WORD;
+}
+// Whether a binding of |size| bytes at |address| is what buffer |i| of a
+// straight plan takes: its size a whole number of elements, its address
+// aligned to the element (cube_signature_check_buffers says why not).
+static inline bool cube_launch_plan_binding_fits(const cube_launch_plan_t *plan, size_t i,
+                                                 uint64_t size, uint64_t address) {
+  const unsigned byte = plan->buffer[i];
+  const uint64_t size_mask = (1ull << ((byte >> CUBE_LAUNCH_PLAN_SIZE_SHIFT) & 7u)) - 1;
+  const uint64_t align_mask = (1ull << (byte >> CUBE_LAUNCH_PLAN_ALIGN_SHIFT)) - 1;
+  return ((size & size_mask) | (address & align_mask)) == 0;
+}
 
 // Frees the plans of |compiled| (the kernel cache's teardown).
 CUBE_INTERNAL void cube_launch_plans_free(cube_compiled_t *compiled);

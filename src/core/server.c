@@ -301,11 +301,8 @@ cube_status_t cube_server_stream_open_at(cube_server_t *server, bool explicit_st
   return status;
 }
 
-static _Thread_local struct {
-  const cube_server_t *server;
-  uint32_t client_id;
-  uint32_t stream;
-} current_stream __attribute__((tls_model("initial-exec")));
+_Thread_local cube_current_stream_t cube_server_current_stream CUBE_SERVER_TLS;
+#define current_stream cube_server_current_stream
 
 cube_status_t cube_server_stream_retire(cube_server_t *server, uint32_t index) {
   cube_stream_state_t *s = &server->streams[index];
@@ -335,6 +332,20 @@ cube_status_t cube_server_stream_retire(cube_server_t *server, uint32_t index) {
   return status;
 }
 
+bool cube_server_thread_stream(cube_server_t *server, uint32_t *out_index) {
+  pthread_t self = pthread_self();
+  for (size_t i = 0; i < server->thread_stream_count; ++i) {
+    if (pthread_equal(server->thread_streams[i].thread, self)) {
+      *out_index = server->thread_streams[i].stream;
+      current_stream.server = server;
+      current_stream.client_id = server->id;
+      current_stream.stream = *out_index;
+      return true;
+    }
+  }
+  return false;
+}
+
 cube_status_t cube_server_stream(cube_server_t *server, cube_stream_t stream, const char *operation,
                                  uint32_t *out_index) {
   if (stream != CUBE_STREAM_CURRENT) {
@@ -353,16 +364,8 @@ cube_status_t cube_server_stream(cube_server_t *server, cube_stream_t stream, co
     *out_index = current_stream.stream;
     return CUBE_OK;
   }
+  if (cube_server_thread_stream(server, out_index)) return CUBE_OK;
   pthread_t self = pthread_self();
-  for (size_t i = 0; i < server->thread_stream_count; ++i) {
-    if (pthread_equal(server->thread_streams[i].thread, self)) {
-      *out_index = server->thread_streams[i].stream;
-      current_stream.server = server;
-      current_stream.client_id = server->id;
-      current_stream.stream = *out_index;
-      return CUBE_OK;
-    }
-  }
   if (server->thread_stream_count == server->thread_stream_capacity) {
     size_t capacity = server->thread_stream_capacity ? server->thread_stream_capacity * 2 : 8;
     cube_thread_stream_t *grown = realloc(server->thread_streams, capacity * sizeof *grown);
@@ -609,24 +612,6 @@ bool cube_server_fence(cube_server_t *server, cube_slot_t *slot, uint32_t *out_s
   *out_ticket = last ? server->streams[last].ticket : slot->last_ticket;
   return covered;
 }
-void cube_server_used(cube_server_t *server, uint32_t stream, cube_slot_t *slot) {
-  if (slot) {
-    slot->last_stream = stream;
-    slot->last_ticket = server->streams[stream].ticket;
-    slot->users[(stream - 1) / 64] |= 1ull << ((stream - 1) % 64);
-  }
-}
-
-void cube_server_wrote(cube_server_t *server, uint32_t stream, cube_slot_t *slot) {
-  if (slot) {
-    slot->last_stream = slot->write_stream = stream;
-    slot->last_ticket = slot->write_ticket = server->streams[stream].ticket;
-    // Every earlier use was waited for (cube_server_order): only this one counts.
-    memset(slot->users, 0, sizeof slot->users);
-    slot->users[(stream - 1) / 64] = 1ull << ((stream - 1) % 64);
-  }
-}
-
 //===--- Late failures ---===//
 
 void cube_server_tag(cube_server_t *server, uint32_t stream) {

@@ -42,6 +42,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 
 #include "core/backend.h"
 #include "core/failure.h"
@@ -56,8 +57,9 @@ _Static_assert(CUBE_MAX_BUFFERS == CUBE_SIGNATURE_MAX_BUFFERS, "core/signature.h
 
 typedef struct cube_server_t cube_server_t;
 
+// One line each (64-byte aligned in the server): a launch reads one.
 typedef struct cube_stream_state_t {
-  cube_bstream_t *backend;
+  _Alignas(64) cube_bstream_t *backend;
   bool live;
   bool retiring;         // being drained before it goes: takes no new work
   bool explicit_stream;  // from cube_stream_create (not a thread default)
@@ -72,6 +74,7 @@ typedef struct cube_stream_state_t {
   cube_bevent_t *progress;  // an event covering |progress_ticket|, or NULL
   uint64_t progress_ticket;
 } cube_stream_state_t;
+_Static_assert(sizeof(cube_stream_state_t) == 64, "a stream's state is one line");
 
 // One slot of the handle table. A handle value names (client, slot,
 // generation); a released slot bumps its generation, so stale handles are
@@ -85,29 +88,35 @@ typedef struct cube_stream_state_t {
 #define CUBE_HANDLE_GENERATIONS (1u << 24)
 #define CUBE_HANDLE_MAX_SLOTS ((1u << 24) - 1)
 typedef struct cube_slot_t {
-  uint32_t generation;
+  // Line 0 (the table is 64-byte aligned): what resolving a binding and
+  // checking its claim read.
+  _Alignas(64) uint32_t generation;
   bool live;
-  uint64_t size;
-  cube_mm_slice_t slice;
-  uint32_t last_stream;   // stream index that last used the buffer
-  uint64_t last_ticket;   // that stream's ticket after the use
-  uint32_t home_stream;   // the stream it was made on (the collectives' same-stream rule)
-  uint32_t write_stream;  // the stream of the last work that wrote it (0: none)
-  uint64_t write_ticket;  // that work's ticket: pending until the stream completes it
-  // Streams that used it since that write (bit s - 1 for stream s): a write
-  // waits for each of them.
-  uint64_t users[CUBE_MAX_STREAMS / 64];
-  cube_claim_t claim;
-  uint32_t next_free;
-  uint32_t graph_pins;  // captures and graphs using the memory (graph.c)
-  bool external;        // the caller's memory (from_host, import): in no pool
-  bool unbound;         // lazy binding: no memory reserved yet (cube_server_resolve binds)
+  bool unbound;   // lazy binding: no memory reserved yet (cube_server_resolve binds)
+  bool external;  // the caller's memory (from_host, import): in no pool
   // Released by its owner while exports still use the memory (interop.c):
   // the handle is dead, the memory is kept until the last export goes.
   bool held;
+  uint64_t size;
+  cube_mm_slice_t slice;
+  cube_claim_t claim;
+  // Line 1: what ordering and marking a use read and write.
+  uint32_t write_stream;  // the stream of the last work that wrote it (0: none)
+  uint32_t last_stream;   // stream index that last used the buffer
+  uint64_t write_ticket;  // that work's ticket: pending until the stream completes it
+  uint64_t last_ticket;   // the last user's ticket after the use
+  uint32_t home_stream;   // the stream it was made on (the collectives' same-stream rule)
+  uint32_t next_free;
+  // Streams that used it since that write (bit s - 1 for stream s): a write
+  // waits for each of them.
+  uint64_t users[CUBE_MAX_STREAMS / 64];
+  // The rest.
+  uint32_t graph_pins;           // captures and graphs using the memory (graph.c)
   uint32_t export_pins;          // live exports of the memory (interop.c)
   struct cube_import_t *import;  // an import's release callback (interop.c), or NULL
 } cube_slot_t;
+_Static_assert(offsetof(cube_slot_t, write_stream) == 64, "a slot's line 0");
+_Static_assert(offsetof(cube_slot_t, graph_pins) == 128, "a slot's line 1");
 
 // Something to run on the host once |stream| has completed everything up to
 // |ticket| (stream 0: at the client's teardown), outside the server lock
@@ -121,8 +130,13 @@ typedef struct cube_after_t {
 } cube_after_t;
 
 typedef struct cube_compiled_t {
-  cube_kernel_t *kernel;  // retained
+  // The first 32 bytes, one cache line (the entries are 64-byte aligned):
+  // what a planned launch reads of its compiled kernel.
+  _Alignas(32) cube_kernel_t *kernel;  // retained
   cube_bkernel_t *backend;
+  // What earlier launches' checks decided per argument shape
+  // (core/launch_plan.h); NULL until the first plan is kept.
+  struct cube_launch_plans_t *plans;
   cube_kernel_info_t info;
   cube_signature_t signature;  // what a launch must pass (core/signature.h)
   cube_status_t error;         // the compile error, kept: a failed compile is not retried
@@ -134,9 +148,6 @@ typedef struct cube_compiled_t {
   // Whether the kernel declares a tensor-map parameter: 0 not looked at
   // yet, 1 none, 2 some (its IO answer, read once).
   uint8_t takes_maps;
-  // What earlier launches' checks decided per argument shape
-  // (core/launch_plan.h); NULL until the first plan is kept.
-  struct cube_launch_plans_t *plans;
 } cube_compiled_t;
 
 // A launch deferred by CUBE_LAUNCH_QUEUE until its kernel compiles.
@@ -208,23 +219,34 @@ typedef struct cube_tmap_cache_t {
 } cube_tmap_cache_t;
 
 struct cube_server_t {
-  struct cube_server_t *registry_next;  // live servers (server.c), for exiting threads
-  atomic_uint refs;
-  uint32_t id;  // process-unique, stamped in every handle
-  pthread_mutex_t lock;
+  // Lines 0 and 1 (the server is allocated 64-byte aligned): what every
+  // launch reads, together. A launch between two driver calls finds few of
+  // its lines in cache, and each one it touches costs.
+  _Alignas(64) pthread_mutex_t lock;
   cube_backend_device_t *device;
-  // What every launch reads, together (a launch between two driver calls
-  // finds few of its lines in cache: each one it touches costs).
   cube_status_t poison;  // non-NULL once the device is poisoned (sticky)
+  uint32_t id;           // process-unique, stamped in every handle
   // Claims and skips on launches (default). Off only to measure what the
   // failure store costs (CUBE_FAILURE_TRACKING=off, bench_failure_store):
   // without it a read can return bytes failed work left stale.
   bool track_failures;
+  // NVTX ranges are opened (core/nvtx.h): CUBE_NVTX and a tool attached.
   bool nvtx;
+  cube_slot_t *slots;
+  uint32_t slot_count;
+  cube_dim3_t max_cube_count;  // the device's (properties), copied here
+  // Launches the straight path took (launch.c), wrapping: what the tests and
+  // bench_launch_count check to know which path ran.
+  uint32_t straight_launches;
   cube_compiled_t *compiled;
-  size_t compiled_count, compiled_capacity;
-  cube_pending_launch_t *pending_head, *pending_tail;
+  size_t compiled_count;
+  cube_pending_launch_t *pending_head;
   struct cube_profiler_t *profiler;
+  // The rest (line 2 on, where the mutex is glibc's 40 bytes).
+  _Alignas(64) struct cube_server_t *registry_next;  // live servers (server.c), for exiting threads
+  atomic_uint refs;
+  size_t compiled_capacity;
+  cube_pending_launch_t *pending_tail;
   char name[48];  // "cpu:0", "cuda:0", "fault(cpu):0"
   uint32_t device_index;
   cube_logger_t log;  // level and sink from the options or CUBE_LOG (log.h)
@@ -241,8 +263,7 @@ struct cube_server_t {
   cube_thread_stream_t *thread_streams;
   size_t thread_stream_count, thread_stream_capacity;
 
-  cube_slot_t *slots;
-  uint32_t slot_count, slot_capacity, free_slot;  // free list head (UINT32_MAX: none)
+  uint32_t slot_capacity, free_slot;  // free list head (UINT32_MAX: none)
 
   uint32_t capturing_streams;
   cube_info_entry_t info_cache[CUBE_INFO_CACHE_ENTRIES];
@@ -273,8 +294,12 @@ struct cube_server_t {
   // lets cube_server_run_due skip the lock when there is none.
   cube_after_t *after_head;
   atomic_uint after_count;
-  // NVTX ranges are opened (core/nvtx.h): CUBE_NVTX and a tool attached.
 };
+
+#if defined(__x86_64__) && defined(__GLIBC__)
+_Static_assert(offsetof(struct cube_server_t, registry_next) == 128,
+               "what a launch reads of the server is its first two lines");
+#endif
 
 // A kernel object (kernel.c): immutable once created, shared by clients.
 struct cube_kernel_t {
@@ -334,6 +359,37 @@ CUBE_INTERNAL void cube_server_work_failed(cube_server_t *server, uint32_t strea
 // the lock across the wait, and notes the result (a live stream's completed
 // ticket advances). Lock not held on entry or exit.
 CUBE_INTERNAL cube_status_t cube_server_wait_stream(cube_server_t *server, uint32_t stream);
+// The calling thread's last answer for CUBE_STREAM_CURRENT (server.c),
+// checked against the client's own id: a client freed and another made at
+// the same address has another id. initial-exec: read by every launch, so
+// a plain offset from the thread pointer.
+typedef struct cube_current_stream_t {
+  const cube_server_t *server;
+  uint32_t client_id;
+  uint32_t stream;
+} cube_current_stream_t;
+#define CUBE_SERVER_TLS __attribute__((tls_model("initial-exec")))
+CUBE_INTERNAL extern _Thread_local cube_current_stream_t cube_server_current_stream CUBE_SERVER_TLS;
+// The calling thread's default stream on |server| if it has one (and the
+// thread's last answer becomes it), else false. Lock held.
+CUBE_INTERNAL CUBE_COLD bool cube_server_thread_stream(cube_server_t *server, uint32_t *out_index);
+// cube_server_stream's answer when it is one without a message or a new
+// stream: a live explicit stream, or the thread's stream (the last answer,
+// else its entry: a thread using several clients in turn). False: ask
+// cube_server_stream. Lock held.
+static inline bool cube_server_stream_known(cube_server_t *server, cube_stream_t stream,
+                                            uint32_t *out_index) {
+  if (stream != CUBE_STREAM_CURRENT) {
+    if (stream > CUBE_MAX_STREAMS) return false;
+    const cube_stream_state_t *s = &server->streams[stream];
+    *out_index = stream;
+    return s->live && !s->retiring && s->explicit_stream;
+  }
+  const cube_current_stream_t *c = &cube_server_current_stream;
+  *out_index = c->stream;
+  if (c->server == server && c->client_id == server->id) return server->streams[c->stream].live;
+  return cube_server_thread_stream(server, out_index) && server->streams[*out_index].live;
+}
 // Resolves CUBE_STREAM_CURRENT and validates explicit ids; creates the
 // calling thread's default stream on first use. Lock held.
 CUBE_INTERNAL cube_status_t cube_server_stream(cube_server_t *server, cube_stream_t stream,
@@ -414,6 +470,18 @@ static inline bool cube_server_resolve_quick(const cube_server_t *server, cube_b
 CUBE_INTERNAL cube_status_t cube_server_slot(cube_server_t *server, cube_handle_t handle,
                                              const char *operation, const char *what,
                                              uint32_t *out_index);
+// The live slot |handle| names, or NULL (cube_server_slot says why): the
+// same test, silent, for a caller that takes another path on NULL. Handle
+// bits: [client id:16][generation:24][slot + 1:24] (server.c). Lock held.
+static inline cube_slot_t *cube_server_live_slot(const cube_server_t *server,
+                                                 cube_handle_t handle) {
+  const uint32_t index = (uint32_t)(handle.bits & 0xffffff) - 1;
+  if ((uint32_t)(handle.bits >> 48) != (server->id & 0xffff) || index >= server->slot_count)
+    return NULL;
+  cube_slot_t *slot = &server->slots[index];
+  const uint32_t generation = (uint32_t)(handle.bits >> 24) & 0xffffff;
+  return slot->live && slot->generation == generation ? slot : NULL;
+}
 // The claim of the live buffer |handle| names, or NULL when it names none
 // (NULL, foreign, released): what a failed operation's named output claims
 // (cube_failure_claim_outputs). Silent: the operation reports the handle's
@@ -438,12 +506,42 @@ CUBE_INTERNAL cube_status_t cube_server_order(cube_server_t *server, uint32_t st
 // memory must not be reused then (it stays out until teardown). Lock held.
 CUBE_INTERNAL bool cube_server_fence(cube_server_t *server, cube_slot_t *slot, uint32_t *out_stream,
                                      uint64_t *out_ticket);
+// Whether cube_server_order has nothing to do for |slot| on |stream|: its
+// last writer is this stream or none, and a write finds no other stream
+// among its users (most buffers are used by one stream only). The test a
+// launch makes before it calls cube_server_order. Lock held.
+static inline bool cube_server_order_trivial(const cube_slot_t *slot, uint32_t stream,
+                                             bool writes) {
+  if (slot->write_stream != stream && slot->write_stream != 0) return false;
+  if (!writes) return true;
+  uint64_t others = 0;
+  for (uint32_t word = 0; word < CUBE_MAX_STREAMS / 64; ++word) {
+    uint64_t bits = slot->users[word];
+    if (word == (stream - 1) / 64) bits &= ~(1ull << ((stream - 1) % 64));
+    others |= bits;
+  }
+  return others == 0;
+}
 // Marks an operation enqueued on |stream| that used |slot| (may be NULL).
-CUBE_INTERNAL void cube_server_used(cube_server_t *server, uint32_t stream, cube_slot_t *slot);
+static inline void cube_server_used(cube_server_t *server, uint32_t stream, cube_slot_t *slot) {
+  if (slot) {
+    slot->last_stream = stream;
+    slot->last_ticket = server->streams[stream].ticket;
+    slot->users[(stream - 1) / 64] |= 1ull << ((stream - 1) % 64);
+  }
+}
 // The same for an operation that wrote |slot|: its write is pending until
 // |stream| is known to have completed it, and a late failure of that work
 // claims the slot (cube_server_settle).
-CUBE_INTERNAL void cube_server_wrote(cube_server_t *server, uint32_t stream, cube_slot_t *slot);
+static inline void cube_server_wrote(cube_server_t *server, uint32_t stream, cube_slot_t *slot) {
+  if (slot) {
+    slot->last_stream = slot->write_stream = stream;
+    slot->last_ticket = slot->write_ticket = server->streams[stream].ticket;
+    // Every earlier use was waited for (cube_server_order): only this one counts.
+    for (uint32_t word = 0; word < CUBE_MAX_STREAMS / 64; ++word) slot->users[word] = 0;
+    slot->users[(stream - 1) / 64] = 1ull << ((stream - 1) % 64);
+  }
+}
 
 //===--- Host work after stream progress ---===//
 

@@ -31,7 +31,7 @@ cube_status_t cube_validate_copy_desc(const cube_copy_desc_t *desc, const char *
 
 cube_status_t cube_validate_cube_count(const cube_server_t *server, const char *kernel,
                                        cube_dim3_t count) {
-  const cube_dim3_t max = server->device->properties.max_cube_count;
+  const cube_dim3_t max = server->max_cube_count;
   if (count.x <= max.x && count.y <= max.y && count.z <= max.z) return CUBE_OK;
   return cube_status_make(CUBE_STATUS_VALIDATION,
                           "launch of '%s': cube count (%u, %u, %u) exceeds the device's maximum "

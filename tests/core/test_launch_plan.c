@@ -158,6 +158,68 @@ static void planned_pack_is_the_info_pack(void **state) {
     assert_int_equal(got_static, want_static);
     assert_int_equal(got_words, want_words);
     assert_memory_equal(got, want, want_words * sizeof(uint64_t));
+    // Without ranked buffers the straight path takes the plan, and packs the
+    // same static words (no dynamic ones) its own way.
+    bool any_rank = false;
+    for (size_t b = 0; b < n; ++b) any_rank |= buffers[b].rank != 0;
+    assert_int_equal(plan->straight, !any_rank);
+    if (!any_rank) {
+      uint64_t straight[CUBE_INFO_STATIC_WORDS];
+      memset(straight, 0xa5, sizeof straight);
+      cube_launch_plan_pack_scalars(plan, &args, straight);
+      for (size_t b = 0; b < n; ++b) cube_launch_plan_pack_buffer(plan, straight, n, b, lengths[b]);
+      assert_int_equal(plan->static_words, want_static);
+      assert_int_equal(want_words, want_static);
+      assert_memory_equal(straight, want, want_static * sizeof(uint64_t));
+    }
+    cube_launch_plans_free(&compiled);
+  }
+  cube_kernel_release(kernel);
+}
+
+// The straight path's binding check, one byte per buffer, is the
+// signature's masks (size a whole number of elements, address aligned to
+// the element) for every power-of-two element size and alignment up to
+// 128; a larger one makes the plan not straight (the general path checks).
+static void straight_binding_check_is_the_masks(void **state) {
+  (void)state;
+  cube_kernel_t *kernel = scale_kernel();
+  uint64_t seed = 77;
+  for (int round = 0; round < 400; ++round) {
+    const size_t n = 1 + cth_rand_below(&seed, 8);
+    cube_kernel_buffer_t buffers[8];
+    uint8_t io[8];
+    cube_compiled_t compiled = {0};
+    compiled.signature.known = true;
+    compiled.signature.buffer_count = (uint8_t)n;
+    bool in_range = true;
+    for (size_t b = 0; b < n; ++b) {
+      buffers[b] = (cube_kernel_buffer_t){.io = CUBE_IO_READ_WRITE};
+      io[b] = 3;
+      const unsigned size_log = cth_rand_below(&seed, 9), align_log = cth_rand_below(&seed, 9);
+      compiled.signature.elem_size[b] = 1u << size_log;
+      compiled.signature.size_mask[b] = (1u << size_log) - 1;
+      compiled.signature.align_mask[b] = (1u << align_log) - 1;
+      in_range &= size_log < 8 && align_log < 8;
+    }
+    cube_kernel_args_t args = {buffers, n, NULL, 0};
+    cube_launch_shape_t shape;
+    assert_true(cube_launch_shape_of(&args, &shape));
+    const cube_launch_plan_t *plan = cube_launch_plan_keep(kernel, &compiled, &args, &shape, io);
+    assert_non_null(plan);
+    assert_int_equal(plan->straight, in_range);
+    for (size_t b = 0; b < n && in_range; ++b) {
+      for (int trial = 0; trial < 16; ++trial) {
+        // Mostly whole and aligned, sometimes off by a few bytes.
+        const uint64_t size = (cth_rand_next(&seed) & ~0xffull) + (trial & 1 ? trial : 0);
+        const uint64_t address = (cth_rand_next(&seed) & ~0xffull) + (trial & 2 ? trial : 0);
+        const bool fits = ((size & compiled.signature.size_mask[b]) |
+                           (address & compiled.signature.align_mask[b])) == 0;
+        assert_int_equal(cube_launch_plan_binding_fits(plan, b, size, address), fits);
+      }
+      // The IO answer travels in the same byte.
+      assert_int_equal(plan->buffer[b] & CUBE_LAUNCH_PLAN_IO, 3);
+    }
     cube_launch_plans_free(&compiled);
   }
   cube_kernel_release(kernel);
@@ -472,6 +534,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(shape_tells_every_checked_property_apart),
       cmocka_unit_test(planned_pack_is_the_info_pack),
+      cmocka_unit_test(straight_binding_check_is_the_masks),
       cmocka_unit_test(planned_shape_still_checks_bindings),
       cmocka_unit_test(planned_shape_still_skips_on_failed_inputs),
       cmocka_unit_test(other_shapes_after_a_plan_are_checked),

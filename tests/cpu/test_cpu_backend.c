@@ -165,9 +165,12 @@ static void test_properties(void **state) {
   assert_true(p->memory_size > 0);
   assert_int_equal(p->memory_alignment, 64);
   assert_true(p->max_page_size > 0 && p->max_page_size <= p->memory_size);
-  // Every slot is set (all members after |name| are function pointers).
+  // Every slot is set (the members after |name| are the slot list's
+  // function pointers, then padding to the vtable's alignment).
   const void *const *slots = (const void *const *)((const char *)device->vtable + sizeof(char *));
-  size_t count = (sizeof(cube_backend_vtable_t) - sizeof(char *)) / sizeof(void *);
+#define COUNT_SLOT(name, params, args) +1
+  const size_t count = 0 CUBE_BACKEND_SLOTS(COUNT_SLOT, COUNT_SLOT);
+#undef COUNT_SLOT
   for (size_t i = 0; i < count; ++i) assert_non_null(slots[i]);
 
   cube_backend_info_t info;

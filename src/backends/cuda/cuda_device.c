@@ -152,7 +152,9 @@ static cube_status_t cube_cuda_create_device(uint32_t device_index, const cube_c
                             "cuda: device index %u out of range (%d device(s))", device_index,
                             count);
 
-  cube_cuda_device_t *device = calloc(1, sizeof *device);
+  // 64-byte aligned: a launch reads one line of it (cuda_internal.h).
+  cube_cuda_device_t *device = aligned_alloc(64, sizeof *device);
+  if (device) memset(device, 0, sizeof *device);
   if (!device)
     return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY,
                             "cuda: out of host memory creating device %u", device_index);

@@ -76,13 +76,19 @@ cube_status_t cube_cuda_dispatch(cube_backend_device_t *base, cube_bstream_t *st
   // Kernel parameters: a pointer to each buffer's device address (to the
   // 128-byte map itself for a tensor map: a by-value parameter), then the
   // static info block by value, then (dialect) the dynamic info pointer.
-  void *params[CUBE_CUDA_MAX_BUFFERS + 2];
-  for (uint32_t i = 0; i < count; ++i) params[i] = (void *)(uintptr_t)&dispatch->buffers[i];
+  // One frame, 64-byte aligned: the 8-word entry's block is one line, the
+  // dynamic pointer and the first parameters the next.
+  struct {
+    uint64_t info[CUBE_CUDA_STATIC_INFO_WORDS];
+    CUdeviceptr dynamic;
+    void *params[CUBE_CUDA_MAX_BUFFERS + 2];
+  } _Alignas(64) f;
+  for (uint32_t i = 0; i < count; ++i) f.params[i] = (void *)(uintptr_t)&dispatch->buffers[i];
   if (dispatch->tensor_map_mask) {
     uint32_t k = 0;
     for (uint32_t i = 0; i < count && i < 32; ++i) {
       if (dispatch->tensor_map_mask & (1u << i))
-        params[i] = (void *)(uintptr_t)&dispatch->tensor_maps[k++];
+        f.params[i] = (void *)(uintptr_t)&dispatch->tensor_maps[k++];
     }
   }
   // The smallest entry whose info block holds the static words: the driver
@@ -105,21 +111,20 @@ cube_status_t cube_cuda_dispatch(cube_backend_device_t *base, cube_bstream_t *st
   // The static words, then zeros to the entry's block size: for the 8-word
   // entry a fixed-length loop the compiler unrolls, so the common launch
   // makes no libc call here.
-  uint64_t info[CUBE_CUDA_STATIC_INFO_WORDS];
   const uint64_t *from = dispatch->info;
   const uint32_t fixed = dispatch->static_words;
   if (words == 8) {
-    for (uint32_t i = 0; i < 8; ++i) info[i] = i < fixed ? from[i] : 0;
+    for (uint32_t i = 0; i < 8; ++i) f.info[i] = i < fixed ? from[i] : 0;
   } else {
-    for (uint32_t i = 0; i < words; ++i) info[i] = i < fixed ? from[i] : 0;
+    for (uint32_t i = 0; i < words; ++i) f.info[i] = i < fixed ? from[i] : 0;
   }
-  CUdeviceptr dynamic = dispatch->dynamic_info_address;
-  params[count] = info;
-  params[count + 1] = &dynamic;
+  f.dynamic = dispatch->dynamic_info_address;
+  f.params[count] = f.info;
+  f.params[count + 1] = &f.dynamic;
 
   CUresult result = device->cu->cuLaunchKernel(function, grid.x, grid.y, grid.z, block.x, block.y,
                                                block.z, dispatch->dynamic_shared_memory,
-                                               cube_cuda_stream(stream), params, NULL);
+                                               cube_cuda_stream(stream), f.params, NULL);
   if (result != CUDA_SUCCESS)
     return cube_cuda_error(device, result, CUBE_CUDA_OP_LAUNCH,
                            "cuLaunchKernel(grid=%ux%ux%u, block=%ux%ux%u, shared=%u, "

@@ -18,14 +18,16 @@ typedef enum cube_cuda_op_t {
 
 typedef struct cube_cuda_device_t {
   cube_backend_device_t base;  // first: the core sees only this
-  const cube_cuda_driver_t *cu;
+  // One line (the device is allocated 64-byte aligned): what every launch
+  // reads of the device (cube_cuda_enter, the driver's table).
+  _Alignas(64) const cube_cuda_driver_t *cu;
   CUdevice device;
   CUcontext context;  // the device's primary context (retained)
   uint32_t index;
-  uint64_t max_pitch;  // CU_DEVICE_ATTRIBUTE_MAX_PITCH
   // The first sticky CUresult seen (0 while healthy). Once set every slot
   // answers a poisoned status at once without calling the driver.
   atomic_int poisoned;
+  uint64_t max_pitch;  // CU_DEVICE_ATTRIBUTE_MAX_PITCH
   atomic_bool poison_described;
   char poison_where[256];  // the call that saw it; written once, before poison_described
 
@@ -50,8 +52,8 @@ struct cube_bevent_t {
 };
 
 struct cube_bkernel_t {
-  CUmodule module;
-  CUfunction function;  // the entry taking the full 64-word info block
+  // Line 0 (allocated 64-byte aligned): what a launch reads.
+  _Alignas(64) CUfunction function;  // the entry taking the full 64-word info block
   // Dialect kernels also export entries taking 8 and 16 info words
   // (name__w8, name__w16); NULL when absent (raw CUDA C++).
   CUfunction function8, function16;
@@ -60,6 +62,9 @@ struct cube_bkernel_t {
   // ABSOLUTE_POS; NULL otherwise.
   CUfunction grid1d[3];
   cube_kernel_language_t language;
+  // Dynamic shared memory the function is opted in for (48 KiB by default).
+  atomic_uint dynamic_shared_limit;
+  CUmodule module;
   char *io;  // NUL-terminated; "" for raw CUDA C++
   // The exported signature (name__cube_sig) and its names list, copied to
   // the host at load; NULL for raw CUDA C++ (and modules without them).
@@ -67,8 +72,6 @@ struct cube_bkernel_t {
   char *signature_names;
   uint32_t static_shared_memory;
   uint32_t max_units_per_cube;
-  // Dynamic shared memory the function is opted in for (48 KiB by default).
-  atomic_uint dynamic_shared_limit;
 };
 
 struct cube_bgraph_t {

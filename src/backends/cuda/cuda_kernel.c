@@ -360,7 +360,9 @@ static cube_status_t cube_cuda_load(cube_cuda_device_t *device,
                                     const cube_compile_request_t *request, const void *image,
                                     cube_bkernel_t **out_kernel) {
   *out_kernel = NULL;
-  cube_bkernel_t *kernel = calloc(1, sizeof *kernel);
+  // 64-byte aligned: a launch reads its first line (cuda_internal.h).
+  cube_bkernel_t *kernel = aligned_alloc(64, sizeof *kernel);
+  if (kernel) memset(kernel, 0, sizeof *kernel);
   if (!kernel) return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "cuda: out of host memory");
   kernel->language = request->language;
   atomic_init(&kernel->dynamic_shared_limit, 48u * 1024u);
