@@ -63,6 +63,10 @@ struct cube_bkernel_t {
   char *signature_names;
   uint32_t static_shared_memory;
   uint32_t max_units_per_cube;
+  // The cluster shape the kernel exports (name__cube_cluster; 1x1x1
+  // without one): launched through cuLaunchKernelEx when it has more than
+  // one cube.
+  uint32_t cluster[3];
   // Dynamic shared memory the function is opted in for (48 KiB by default).
   atomic_uint dynamic_shared_limit;
 };
