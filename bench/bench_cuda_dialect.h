@@ -466,19 +466,19 @@ static void bench_dialect_gemm_ws(cube_client_t *client, const cube_cuda_driver_
     fb[i] = cube_bf16_to_f32(b[i]);
   }
   static const gemm_ws_shape_t kShapes[] = {
-      {256, 4, 8, GEMM_WS_BF16_KN, 0},
-      {256, 3, 8, GEMM_WS_BF16_KN, 0},
-      {256, 4, 16, GEMM_WS_BF16_KN, 0},
-      {128, 6, 8, GEMM_WS_BF16_KN, 0},
+      {256, 4, 8, GEMM_WS_BF16_KN, 0, 1},
+      {256, 3, 8, GEMM_WS_BF16_KN, 0, 1},
+      {256, 4, 16, GEMM_WS_BF16_KN, 0, 1},
+      {128, 6, 8, GEMM_WS_BF16_KN, 0, 1},
   };
   // --ws-tma (a run of its own, so that a new variant that hangs or fails
   // cannot cost the rows above): the TMA-store epilogue (3 stages: the
   // staging tiles take 64 KiB), at groups 8 and 16, and group 16 at 3
   // stages with the register epilogue (4 stages measured group 16 > 8).
   static const gemm_ws_shape_t kTmaShapes[] = {
-      {256, 3, 8, GEMM_WS_BF16_KN, 1},
-      {256, 3, 16, GEMM_WS_BF16_KN, 1},
-      {256, 3, 16, GEMM_WS_BF16_KN, 0},
+      {256, 3, 8, GEMM_WS_BF16_KN, 1, 1},
+      {256, 3, 16, GEMM_WS_BF16_KN, 1, 1},
+      {256, 3, 16, GEMM_WS_BF16_KN, 0, 1},
   };
   const gemm_ws_shape_t *set = ws_tma ? kTmaShapes : kShapes;
   const size_t shapes = quick    ? 1
@@ -510,7 +510,8 @@ static void bench_dialect_gemm_ws(cube_client_t *client, const cube_cuda_driver_
                                 "vs torch: script",
                                 true};
   }
-  const gemm_ws_shape_t nt = {w->bn, w->stages, w->group_m, GEMM_WS_BF16_NK, w->epilogue};
+  const gemm_ws_shape_t nt = {w->bn,           w->stages,   w->group_m,
+                              GEMM_WS_BF16_NK, w->epilogue, w->cluster};
   double nt_tflops = ws_run(client, cu, &nt, ha, hb, hc, fa, fb, c_host, m, n, k, 1e-5);
   wrong |= nt_tflops < 0;
   if (nt_tflops > 0)
@@ -531,9 +532,9 @@ static void bench_dialect_gemm_ws(cube_client_t *client, const cube_cuda_driver_
   // --ws-tma: the TMA-store epilogue at 3 stages of 48 KiB, and the
   // register epilogue at group 16 (bf16's better group at 4 stages); the
   // better of the two.
-  static const gemm_ws_shape_t kF8[] = {{256, 4, 8, GEMM_WS_E4M3, 0}};
-  static const gemm_ws_shape_t kF8Tma[] = {{256, 3, 8, GEMM_WS_E4M3, 1},
-                                           {256, 4, 16, GEMM_WS_E4M3, 0}};
+  static const gemm_ws_shape_t kF8[] = {{256, 4, 8, GEMM_WS_E4M3, 0, 1}};
+  static const gemm_ws_shape_t kF8Tma[] = {{256, 3, 8, GEMM_WS_E4M3, 1, 1},
+                                           {256, 4, 16, GEMM_WS_E4M3, 0, 1}};
   double f8_tflops = 0;
   for (size_t s = 0; s < (ws_tma && !quick ? 2u : 1u); ++s) {
     double t = ws_run(client, cu, ws_tma ? &kF8Tma[s] : &kF8[s], ha8, hb8, hc, fa, fb, c_host, m, n,

@@ -205,12 +205,16 @@ typedef struct gemm_ws_shape_t {
   // swizzled shared-memory boxes and TMA stores (64 KiB more shared memory
   // at bn 256), the consumers back on the next tile while the stores run.
   uint32_t epilogue;
+  // 1: every cube alone; 2: clusters of two cubes (-DCUBE_CLUSTER_X=2) on
+  // tiles 128 rows apart in one column, each B box loaded once and
+  // multicast to both (m a multiple of 256, an even cube count).
+  uint32_t cluster;
 } gemm_ws_shape_t;
 
 // 128 x 256 tiles, 4 stages of 48 KiB on the H200; the CPU's 64 KiB arena
 // takes 128 x 64 tiles in 2 stages.
-static const gemm_ws_shape_t kGemmWsCudaShape = {256, 4, 8, GEMM_WS_BF16_KN, 0};
-static const gemm_ws_shape_t kGemmWsCpuShape = {64, 2, 2, GEMM_WS_BF16_KN, 0};
+static const gemm_ws_shape_t kGemmWsCudaShape = {256, 4, 8, GEMM_WS_BF16_KN, 0, 1};
+static const gemm_ws_shape_t kGemmWsCpuShape = {64, 2, 2, GEMM_WS_BF16_KN, 0, 1};
 
 static inline uint32_t gemm_ws_elem_bytes(const gemm_ws_shape_t *s) {
   return s->kind >= GEMM_WS_E4M3 ? 1u : 2u;
@@ -233,18 +237,20 @@ static inline uint32_t gemm_ws_shared_bytes(const gemm_ws_shape_t *s) {
 static inline cube_status_t gemm_ws_kernel_create(const gemm_ws_shape_t *s, uint32_t plane,
                                                   bool sm90a, cube_kernel_t **out_kernel) {
   if ((s->bn != 64 && s->bn != 128 && s->bn != 256) || s->stages < 2 || !s->group_m ||
-      (unsigned)s->kind > GEMM_WS_E5M2 || s->epilogue > 1) {
+      (unsigned)s->kind > GEMM_WS_E5M2 || s->epilogue > 1 || (s->cluster != 1 && s->cluster != 2)) {
     return cube_status_make(CUBE_STATUS_VALIDATION,
                             "gemm_ws: bn %u (64, 128 or 256), stages %u (>= 2), group_m %u, "
-                            "kind %u (0..3), epilogue %u (0 or 1)",
-                            s->bn, s->stages, s->group_m, (unsigned)s->kind, s->epilogue);
+                            "kind %u (0..3), epilogue %u (0 or 1), cluster %u (1 or 2)",
+                            s->bn, s->stages, s->group_m, (unsigned)s->kind, s->epilogue,
+                            s->cluster);
   }
-  char options[200];
+  char options[240];
   snprintf(options, sizeof options,
            "%s-DCUBE_MIN_CUBES_PER_SM=1 -DWS_BN=%u -DWS_STAGES=%u -DWS_GROUP_M=%u -DWS_KIND=%u "
-           "-DWS_EPI=%u",
+           "-DWS_EPI=%u%s",
            sm90a ? "--gpu-architecture=sm_90a " : "", s->bn, s->stages, s->group_m,
-           (unsigned)s->kind, s->epilogue);
+           (unsigned)s->kind, s->epilogue,
+           s->cluster == 2 ? " -DWS_CLUSTER=2 -DCUBE_CLUSTER_X=2" : "");
   cube_kernel_desc_t desc;
   memset(&desc, 0, sizeof desc);
   desc.name = "gemm_ws";
@@ -275,10 +281,12 @@ static inline cube_status_t gemm_ws_args_initialize(const gemm_ws_shape_t *s, cu
                                                     gemm_ws_args_t *out) {
   memset(out, 0, sizeof *out);
   const uint32_t bk = 128u / gemm_ws_elem_bytes(s);
-  if (m == 0 || n == 0 || k == 0 || m % 128 || n % s->bn || k % bk) {
+  const uint32_t cluster = s->cluster == 2 ? 2u : 1u;
+  if (m == 0 || n == 0 || k == 0 || m % (128 * cluster) || n % s->bn || k % bk) {
     return cube_status_make(CUBE_STATUS_VALIDATION,
-                            "gemm_ws: %ux%ux%u is not a positive multiple of the tile 128x%ux%u", m,
-                            n, k, s->bn, bk);
+                            "gemm_ws: %ux%ux%u is not a positive multiple of the tile %ux%ux%u "
+                            "(128 rows per cube of a cluster of %u)",
+                            m, n, k, 128 * cluster, s->bn, bk, cluster);
   }
   const cube_tensor_map_dtype_t dtype = s->kind == GEMM_WS_E4M3   ? CUBE_TENSOR_MAP_DTYPE_E4M3
                                         : s->kind == GEMM_WS_E5M2 ? CUBE_TENSOR_MAP_DTYPE_E5M2
@@ -311,8 +319,11 @@ static inline cube_status_t gemm_ws_args_initialize(const gemm_ws_shape_t *s, cu
   out->scalars[1] = cube_scalar_u32(n);
   out->scalars[2] = cube_scalar_u32(k);
   out->args = (cube_kernel_args_t){out->buffers, 4, out->scalars, 3};
+  // A cluster of two walks pairs of tiles: a whole number of clusters.
   const uint32_t tiles = (m / 128) * (n / s->bn);
-  out->count = cube_count_static(cubes == 0 || cubes > tiles ? tiles : cubes, 1, 1);
+  uint32_t grid = cubes == 0 || cubes > tiles ? tiles : cubes;
+  grid -= grid % cluster;
+  out->count = cube_count_static(grid ? grid : cluster, 1, 1);
   return CUBE_OK;
 }
 

@@ -16,7 +16,12 @@
 // (gemm_ws_shape_t.epilogue; 3 stages on CUDA: the staging tiles take 64
 // KiB); by default the CPU runs both epilogues, CUDA the register one.
 //
+// --cluster 2 runs it in clusters of two cubes (gemm_ws_shape_t.cluster):
+// each B box loaded by one cube and multicast to both; by default the CPU
+// runs both, CUDA clusters of one.
+//
 //   ./build/examples/gemm_ws [--backend cpu|cuda] [--size N] [--kind 0..3] [--epilogue 0|1]
+//                            [--cluster 1|2]
 #define _POSIX_C_SOURCE 200809L  // setenv
 #include <inttypes.h>
 #include <stdio.h>
@@ -63,13 +68,15 @@ static void small_ints(gemm_ws_kind_t kind, unsigned char *x, float *f, size_t c
 }
 
 // One kind at m x n x k; 0 when C matches the host.
-static int run_kind(cube_client_t *client, gemm_ws_kind_t kind, uint32_t epilogue, uint32_t m,
-                    uint32_t n, uint32_t k) {
+static int run_kind(cube_client_t *client, gemm_ws_kind_t kind, uint32_t epilogue, uint32_t cluster,
+                    uint32_t m, uint32_t n, uint32_t k) {
   const cube_device_properties_t *p = cube_client_properties(client);
   const bool cuda = p->backend == CUBE_BACKEND_CUDA;
   gemm_ws_shape_t shape = cuda ? kGemmWsCudaShape : kGemmWsCpuShape;
   shape.kind = kind;
   shape.epilogue = epilogue;
+  shape.cluster = cluster;
+  if (cluster == 2 && !cuda) shape.bn = 128;
   if (epilogue && cuda) shape.stages = 3;  // 3 x 48 + 64 KiB of the 227
   const uint32_t eb = gemm_ws_elem_bytes(&shape);
   // A grid a third of the tile count (at most one cube per SM, 3 on the CPU),
@@ -77,6 +84,9 @@ static int run_kind(cube_client_t *client, gemm_ws_kind_t kind, uint32_t epilogu
   const uint32_t tiles = (m / 128) * (n / shape.bn);
   uint32_t cubes = cuda ? p->core_count : 3;
   if (tiles / 3 < cubes) cubes = tiles / 3 ? tiles / 3 : 1;
+  // Clusters of two on the CPU: two clusters, and 128 x 128 tiles, so that
+  // a stage of B k x n is two boxes, one loaded by each cube.
+  if (cluster == 2 && !cuda) cubes = 4;
   int rc = 1;
   unsigned char *a = malloc((size_t)m * k * eb), *b = malloc((size_t)k * n * eb);
   float *fa = malloc((size_t)m * k * 4), *fb = malloc((size_t)k * n * 4);
@@ -124,10 +134,10 @@ static int run_kind(cube_client_t *client, gemm_ws_kind_t kind, uint32_t epilogu
     goto done;
   uint64_t mismatches = gemm_mismatches(c, want, m, n);
   printf("gemm_ws %s on %s: %" PRIu32 "x%" PRIu32 "x%" PRIu32
-         ", tile 128x%ux%u, %u stages, epilogue %u, %u cubes: %.2f ms (%.1f GFLOP/s), %" PRIu64
-         " mismatches: %s\n",
+         ", tile 128x%ux%u, %u stages, epilogue %u, cluster %u, %u cubes: %.2f ms (%.1f "
+         "GFLOP/s), %" PRIu64 " mismatches: %s\n",
          gemm_ws_kind_name(kind), cube_client_backend_name(client), m, n, k, shape.bn, 128 / eb,
-         shape.stages, shape.epilogue, w.count.count.x, seconds * 1e3,
+         shape.stages, shape.epilogue, shape.cluster, w.count.count.x, seconds * 1e3,
          2.0 * m * n * (double)k / seconds * 1e-9, mismatches, mismatches ? "WRONG" : "ok");
   rc = mismatches ? 1 : 0;
 
@@ -148,7 +158,7 @@ done:
 int main(int argc, char **argv) {
   cube_backend_kind_t backend = CUBE_BACKEND_DEFAULT;
   uint32_t size = 0;
-  int only = -1, only_epilogue = -1;
+  int only = -1, only_epilogue = -1, only_cluster = -1;
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
       ++i;
@@ -159,17 +169,20 @@ int main(int argc, char **argv) {
       only = atoi(argv[++i]);
     } else if (strcmp(argv[i], "--epilogue") == 0 && i + 1 < argc) {
       only_epilogue = atoi(argv[++i]);
+    } else if (strcmp(argv[i], "--cluster") == 0 && i + 1 < argc) {
+      only_cluster = atoi(argv[++i]);
     } else {
       fprintf(stderr,
               "usage: gemm_ws [--backend cpu|cuda] [--size N (a multiple of 256)] [--kind 0..3 "
-              "(bf16 A x B^T, bf16 A x B, e4m3, e5m2)] [--epilogue 0|1]\n");
+              "(bf16 A x B^T, bf16 A x B, e4m3, e5m2)] [--epilogue 0|1] [--cluster 1|2]\n");
       return 2;
     }
   }
   // The CPU's tiles with the TMA-store epilogue (2 stages of 24 KiB, 16 KiB
-  // of staging, the alignment slack) pass the default 64 KiB arena: ask for
-  // 96 KiB unless the caller chose.
-  if (setenv("CUBE_CPU_SHARED_MEMORY", "98304", 0) != 0) {
+  // of staging, the alignment slack; 2 x 32 + 32 KiB at 128 x 128 for
+  // clusters) pass the default 64 KiB arena: ask for 128 KiB unless the
+  // caller chose.
+  if (setenv("CUBE_CPU_SHARED_MEMORY", "131072", 0) != 0) {
     perror("gemm_ws: setenv");
     return 1;
   }
@@ -195,9 +208,16 @@ int main(int argc, char **argv) {
     for (uint32_t epilogue = 0; epilogue < 2; ++epilogue) {
       if (only_epilogue >= 0 ? (uint32_t)only_epilogue != epilogue : cpu == false && epilogue)
         continue;
-      rc |= run_kind(client, (gemm_ws_kind_t)kind, epilogue, size, size, size);
-      // And an oblong one on the CPU: 3 x 3 tiles, 8 or 4 k steps.
-      if (cpu) rc |= run_kind(client, (gemm_ws_kind_t)kind, epilogue, 384, 192, 512);
+      for (uint32_t cluster = 1; cluster <= 2; ++cluster) {
+        // CUDA: one cube alone unless asked; the CPU runs both.
+        if (only_cluster >= 0 ? (uint32_t)only_cluster != cluster : !cpu && cluster == 2) continue;
+        rc |= run_kind(client, (gemm_ws_kind_t)kind, epilogue, cluster, size, size, size);
+        // And an oblong one on the CPU: 3 x 3 tiles (4 x 2 of 128 x 128 for
+        // clusters of two: pairs of rows), 8 or 4 k steps.
+        if (cpu)
+          rc |= run_kind(client, (gemm_ws_kind_t)kind, epilogue, cluster, cluster == 2 ? 512 : 384,
+                         cluster == 2 ? 256 : 192, 512);
+      }
     }
   }
   cube_client_release(client);
