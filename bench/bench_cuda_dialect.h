@@ -391,8 +391,9 @@ static double ws_run(cube_client_t *client, const cube_cuda_driver_t *cu,
   cube_status_t status =
       cube_launch(client, CUBE_STREAM_CURRENT, kernel, w.count, &w.args, CUBE_LAUNCH_EXECUTE);
   if (!cube_status_is_ok(status)) {
-    printf("  gemm_ws %s 128x%u, %u stages, epilogue %u: refused:\n",
-           gemm_ws_kind_name(shape->kind), shape->bn, shape->stages, shape->epilogue);
+    printf("  gemm_ws %s 128x%u, %u stages, epilogue %u, cluster %u: refused:\n",
+           gemm_ws_kind_name(shape->kind), shape->bn, shape->stages, shape->epilogue,
+           shape->cluster);
     cube_status_fprint(status, stdout);
     cube_status_release(status);
     cube_kernel_release(kernel);
@@ -435,11 +436,11 @@ static double ws_run(cube_client_t *client, const cube_cuda_driver_t *cu,
     t[rep] = device_ms(cu, stream, batch, enqueue_cubec, &ctx);
   double tflops = 2.0 * m * n * (double)k / (median(t, repeats) * 1e-3) * 1e-12;
   printf(
-      "  gemm_ws %s %ux%ux%u, tile 128x%ux%u, %u stages, group %u, %s epilogue, %u cubes, %u KiB "
-      "shared: %.1f TFLOP/s\n",
+      "  gemm_ws %s %ux%ux%u, tile 128x%ux%u, %u stages, group %u, %s epilogue, cluster %u, %u "
+      "cubes, %u KiB shared: %.1f TFLOP/s\n",
       gemm_ws_kind_name(shape->kind), m, n, k, shape->bn, 128 / gemm_ws_elem_bytes(shape),
-      shape->stages, shape->group_m, shape->epilogue ? "TMA-store" : "register", w.count.count.x,
-      gemm_ws_shared_bytes(shape) / 1024, tflops);
+      shape->stages, shape->group_m, shape->epilogue ? "TMA-store" : "register", shape->cluster,
+      w.count.count.x, gemm_ws_shared_bytes(shape) / 1024, tflops);
   cube_kernel_release(kernel);
   return tflops;
 }
@@ -464,6 +465,42 @@ static void bench_dialect_gemm_ws(cube_client_t *client, const cube_cuda_driver_
   for (uint64_t i = 0; i < count; ++i) {
     fa[i] = cube_bf16_to_f32(a[i]);
     fb[i] = cube_bf16_to_f32(b[i]);
+  }
+  if (ws_cluster) {
+    // Clusters of two (B loaded once per cluster and multicast) at the
+    // shapes around the best single-cube one, which runs first as the
+    // reference in the same process.
+    static const gemm_ws_shape_t kCluster[] = {
+        {256, 3, 16, GEMM_WS_BF16_KN, 0, 1}, {256, 3, 16, GEMM_WS_BF16_KN, 0, 2},
+        {256, 4, 16, GEMM_WS_BF16_KN, 0, 2}, {256, 3, 8, GEMM_WS_BF16_KN, 0, 2},
+        {256, 4, 8, GEMM_WS_BF16_KN, 0, 2},  {256, 3, 16, GEMM_WS_BF16_KN, 1, 2},
+    };
+    const size_t variants = quick ? 2 : sizeof kCluster / sizeof kCluster[0];
+    double reference = 0, best = 0;
+    size_t best_index = 1;
+    bool wrong = false;
+    for (size_t s = 0; s < variants; ++s) {
+      double tflops = ws_run(client, cu, &kCluster[s], ha, hb, hc, fa, fb, c_host, m, n, k, 1e-5);
+      wrong |= tflops < 0;
+      if (s == 0) reference = tflops;
+      if (s > 0 && tflops > best) best = tflops, best_index = s;
+    }
+    const gemm_ws_shape_t *w = &kCluster[best_index];
+    printf(
+        "  gemm_ws bf16 A x B, clusters of 2, best: %.1f TFLOP/s (%u stages, group %u, %s "
+        "epilogue); one cube alone: %.1f\n",
+        best, w->stages, w->group_m, w->epilogue ? "TMA-store" : "register", reference);
+    if (reference > 0) result_line("gemm_bf16_ws_tflops", reference);
+    if (best > 0) result_line("gemm_bf16_ws_cluster_tflops", best);
+    free(fa);
+    free(fb);
+    free(a8);
+    free(b8);
+    if (wrong) {
+      fprintf(stderr, "gemm_ws: wrong results (above)\n");
+      exit(1);
+    }
+    return;
   }
   static const gemm_ws_shape_t kShapes[] = {
       {256, 4, 8, GEMM_WS_BF16_KN, 0, 1},
@@ -592,7 +629,9 @@ static void bench_dialect_gemm(cube_client_t *client, const cube_cuda_driver_t *
       {128, 128, 32, 2, 2, 4, 8, true},  {128, 256, 64, 2, 4, 3, 8, true},
       {128, 128, 64, 2, 2, 3, 8, true},
   };
-  const size_t shapes = ws_tma ? 0 : quick || !sweep ? 2 : sizeof kShapes / sizeof kShapes[0];
+  const size_t shapes = ws_tma || ws_cluster ? 0
+                        : quick || !sweep    ? 2
+                                             : sizeof kShapes / sizeof kShapes[0];
   double best = 0;
   size_t best_index = 0;
   for (size_t s = 0; s < shapes; ++s) {
@@ -653,7 +692,7 @@ static void bench_dialect_gemm(cube_client_t *client, const cube_cuda_driver_t *
     cube_kernel_release(kernel);
   }
   const gemm_shape_t *w = &kShapes[best_index];
-  if (!ws_tma) {
+  if (!ws_tma && !ws_cluster) {
     printf(
         "  gemm bf16 best: %.1f TFLOP/s (tile %ux%ux%u, %ux%u planes, %u stages); torch.matmul: "
         "bench/reduce_gemm_torch.py\n",
@@ -674,7 +713,7 @@ static void bench_dialect_gemm(cube_client_t *client, const cube_cuda_driver_t *
 
 static void bench_dialect(cube_client_t *client, const cube_cuda_driver_t *cu, bool sweep) {
   printf("\ndialect kernels against hand-written CUDA and the driver:\n");
-  if (!ws_tma) {  // --ws-tma: only gemm_ws's new variants
+  if (!ws_tma && !ws_cluster) {  // --ws-tma, --ws-cluster: only gemm_ws's new variants
     bench_dialect_copy(client, cu);
     bench_dialect_reduce(client, cu);
   }
