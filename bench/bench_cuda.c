@@ -22,8 +22,8 @@
 static bool quick;
 // --ws-tma: only gemm_ws's TMA-store epilogue variants (bench_cuda_dialect.h).
 static bool ws_tma;
-// --ws-cluster: only gemm_ws in clusters of two (B multicast) next to the
-// best single-cube shape, bf16 A x B.
+// --ws-cluster: only gemm_ws in clusters of two (B multicast) and with
+// ping-pong consumers, next to the best single-cube shape, bf16 A x B.
 static bool ws_cluster;
 
 typedef struct row_t {
@@ -523,7 +523,8 @@ int main(int argc, char **argv) {
                    "over seven tile shapes; --launch-tma: only the launch and TMA rows; --launch:\n"
                    "only the launch rows and their breakdown; --ws-tma: only the warp-\n"
                    "specialised GEMM's TMA-store-epilogue variants; --ws-cluster: only its\n"
-                   "clusters of two next to the best single-cube shape); exits 0\n"
+                   "clusters of two and ping-pong variants next to the best single-cube\n"
+                   "shape); exits 0\n"
                    "with a note without a GPU\n",
                    flags);
   bool dialect_only = false, launch_tma = false, launch_only = false;

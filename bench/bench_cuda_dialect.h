@@ -436,11 +436,13 @@ static double ws_run(cube_client_t *client, const cube_cuda_driver_t *cu,
     t[rep] = device_ms(cu, stream, batch, enqueue_cubec, &ctx);
   double tflops = 2.0 * m * n * (double)k / (median(t, repeats) * 1e-3) * 1e-12;
   printf(
-      "  gemm_ws %s %ux%ux%u, tile 128x%ux%u, %u stages, group %u, %s epilogue, cluster %u, %u "
-      "cubes, %u KiB shared: %.1f TFLOP/s\n",
-      gemm_ws_kind_name(shape->kind), m, n, k, shape->bn, 128 / gemm_ws_elem_bytes(shape),
-      shape->stages, shape->group_m, shape->epilogue ? "TMA-store" : "register", shape->cluster,
-      w.count.count.x, gemm_ws_shared_bytes(shape) / 1024, tflops);
+      "  gemm_ws %s %ux%ux%u, tile %ux%ux%u, %u stages, group %u, %s epilogue, cluster %u, %s, "
+      "%u cubes, %u KiB shared: %.1f TFLOP/s\n",
+      gemm_ws_kind_name(shape->kind), m, n, k, gemm_ws_bm(shape), shape->bn,
+      128 / gemm_ws_elem_bytes(shape), shape->stages, shape->group_m,
+      shape->epilogue ? "TMA-store" : "register", shape->cluster,
+      shape->pingpong ? "ping-pong" : "cooperative", w.count.count.x,
+      gemm_ws_shared_bytes(shape) / 1024, tflops);
   cube_kernel_release(kernel);
   return tflops;
 }
@@ -467,31 +469,43 @@ static void bench_dialect_gemm_ws(cube_client_t *client, const cube_cuda_driver_
     fb[i] = cube_bf16_to_f32(b[i]);
   }
   if (ws_cluster) {
-    // Clusters of two (B loaded once per cluster and multicast) at the
-    // shapes around the best single-cube one, which runs first as the
-    // reference in the same process.
-    static const gemm_ws_shape_t kCluster[] = {
-        {256, 3, 16, GEMM_WS_BF16_KN, 0, 1}, {256, 3, 16, GEMM_WS_BF16_KN, 0, 2},
-        {256, 4, 16, GEMM_WS_BF16_KN, 0, 2}, {256, 3, 8, GEMM_WS_BF16_KN, 0, 2},
-        {256, 4, 8, GEMM_WS_BF16_KN, 0, 2},  {256, 3, 16, GEMM_WS_BF16_KN, 1, 2},
+    // Clusters of two (B loaded once per cluster and multicast) and the
+    // ping-pong consumers (whole 64-row tiles in turn), at the shapes around
+    // the best single-cube one, which runs first as the reference in the
+    // same process.
+    static const gemm_ws_shape_t kNew[] = {
+        {256, 3, 16, GEMM_WS_BF16_KN, 0, 1, 0}, {256, 3, 16, GEMM_WS_BF16_KN, 0, 2, 0},
+        {256, 4, 16, GEMM_WS_BF16_KN, 0, 2, 0}, {256, 3, 8, GEMM_WS_BF16_KN, 0, 2, 0},
+        {256, 4, 8, GEMM_WS_BF16_KN, 0, 2, 0},  {256, 3, 16, GEMM_WS_BF16_KN, 1, 2, 0},
+        {256, 4, 16, GEMM_WS_BF16_KN, 0, 1, 1}, {256, 5, 32, GEMM_WS_BF16_KN, 0, 1, 1},
+        {256, 4, 32, GEMM_WS_BF16_KN, 0, 2, 1}, {256, 5, 16, GEMM_WS_BF16_KN, 0, 2, 1},
     };
-    const size_t variants = quick ? 2 : sizeof kCluster / sizeof kCluster[0];
-    double reference = 0, best = 0;
-    size_t best_index = 1;
+    const size_t variants = quick ? 3 : sizeof kNew / sizeof kNew[0];
+    double reference = 0, best[2] = {0, 0};
+    size_t best_index[2] = {1, 1};
     bool wrong = false;
     for (size_t s = 0; s < variants; ++s) {
-      double tflops = ws_run(client, cu, &kCluster[s], ha, hb, hc, fa, fb, c_host, m, n, k, 1e-5);
+      double tflops = ws_run(client, cu, &kNew[s], ha, hb, hc, fa, fb, c_host, m, n, k, 1e-5);
       wrong |= tflops < 0;
-      if (s == 0) reference = tflops;
-      if (s > 0 && tflops > best) best = tflops, best_index = s;
+      const size_t kind = kNew[s].pingpong;  // 0: clusters, 1: ping-pong
+      if (s == 0) {
+        reference = tflops;
+      } else if (tflops > best[kind]) {
+        best[kind] = tflops;
+        best_index[kind] = s;
+      }
     }
-    const gemm_ws_shape_t *w = &kCluster[best_index];
-    printf(
-        "  gemm_ws bf16 A x B, clusters of 2, best: %.1f TFLOP/s (%u stages, group %u, %s "
-        "epilogue); one cube alone: %.1f\n",
-        best, w->stages, w->group_m, w->epilogue ? "TMA-store" : "register", reference);
+    for (size_t kind = 0; kind < 2; ++kind) {
+      const gemm_ws_shape_t *w = &kNew[best_index[kind]];
+      printf(
+          "  gemm_ws bf16 A x B, %s best: %.1f TFLOP/s (%u stages, group %u, %s epilogue, "
+          "cluster %u); one cube, cooperative: %.1f\n",
+          kind ? "ping-pong" : "clusters of 2", best[kind], w->stages, w->group_m,
+          w->epilogue ? "TMA-store" : "register", w->cluster, reference);
+    }
     if (reference > 0) result_line("gemm_bf16_ws_tflops", reference);
-    if (best > 0) result_line("gemm_bf16_ws_cluster_tflops", best);
+    if (best[0] > 0) result_line("gemm_bf16_ws_cluster_tflops", best[0]);
+    if (best[1] > 0) result_line("gemm_bf16_ws_pingpong_tflops", best[1]);
     free(fa);
     free(fb);
     free(a8);
@@ -503,19 +517,19 @@ static void bench_dialect_gemm_ws(cube_client_t *client, const cube_cuda_driver_
     return;
   }
   static const gemm_ws_shape_t kShapes[] = {
-      {256, 4, 8, GEMM_WS_BF16_KN, 0, 1},
-      {256, 3, 8, GEMM_WS_BF16_KN, 0, 1},
-      {256, 4, 16, GEMM_WS_BF16_KN, 0, 1},
-      {128, 6, 8, GEMM_WS_BF16_KN, 0, 1},
+      {256, 4, 8, GEMM_WS_BF16_KN, 0, 1, 0},
+      {256, 3, 8, GEMM_WS_BF16_KN, 0, 1, 0},
+      {256, 4, 16, GEMM_WS_BF16_KN, 0, 1, 0},
+      {128, 6, 8, GEMM_WS_BF16_KN, 0, 1, 0},
   };
   // --ws-tma (a run of its own, so that a new variant that hangs or fails
   // cannot cost the rows above): the TMA-store epilogue (3 stages: the
   // staging tiles take 64 KiB), at groups 8 and 16, and group 16 at 3
   // stages with the register epilogue (4 stages measured group 16 > 8).
   static const gemm_ws_shape_t kTmaShapes[] = {
-      {256, 3, 8, GEMM_WS_BF16_KN, 1, 1},
-      {256, 3, 16, GEMM_WS_BF16_KN, 1, 1},
-      {256, 3, 16, GEMM_WS_BF16_KN, 0, 1},
+      {256, 3, 8, GEMM_WS_BF16_KN, 1, 1, 0},
+      {256, 3, 16, GEMM_WS_BF16_KN, 1, 1, 0},
+      {256, 3, 16, GEMM_WS_BF16_KN, 0, 1, 0},
   };
   const gemm_ws_shape_t *set = ws_tma ? kTmaShapes : kShapes;
   const size_t shapes = quick    ? 1
@@ -547,8 +561,8 @@ static void bench_dialect_gemm_ws(cube_client_t *client, const cube_cuda_driver_
                                 "vs torch: script",
                                 true};
   }
-  const gemm_ws_shape_t nt = {w->bn,           w->stages,   w->group_m,
-                              GEMM_WS_BF16_NK, w->epilogue, w->cluster};
+  const gemm_ws_shape_t nt = {w->bn,       w->stages,  w->group_m, GEMM_WS_BF16_NK,
+                              w->epilogue, w->cluster, w->pingpong};
   double nt_tflops = ws_run(client, cu, &nt, ha, hb, hc, fa, fb, c_host, m, n, k, 1e-5);
   wrong |= nt_tflops < 0;
   if (nt_tflops > 0)
@@ -569,9 +583,9 @@ static void bench_dialect_gemm_ws(cube_client_t *client, const cube_cuda_driver_
   // --ws-tma: the TMA-store epilogue at 3 stages of 48 KiB, and the
   // register epilogue at group 16 (bf16's better group at 4 stages); the
   // better of the two.
-  static const gemm_ws_shape_t kF8[] = {{256, 4, 8, GEMM_WS_E4M3, 0, 1}};
-  static const gemm_ws_shape_t kF8Tma[] = {{256, 3, 8, GEMM_WS_E4M3, 1, 1},
-                                           {256, 4, 16, GEMM_WS_E4M3, 0, 1}};
+  static const gemm_ws_shape_t kF8[] = {{256, 4, 8, GEMM_WS_E4M3, 0, 1, 0}};
+  static const gemm_ws_shape_t kF8Tma[] = {{256, 3, 8, GEMM_WS_E4M3, 1, 1, 0},
+                                           {256, 4, 16, GEMM_WS_E4M3, 0, 1, 0}};
   double f8_tflops = 0;
   for (size_t s = 0; s < (ws_tma && !quick ? 2u : 1u); ++s) {
     double t = ws_run(client, cu, ws_tma ? &kF8Tma[s] : &kF8[s], ha8, hb8, hc, fa, fb, c_host, m, n,

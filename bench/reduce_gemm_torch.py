@@ -17,8 +17,9 @@ warp-specialised GEMM with the TMA-store epilogue; each warp-specialised
 figure is the better of the two runs.
 
 With --ws-cluster, only `bench_cuda --ws-cluster` runs after PyTorch (a
-short call): the warp-specialised GEMM in clusters of two (B multicast) and
-the best single-cube shape, each against torch.matmul.
+short call): the warp-specialised GEMM in clusters of two (B multicast), with
+ping-pong consumers, and the best single-cube cooperative shape, each against
+torch.matmul.
 
   python3 bench/reduce_gemm_torch.py [--bench build-gpu/bench/bench_cuda] [--quick]
                                      [--no-ws-tma] [--ws-cluster]
@@ -147,7 +148,9 @@ def main():
         print("\nfigure                                     cubec      baseline   ratio  target")
         for what, ours in (("bf16 GEMM ws, one cube vs torch.matmul", "gemm_bf16_ws_tflops"),
                            ("bf16 GEMM ws, clusters of 2 vs torch.matmul",
-                            "gemm_bf16_ws_cluster_tflops")):
+                            "gemm_bf16_ws_cluster_tflops"),
+                           ("bf16 GEMM ws, ping-pong vs torch.matmul",
+                            "gemm_bf16_ws_pingpong_tflops")):
             theirs = torch_results["torch_matmul_tflops"]
             if ours in cubec and theirs > 0:
                 ratio = cubec[ours] / theirs

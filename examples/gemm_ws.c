@@ -18,10 +18,12 @@
 //
 // --cluster 2 runs it in clusters of two cubes (gemm_ws_shape_t.cluster):
 // each B box loaded by one cube and multicast to both; by default the CPU
-// runs both, CUDA clusters of one.
+// runs both, CUDA clusters of one. --pingpong 1: the consumer warpgroups
+// take whole 64-row tiles in turn (gemm_ws_shape_t.pingpong); by default the
+// CPU runs it for kind 1, CUDA not.
 //
 //   ./build/examples/gemm_ws [--backend cpu|cuda] [--size N] [--kind 0..3] [--epilogue 0|1]
-//                            [--cluster 1|2]
+//                            [--cluster 1|2] [--pingpong 0|1]
 #define _POSIX_C_SOURCE 200809L  // setenv
 #include <inttypes.h>
 #include <stdio.h>
@@ -69,19 +71,20 @@ static void small_ints(gemm_ws_kind_t kind, unsigned char *x, float *f, size_t c
 
 // One kind at m x n x k; 0 when C matches the host.
 static int run_kind(cube_client_t *client, gemm_ws_kind_t kind, uint32_t epilogue, uint32_t cluster,
-                    uint32_t m, uint32_t n, uint32_t k) {
+                    uint32_t pingpong, uint32_t m, uint32_t n, uint32_t k) {
   const cube_device_properties_t *p = cube_client_properties(client);
   const bool cuda = p->backend == CUBE_BACKEND_CUDA;
   gemm_ws_shape_t shape = cuda ? kGemmWsCudaShape : kGemmWsCpuShape;
   shape.kind = kind;
   shape.epilogue = epilogue;
   shape.cluster = cluster;
+  shape.pingpong = pingpong;
   if (cluster == 2 && !cuda) shape.bn = 128;
   if (epilogue && cuda) shape.stages = 3;  // 3 x 48 + 64 KiB of the 227
   const uint32_t eb = gemm_ws_elem_bytes(&shape);
   // A grid a third of the tile count (at most one cube per SM, 3 on the CPU),
   // so each cube walks several tiles; bench_cuda times one cube per SM.
-  const uint32_t tiles = (m / 128) * (n / shape.bn);
+  const uint32_t tiles = (m / gemm_ws_bm(&shape)) * (n / shape.bn);
   uint32_t cubes = cuda ? p->core_count : 3;
   if (tiles / 3 < cubes) cubes = tiles / 3 ? tiles / 3 : 1;
   // Clusters of two on the CPU: two clusters, and 128 x 128 tiles, so that
@@ -134,10 +137,11 @@ static int run_kind(cube_client_t *client, gemm_ws_kind_t kind, uint32_t epilogu
     goto done;
   uint64_t mismatches = gemm_mismatches(c, want, m, n);
   printf("gemm_ws %s on %s: %" PRIu32 "x%" PRIu32 "x%" PRIu32
-         ", tile 128x%ux%u, %u stages, epilogue %u, cluster %u, %u cubes: %.2f ms (%.1f "
+         ", tile %ux%ux%u, %u stages, epilogue %u, cluster %u, %s, %u cubes: %.2f ms (%.1f "
          "GFLOP/s), %" PRIu64 " mismatches: %s\n",
-         gemm_ws_kind_name(kind), cube_client_backend_name(client), m, n, k, shape.bn, 128 / eb,
-         shape.stages, shape.epilogue, shape.cluster, w.count.count.x, seconds * 1e3,
+         gemm_ws_kind_name(kind), cube_client_backend_name(client), m, n, k, gemm_ws_bm(&shape),
+         shape.bn, 128 / eb, shape.stages, shape.epilogue, shape.cluster,
+         shape.pingpong ? "ping-pong" : "cooperative", w.count.count.x, seconds * 1e3,
          2.0 * m * n * (double)k / seconds * 1e-9, mismatches, mismatches ? "WRONG" : "ok");
   rc = mismatches ? 1 : 0;
 
@@ -158,7 +162,7 @@ done:
 int main(int argc, char **argv) {
   cube_backend_kind_t backend = CUBE_BACKEND_DEFAULT;
   uint32_t size = 0;
-  int only = -1, only_epilogue = -1, only_cluster = -1;
+  int only = -1, only_epilogue = -1, only_cluster = -1, only_pingpong = -1;
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
       ++i;
@@ -171,10 +175,13 @@ int main(int argc, char **argv) {
       only_epilogue = atoi(argv[++i]);
     } else if (strcmp(argv[i], "--cluster") == 0 && i + 1 < argc) {
       only_cluster = atoi(argv[++i]);
+    } else if (strcmp(argv[i], "--pingpong") == 0 && i + 1 < argc) {
+      only_pingpong = atoi(argv[++i]);
     } else {
       fprintf(stderr,
               "usage: gemm_ws [--backend cpu|cuda] [--size N (a multiple of 256)] [--kind 0..3 "
-              "(bf16 A x B^T, bf16 A x B, e4m3, e5m2)] [--epilogue 0|1] [--cluster 1|2]\n");
+              "(bf16 A x B^T, bf16 A x B, e4m3, e5m2)] [--epilogue 0|1] [--cluster 1|2] "
+              "[--pingpong 0|1]\n");
       return 2;
     }
   }
@@ -208,15 +215,20 @@ int main(int argc, char **argv) {
     for (uint32_t epilogue = 0; epilogue < 2; ++epilogue) {
       if (only_epilogue >= 0 ? (uint32_t)only_epilogue != epilogue : cpu == false && epilogue)
         continue;
-      for (uint32_t cluster = 1; cluster <= 2; ++cluster) {
-        // CUDA: one cube alone unless asked; the CPU runs both.
+      for (uint32_t v = 0; v < 4; ++v) {
+        const uint32_t cluster = 1 + v % 2, pingpong = v / 2;
+        // CUDA: one cube alone, cooperative, unless asked; the CPU runs
+        // both cluster shapes, and ping-pong for kind 1.
         if (only_cluster >= 0 ? (uint32_t)only_cluster != cluster : !cpu && cluster == 2) continue;
-        rc |= run_kind(client, (gemm_ws_kind_t)kind, epilogue, cluster, size, size, size);
+        if (only_pingpong >= 0 ? (uint32_t)only_pingpong != pingpong
+                               : pingpong && (!cpu || kind != 1))
+          continue;
+        rc |= run_kind(client, (gemm_ws_kind_t)kind, epilogue, cluster, pingpong, size, size, size);
         // And an oblong one on the CPU: 3 x 3 tiles (4 x 2 of 128 x 128 for
         // clusters of two: pairs of rows), 8 or 4 k steps.
         if (cpu)
-          rc |= run_kind(client, (gemm_ws_kind_t)kind, epilogue, cluster, cluster == 2 ? 512 : 384,
-                         cluster == 2 ? 256 : 192, 512);
+          rc |= run_kind(client, (gemm_ws_kind_t)kind, epilogue, cluster, pingpong,
+                         cluster == 2 ? 512 : 384, cluster == 2 ? 256 : 192, 512);
       }
     }
   }

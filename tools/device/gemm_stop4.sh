@@ -8,14 +8,17 @@
 #    cuLaunchKernelEx with a 2x1x1 cluster, TMA multicast into both cubes,
 #    remote mbarrier arrivals, a peer's shared memory after a cluster barrier,
 #    a grid the cluster does not tile refused) -- their first run on a GPU;
-# 3. gemm_ws --cluster 2 at 2048^3, checked in full against the host: kind 1
-#    (bf16 A @ B) with both epilogues, kinds 0 and 2; each under a timeout (a
-#    hung pipeline is killed and the benchmark skipped);
+# 3. gemm_ws at 2048^3, checked in full against the host: --cluster 2 for
+#    kind 1 (bf16 A @ B) with both epilogues, kinds 0 and 2; --pingpong 1 for
+#    kind 1 with both epilogues, and with --cluster 2; each under a timeout
+#    (a hung pipeline is killed and the benchmark skipped);
 # 4. bench/reduce_gemm_torch.py --ws-cluster: torch.matmul 8192^3, then
-#    bench_cuda --ws-cluster (the current best, one cube alone: 128x256x64,
-#    3 stages, group 16, register epilogue; then clusters of two at 3/4
-#    stages, groups 16/8, and the TMA-store epilogue), each against
-#    torch.matmul; bench_cuda --ws-cluster alone without PyTorch.
+#    bench_cuda --ws-cluster (the current best, one cube alone, cooperative:
+#    128x256x64, 3 stages, group 16, register epilogue; then clusters of two
+#    at 3/4 stages, groups 16/8, and the TMA-store epilogue; then ping-pong,
+#    64x256x64 per warpgroup, 4/5 stages, groups 16/32, alone and in
+#    clusters), each against torch.matmul; bench_cuda --ws-cluster alone
+#    without PyTorch.
 set -uo pipefail
 dest="${OUT:-build-gpu/logs}"
 out="$(mktemp -d /tmp/gemm-stop4-XXXXXX)"
@@ -43,14 +46,16 @@ echo "test_dialect_ops (test_clusters) rc=$?"
 grep -E "clusters|FAILED|ERROR|PASSED|caused|trapped" "$out/dialect_clusters.log" | head -20
 pack
 
-step "gemm_ws --cluster 2 on CUDA (2048^3, checked in full)"
+step "gemm_ws clusters and ping-pong on CUDA (2048^3, checked in full)"
 ok=1
-for variant in 1:0 1:1 0:0 2:0; do
-  kind=${variant%:*} epi=${variant#*:}
-  log="$out/gemm_ws_cluster_kind${kind}_epi$epi.log"
-  timeout 45 ./build-gpu/examples/gemm_ws --backend cuda --cluster 2 --kind "$kind" \
-    --epilogue "$epi" >"$log" 2>&1
-  rc=$?; echo "gemm_ws --cluster 2 --kind $kind --epilogue $epi rc=$rc"; head -6 "$log"
+# kind:epilogue:cluster:pingpong
+for variant in 1:0:2:0 1:1:2:0 0:0:2:0 2:0:2:0 1:0:1:1 1:1:1:1 1:0:2:1; do
+  IFS=: read -r kind epi cluster pp <<<"$variant"
+  log="$out/gemm_ws_kind${kind}_epi${epi}_cluster${cluster}_pp$pp.log"
+  timeout 45 ./build-gpu/examples/gemm_ws --backend cuda --kind "$kind" --epilogue "$epi" \
+    --cluster "$cluster" --pingpong "$pp" >"$log" 2>&1
+  rc=$?; echo "gemm_ws --kind $kind --epilogue $epi --cluster $cluster --pingpong $pp rc=$rc"
+  head -6 "$log"
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then ok=0; break; fi
 done
 pack
@@ -68,7 +73,7 @@ if [ "$ok" = 1 ]; then
     echo "bench_cuda --ws-cluster rc=$?"; grep -E "gemm_ws|RESULT" "$out/bench_cuda_ws_cluster.log"
   fi
 else
-  echo "gemm_ws --cluster 2 hung on CUDA: benchmark skipped (logs in gemm4-logs.tgz)"
+  echo "gemm_ws hung on CUDA: benchmark skipped (logs in gemm4-logs.tgz)"
 fi
 step finished
 pack
