@@ -95,6 +95,7 @@ cube_status_t cube_cpu_exec_initialize(cube_cpu_device_t *device, cube_cpu_exec_
   memset(out_exec, 0, sizeof(*out_exec));
   out_exec->arena_size = device->base.properties.max_shared_memory_per_cube;
   out_exec->fiber_stack_size = device->fiber_stack_size;
+  out_exec->shuffle = device->fiber_shuffle;
   // The arena is never empty so that ctx->shared is a valid pointer.
   size_t arena_bytes = out_exec->arena_size ? (size_t)out_exec->arena_size : 64;
   // 1024-aligned, as a GPU's shared memory: a TMA box's alignment and
@@ -170,15 +171,22 @@ static cube_cpu_context_t *context_of(cube_cpu_cube_t *cube, uint32_t fiber) {
 }
 
 // The next fiber that can run after |from|, round robin (|from| itself
-// last); |total| (the native root) when none can.
+// last); |total| (the native root) when none can. Under
+// CUBE_CPU_FIBER_SHUFFLE the scan starts at a pseudo-random fiber instead
+// (|from| still last): any order a GPU could take is a valid one.
 static uint32_t pick_next(cube_cpu_cube_t *cube, uint32_t from) {
   const uint8_t *state = cube->exec->unit_state;
   uint32_t next = from >= cube->total ? 0 : from + 1;
+  uint64_t *rng = &cube->exec->shuffle;
+  if (*rng != 0) {
+    *rng ^= *rng << 13, *rng ^= *rng >> 7, *rng ^= *rng << 17;  // xorshift64
+    next = (uint32_t)(*rng % cube->total);
+  }
   for (uint32_t i = 0; i < cube->total; ++i, ++next) {
     if (next == cube->total) next = 0;  // wrap without a division per step
-    if (state[next] == UNIT_READY) return next;
+    if (next != from && state[next] == UNIT_READY) return next;
   }
-  return cube->total;
+  return from < cube->total && state[from] == UNIT_READY ? from : cube->total;
 }
 
 // Releases cube |c|'s SYNC_CUBE once every unit of it that has not returned

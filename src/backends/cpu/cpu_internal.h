@@ -167,6 +167,9 @@ struct cube_cpu_exec_t {
   // allocated on first use.
   unsigned char *peer_arena[CUBE_CPU_MAX_CLUSTER];
   cube_cpu_cube_t *cube;  // the cubes running now
+  // CUBE_CPU_FIBER_SHUFFLE: the state of the fibers' pseudo-random order (0:
+  // round robin).
+  uint64_t shuffle;
   bool native_ready;
   // Split kernels' per-unit storage, grown to the largest need seen.
   unsigned char *scratch;
@@ -264,6 +267,7 @@ struct cube_cpu_device_t {
   // CUBE_CPU_DIFFERENTIAL=1: every launch of a kernel with a split or plain
   // path runs on fibers too, and the two must leave identical bytes.
   bool differential;
+  uint32_t fiber_shuffle;     // CUBE_CPU_FIBER_SHUFFLE: 0, or the seed of the fiber order
   bool path_log;              // CUBE_CPU_PATH_LOG
   atomic_bool cc_reported;    // the compiler that cannot run was reported (once per client)
   atomic_bool cc_needs_libc;  // the compiler refused -nolibc (gcc < 9): link as it likes
