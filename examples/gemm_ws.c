@@ -102,15 +102,26 @@ static int run_kind(cube_client_t *client, gemm_ws_kind_t kind, uint32_t epilogu
   uint64_t seed = 12345 + (uint64_t)kind;
   small_ints(kind, a, fa, (size_t)m * k, &seed);
   small_ints(kind, b, fb, (size_t)k * n, &seed);
-  const bool kn = kind == GEMM_WS_BF16_KN;
+  // The host's C, every element summed in k order, along rows of B k x n (a
+  // B n x k is transposed first): a 2048^3 check takes seconds on the GPU's
+  // host, not a strided walk.
+  const float *bkn = fb;
+  float *transposed = NULL;
+  if (kind != GEMM_WS_BF16_KN) {
+    transposed = malloc((size_t)k * n * 4);
+    if (!transposed) goto done;
+    for (uint32_t j = 0; j < n; ++j)
+      for (uint32_t q = 0; q < k; ++q) transposed[(size_t)q * n + j] = fb[(size_t)j * k + q];
+    bkn = transposed;
+  }
   for (uint32_t r = 0; r < m; ++r) {
-    for (uint32_t j = 0; j < n; ++j) {
-      float sum = 0.0f;
-      for (uint32_t q = 0; q < k; ++q)
-        sum += fa[(size_t)r * k + q] * fb[kn ? (size_t)q * n + j : (size_t)j * k + q];
-      want[(size_t)r * n + j] = sum;
+    float *row = want + (size_t)r * n;  // zeroed by calloc
+    for (uint32_t q = 0; q < k; ++q) {
+      const float x = fa[(size_t)r * k + q], *brow = bkn + (size_t)q * n;
+      for (uint32_t j = 0; j < n; ++j) row[j] += x * brow[j];
     }
   }
+  free(transposed);
   if (!ok(gemm_ws_kernel_create(&shape, p->plane_size_max, cuda, &kernel), "kernel")) goto done;
   if (!ok(cube_handle_create(client, CUBE_STREAM_CURRENT, (uint64_t)m * k * eb, &ha), "alloc A") ||
       !ok(cube_handle_create(client, CUBE_STREAM_CURRENT, (uint64_t)k * n * eb, &hb), "alloc B") ||
