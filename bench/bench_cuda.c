@@ -22,6 +22,9 @@
 static bool quick;
 // --ws-tma: only gemm_ws's TMA-store epilogue variants (bench_cuda_dialect.h).
 static bool ws_tma;
+// --ws-cluster: only gemm_ws in clusters of two (B multicast) and with
+// ping-pong consumers, next to the best single-cube shape, bf16 A x B.
+static bool ws_cluster;
 
 typedef struct row_t {
   const char *what;
@@ -512,24 +515,27 @@ static void bench_compile(void) {
 }
 
 int main(int argc, char **argv) {
-  static const char *const flags[] = {
-      "--quick", "--dialect", "--launch-tma", "--launch", "--ws-tma", "--tma", NULL};
+  static const char *const flags[] = {"--quick",  "--dialect", "--launch-tma", "--launch",
+                                      "--ws-tma", "--tma",     "--ws-cluster", NULL};
   bench_check_args(
       argc, argv,
       "usage: bench_cuda [--quick] [--dialect] [--launch-tma] [--launch] [--ws-tma] [--tma]\n"
+      "                  [--ws-cluster]\n"
       "cubec vs the raw CUDA driver on the first GPU (launch enqueue, axpy, D2D,\n"
       "H2D/D2H, copy kernel, NVRTC cache), and the dialect's line copy, reduction\n"
       "and bf16 GEMM against CUDA by hand (--dialect: only those, with the GEMM\n"
       "over seven tile shapes; --launch-tma: only the launch and TMA rows; --launch:\n"
       "only the launch rows and their breakdown; --ws-tma: only the warp-\n"
-      "specialised GEMM's TMA-store-epilogue variants; --tma: only the TMA rows);\n"
-      "exits 0 with a note without a GPU\n",
+      "specialised GEMM's TMA-store-epilogue variants; --tma: only the TMA rows;\n"
+      "--ws-cluster: only its clusters of two and ping-pong variants next to the\n"
+      "best single-cube shape); exits 0 with a note without a GPU\n",
       flags);
   bool dialect_only = false, launch_tma = false, launch_only = false, tma_only = false;
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--quick") == 0) quick = true;
     if (strcmp(argv[i], "--dialect") == 0) dialect_only = true;
     if (strcmp(argv[i], "--ws-tma") == 0) ws_tma = dialect_only = true;
+    if (strcmp(argv[i], "--ws-cluster") == 0) ws_cluster = dialect_only = true;
     if (strcmp(argv[i], "--launch-tma") == 0) launch_tma = true;
     if (strcmp(argv[i], "--launch") == 0) launch_only = true;
     if (strcmp(argv[i], "--tma") == 0) tma_only = true;

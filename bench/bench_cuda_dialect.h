@@ -391,8 +391,9 @@ static double ws_run(cube_client_t *client, const cube_cuda_driver_t *cu,
   cube_status_t status =
       cube_launch(client, CUBE_STREAM_CURRENT, kernel, w.count, &w.args, CUBE_LAUNCH_EXECUTE);
   if (!cube_status_is_ok(status)) {
-    printf("  gemm_ws %s 128x%u, %u stages, epilogue %u: refused:\n",
-           gemm_ws_kind_name(shape->kind), shape->bn, shape->stages, shape->epilogue);
+    printf("  gemm_ws %s 128x%u, %u stages, epilogue %u, cluster %u: refused:\n",
+           gemm_ws_kind_name(shape->kind), shape->bn, shape->stages, shape->epilogue,
+           shape->cluster);
     cube_status_fprint(status, stdout);
     cube_status_release(status);
     cube_kernel_release(kernel);
@@ -435,10 +436,12 @@ static double ws_run(cube_client_t *client, const cube_cuda_driver_t *cu,
     t[rep] = device_ms(cu, stream, batch, enqueue_cubec, &ctx);
   double tflops = 2.0 * m * n * (double)k / (median(t, repeats) * 1e-3) * 1e-12;
   printf(
-      "  gemm_ws %s %ux%ux%u, tile 128x%ux%u, %u stages, group %u, %s epilogue, %u cubes, %u KiB "
-      "shared: %.1f TFLOP/s\n",
-      gemm_ws_kind_name(shape->kind), m, n, k, shape->bn, 128 / gemm_ws_elem_bytes(shape),
-      shape->stages, shape->group_m, shape->epilogue ? "TMA-store" : "register", w.count.count.x,
+      "  gemm_ws %s %ux%ux%u, tile %ux%ux%u, %u stages, group %u, %s epilogue, cluster %u, %s, "
+      "%u cubes, %u KiB shared: %.1f TFLOP/s\n",
+      gemm_ws_kind_name(shape->kind), m, n, k, gemm_ws_bm(shape), shape->bn,
+      128 / gemm_ws_elem_bytes(shape), shape->stages, shape->group_m,
+      shape->epilogue ? "TMA-store" : "register", shape->cluster,
+      shape->pingpong ? "ping-pong" : "cooperative", w.count.count.x,
       gemm_ws_shared_bytes(shape) / 1024, tflops);
   cube_kernel_release(kernel);
   return tflops;
@@ -465,20 +468,68 @@ static void bench_dialect_gemm_ws(cube_client_t *client, const cube_cuda_driver_
     fa[i] = cube_bf16_to_f32(a[i]);
     fb[i] = cube_bf16_to_f32(b[i]);
   }
+  if (ws_cluster) {
+    // Clusters of two (B loaded once per cluster and multicast) and the
+    // ping-pong consumers (whole 64-row tiles in turn), at the shapes around
+    // the best single-cube one, which runs first as the reference in the
+    // same process.
+    static const gemm_ws_shape_t kNew[] = {
+        {256, 3, 16, GEMM_WS_BF16_KN, 0, 1, 0}, {256, 3, 16, GEMM_WS_BF16_KN, 0, 2, 0},
+        {256, 4, 16, GEMM_WS_BF16_KN, 0, 2, 0}, {256, 3, 8, GEMM_WS_BF16_KN, 0, 2, 0},
+        {256, 4, 8, GEMM_WS_BF16_KN, 0, 2, 0},  {256, 3, 16, GEMM_WS_BF16_KN, 1, 2, 0},
+        {256, 4, 16, GEMM_WS_BF16_KN, 0, 1, 1}, {256, 5, 32, GEMM_WS_BF16_KN, 0, 1, 1},
+        {256, 4, 32, GEMM_WS_BF16_KN, 0, 2, 1}, {256, 5, 16, GEMM_WS_BF16_KN, 0, 2, 1},
+    };
+    const size_t variants = quick ? 3 : sizeof kNew / sizeof kNew[0];
+    double reference = 0, best[2] = {0, 0};
+    size_t best_index[2] = {1, 1};
+    bool wrong = false;
+    for (size_t s = 0; s < variants; ++s) {
+      double tflops = ws_run(client, cu, &kNew[s], ha, hb, hc, fa, fb, c_host, m, n, k, 1e-5);
+      wrong |= tflops < 0;
+      const size_t kind = kNew[s].pingpong;  // 0: clusters, 1: ping-pong
+      if (s == 0) {
+        reference = tflops;
+      } else if (tflops > best[kind]) {
+        best[kind] = tflops;
+        best_index[kind] = s;
+      }
+    }
+    for (size_t kind = 0; kind < 2; ++kind) {
+      const gemm_ws_shape_t *w = &kNew[best_index[kind]];
+      printf(
+          "  gemm_ws bf16 A x B, %s best: %.1f TFLOP/s (%u stages, group %u, %s epilogue, "
+          "cluster %u); one cube, cooperative: %.1f\n",
+          kind ? "ping-pong" : "clusters of 2", best[kind], w->stages, w->group_m,
+          w->epilogue ? "TMA-store" : "register", w->cluster, reference);
+    }
+    if (reference > 0) result_line("gemm_bf16_ws_tflops", reference);
+    if (best[0] > 0) result_line("gemm_bf16_ws_cluster_tflops", best[0]);
+    if (best[1] > 0) result_line("gemm_bf16_ws_pingpong_tflops", best[1]);
+    free(fa);
+    free(fb);
+    free(a8);
+    free(b8);
+    if (wrong) {
+      fprintf(stderr, "gemm_ws: wrong results (above)\n");
+      exit(1);
+    }
+    return;
+  }
   static const gemm_ws_shape_t kShapes[] = {
-      {256, 4, 8, GEMM_WS_BF16_KN, 0},
-      {256, 3, 8, GEMM_WS_BF16_KN, 0},
-      {256, 4, 16, GEMM_WS_BF16_KN, 0},
-      {128, 6, 8, GEMM_WS_BF16_KN, 0},
+      {256, 4, 8, GEMM_WS_BF16_KN, 0, 1, 0},
+      {256, 3, 8, GEMM_WS_BF16_KN, 0, 1, 0},
+      {256, 4, 16, GEMM_WS_BF16_KN, 0, 1, 0},
+      {128, 6, 8, GEMM_WS_BF16_KN, 0, 1, 0},
   };
   // --ws-tma (a run of its own, so that a new variant that hangs or fails
   // cannot cost the rows above): the TMA-store epilogue (3 stages: the
   // staging tiles take 64 KiB), at groups 8 and 16, and group 16 at 3
   // stages with the register epilogue (4 stages measured group 16 > 8).
   static const gemm_ws_shape_t kTmaShapes[] = {
-      {256, 3, 8, GEMM_WS_BF16_KN, 1},
-      {256, 3, 16, GEMM_WS_BF16_KN, 1},
-      {256, 3, 16, GEMM_WS_BF16_KN, 0},
+      {256, 3, 8, GEMM_WS_BF16_KN, 1, 1, 0},
+      {256, 3, 16, GEMM_WS_BF16_KN, 1, 1, 0},
+      {256, 3, 16, GEMM_WS_BF16_KN, 0, 1, 0},
   };
   const gemm_ws_shape_t *set = ws_tma ? kTmaShapes : kShapes;
   const size_t shapes = quick    ? 1
@@ -510,7 +561,8 @@ static void bench_dialect_gemm_ws(cube_client_t *client, const cube_cuda_driver_
                                 "vs torch: script",
                                 true};
   }
-  const gemm_ws_shape_t nt = {w->bn, w->stages, w->group_m, GEMM_WS_BF16_NK, w->epilogue};
+  const gemm_ws_shape_t nt = {w->bn,       w->stages,  w->group_m, GEMM_WS_BF16_NK,
+                              w->epilogue, w->cluster, w->pingpong};
   double nt_tflops = ws_run(client, cu, &nt, ha, hb, hc, fa, fb, c_host, m, n, k, 1e-5);
   wrong |= nt_tflops < 0;
   if (nt_tflops > 0)
@@ -531,9 +583,9 @@ static void bench_dialect_gemm_ws(cube_client_t *client, const cube_cuda_driver_
   // --ws-tma: the TMA-store epilogue at 3 stages of 48 KiB, and the
   // register epilogue at group 16 (bf16's better group at 4 stages); the
   // better of the two.
-  static const gemm_ws_shape_t kF8[] = {{256, 4, 8, GEMM_WS_E4M3, 0}};
-  static const gemm_ws_shape_t kF8Tma[] = {{256, 3, 8, GEMM_WS_E4M3, 1},
-                                           {256, 4, 16, GEMM_WS_E4M3, 0}};
+  static const gemm_ws_shape_t kF8[] = {{256, 4, 8, GEMM_WS_E4M3, 0, 1, 0}};
+  static const gemm_ws_shape_t kF8Tma[] = {{256, 3, 8, GEMM_WS_E4M3, 1, 1, 0},
+                                           {256, 4, 16, GEMM_WS_E4M3, 0, 1, 0}};
   double f8_tflops = 0;
   for (size_t s = 0; s < (ws_tma && !quick ? 2u : 1u); ++s) {
     double t = ws_run(client, cu, ws_tma ? &kF8Tma[s] : &kF8[s], ha8, hb8, hc, fa, fb, c_host, m, n,
@@ -591,7 +643,9 @@ static void bench_dialect_gemm(cube_client_t *client, const cube_cuda_driver_t *
       {128, 128, 32, 2, 2, 4, 8, true},  {128, 256, 64, 2, 4, 3, 8, true},
       {128, 128, 64, 2, 2, 3, 8, true},
   };
-  const size_t shapes = ws_tma ? 0 : quick || !sweep ? 2 : sizeof kShapes / sizeof kShapes[0];
+  const size_t shapes = ws_tma || ws_cluster ? 0
+                        : quick || !sweep    ? 2
+                                             : sizeof kShapes / sizeof kShapes[0];
   double best = 0;
   size_t best_index = 0;
   for (size_t s = 0; s < shapes; ++s) {
@@ -652,7 +706,7 @@ static void bench_dialect_gemm(cube_client_t *client, const cube_cuda_driver_t *
     cube_kernel_release(kernel);
   }
   const gemm_shape_t *w = &kShapes[best_index];
-  if (!ws_tma) {
+  if (!ws_tma && !ws_cluster) {
     printf(
         "  gemm bf16 best: %.1f TFLOP/s (tile %ux%ux%u, %ux%u planes, %u stages); torch.matmul: "
         "bench/reduce_gemm_torch.py\n",
@@ -673,7 +727,7 @@ static void bench_dialect_gemm(cube_client_t *client, const cube_cuda_driver_t *
 
 static void bench_dialect(cube_client_t *client, const cube_cuda_driver_t *cu, bool sweep) {
   printf("\ndialect kernels against hand-written CUDA and the driver:\n");
-  if (!ws_tma) {  // --ws-tma: only gemm_ws's new variants
+  if (!ws_tma && !ws_cluster) {  // --ws-tma, --ws-cluster: only gemm_ws's new variants
     bench_dialect_copy(client, cu);
     bench_dialect_reduce(client, cu);
   }

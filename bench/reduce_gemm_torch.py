@@ -16,8 +16,13 @@ timeout: a variant that hangs or fails costs only its own figures): the
 warp-specialised GEMM with the TMA-store epilogue; each warp-specialised
 figure is the better of the two runs.
 
+With --ws-cluster, only `bench_cuda --ws-cluster` runs after PyTorch (a
+short call): the warp-specialised GEMM in clusters of two (B multicast), with
+ping-pong consumers, and the best single-cube cooperative shape, each against
+torch.matmul.
+
   python3 bench/reduce_gemm_torch.py [--bench build-gpu/bench/bench_cuda] [--quick]
-                                     [--no-ws-tma]
+                                     [--no-ws-tma] [--ws-cluster]
 """
 import argparse
 import statistics
@@ -130,10 +135,28 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-ws-tma", action="store_true",
                         help="skip bench_cuda --ws-tma (the TMA-store epilogue variants)")
+    parser.add_argument("--ws-cluster", action="store_true",
+                        help="only bench_cuda --ws-cluster (gemm_ws in clusters of two)")
     opts = parser.parse_args()
     torch_results = measure_torch(opts.quick)
     if not opts.bench:
         return 0 if torch_results else 1
+    if opts.ws_cluster:
+        cubec = run_bench(opts.bench, opts.quick, "--ws-cluster", 240)
+        if not torch_results or not cubec:
+            return 1
+        print("\nfigure                                     cubec      baseline   ratio  target")
+        for what, ours in (("bf16 GEMM ws, one cube vs torch.matmul", "gemm_bf16_ws_tflops"),
+                           ("bf16 GEMM ws, clusters of 2 vs torch.matmul",
+                            "gemm_bf16_ws_cluster_tflops"),
+                           ("bf16 GEMM ws, ping-pong vs torch.matmul",
+                            "gemm_bf16_ws_pingpong_tflops")):
+            theirs = torch_results["torch_matmul_tflops"]
+            if ours in cubec and theirs > 0:
+                ratio = cubec[ours] / theirs
+                verdict = "PASS" if ratio >= 0.95 else "MISS"
+                print(f"{what:40s} {cubec[ours]:9.1f} {theirs:10.1f} {ratio:7.3f}  >= 0.95 {verdict}")
+        return 0
     cubec = run_bench(opts.bench, opts.quick)
     if not torch_results or not cubec:
         return 1

@@ -205,12 +205,25 @@ typedef struct gemm_ws_shape_t {
   // swizzled shared-memory boxes and TMA stores (64 KiB more shared memory
   // at bn 256), the consumers back on the next tile while the stores run.
   uint32_t epilogue;
+  // 1: every cube alone; 2: clusters of two cubes (-DCUBE_CLUSTER_X=2) on
+  // tiles 128 rows apart in one column, each B box loaded once and
+  // multicast to both (m a multiple of 256, an even cube count).
+  uint32_t cluster;
+  // 0: both consumer warpgroups multiply 64 rows each of a 128-row tile;
+  // 1: ping-pong, each takes whole tiles of 64 rows in turn, one multiplying
+  // while the other stores (tiles of 64 x bn; m a multiple of 64 x cluster).
+  uint32_t pingpong;
 } gemm_ws_shape_t;
 
 // 128 x 256 tiles, 4 stages of 48 KiB on the H200; the CPU's 64 KiB arena
 // takes 128 x 64 tiles in 2 stages.
-static const gemm_ws_shape_t kGemmWsCudaShape = {256, 4, 8, GEMM_WS_BF16_KN, 0};
-static const gemm_ws_shape_t kGemmWsCpuShape = {64, 2, 2, GEMM_WS_BF16_KN, 0};
+static const gemm_ws_shape_t kGemmWsCudaShape = {256, 4, 8, GEMM_WS_BF16_KN, 0, 1, 0};
+static const gemm_ws_shape_t kGemmWsCpuShape = {64, 2, 2, GEMM_WS_BF16_KN, 0, 1, 0};
+
+// Rows of one cube's tile.
+static inline uint32_t gemm_ws_bm(const gemm_ws_shape_t *s) {
+  return s->pingpong ? 64u : 128u;
+}
 
 static inline uint32_t gemm_ws_elem_bytes(const gemm_ws_shape_t *s) {
   return s->kind >= GEMM_WS_E4M3 ? 1u : 2u;
@@ -225,26 +238,31 @@ static inline uint32_t gemm_ws_shared_bytes(const gemm_ws_shape_t *s) {
   // per stage.
   // With the TMA-store epilogue: two 64 x bn bf16 staging tiles and two more
   // barriers.
-  return s->stages * (128u + s->bn) * 128u + 1024u + 16u * s->stages +
-         (s->epilogue ? 2u * 64u * s->bn * 2u + 16u : 0u);
+  // Ping-pong: two ordering barriers after them.
+  return s->stages * (gemm_ws_bm(s) + s->bn) * 128u + 1024u + 16u * s->stages +
+         (s->epilogue ? 2u * 64u * s->bn * 2u + 16u : 0u) + (s->pingpong ? 32u : 0u);
 }
 
 // |sm90a|: build for sm_90a (the CUDA backend on compute capability 9.0).
 static inline cube_status_t gemm_ws_kernel_create(const gemm_ws_shape_t *s, uint32_t plane,
                                                   bool sm90a, cube_kernel_t **out_kernel) {
   if ((s->bn != 64 && s->bn != 128 && s->bn != 256) || s->stages < 2 || !s->group_m ||
-      (unsigned)s->kind > GEMM_WS_E5M2 || s->epilogue > 1) {
+      (unsigned)s->kind > GEMM_WS_E5M2 || s->epilogue > 1 || (s->cluster != 1 && s->cluster != 2) ||
+      s->pingpong > 1) {
     return cube_status_make(CUBE_STATUS_VALIDATION,
                             "gemm_ws: bn %u (64, 128 or 256), stages %u (>= 2), group_m %u, "
-                            "kind %u (0..3), epilogue %u (0 or 1)",
-                            s->bn, s->stages, s->group_m, (unsigned)s->kind, s->epilogue);
+                            "kind %u (0..3), epilogue %u (0 or 1), cluster %u (1 or 2), "
+                            "pingpong %u (0 or 1)",
+                            s->bn, s->stages, s->group_m, (unsigned)s->kind, s->epilogue,
+                            s->cluster, s->pingpong);
   }
-  char options[200];
+  char options[240];
   snprintf(options, sizeof options,
            "%s-DCUBE_MIN_CUBES_PER_SM=1 -DWS_BN=%u -DWS_STAGES=%u -DWS_GROUP_M=%u -DWS_KIND=%u "
-           "-DWS_EPI=%u",
+           "-DWS_EPI=%u -DWS_PINGPONG=%u%s",
            sm90a ? "--gpu-architecture=sm_90a " : "", s->bn, s->stages, s->group_m,
-           (unsigned)s->kind, s->epilogue);
+           (unsigned)s->kind, s->epilogue, s->pingpong,
+           s->cluster == 2 ? " -DWS_CLUSTER=2 -DCUBE_CLUSTER_X=2" : "");
   cube_kernel_desc_t desc;
   memset(&desc, 0, sizeof desc);
   desc.name = "gemm_ws";
@@ -275,16 +293,18 @@ static inline cube_status_t gemm_ws_args_initialize(const gemm_ws_shape_t *s, cu
                                                     gemm_ws_args_t *out) {
   memset(out, 0, sizeof *out);
   const uint32_t bk = 128u / gemm_ws_elem_bytes(s);
-  if (m == 0 || n == 0 || k == 0 || m % 128 || n % s->bn || k % bk) {
+  const uint32_t cluster = s->cluster == 2 ? 2u : 1u, bm = gemm_ws_bm(s);
+  if (m == 0 || n == 0 || k == 0 || m % (bm * cluster) || n % s->bn || k % bk) {
     return cube_status_make(CUBE_STATUS_VALIDATION,
-                            "gemm_ws: %ux%ux%u is not a positive multiple of the tile 128x%ux%u", m,
-                            n, k, s->bn, bk);
+                            "gemm_ws: %ux%ux%u is not a positive multiple of the tile %ux%ux%u "
+                            "(%u rows per cube of a cluster of %u)",
+                            m, n, k, bm * cluster, s->bn, bk, bm, cluster);
   }
   const cube_tensor_map_dtype_t dtype = s->kind == GEMM_WS_E4M3   ? CUBE_TENSOR_MAP_DTYPE_E4M3
                                         : s->kind == GEMM_WS_E5M2 ? CUBE_TENSOR_MAP_DTYPE_E5M2
                                                                   : CUBE_TENSOR_MAP_DTYPE_BF16;
   const uint64_t shape_a[2] = {m, k}, shape_nk[2] = {n, k}, shape_kn[2] = {k, n};
-  const uint32_t box_a[2] = {128, bk}, box_nk[2] = {s->bn, bk}, box_kn[2] = {bk, 64};
+  const uint32_t box_a[2] = {bm, bk}, box_nk[2] = {s->bn, bk}, box_kn[2] = {bk, 64};
   out->map_a = cube_tensor_map_tiled(dtype, 2, shape_a, NULL, box_a);
   out->map_b = s->kind == GEMM_WS_BF16_KN ? cube_tensor_map_tiled(dtype, 2, shape_kn, NULL, box_kn)
                                           : cube_tensor_map_tiled(dtype, 2, shape_nk, NULL, box_nk);
@@ -311,8 +331,11 @@ static inline cube_status_t gemm_ws_args_initialize(const gemm_ws_shape_t *s, cu
   out->scalars[1] = cube_scalar_u32(n);
   out->scalars[2] = cube_scalar_u32(k);
   out->args = (cube_kernel_args_t){out->buffers, 4, out->scalars, 3};
-  const uint32_t tiles = (m / 128) * (n / s->bn);
-  out->count = cube_count_static(cubes == 0 || cubes > tiles ? tiles : cubes, 1, 1);
+  // A cluster of two walks pairs of tiles: a whole number of clusters.
+  const uint32_t tiles = (m / bm) * (n / s->bn);
+  uint32_t grid = cubes == 0 || cubes > tiles ? tiles : cubes;
+  grid -= grid % cluster;
+  out->count = cube_count_static(grid ? grid : cluster, 1, 1);
   return CUBE_OK;
 }
 

@@ -355,8 +355,11 @@
 // warpgroup (TMA, registers given back with SETMAXNREG_DEC), two consumer
 // warpgroups (WGMMA), full/empty mbarrier pairs per stage, tiles walked in
 // grouped order by a grid of at most one cube per SM. Cube dim 12 planes;
-// -DCUBE_MIN_CUBES_PER_SM=1 on CUDA (setmaxnreg needs it). On the CPU the
-// kernel runs on fibers (the producer waits for its consumers' arrivals).
+// -DCUBE_MIN_CUBES_PER_SM=1 on CUDA (setmaxnreg needs it). WS_CLUSTER 2
+// (with -DCUBE_CLUSTER_X=2): clusters of two cubes sharing B through TMA
+// multicast; WS_PINGPONG 1: the consumer warpgroups take whole 64-row tiles
+// in turn. On the CPU the kernel runs on fibers (the producer waits for its
+// consumers' arrivals; a cluster's cubes run together).
 #define CUBE_EXAMPLE_GEMM_WS                                                                       \
   "#ifndef WS_BN\n"                                                                                \
   "#define WS_BN 256\n"                                                                            \
@@ -373,6 +376,26 @@
   "#ifndef WS_KIND\n"                                                                              \
   "#define WS_KIND 1\n"                                                                            \
   "#endif\n"                                                                                       \
+  "#ifndef WS_CLUSTER\n"                                                                           \
+  "#define WS_CLUSTER 1\n"                                                                         \
+  "#endif\n"                                                                                       \
+  "#ifndef WS_PINGPONG\n"                                                                          \
+  "#define WS_PINGPONG 0\n"                                                                        \
+  "#endif\n"                                                                                       \
+  "// WS_CLUSTER 2 (with -DCUBE_CLUSTER_X=2): the two cubes of a cluster take\n"                   \
+  "// tiles of the same columns, 128 rows apart: each B box is loaded by one of\n"                 \
+  "// them (box j by rank j % 2) and multicast to both, and a consumer releases\n"                 \
+  "// a stage on both cubes' empty barriers (either producer refills both).\n"                     \
+  "#if WS_CLUSTER > 1\n"                                                                           \
+  "#define WS_B_COPY(j, dst, bar, y, x) \\\n"                                                      \
+  "  if ((j) % 2u == rank) TMA_LOAD_2D_MULTICAST(dst, tb, bar, 3u, y, x)\n"                        \
+  "#define WS_RELEASE(bar) (MBAR_ARRIVE(bar), MBAR_ARRIVE_CLUSTER(bar, rank ^ 1u))\n"              \
+  "#define WS_SYNC() SYNC_CLUSTER()\n"                                                             \
+  "#else\n"                                                                                        \
+  "#define WS_B_COPY(j, dst, bar, y, x) TMA_LOAD_2D(dst, tb, bar, y, x)\n"                         \
+  "#define WS_RELEASE(bar) MBAR_ARRIVE(bar)\n"                                                     \
+  "#define WS_SYNC() SYNC_CUBE()\n"                                                                \
+  "#endif\n"                                                                                       \
   "#if WS_KIND >= 2\n"                                                                             \
   "#define WS_EB 1\n"                                                                              \
   "#define WS_KSTEP 32\n"                                                                          \
@@ -380,7 +403,19 @@
   "#define WS_EB 2\n"                                                                              \
   "#define WS_KSTEP 16\n"                                                                          \
   "#endif\n"                                                                                       \
+  "// WS_PINGPONG 1: each consumer warpgroup takes whole tiles of 64 rows, the\n"                  \
+  "// two taking turns (tiles 0, 2, 4, ... and 1, 3, 5, ... of the cube's\n"                       \
+  "// walk): one multiplies while the other stores its last tile, and an\n"                        \
+  "// ordering barrier hands the stages over from one mainloop to the next.\n"                     \
+  "// Otherwise both multiply 64 rows each of a tile of 128.\n"                                    \
+  "#if WS_PINGPONG\n"                                                                              \
+  "#define WS_BM 64\n"                                                                             \
+  "#define WS_CONSUMERS 4  // planes that release a stage\n"                                       \
+  "#else\n"                                                                                        \
   "#define WS_BM 128\n"                                                                            \
+  "#define WS_CONSUMERS 8\n"                                                                       \
+  "#endif\n"                                                                                       \
+  "#define WS_ROWS (WS_BM * WS_CLUSTER)  // a cluster's rows of one tile column\n"                 \
   "#define WS_BK (128 / WS_EB)\n"                                                                  \
   "#define WS_A_BYTES (WS_BM * 128)\n"                                                             \
   "#define WS_B_BYTES (WS_BN * 128)\n"                                                             \
@@ -402,14 +437,14 @@
   "// B k x n: WS_BN / 64 boxes of 64 n x WS_BK k, WS_BK * 128 bytes apart.\n"                     \
   "#define WS_LOAD_B(buf, kb, col0)                                                         \\\n"  \
   "  for (uint32_t j = 0; j < WS_BN / 64; ++j)                                              \\\n"  \
-  "  TMA_LOAD_2D(bs + (buf) * WS_B_BYTES + j * (WS_BK * 128), tb, &full[buf], (kb), (col0) + j * " \
+  "  WS_B_COPY(j, bs + (buf) * WS_B_BYTES + j * (WS_BK * 128), &full[buf], (kb), (col0) + j * "    \
   "64)\n"                                                                                          \
   "#define WS_MMA(at, bt, kk) WGMMA_BF16_KN(acc, (at) + (kk) * 2, (bt) + (kk) * 128, WS_BK * "     \
   "128)\n"                                                                                         \
   "#else\n"                                                                                        \
   "// B n x k: one box of WS_BN rows of 128 bytes.\n"                                              \
   "#define WS_LOAD_B(buf, kb, col0) \\\n"                                                          \
-  "  TMA_LOAD_2D(bs + (buf) * WS_B_BYTES, tb, &full[buf], (col0), (kb))\n"                         \
+  "  WS_B_COPY(0u, bs + (buf) * WS_B_BYTES, &full[buf], (col0), (kb))\n"                           \
   "#if WS_KIND == 0\n"                                                                             \
   "#define WS_MMA(at, bt, kk) WGMMA_BF16(acc, (at) + (kk) * 2, (bt) + (kk) * 2)\n"                 \
   "#elif WS_KIND == 2\n"                                                                           \
@@ -424,7 +459,8 @@
   "#define WS_TILE(t)                                                                    \\\n"     \
   "  const uint32_t first_m = (t) / group * WS_GROUP_M;                                  \\\n"     \
   "  const uint32_t rows = tiles_m - first_m < WS_GROUP_M ? tiles_m - first_m : WS_GROUP_M; \\\n"  \
-  "  const int32_t row0 = (int32_t)((first_m + (t) % group % rows) * WS_BM);             \\\n"     \
+  "  const int32_t row0 = (int32_t)((first_m + (t) % group % rows) * WS_ROWS + rank * WS_BM); "    \
+  "\\\n"                                                                                           \
   "  const int32_t col0 = (int32_t)((t) % group / rows * WS_BN)\n"                                 \
   "\n"                                                                                             \
   "// C (m x n, bf16) = A (m x k) x B: a persistent cube walks tiles CUBE_POS,\n"                  \
@@ -446,26 +482,35 @@
   "  uint64_t *full = (uint64_t *)(cs + WS_EPI_BYTES);\n"                                          \
   "  uint64_t *empty = full + WS_STAGES;\n"                                                        \
   "  uint64_t *epi = empty + WS_STAGES;  // one per consumer warpgroup (WS_EPI 1)\n"               \
-  "  const uint32_t tiles_m = m / WS_BM, tiles = tiles_m * (n / WS_BN);\n"                         \
+  "  uint64_t *order = epi + 2;          // WS_PINGPONG: whose mainloop is next\n"                 \
+  "  // Tiles (pairs of tiles, one per cube, in a cluster of 2) and where this\n"                  \
+  "  // cube (cluster) starts and steps.\n"                                                        \
+  "  const uint32_t tiles_m = m / WS_ROWS, tiles = tiles_m * (n / WS_BN);\n"                       \
+  "  const uint32_t rank = CLUSTER_RANK, first = CUBE_POS / WS_CLUSTER;\n"                         \
+  "  const uint32_t stride = CUBE_COUNT / WS_CLUSTER;\n"                                           \
   "  const uint32_t group = WS_GROUP_M * (n / WS_BN), steps = k / WS_BK;\n"                        \
   "  const uint32_t wg = UNIT_POS / (4 * PLANE_DIM);\n"                                            \
   "  if (UNIT_POS == 0) {\n"                                                                       \
   "    for (uint32_t s = 0; s < WS_STAGES; ++s) {\n"                                               \
   "      MBAR_INIT(&full[s], 1);\n"                                                                \
-  "      MBAR_INIT(&empty[s], 8);\n"                                                               \
+  "      MBAR_INIT(&empty[s], WS_CONSUMERS * WS_CLUSTER);\n"                                       \
   "    }\n"                                                                                        \
   "    if (WS_EPI) {\n"                                                                            \
   "      MBAR_INIT(&epi[0], 4 * PLANE_DIM);\n"                                                     \
   "      MBAR_INIT(&epi[1], 4 * PLANE_DIM);\n"                                                     \
   "    }\n"                                                                                        \
+  "    if (WS_PINGPONG) {\n"                                                                       \
+  "      MBAR_INIT(&order[0], 4 * PLANE_DIM);\n"                                                   \
+  "      MBAR_INIT(&order[1], 4 * PLANE_DIM);\n"                                                   \
+  "    }\n"                                                                                        \
   "    FENCE_MBAR_INIT();\n"                                                                       \
   "  }\n"                                                                                          \
-  "  SYNC_CUBE();\n"                                                                               \
+  "  WS_SYNC();  // in a cluster: the peer's barriers are ready before we use them\n"              \
   "  if (wg == 0) {\n"                                                                             \
   "    SETMAXNREG_DEC(40);\n"                                                                      \
   "    if (UNIT_POS == 0) {\n"                                                                     \
   "      uint32_t it = 0;\n"                                                                       \
-  "      for (uint32_t t = CUBE_POS; t < tiles; t += CUBE_COUNT) {\n"                              \
+  "      for (uint32_t t = first; t < tiles; t += stride) {\n"                                     \
   "        WS_TILE(t);\n"                                                                          \
   "        for (uint32_t s = 0; s < steps; ++s, ++it) {\n"                                         \
   "          const uint32_t buf = it % WS_STAGES;\n"                                               \
@@ -479,17 +524,24 @@
   "    }\n"                                                                                        \
   "  } else {\n"                                                                                   \
   "    SETMAXNREG_INC(232);\n"                                                                     \
-  "    const uint32_t rows0 = (wg - 1) * 64;\n"                                                    \
-  "    uint32_t it = 0;\n"                                                                         \
-  "    uint32_t epi_phase = 0;\n"                                                                  \
+  "    const uint32_t rows0 = WS_PINGPONG ? 0 : (wg - 1) * 64;\n"                                  \
+  "    uint32_t epi_phase = 0, order_phase = 0, tj = 0;\n"                                         \
   "    const uint32_t lead = UNIT_POS % (4 * PLANE_DIM) == 0;\n"                                   \
   "    unsigned char *ct = cs + (wg - 1) * WS_C_BYTES;\n"                                          \
   "    uint64_t *wg_bar = &epi[wg - 1];\n"                                                         \
-  "    for (uint32_t t = CUBE_POS; t < tiles; t += CUBE_COUNT) {\n"                                \
+  "    for (uint32_t t = first; t < tiles; t += stride, ++tj) {\n"                                 \
+  "      // Ping-pong: every other tile is the other warpgroup's; this one's\n"                    \
+  "      // mainloop starts once the other's last one has taken its stages\n"                      \
+  "      // (then every full barrier it waits on is at most one phase away).\n"                    \
+  "      if (WS_PINGPONG && tj % 2 != wg - 1) continue;\n"                                         \
+  "      if (WS_PINGPONG && tj > 0) {\n"                                                           \
+  "        MBAR_WAIT(&order[wg - 1], order_phase);\n"                                              \
+  "        order_phase ^= 1u;\n"                                                                   \
+  "      }\n"                                                                                      \
   "      WS_TILE(t);\n"                                                                            \
   "      WG_ACC(WS_BN) acc;\n"                                                                     \
   "      WG_ACC_FILL(acc, 0.0f);\n"                                                                \
-  "      uint32_t held = 0;\n"                                                                     \
+  "      uint32_t held = 0, it = tj * steps;\n"                                                    \
   "      for (uint32_t s = 0; s < steps; ++s, ++it) {\n"                                           \
   "        const uint32_t buf = it % WS_STAGES;\n"                                                 \
   "        MBAR_WAIT(&full[buf], (it / WS_STAGES) & 1u);\n"                                        \
@@ -500,11 +552,12 @@
   "        WGMMA_COMMIT();\n"                                                                      \
   "        // The group before this one is done: its stage goes back.\n"                           \
   "        WGMMA_WAIT(acc, 1);\n"                                                                  \
-  "        if (s > 0 && UNIT_POS_PLANE == 0) MBAR_ARRIVE(&empty[held]);\n"                         \
+  "        if (s > 0 && UNIT_POS_PLANE == 0) WS_RELEASE(&empty[held]);\n"                          \
   "        held = buf;\n"                                                                          \
   "      }\n"                                                                                      \
+  "      if (WS_PINGPONG) MBAR_ARRIVE(&order[2 - wg]);  // the other's turn\n"                     \
   "      WGMMA_WAIT(acc, 0);\n"                                                                    \
-  "      if (UNIT_POS_PLANE == 0) MBAR_ARRIVE(&empty[held]);\n"                                    \
+  "      if (UNIT_POS_PLANE == 0) WS_RELEASE(&empty[held]);\n"                                     \
   "      if (WS_EPI) {\n"                                                                          \
   "        // The warpgroup waits for its last store to have read the boxes\n"                     \
   "        // (long done: a tile of mainloop ago), fills them, and one unit\n"                     \
@@ -531,6 +584,9 @@
   "    // The shared memory stays until the last stores have read it.\n"                           \
   "    if (WS_EPI && lead) TMA_STORE_WAIT();\n"                                                    \
   "  }\n"                                                                                          \
+  "  // No cube of a cluster exits while its peer may still multicast into it or\n"                \
+  "  // arrive on its barriers.\n"                                                                 \
+  "  if (WS_CLUSTER > 1) SYNC_CLUSTER();\n"                                                        \
   "}\n"
 
 #endif  // CUBE_EXAMPLES_KERNELS_H_

@@ -38,7 +38,7 @@
 #ifndef CUBE_DIALECT_H_
 #define CUBE_DIALECT_H_
 
-#define CUBE_DIALECT_VERSION 3
+#define CUBE_DIALECT_VERSION 4
 #define CUBE_STATIC_INFO_WORDS 64
 #define CUBE_INFO_NO_META 0xffffffffffffffffull
 
@@ -48,6 +48,37 @@
 #define CUBE__COMMA() ,
 #define CUBE__UNUSED __attribute__((unused))
 #define CUBE__NOTHING()
+
+// Thread-block clusters: the kernel options -DCUBE_CLUSTER_X=n (and _Y, _Z;
+// an extent not given is 1) make every launch of the kernel run its cubes in
+// clusters of that shape. The cubes of a cluster run at the same time and
+// reach each other's shared memory (CLUSTER_* below, docs/dialect.md); the
+// kernel exports the shape (name__cube_cluster) and each backend refuses a
+// launch whose cube count is not a multiple of it.
+#if defined(CUBE_CLUSTER_X) || defined(CUBE_CLUSTER_Y) || defined(CUBE_CLUSTER_Z)
+#define CUBE__CLUSTERED 1
+#endif
+#if defined(CUBE_CLUSTER_X)
+#define CUBE__CLUSTER_X (CUBE_CLUSTER_X)
+#else
+#define CUBE__CLUSTER_X 1
+#endif
+#if defined(CUBE_CLUSTER_Y)
+#define CUBE__CLUSTER_Y (CUBE_CLUSTER_Y)
+#else
+#define CUBE__CLUSTER_Y 1
+#endif
+#if defined(CUBE_CLUSTER_Z)
+#define CUBE__CLUSTER_Z (CUBE_CLUSTER_Z)
+#else
+#define CUBE__CLUSTER_Z 1
+#endif
+#if CUBE__CLUSTER_X < 1 || CUBE__CLUSTER_Y < 1 || CUBE__CLUSTER_Z < 1
+#error "CUBE_CLUSTER_X/_Y/_Z: every cluster extent must be at least 1"
+#endif
+#if CUBE__CLUSTER_X * CUBE__CLUSTER_Y * CUBE__CLUSTER_Z > 8
+#error "CUBE_CLUSTER_X/_Y/_Z: a cluster of more than 8 cubes (the portable limit)"
+#endif
 #define CUBE__MAP(M, S, ...) CUBE__CAT(CUBE__MAP_, CUBE__NARGS(__VA_ARGS__))(M, S, __VA_ARGS__)
 // Generated: one macro per arity.
 // clang-format off
@@ -283,6 +314,13 @@ typedef struct cube__ctx_t {
 #define CUBE__ENTRY_TYPE_R(T) const T *
 #define CUBE__ENTRY_TYPE_W(T) T *
 #define CUBE__ENTRY_TYPE_X(T) T *
+#if defined(CUBE__CLUSTERED)
+#define CUBE__CLUSTER_MARK(name)                                   \
+  extern "C" __device__ const uint32_t name##__cube_cluster[3] = { \
+      CUBE__CLUSTER_X, CUBE__CLUSTER_Y, CUBE__CLUSTER_Z};
+#else
+#define CUBE__CLUSTER_MARK(name)
+#endif
 template <uint32_t V>
 struct cube__const_u32 {
   static constexpr uint32_t value = V;
@@ -334,6 +372,7 @@ struct cube__const_u32 {
   extern "C" __device__ const char name##__cube_io[] = iostr;                                    \
   extern "C" __device__ const uint32_t name##__cube_sig[] = {CUBE__UNPACK sig};                  \
   extern "C" __device__ const char name##__cube_sig_names[] = signames;                          \
+  CUBE__CLUSTER_MARK(name)                                                                       \
   static __device__ constexpr uint32_t name##__cube_sigc[] = {CUBE__UNPACK sig};                 \
   CUBE__ENTRY(name, , cube__static_info_t, false, (entry_params), (args))                        \
   CUBE__ENTRY(name, __w8, cube__static_info8_t, false, (entry_params), (args))                   \
@@ -826,6 +865,13 @@ typedef struct cube__ctx_t {
   // Lets another unit of the cube run (fibers only; version 3): an MBAR_WAIT
   // whose phase another unit completes. 0 when no other unit can run now.
   int (*yield)(struct cube__ctx_t *ctx);
+  // Clusters (version 4): the contexts of the cluster's cubes by rank (NULL
+  // outside a cluster launch); a cube whose units have all returned has its
+  // |shared| cleared, so a late access to it traps. The cluster barrier's
+  // two halves (CLUSTER_ARRIVE, CLUSTER_WAIT).
+  struct cube__ctx_t *const *cluster;
+  void (*cluster_arrive)(struct cube__ctx_t *ctx);
+  void (*cluster_wait)(struct cube__ctx_t *ctx);
 } cube__ctx_t;
 
 #define CUBE__DEVICE static inline __attribute__((always_inline))
@@ -853,6 +899,7 @@ typedef struct cube__ctx_t {
   CUBE__EXPORT const uint32_t name##__cube_sig[] = {CUBE__UNPACK sig};                            \
   CUBE__EXPORT const char name##__cube_sig_names[] = signames;                                    \
   CUBE__NO_BARRIER_MARK(name)                                                                     \
+  CUBE__CLUSTER_MARK(name)                                                                        \
   CUBE__EXPORT void name##__cube_loop(cube__ctx_t *cube__c) {                                     \
     CUBE__SIG_LOCAL(sig)                                                                          \
     const uint32_t dx = CUBE__CTX_DIM(cube__c, X), dy = CUBE__CTX_DIM(cube__c, Y),                \
@@ -879,6 +926,14 @@ typedef struct cube__ctx_t {
                 CUBE__MAP(CUBE__IOSTR, CUBE__NOTHING, __VA_ARGS__), CUBE__SIG(__VA_ARGS__), \
                 CUBE__MAP(CUBE__SIG_NAME, CUBE__NOTHING, __VA_ARGS__))
 #define CUBE_KERNEL0(name) CUBE__KERNEL_(name, , , "", (CUBE__SIG_MAGIC, 0), "")
+
+#if defined(CUBE__CLUSTERED)
+#define CUBE__CLUSTER_MARK(name)                                                           \
+  CUBE__EXPORT const uint32_t name##__cube_cluster[3] = {CUBE__CLUSTER_X, CUBE__CLUSTER_Y, \
+                                                         CUBE__CLUSTER_Z};
+#else
+#define CUBE__CLUSTER_MARK(name)
+#endif
 
 // The kernel's cube dim, compiled in by the CPU backend as on CUDA (it is
 // part of the kernel's identity): unit loops get constant trip counts and
@@ -2453,6 +2508,23 @@ CUBE__DEVICE uint64_t cube__stride(const uint64_t *m, uint32_t d) {
 #define SHAPE(name, d) cube__shape(CUBE__META(name), (d))
 #define STRIDE(name, d) cube__stride(CUBE__META(name), (d))
 
+// The launch's cluster shape (kernel options -DCUBE_CLUSTER_X/_Y/_Z; 1 x 1 x 1
+// without them), this cube's position in its cluster, its cluster's position
+// in the grid, and its rank in the cluster (x fastest, as CUDA's
+// %cluster_ctarank).
+#define CLUSTER_DIM_X ((uint32_t)(CUBE__CLUSTER_X))
+#define CLUSTER_DIM_Y ((uint32_t)(CUBE__CLUSTER_Y))
+#define CLUSTER_DIM_Z ((uint32_t)(CUBE__CLUSTER_Z))
+#define CLUSTER_SIZE (CLUSTER_DIM_X * CLUSTER_DIM_Y * CLUSTER_DIM_Z)
+#define CLUSTER_POS_X (CUBE_POS_X % CLUSTER_DIM_X)
+#define CLUSTER_POS_Y (CUBE_POS_Y % CLUSTER_DIM_Y)
+#define CLUSTER_POS_Z (CUBE_POS_Z % CLUSTER_DIM_Z)
+#define CLUSTER_ID_X (CUBE_POS_X / CLUSTER_DIM_X)
+#define CLUSTER_ID_Y (CUBE_POS_Y / CLUSTER_DIM_Y)
+#define CLUSTER_ID_Z (CUBE_POS_Z / CLUSTER_DIM_Z)
+#define CLUSTER_RANK \
+  (CLUSTER_POS_X + CLUSTER_DIM_X * (CLUSTER_POS_Y + CLUSTER_DIM_Y * CLUSTER_POS_Z))
+
 #if !defined(CUBE__OMIT_TMA)  // left out of a kernel that names none of it
 //===--- TMA tensor maps (docs/tma.md) ---===//
 //
@@ -2541,6 +2613,70 @@ CUBE__DEVICE void cube__mbar_wait(uint64_t *bar, uint32_t parity) {
 // Before a TMA store reads shared memory the units wrote (and after a TMA
 // load, before the units overwrite what a later store will read).
 #define FENCE_PROXY_ASYNC() asm volatile("fence.proxy.async.shared::cta;" ::: "memory")
+
+// Clusters: the barrier over every unit of the cluster in two halves
+// (release / acquire: what a unit wrote before CLUSTER_ARRIVE is visible to
+// every unit of the cluster after its CLUSTER_WAIT), and an arrival on the
+// mbarrier at |bar|'s offset in the shared memory of cube |rank|.
+CUBE__DEVICE void cube__cluster_arrive(void) {
+  asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+}
+CUBE__DEVICE void cube__cluster_wait(void) {
+  asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+}
+CUBE__DEVICE void cube__mbar_arrive_cluster(uint64_t *bar, uint32_t rank) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 cube_r;\n"
+      "mapa.shared::cluster.u32 cube_r, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [cube_r];\n"
+      "}\n" ::"r"(cube__smem(bar)),
+      "r"(rank)
+      : "memory");
+}
+// The generic address of what |p| (in this cube's shared memory) is in
+// cube |rank|'s: plain loads and stores reach the peer (distributed shared
+// memory).
+CUBE__DEVICE void *cube__cluster_at(const void *p, uint32_t rank) {
+  uint64_t at;
+  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(at) : "l"(p), "r"(rank));
+  return (void *)at;
+}
+#define CLUSTER_MAP(p, rank) ((decltype(&(p)[0]))cube__cluster_at((p), (uint32_t)(rank)))
+#define CLUSTER_ARRIVE() cube__cluster_arrive()
+#define CLUSTER_WAIT() cube__cluster_wait()
+#define SYNC_CLUSTER() (cube__cluster_arrive(), cube__cluster_wait())
+#define MBAR_ARRIVE_CLUSTER(bar, rank) cube__mbar_arrive_cluster((bar), (uint32_t)(rank))
+// A TMA load multicast to the cubes of |mask| (bit r: cluster rank r): the
+// box lands at the same shared-memory offset in each and completes its
+// bytes on each one's mbarrier at |bar|'s offset.
+#define CUBE__TMA_LOAD_MC(dims, coords, ...)                                                  \
+  asm volatile("cp.async.bulk.tensor." dims                                                   \
+               ".shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster" \
+               " [%0], [%1, " coords "], [%2], %3;" ::__VA_ARGS__                             \
+               : "memory")
+CUBE__DEVICE void cube__tma_load_mc_1d(void *s, const cube__tmap_t *m, uint64_t *b, uint16_t mask,
+                                       int32_t c0) {
+  CUBE__TMA_LOAD_MC("1d", "{%4}", "r"(cube__smem(s)), "l"(cube__tmap_addr(m)), "r"(cube__smem(b)),
+                    "h"(mask), "r"(c0));
+}
+CUBE__DEVICE void cube__tma_load_mc_2d(void *s, const cube__tmap_t *m, uint64_t *b, uint16_t mask,
+                                       int32_t c0, int32_t c1) {
+  CUBE__TMA_LOAD_MC("2d", "{%4, %5}", "r"(cube__smem(s)), "l"(cube__tmap_addr(m)),
+                    "r"(cube__smem(b)), "h"(mask), "r"(c0), "r"(c1));
+}
+CUBE__DEVICE void cube__tma_load_mc_3d(void *s, const cube__tmap_t *m, uint64_t *b, uint16_t mask,
+                                       int32_t c0, int32_t c1, int32_t c2) {
+  CUBE__TMA_LOAD_MC("3d", "{%4, %5, %6}", "r"(cube__smem(s)), "l"(cube__tmap_addr(m)),
+                    "r"(cube__smem(b)), "h"(mask), "r"(c0), "r"(c1), "r"(c2));
+}
+#define TMA_LOAD_1D_MULTICAST(smem, map, bar, mask, x) \
+  cube__tma_load_mc_1d((smem), (map), (bar), (uint16_t)(mask), (int32_t)(x))
+#define TMA_LOAD_2D_MULTICAST(smem, map, bar, mask, y, x) \
+  cube__tma_load_mc_2d((smem), (map), (bar), (uint16_t)(mask), (int32_t)(x), (int32_t)(y))
+#define TMA_LOAD_3D_MULTICAST(smem, map, bar, mask, z, y, x)                               \
+  cube__tma_load_mc_3d((smem), (map), (bar), (uint16_t)(mask), (int32_t)(x), (int32_t)(y), \
+                       (int32_t)(z))
 
 #define CUBE__TMA_LOAD(dims, coords, ...)                                                     \
   asm volatile("cp.async.bulk.tensor." dims                                                   \
@@ -2914,6 +3050,86 @@ static inline void cube__tma_store_tile(cube__ctx_t *ctx, const cube__tmap_t *m,
                                         uint32_t rank, const int32_t *c) {
   cube__tma_tile(ctx, m, (void *)smem, rank, c, 0);
 }
+
+//===--- Clusters on the CPU ---===//
+//
+// The cubes of a cluster run as fibers of one group (cpu_exec.c), each with
+// its own shared memory; a peer's barrier or shared memory is reached
+// through ctx->cluster. Outside a cluster launch rank 0 is the cube itself.
+
+// Cube |rank|'s context; traps on a rank outside the cluster or a cube that
+// has exited.
+static inline cube__ctx_t *cube__cluster_peer(cube__ctx_t *ctx, uint32_t rank, const char *what) {
+  if (rank >= CLUSTER_SIZE) {
+    ctx->trap(ctx, what);  // the caller's message names the rank's bound
+  }
+  cube__ctx_t *peer = ctx->cluster ? ctx->cluster[rank] : ctx;
+  if (!peer->shared)
+    ctx->trap(ctx,
+              "cluster: a cube reached the shared memory of a peer that has exited (end the "
+              "kernel with SYNC_CLUSTER so that no cube exits while others still use it)");
+  return peer;
+}
+// The byte at |p|'s offset in |peer|'s shared memory (|bytes| of it).
+static inline unsigned char *cube__cluster_map(cube__ctx_t *ctx, cube__ctx_t *peer, const void *p,
+                                               uint64_t bytes) {
+  const uintptr_t at = (uintptr_t)p, arena = (uintptr_t)ctx->shared;
+  if (at < arena || at - arena > ctx->shared_size || bytes > ctx->shared_size - (at - arena))
+    ctx->trap(ctx, "cluster: the address does not lie in the cube's shared memory");
+  return peer->shared + (at - arena);
+}
+static inline void cube__mbar_arrive_cluster(cube__ctx_t *ctx, uint64_t *bar, uint32_t rank) {
+  cube__ctx_t *peer =
+      cube__cluster_peer(ctx, rank, "MBAR_ARRIVE_CLUSTER: the cube rank is not below CLUSTER_SIZE");
+  cube__mbar_arrive_tx(ctx, (uint64_t *)(void *)cube__cluster_map(ctx, peer, bar, 8), 0, 1);
+}
+// The box copied into every cube of |mask| at |smem|'s offset, its bytes
+// completed on each one's mbarrier at |bar|'s offset.
+static inline void cube__tma_load_multicast(cube__ctx_t *ctx, void *smem, const cube__tmap_t *m,
+                                            uint64_t *bar, uint32_t mask, uint32_t rank,
+                                            const int32_t *c) {
+  if (mask == 0 || (mask >> CLUSTER_SIZE) != 0)
+    ctx->trap(ctx,
+              "TMA_LOAD_*_MULTICAST: the cube mask is empty or names a rank not below "
+              "CLUSTER_SIZE");
+  for (uint32_t r = 0; r < CLUSTER_SIZE; ++r) {
+    if (!(mask >> r & 1u)) continue;
+    cube__ctx_t *peer = cube__cluster_peer(ctx, r, "TMA_LOAD_*_MULTICAST: bad rank");
+    unsigned char *to = cube__cluster_map(ctx, peer, smem, 0);
+    uint64_t bytes = cube__tma_tile(peer, m, to, rank, c, 1);
+    cube__mbar_arrive_tx(ctx, (uint64_t *)(void *)cube__cluster_map(ctx, peer, bar, 8),
+                         -(int64_t)bytes, 0);
+  }
+}
+#define CUBE__TMA_TILE_LOAD_MC(smem, map, bar, mask, rank, ...)                                 \
+  do {                                                                                          \
+    const int32_t cube__tc[rank] = {__VA_ARGS__};                                               \
+    cube__tma_load_multicast(cube__ctx, (smem), (map), (bar), (uint32_t)(uint16_t)(mask), rank, \
+                             cube__tc);                                                         \
+  } while (0)
+#define TMA_LOAD_1D_MULTICAST(smem, map, bar, mask, x) \
+  CUBE__TMA_TILE_LOAD_MC(smem, map, bar, mask, 1, (int32_t)(x))
+#define TMA_LOAD_2D_MULTICAST(smem, map, bar, mask, y, x) \
+  CUBE__TMA_TILE_LOAD_MC(smem, map, bar, mask, 2, (int32_t)(x), (int32_t)(y))
+#define TMA_LOAD_3D_MULTICAST(smem, map, bar, mask, z, y, x) \
+  CUBE__TMA_TILE_LOAD_MC(smem, map, bar, mask, 3, (int32_t)(x), (int32_t)(y), (int32_t)(z))
+static inline void cube__cluster_arrive(cube__ctx_t *ctx) {
+  ctx->cluster_arrive(ctx);
+}
+static inline void cube__cluster_wait(cube__ctx_t *ctx) {
+  ctx->cluster_wait(ctx);
+}
+static inline void *cube__cluster_at(cube__ctx_t *ctx, const void *p, uint32_t rank) {
+  cube__ctx_t *peer =
+      cube__cluster_peer(ctx, rank, "CLUSTER_MAP: the cube rank is not below CLUSTER_SIZE");
+  return cube__cluster_map(ctx, peer, p, 1);
+}
+#define CLUSTER_MAP(p, rank) \
+  ((__typeof__(&(p)[0]))cube__cluster_at(cube__ctx, (p), (uint32_t)(rank)))
+#define CLUSTER_ARRIVE() cube__cluster_arrive(cube__ctx)
+#define CLUSTER_WAIT() cube__cluster_wait(cube__ctx)
+#define SYNC_CLUSTER() (cube__cluster_arrive(cube__ctx), cube__cluster_wait(cube__ctx))
+#define MBAR_ARRIVE_CLUSTER(bar, rank) cube__mbar_arrive_cluster(cube__ctx, (bar), (uint32_t)(rank))
 
 // Im2col: |pixels| pixels of |channels| channels each, the first at the
 // coordinates |c| (C, W, H, D, N innermost first), walking the pixel box

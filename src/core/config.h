@@ -108,6 +108,10 @@ enum {
   X(CPU_DIFFERENTIAL, "CUBE_CPU_DIFFERENTIAL", SWITCH, 0, 0, 0, 0, NULL,                           \
     "every CPU launch runs on its own path and again on fibers, and traps when the bytes it "      \
     "leaves differ (for testing; slow)")                                                           \
+  X(CPU_FIBER_SHUFFLE, "CUBE_CPU_FIBER_SHUFFLE", COUNT, 0, 0, UINT32_MAX, 0, NULL,                 \
+    "a seed: fibers (barrier kernels the splitter leaves, clusters) run in a pseudo-random "       \
+    "order from it instead of round robin, so a kernel that depends on the order shows it (for "   \
+    "testing; 0: round robin)")                                                                    \
   X(CPU_PATH_LOG, "CUBE_CPU_PATH_LOG", SWITCH, 0, 0, 0, 0, NULL,                                   \
     "log which path each CPU kernel takes (split, plain, fibers) and why, when it loads (at "      \
     "info, whatever the level unless off)")                                                        \

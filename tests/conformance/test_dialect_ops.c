@@ -1637,6 +1637,117 @@ static void test_tma_copy_forms(void **state) {
   cube_client_release(client);
 }
 
+//===--- Thread-block clusters ---===//
+
+// Clusters of two cubes (-DCUBE_CLUSTER_X=2), four clusters. Each cube loads
+// its half of a 16 x 32 u32 tile and multicasts it to both cubes of its
+// cluster (so each cube's tile comes half from itself, half from its peer,
+// both completing on its own mbarrier); every unit then arrives on the
+// peer's second mbarrier and waits on its own (the peer's units arrive
+// there); a mark each cube writes before a cluster barrier is read from the
+// peer's shared memory after it (CLUSTER_MAP). out per cube: the tile, then
+// the peer's mark, its rank and its cluster id.
+static const char kClusterSource[] =
+    "CUBE_KERNEL(cluster_case, TENSOR_MAP_IN(src), OUT(uint32_t, out)) {\n"
+    "  SHARED_DYNAMIC(unsigned char, raw);\n"
+    "  SHARED(uint64_t, bar, 2);\n"
+    "  SHARED(uint32_t, mark, 1);\n"
+    "  uint32_t *tile = (uint32_t *)(raw + (128u - SHARED_OFFSET(raw) % 128u) % 128u);\n"
+    "  const uint32_t rank = CLUSTER_RANK, peer = rank ^ 1u, half = 8u * 32u;\n"
+    "  if (UNIT_POS == 0) {\n"
+    "    MBAR_INIT(&bar[0], 1);\n"
+    "    MBAR_INIT(&bar[1], CUBE_DIM_X);\n"
+    "    mark[0] = 1000u * CUBE_POS_X + 7u;\n"
+    "    FENCE_MBAR_INIT();\n"
+    "  }\n"
+    "  SYNC_CLUSTER();\n"
+    "  if (UNIT_POS == 0) {\n"
+    "    MBAR_ARRIVE_EXPECT_TX(&bar[0], 2u * half * 4u);\n"
+    "    TMA_LOAD_2D_MULTICAST(tile + rank * half, src, &bar[0], 3u,\n"
+    "                          CLUSTER_ID_X * 16u + rank * 8u, 0);\n"
+    "  }\n"
+    "  MBAR_WAIT(&bar[0], 0);\n"
+    "  MBAR_ARRIVE_CLUSTER(&bar[1], peer);\n"
+    "  MBAR_WAIT(&bar[1], 0);\n"
+    "  uint32_t *mine = out + CUBE_POS_X * (2u * half + 3u);\n"
+    "  for (uint32_t i = UNIT_POS; i < 2u * half; i += CUBE_DIM_X) mine[i] = tile[i];\n"
+    "  if (UNIT_POS == 0) {\n"
+    "    mine[2u * half] = *CLUSTER_MAP(mark, peer);\n"
+    "    mine[2u * half + 1u] = rank + 10u * CLUSTER_SIZE;\n"
+    "    mine[2u * half + 2u] = CLUSTER_ID_X;\n"
+    "  }\n"
+    "  SYNC_CLUSTER();\n"
+    "}\n";
+
+static void test_clusters(void **state) {
+  (void)state;
+  cube_client_t *client = CTH_CLIENT(g_kind, "");
+  const cube_device_properties_t *p = cube_client_properties(client);
+  const bool cuda = p->backend == CUBE_BACKEND_CUDA;
+  if (cuda && (p->compute_capability_major < 9 || !p->supports_tma)) {
+    printf("  clusters: not on compute capability %u.%u\n", p->compute_capability_major,
+           p->compute_capability_minor);
+    cube_client_release(client);
+    return;
+  }
+  enum { CLUSTERS = 4, CUBES = 2 * CLUSTERS, ROWS = 16 * CLUSTERS, COLS = 32, PER = 16 * 32 + 3 };
+  uint32_t *in = malloc(ROWS * COLS * 4), *out = malloc(CUBES * PER * 4);
+  assert_true(in && out);
+  for (uint32_t i = 0; i < ROWS * COLS; ++i) in[i] = i * 2654435761u + 1;
+  for (uint32_t i = 0; i < CUBES * PER; ++i) out[i] = 0xdeadbeefu;
+  const uint32_t units = 2 * plane_size(client);
+  cube_kernel_desc_t desc = {.name = "cluster_case",
+                             .source = kClusterSource,
+                             .cube_dim = {units, 1, 1},
+                             .dynamic_shared_memory = 16 * 32 * 4 + 128,
+                             .options = "-DCUBE_CLUSTER_X=2"};
+  cube_kernel_t *kernel = NULL;
+  CTH_OK(cube_kernel_create(&desc, &kernel));
+  cube_handle_t hi = CTH_BUFFER(client, ROWS * COLS * 4), ho = CTH_BUFFER(client, CUBES * PER * 4);
+  CTH_OK(cube_write(client, S, cube_handle_binding(hi), in, ROWS * COLS * 4));
+  CTH_OK(cube_write(client, S, cube_handle_binding(ho), out, CUBES * PER * 4));
+  const uint64_t shape[2] = {ROWS, COLS};
+  const uint32_t box[2] = {8, 32};
+  cube_tensor_map_desc_t map =
+      cube_tensor_map_tiled(CUBE_TENSOR_MAP_DTYPE_U32, 2, shape, NULL, box);
+  cube_kernel_buffer_t args[2] = {
+      {.binding = cube_handle_binding(hi), .io = CUBE_IO_READ, .tensor_map = &map},
+      {.binding = cube_handle_binding(ho), .io = CUBE_IO_WRITE}};
+  cube_kernel_args_t kargs = {args, 2, NULL, 0};
+  // A cube count the cluster does not tile is refused before anything runs.
+  cube_status_t status = cube_launch(client, S, kernel, cube_count_static(CUBES - 1, 1, 1), &kargs,
+                                     CUBE_LAUNCH_EXECUTE);
+  if (cube_status_code(status) != CUBE_STATUS_VALIDATION ||
+      !cth_status_contains(status, "not a multiple"))
+    fail_msg("clusters on %s: a cube count of %u for clusters of 2: %s", cth_backend_label(g_kind),
+             CUBES - 1, cube_status_message(status));
+  cube_status_release(status);
+  CTH_OK(
+      cube_launch(client, S, kernel, cube_count_static(CUBES, 1, 1), &kargs, CUBE_LAUNCH_EXECUTE));
+  CTH_OK(cube_read(client, S, cube_handle_binding(ho), out, CUBES * PER * 4));
+  for (uint32_t c = 0; c < CUBES; ++c) {
+    const uint32_t cluster = c / 2, rank = c % 2, peer = c ^ 1u;
+    const uint32_t *mine = out + c * PER;
+    for (uint32_t i = 0; i < 16 * 32; ++i) {
+      if (mine[i] != in[cluster * 16 * 32 + i])
+        fail_msg("clusters on %s: cube %u tile[%u] = %08x, want %08x (from rank %u's load)",
+                 cth_backend_label(g_kind), c, i, mine[i], in[cluster * 16 * 32 + i], i / 256);
+    }
+    if (mine[512] != 1000u * peer + 7u || mine[513] != rank + 20u || mine[514] != cluster)
+      fail_msg(
+          "clusters on %s: cube %u read peer mark %u (want %u), rank word %u (want %u), "
+          "cluster %u (want %u)",
+          cth_backend_label(g_kind), c, mine[512], 1000u * peer + 7u, mine[513], rank + 20u,
+          mine[514], cluster);
+  }
+  printf("  clusters: %u clusters of 2, multicast, remote arrivals, DSMEM on %s\n", CLUSTERS,
+         cth_backend_label(g_kind));
+  cth_release_handle(client, hi), cth_release_handle(client, ho);
+  cube_kernel_release(kernel);
+  free(in), free(out);
+  cube_client_release(client);
+}
+
 //===--- Refusals, async copies, ARGs ---===//
 
 static void test_refusals_on_every_backend(void **state) {
@@ -1784,6 +1895,7 @@ int main(void) {
       cmocka_unit_test(test_setmaxnreg),
       cmocka_unit_test(test_tma_pipelined_copy),
       cmocka_unit_test(test_tma_copy_forms),
+      cmocka_unit_test(test_clusters),
       cmocka_unit_test(test_refusals_on_every_backend),
       cmocka_unit_test(test_async_copies),
       cmocka_unit_test(test_arg_scalars),

@@ -66,6 +66,9 @@ typedef struct run_t {
   uint32_t y_count;  // floats in y (OUT)
 } run_t;
 
+// The kernel options run_once gives the kernels it makes (NULL: none).
+static const char *g_options;
+
 // Runs |r| on |client|: x[i] = small values, y zeroed; y into |out|.
 static cube_status_t run_once(cube_client_t *client, const run_t *r, float *out) {
   float *x = malloc(sizeof(float) * r->x_count);
@@ -82,6 +85,7 @@ static cube_status_t run_once(cube_client_t *client, const run_t *r, float *out)
   desc.source = r->source;
   desc.language = CUBE_KERNEL_DIALECT;
   desc.cube_dim = r->dim;
+  desc.options = g_options;
   cube_kernel_t *kernel = NULL;
   cube_status_t status = cube_kernel_create(&desc, &kernel);
   if (cube_status_is_ok(status)) {
@@ -618,6 +622,119 @@ static void test_mbarrier_arrivals_between_units(void **state) {
   cube_client_release(automatic);
 }
 
+// Clusters of two cubes (-DCUBE_CLUSTER_X=2) run together as one group of
+// fibers: a value each cube writes in its shared memory before SYNC_CLUSTER
+// is read by its peer after it, for several rounds (a cluster barrier that
+// did not hold the peer back would hand over the previous round's value).
+static const char kClusterRounds[] =
+    "CUBE_KERNEL(cluster_rounds, IN(float, x), OUT(float, y)) {\n"
+    "  SHARED(float, s, 32);\n"
+    "  const uint32_t peer = CLUSTER_RANK ^ 1u;\n"
+    "  float sum = 0.0f;\n"
+    "  for (uint32_t round = 0; round < 4; ++round) {\n"
+    "    s[UNIT_POS] = x[ABSOLUTE_POS] + (float)round;\n"
+    "    SYNC_CLUSTER();\n"
+    "    sum += CLUSTER_MAP(s, peer)[31u - UNIT_POS];\n"
+    "    SYNC_CLUSTER();\n"
+    "  }\n"
+    "  y[ABSOLUTE_POS] = sum;\n"
+    "}\n";
+// Rank 0 returns at once; rank 1 then arrives on its mbarrier.
+static const char kClusterExited[] =
+    "CUBE_KERNEL(cluster_exited, IN(float, x), OUT(float, y)) {\n"
+    "  SHARED(uint64_t, bar, 1);\n"
+    "  if (CLUSTER_RANK == 0) return;\n"
+    "  SYNC_CUBE();\n"
+    "  MBAR_ARRIVE_CLUSTER(&bar[0], 0);\n"
+    "  y[ABSOLUTE_POS] = x[ABSOLUTE_POS];\n"
+    "}\n";
+// Unit 0 of rank 1 waits at SYNC_CUBE for unit 1, which waits at the cluster
+// barrier for unit 0: nobody can go on.
+static const char kClusterDeadlock[] =
+    "CUBE_KERNEL(cluster_deadlock, IN(float, x), OUT(float, y)) {\n"
+    "  if (CLUSTER_RANK == 1 && UNIT_POS == 0) SYNC_CUBE();\n"
+    "  else SYNC_CLUSTER();\n"
+    "  y[ABSOLUTE_POS] = x[ABSOLUTE_POS];\n"
+    "}\n";
+static const char kClusterUnpaired[] =
+    "CUBE_KERNEL(cluster_unpaired, IN(float, x), OUT(float, y)) {\n"
+    "  CLUSTER_WAIT();\n"
+    "  y[ABSOLUTE_POS] = x[ABSOLUTE_POS] + (float)CLUSTER_RANK;\n"
+    "}\n";
+
+static void expect_trap(cube_client_t *client, const run_t *r, const char *words) {
+  float y[128];
+  cube_status_t status = run_once(client, r, y);
+  if (!cth_status_contains(status, words)) cube_status_fprint(status, stderr);
+  assert_false(cube_status_is_ok(status));
+  assert_true(cth_status_contains(status, words));
+  cube_status_release(status);
+}
+
+static void test_clusters_on_fibers(void **state) {
+  (void)state;
+  cube_client_t *automatic = client_with("auto", NULL);
+  // Along x (clusters of 2 x 1: the peer is the next cube), then along y
+  // (1 x 2 over a 2 x 2 grid: the peer is the cube a row away).
+  const run_t r = {"cluster_rounds", kClusterRounds, DIM1(32), {4, 1, 1}, 0, 128, 128};
+  run_t ry = r;
+  ry.count = (cube_dim3_t){2, 2, 1};
+  const char *shape_options[2] = {"-DCUBE_CLUSTER_X=2", "-DCUBE_CLUSTER_Y=2"};
+  const run_t *shapes[2] = {&r, &ry};
+  float x[128], z[128];
+  for (uint32_t i = 0; i < 128; ++i) x[i] = (float)((i * 7u) % 13u) * 0.5f;
+  for (uint32_t k = 0; k < 2; ++k) {
+    float y[128];
+    g_options = shape_options[k];
+    CTH_OK(run_once(automatic, shapes[k], y));
+    for (uint32_t c = 0; c < 4; ++c) {
+      const uint32_t peer = c ^ (k == 0 ? 1u : 2u);
+      for (uint32_t u = 0; u < 32; ++u) {
+        float want = 0.0f;
+        for (uint32_t round = 0; round < 4; ++round) want += x[peer * 32 + 31 - u] + (float)round;
+        if (y[c * 32 + u] != want)
+          fail_msg("%s y[%u] = %g, want %g", g_options, c * 32 + u, (double)y[c * 32 + u],
+                   (double)want);
+      }
+    }
+  }
+  g_options = "-DCUBE_CLUSTER_X=2";
+  // Rank 0 is gone before rank 1 arrives only in round robin order: a client
+  // that keeps it whatever CUBE_CPU_FIBER_SHUFFLE says outside.
+  const char *shuffle = getenv("CUBE_CPU_FIBER_SHUFFLE");
+  char *saved = shuffle ? strdup(shuffle) : NULL;
+  setenv("CUBE_CPU_FIBER_SHUFFLE", "0", 1);
+  cube_client_t *in_order = client_with("auto", NULL);
+  if (saved)
+    setenv("CUBE_CPU_FIBER_SHUFFLE", saved, 1);
+  else
+    unsetenv("CUBE_CPU_FIBER_SHUFFLE");
+  free(saved);
+  const run_t exited = {"cluster_exited", kClusterExited, DIM1(2), {2, 1, 1}, 0, 4, 4};
+  expect_trap(in_order, &exited, "a peer that has exited");
+  cube_client_release(in_order);
+  const run_t deadlock = {"cluster_deadlock", kClusterDeadlock, DIM1(2), {2, 1, 1}, 0, 4, 4};
+  expect_trap(automatic, &deadlock, "deadlock");
+  const run_t unpaired = {"cluster_unpaired", kClusterUnpaired, DIM1(2), {2, 1, 1}, 0, 4, 4};
+  expect_trap(automatic, &unpaired, "CLUSTER_WAIT without a CLUSTER_ARRIVE");
+  // A cube count the cluster does not tile; a cluster past the portable 8.
+  run_t ragged = r;
+  ragged.count = (cube_dim3_t){3, 1, 1};
+  cube_status_t status = run_once(automatic, &ragged, z);
+  assert_int_equal(cube_status_code(status), CUBE_STATUS_VALIDATION);
+  assert_true(cth_status_contains(status, "is not a multiple of its cluster 2x1x1"));
+  cube_status_release(status);
+  run_t big = r;
+  big.count = (cube_dim3_t){4, 4, 1};
+  g_options = "-DCUBE_CLUSTER_X=4 -DCUBE_CLUSTER_Y=4";
+  status = run_once(automatic, &big, z);
+  assert_int_equal(cube_status_code(status), CUBE_STATUS_COMPILE_REFUSED);
+  assert_true(cth_status_contains(status, "more than 8 cubes"));
+  cube_status_release(status);
+  cube_client_release(automatic);
+  g_options = NULL;
+}
+
 // A barrier called from a helper is invisible to the body's tree.
 static void test_barrier_in_a_helper(void **state) {
   (void)state;
@@ -975,6 +1092,7 @@ int main(void) {
       cmocka_unit_test(test_stack_table),
       cmocka_unit_test(test_copies_at_boundaries),
       cmocka_unit_test(test_mbarrier_arrivals_between_units),
+      cmocka_unit_test(test_clusters_on_fibers),
   };
   return cmocka_run_group_tests_name("cpu paths", tests, NULL, NULL);
 }

@@ -296,6 +296,10 @@ int cth_run_on_every_backend(const char *suite, const struct CMUnitTest *tests, 
   cube_backend_kind_t kinds[CUBE_BACKEND_COUNT];
   const char *detail = NULL;
   size_t backends = cth_backend_list(kinds, &detail);
+  // CTH_TEST_FILTER=pattern (cmocka's glob over test names) runs only those:
+  // a short device call runs the one case it is after.
+  const char *filter = getenv("CTH_TEST_FILTER");
+  if (filter != NULL && filter[0] != '\0') cmocka_set_test_filter(filter);
   int failed = 0;
   for (size_t i = 0; i < backends; ++i) {
     *kind = kinds[i];

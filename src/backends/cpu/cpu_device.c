@@ -127,6 +127,7 @@ static cube_status_t cpu_create_device(uint32_t device_index, const cube_config_
     // CUBE_CPU_BARRIERS: auto (split when possible), split (or refuse), fibers.
     cpu->barriers = (cube_cpu_barriers_t)config_u64(config, CUBE_CONFIG_CPU_BARRIERS);
     cpu->differential = config_u64(config, CUBE_CONFIG_CPU_DIFFERENTIAL) != 0;
+    cpu->fiber_shuffle = (uint32_t)config_u64(config, CUBE_CONFIG_CPU_FIBER_SHUFFLE);
     cpu->path_log = config_u64(config, CUBE_CONFIG_CPU_PATH_LOG) != 0;
     cpu->stack_max = config_u64(config, CUBE_CONFIG_CPU_STACK_MAX);
     cpu->cube_memory = config_u64(config, CUBE_CONFIG_CPU_CUBE_MEMORY);

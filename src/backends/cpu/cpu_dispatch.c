@@ -9,7 +9,7 @@
 #include "backends/cpu/cpu_tensor_map.h"
 
 // VALIDATION when |dispatch| cannot run its kernel (a cube dim other than
-// the one compiled in).
+// the one compiled in, a cube count its cluster shape does not tile).
 static cube_status_t dispatch_check(const cube_dispatch_t *dispatch) {
   const cube_bkernel_t *k = dispatch->kernel;
   const cube_dim3_t d = dispatch->cube_dim;
@@ -18,6 +18,13 @@ static cube_status_t dispatch_check(const cube_dispatch_t *dispatch) {
                             "cpu dispatch of kernel '%s': cube dim %ux%ux%u, but it was compiled "
                             "for %ux%ux%u",
                             k->name, d.x, d.y, d.z, k->dim.x, k->dim.y, k->dim.z);
+  }
+  const cube_dim3_t n = dispatch->cube_count, c = k->cluster;
+  if (k->cluster_size > 1 && (n.x % c.x != 0 || n.y % c.y != 0 || n.z % c.z != 0)) {
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "cpu dispatch of kernel '%s': cube count %ux%ux%u is not a multiple "
+                            "of its cluster %ux%ux%u (-DCUBE_CLUSTER_X/_Y/_Z)",
+                            k->name, n.x, n.y, n.z, c.x, c.y, c.z);
   }
   return CUBE_OK;
 }

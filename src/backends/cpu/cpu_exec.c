@@ -33,21 +33,33 @@
 #include "backends/cpu/cpu_internal.h"
 #include "cube/dialect.h"
 
-enum { UNIT_READY = 0, UNIT_BARRIER = 1, UNIT_DONE = 2 };
+enum { UNIT_READY = 0, UNIT_BARRIER = 1, UNIT_DONE = 2, UNIT_CLUSTER_WAIT = 3 };
 enum { PATH_PLAIN, PATH_SPLIT, PATH_FIBERS };
 
 // What the thread's own stack keeps for the frames below a launch.
 #define NATIVE_RESERVE (256u * 1024u)
 
+// A group of cubes that run together: one cube, or the cubes of one cluster
+// (their units all fibers of the group, round robin, so that a unit waiting
+// on a peer cube lets the peer run). Fiber g is unit g % units of cube
+// g / units.
 struct cube_cpu_cube_t {
-  cube__ctx_t ctx;
+  cube__ctx_t ctx[CUBE_CPU_MAX_CLUSTER];
+  cube__ctx_t *peers[CUBE_CPU_MAX_CLUSTER];
   cube_cpu_exec_t *exec;
   cube_cpu_launch_t *launch;
-  uint32_t units;
-  uint32_t current;  // the unit running now; |units| for the native root
+  uint32_t units;    // per cube
+  uint32_t cubes;    // 1, or the cluster's size
+  uint32_t total;    // units * cubes; |total| is the native root
+  uint32_t current;  // the fiber running now
   bool fibered;
-  bool aborted;  // a trap ended the cube
-  uint8_t started[CUBE_CPU_MAX_UNITS];
+  bool aborted;  // a trap ended the group
+  // Per cube: units waiting at SYNC_CUBE and units returned.
+  uint32_t at_barrier[CUBE_CPU_MAX_CLUSTER];
+  uint32_t done[CUBE_CPU_MAX_CLUSTER];
+  // The cluster barrier: units returned, units arrived in this phase, and
+  // the phase (a unit's token is the phase it arrived in, plus one).
+  uint32_t done_all, cluster_arrived, cluster_phase;
   jmp_buf abort;
 };
 
@@ -83,6 +95,7 @@ cube_status_t cube_cpu_exec_initialize(cube_cpu_device_t *device, cube_cpu_exec_
   memset(out_exec, 0, sizeof(*out_exec));
   out_exec->arena_size = device->base.properties.max_shared_memory_per_cube;
   out_exec->fiber_stack_size = device->fiber_stack_size;
+  out_exec->shuffle = device->fiber_shuffle;
   // The arena is never empty so that ctx->shared is a valid pointer.
   size_t arena_bytes = out_exec->arena_size ? (size_t)out_exec->arena_size : 64;
   // 1024-aligned, as a GPU's shared memory: a TMA box's alignment and
@@ -90,7 +103,11 @@ cube_status_t cube_cpu_exec_initialize(cube_cpu_device_t *device, cube_cpu_exec_
   if (posix_memalign((void **)&out_exec->arena, 1024, arena_bytes) != 0) out_exec->arena = NULL;
   out_exec->fibers = calloc(CUBE_CPU_MAX_UNITS, sizeof(*out_exec->fibers));
   out_exec->unit_state = calloc(CUBE_CPU_MAX_UNITS, 1);
-  if (out_exec->arena == NULL || out_exec->fibers == NULL || out_exec->unit_state == NULL) {
+  out_exec->unit_started = calloc(CUBE_CPU_MAX_UNITS, 1);
+  out_exec->unit_token = calloc(CUBE_CPU_MAX_UNITS, sizeof(uint32_t));
+  out_exec->unit_capacity = CUBE_CPU_MAX_UNITS;
+  if (out_exec->arena == NULL || out_exec->fibers == NULL || out_exec->unit_state == NULL ||
+      out_exec->unit_started == NULL || out_exec->unit_token == NULL) {
     status = cube_status_make(CUBE_STATUS_LAUNCH_OUT_OF_MEMORY,
                               "cpu execution context: cannot allocate a %llu-byte shared arena",
                               (unsigned long long)arena_bytes);
@@ -101,11 +118,14 @@ cube_status_t cube_cpu_exec_initialize(cube_cpu_device_t *device, cube_cpu_exec_
 
 void cube_cpu_exec_deinitialize(cube_cpu_exec_t *exec) {
   if (exec->fibers != NULL) {
-    for (uint32_t i = 0; i < CUBE_CPU_MAX_UNITS; ++i) cube_cpu_context_unmap(&exec->fibers[i]);
+    for (uint32_t i = 0; i < exec->unit_capacity; ++i) cube_cpu_context_unmap(&exec->fibers[i]);
   }
   cube_cpu_context_unmap(&exec->big);
   free(exec->fibers);
   free(exec->unit_state);
+  free(exec->unit_started);
+  free(exec->unit_token);
+  for (uint32_t r = 0; r < CUBE_CPU_MAX_CLUSTER; ++r) free(exec->peer_arena[r]);
   free(exec->arena);
   free(exec->scratch);
   memset(exec, 0, sizeof(*exec));
@@ -144,77 +164,146 @@ static void record_oom(cube_cpu_launch_t *launch, cube_status_t status) {
   cube_status_release(status);
 }
 
-//===--- Fibers within a cube ---===//
+//===--- Fibers within a group ---===//
 
-static cube_cpu_context_t *context_of(cube_cpu_cube_t *cube, uint32_t unit) {
-  return unit >= cube->units ? &cube->exec->native : &cube->exec->fibers[unit];
+static cube_cpu_context_t *context_of(cube_cpu_cube_t *cube, uint32_t fiber) {
+  return fiber >= cube->total ? &cube->exec->native : &cube->exec->fibers[fiber];
 }
 
-// The next unit to run after |from|, round robin; releases the barrier when
-// every unfinished unit waits at it; |units| (the native root) when all are done.
+// The next fiber that can run after |from|, round robin (|from| itself
+// last); |total| (the native root) when none can. Under
+// CUBE_CPU_FIBER_SHUFFLE the scan starts at a pseudo-random fiber instead
+// (|from| still last): any order a GPU could take is a valid one.
 static uint32_t pick_next(cube_cpu_cube_t *cube, uint32_t from) {
-  uint8_t *state = cube->exec->unit_state;
-  for (int round = 0; round < 2; ++round) {
-    uint32_t next = from >= cube->units ? 0 : from + 1;
-    for (uint32_t i = 0; i < cube->units; ++i, ++next) {
-      if (next == cube->units) next = 0;  // wrap without a division per step
-      if (state[next] == UNIT_READY) return next;
-    }
-    bool waiting = false;
-    for (uint32_t u = 0; u < cube->units; ++u) {
-      if (state[u] == UNIT_BARRIER) {
-        state[u] = UNIT_READY;
-        waiting = true;
-      }
-    }
-    if (!waiting) break;
+  const uint8_t *state = cube->exec->unit_state;
+  uint32_t next = from >= cube->total ? 0 : from + 1;
+  uint64_t *rng = &cube->exec->shuffle;
+  if (*rng != 0) {
+    *rng ^= *rng << 13, *rng ^= *rng >> 7, *rng ^= *rng << 17;  // xorshift64
+    next = (uint32_t)(*rng % cube->total);
   }
-  return cube->units;
+  for (uint32_t i = 0; i < cube->total; ++i, ++next) {
+    if (next == cube->total) next = 0;  // wrap without a division per step
+    if (next != from && state[next] == UNIT_READY) return next;
+  }
+  return from < cube->total && state[from] == UNIT_READY ? from : cube->total;
+}
+
+// Releases cube |c|'s SYNC_CUBE once every unit of it that has not returned
+// waits there (a unit that returned counts as arrived).
+static void check_cube_barrier(cube_cpu_cube_t *cube, uint32_t c) {
+  if (cube->at_barrier[c] == 0 || cube->at_barrier[c] + cube->done[c] != cube->units) return;
+  uint8_t *state = cube->exec->unit_state + (size_t)c * cube->units;
+  for (uint32_t u = 0; u < cube->units; ++u) {
+    if (state[u] == UNIT_BARRIER) state[u] = UNIT_READY;
+  }
+  cube->at_barrier[c] = 0;
+}
+
+// Completes the cluster barrier's phase once every unit of the group that
+// has not returned arrived in it; its waiters may run again.
+static void check_cluster_barrier(cube_cpu_cube_t *cube) {
+  if (cube->cluster_arrived == 0 || cube->cluster_arrived + cube->done_all != cube->total) return;
+  cube->cluster_phase++;
+  cube->cluster_arrived = 0;
+  uint8_t *state = cube->exec->unit_state;
+  for (uint32_t g = 0; g < cube->total; ++g) {
+    if (state[g] == UNIT_CLUSTER_WAIT) state[g] = UNIT_READY;
+  }
 }
 
 static void fiber_entry(void *arg);
 
 static void switch_unit(cube_cpu_cube_t *cube, uint32_t from, uint32_t to, bool from_exits) {
   cube_cpu_context_t *target = context_of(cube, to);
-  if (to < cube->units && !cube->started[to]) {
-    cube->started[to] = 1;
+  if (to < cube->total && !cube->exec->unit_started[to]) {
+    cube->exec->unit_started[to] = 1;
     cube_cpu_context_prepare(target, fiber_entry, cube->exec);
   }
   cube->current = to;
   cube_cpu_context_switch(context_of(cube, from), target, from_exits);
 }
 
+static void cube_trap(cube__ctx_t *ctx, const char *what);
+
+// Switches from the blocked fiber |from| to the next that can run; when none
+// can, every unit left waits for something no unit will do: a trap.
+static void block_unit(cube_cpu_cube_t *cube, uint32_t from, const char *what) {
+  uint32_t next = pick_next(cube, from);
+  if (next == cube->total) cube_trap(&cube->ctx[from / cube->units], what);
+  if (next != from) switch_unit(cube, from, next, false);
+}
+
 static void unit_coords(const cube_cpu_cube_t *cube, uint32_t unit, uint32_t *out_x,
                         uint32_t *out_y, uint32_t *out_z) {
-  uint32_t dx = cube->ctx.cube_dim[0], dy = cube->ctx.cube_dim[1];
+  uint32_t dx = cube->ctx[0].cube_dim[0], dy = cube->ctx[0].cube_dim[1];
   *out_x = unit % dx;
   *out_y = (unit / dx) % dy;
   *out_z = unit / (dx * dy);
 }
 
+#define DEADLOCK_MESSAGE                                                                      \
+  "deadlock: every unit left waits at a barrier (SYNC_CUBE or CLUSTER_WAIT) that the others " \
+  "do not reach"
+
 static void fiber_entry(void *arg) {
   cube_cpu_context_entered();
   cube_cpu_exec_t *exec = arg;
   cube_cpu_cube_t *cube = exec->cube;
-  uint32_t unit = cube->current;
+  const uint32_t g = cube->current;
+  const uint32_t c = cube->cubes == 1 ? 0 : g / cube->units;
   uint32_t x, y, z;
-  unit_coords(cube, unit, &x, &y, &z);
-  cube->launch->kernel->unit(&cube->ctx, x, y, z);
-  exec->unit_state[unit] = UNIT_DONE;
-  // A finished unit counts as arrived: the barrier may now release.
-  switch_unit(cube, unit, pick_next(cube, unit), true);
+  unit_coords(cube, g - c * cube->units, &x, &y, &z);
+  cube->launch->kernel->unit(&cube->ctx[c], x, y, z);
+  exec->unit_state[g] = UNIT_DONE;
+  // A finished unit counts as arrived at both barriers from now on.
+  cube->done[c]++;
+  cube->done_all++;
+  if (exec->unit_token[g] == cube->cluster_phase + 1) cube->cluster_arrived--;
+  exec->unit_token[g] = 0;
+  // A cube of a cluster whose units all returned has exited: a peer that
+  // reaches its shared memory now traps (on a GPU it would be gone).
+  if (cube->cubes > 1 && cube->done[c] == cube->units) cube->ctx[c].shared = NULL;
+  check_cube_barrier(cube, c);
+  check_cluster_barrier(cube);
+  uint32_t next = pick_next(cube, g);
+  if (next == cube->total && cube->done_all != cube->total)
+    cube_trap(&cube->ctx[c], DEADLOCK_MESSAGE);
+  switch_unit(cube, g, next, true);
   abort();  // a finished fiber is never resumed
 }
 
-// Maps a stack of the kernel's size for every unit of the cube (a stack
-// mapped smaller for an earlier kernel is mapped again).
+// Makes room for |count| fibers and maps a stack of the kernel's size for
+// each (a stack mapped smaller for an earlier kernel is mapped again).
 static cube_status_t map_stacks(cube_cpu_cube_t *cube) {
   cube_status_t status = CUBE_OK;
   cube_cpu_exec_t *exec = cube->exec;
+  const uint32_t count = cube->total;
+  if (count > exec->unit_capacity) {
+    // Nothing runs on the fibers now: their records may move.
+    cube_cpu_context_t *fibers = realloc(exec->fibers, sizeof(*fibers) * count);
+    if (fibers != NULL) {
+      memset(fibers + exec->unit_capacity, 0, sizeof(*fibers) * (count - exec->unit_capacity));
+      exec->fibers = fibers;
+    }
+    uint8_t *state = fibers != NULL ? realloc(exec->unit_state, count) : NULL;
+    if (state != NULL) exec->unit_state = state;
+    uint8_t *started = state != NULL ? realloc(exec->unit_started, count) : NULL;
+    if (started != NULL) exec->unit_started = started;
+    uint32_t *token = started != NULL ? realloc(exec->unit_token, sizeof(*token) * count) : NULL;
+    if (token != NULL) {
+      exec->unit_token = token;
+      exec->unit_capacity = count;
+    } else {
+      return cube_status_make(CUBE_STATUS_LAUNCH_OUT_OF_MEMORY,
+                              "cpu cluster of %u cubes of %u units: cannot allocate %u fibers",
+                              cube->cubes, cube->units, count);
+    }
+  }
   size_t size = cube->launch->kernel->fiber_stack;
   if (size < exec->fiber_stack_size) size = exec->fiber_stack_size;
   native_ready(exec);
-  for (uint32_t u = 0; u < cube->units && status == CUBE_OK; ++u) {
+  for (uint32_t u = 0; u < count && status == CUBE_OK; ++u) {
     cube_cpu_context_t *fiber = &exec->fibers[u];
     if (fiber->map != NULL && fiber->stack_size < size) cube_cpu_context_unmap(fiber);
     if (fiber->map == NULL) status = cube_cpu_context_map(fiber, size, u);
@@ -226,10 +315,40 @@ static void cube_barrier(cube__ctx_t *ctx) {
   cube_cpu_exec_t *exec = ctx->runtime;
   cube_cpu_cube_t *cube = exec->cube;
   if (!cube->fibered) return;  // one unit: nobody to wait for
-  uint32_t unit = cube->current;
-  exec->unit_state[unit] = UNIT_BARRIER;
-  uint32_t next = pick_next(cube, unit);
-  if (next != unit) switch_unit(cube, unit, next, false);
+  const uint32_t g = cube->current;
+  const uint32_t c = cube->cubes == 1 ? 0 : g / cube->units;
+  exec->unit_state[g] = UNIT_BARRIER;
+  cube->at_barrier[c]++;
+  check_cube_barrier(cube, c);
+  block_unit(cube, g, DEADLOCK_MESSAGE);
+}
+
+// CLUSTER_ARRIVE: this unit has arrived in the cluster barrier's phase.
+static void cube_cluster_arrive(cube__ctx_t *ctx) {
+  cube_cpu_exec_t *exec = ctx->runtime;
+  cube_cpu_cube_t *cube = exec->cube;
+  if (!cube->fibered) return;  // one unit alone
+  const uint32_t g = cube->current;
+  if (exec->unit_token[g] != 0)
+    cube_trap(ctx, "CLUSTER_ARRIVE twice without a CLUSTER_WAIT between them");
+  exec->unit_token[g] = cube->cluster_phase + 1;
+  cube->cluster_arrived++;
+  check_cluster_barrier(cube);
+}
+
+// CLUSTER_WAIT: until the phase this unit arrived in completes.
+static void cube_cluster_wait(cube__ctx_t *ctx) {
+  cube_cpu_exec_t *exec = ctx->runtime;
+  cube_cpu_cube_t *cube = exec->cube;
+  if (!cube->fibered) return;
+  const uint32_t g = cube->current;
+  const uint32_t token = exec->unit_token[g];
+  if (token == 0) cube_trap(ctx, "CLUSTER_WAIT without a CLUSTER_ARRIVE before it");
+  while (cube->cluster_phase + 1 == token) {
+    exec->unit_state[g] = UNIT_CLUSTER_WAIT;
+    block_unit(cube, g, DEADLOCK_MESSAGE);
+  }
+  exec->unit_token[g] = 0;
 }
 
 // An MBAR_WAIT whose phase is not complete: the next unit that can run
@@ -255,19 +374,23 @@ static void cube_trap(cube__ctx_t *ctx, const char *what) {
   // Never return into the kernel: the trapping code would go on past the
   // arena. On the thread's stack jump out; from a fiber go back to it.
   if (!cube->fibered) longjmp(cube->abort, 1);
-  switch_unit(cube, cube->current, cube->units, true);
+  switch_unit(cube, cube->current, cube->total, true);
   abort();  // never resumed
 }
 
-// A cube's state and context for |launch|, made current on |exec|.
+// A group of one cube for |launch|, made current on |exec|.
 static void cube_begin(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, cube_cpu_cube_t *cube) {
   cube->exec = exec;
   cube->launch = launch;
   cube->units = launch->cube_dim.x * launch->cube_dim.y * launch->cube_dim.z;
+  cube->cubes = 1;
+  cube->total = cube->units;
   cube->current = 0;
   cube->fibered = false;
   cube->aborted = false;
-  cube__ctx_t *ctx = &cube->ctx;
+  cube->at_barrier[0] = cube->done[0] = 0;
+  cube->done_all = cube->cluster_arrived = cube->cluster_phase = 0;
+  cube__ctx_t *ctx = &cube->ctx[0];
   memset(ctx, 0, sizeof(*ctx));
   ctx->buffers = launch->buffers;
   ctx->info = launch->info;
@@ -284,6 +407,8 @@ static void cube_begin(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, cube_cp
   ctx->barrier = cube_barrier;
   ctx->trap = cube_trap;
   ctx->yield = cube_yield;
+  ctx->cluster_arrive = cube_cluster_arrive;
+  ctx->cluster_wait = cube_cluster_wait;
   ctx->runtime = exec;
   ctx->scratch = exec->scratch;
   exec->cube = cube;
@@ -307,28 +432,71 @@ static inline void cube_step(const cube_cpu_launch_t *launch, cube__ctx_t *ctx) 
   }
 }
 
+// The cubes of cluster |index| (x fastest over the grid of clusters) as
+// the group's cubes by rank, each with shared memory of its own.
+static cube_status_t cluster_place(cube_cpu_exec_t *exec, const cube_cpu_launch_t *launch,
+                                   cube_cpu_cube_t *cube, uint64_t index) {
+  const cube_dim3_t k = launch->kernel->cluster, n = launch->cube_count;
+  const uint64_t ncx = n.x / k.x, ncy = n.y / k.y;
+  const uint32_t id[3] = {(uint32_t)(index % ncx), (uint32_t)((index / ncx) % ncy),
+                          (uint32_t)(index / (ncx * ncy))};
+  const size_t arena_bytes = exec->arena_size ? (size_t)exec->arena_size : 64;
+  cube->cubes = launch->kernel->cluster_size;
+  cube->total = cube->units * cube->cubes;
+  for (uint32_t r = 0; r < cube->cubes; ++r) {
+    if (r > 0) {
+      if (exec->peer_arena[r] == NULL &&
+          posix_memalign((void **)&exec->peer_arena[r], 1024, arena_bytes) != 0) {
+        exec->peer_arena[r] = NULL;
+        return cube_status_make(CUBE_STATUS_LAUNCH_OUT_OF_MEMORY,
+                                "cpu cluster: cannot allocate a %llu-byte shared arena for cube "
+                                "%u of the cluster",
+                                (unsigned long long)arena_bytes, r);
+      }
+      cube->ctx[r] = cube->ctx[0];
+      cube->ctx[r].shared = exec->peer_arena[r];
+    }
+    cube__ctx_t *ctx = &cube->ctx[r];
+    ctx->cube_pos[0] = id[0] * k.x + r % k.x;
+    ctx->cube_pos[1] = id[1] * k.y + (r / k.x) % k.y;
+    ctx->cube_pos[2] = id[2] * k.z + r / (k.x * k.y);
+    cube->peers[r] = ctx;
+    ctx->cluster = cube->peers;
+    cube->at_barrier[r] = cube->done[r] = 0;
+  }
+  return CUBE_OK;
+}
+
 //===--- The three paths ---===//
 
 // Fibers: every unit on its own stack from the start, so a unit that returns
 // before a barrier has simply finished (it counts as arrived) and no unit
-// ever runs twice.
+// ever runs twice. |index| is a cube, or a cluster of a clustered kernel.
 static void run_fiber_cube(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch, uint64_t index) {
   cube_cpu_cube_t cube_storage;
   cube_cpu_cube_t *volatile cube = &cube_storage;
   cube_begin(exec, launch, cube);
-  cube_place(launch, &cube->ctx, index);
-  if (setjmp(cube->abort) == 0) {
-    if (cube->units == 1) {
-      launch->kernel->loop(&cube->ctx);  // a barrier of one unit returns at once
+  cube_status_t placed = CUBE_OK;
+  if (launch->kernel->cluster_size > 1) {
+    placed = cluster_place(exec, launch, cube, index);
+  } else {
+    cube_place(launch, &cube->ctx[0], index);
+  }
+  if (placed != CUBE_OK) {
+    record_oom(launch, placed);
+  } else if (setjmp(cube->abort) == 0) {
+    if (cube->total == 1) {
+      launch->kernel->loop(&cube->ctx[0]);  // a barrier of one unit returns at once
     } else {
       cube_status_t status = map_stacks(cube);
       if (status != CUBE_OK) {
         record_oom(launch, status);
       } else {
         cube->fibered = true;
-        memset(exec->unit_state, UNIT_READY, cube->units);
-        memset(cube->started, 0, cube->units);
-        switch_unit(cube, cube->units, pick_next(cube, cube->units), false);
+        memset(exec->unit_state, UNIT_READY, cube->total);
+        memset(exec->unit_started, 0, cube->total);
+        memset(exec->unit_token, 0, sizeof(uint32_t) * cube->total);
+        switch_unit(cube, cube->total, pick_next(cube, cube->total), false);
       }
     }
   }
@@ -369,7 +537,7 @@ static void run_straight_range(cube_cpu_exec_t *exec, cube_cpu_launch_t *launch,
   cube_cpu_cube_t cube_storage;
   cube_cpu_cube_t *volatile cube = &cube_storage;
   cube_begin(exec, launch, cube);
-  cube__ctx_t *ctx = &cube->ctx;
+  cube__ctx_t *ctx = &cube->ctx[0];
   void (*entry)(struct cube__ctx_t *) = path == PATH_SPLIT ? kernel->split : kernel->loop;
   if (setjmp(cube->abort) == 0) {
     cube_place(launch, ctx, first);
@@ -659,7 +827,10 @@ static void run_job(cube_cpu_pool_t *pool, cube_cpu_exec_t *exec, cube_cpu_job_t
 static void run_path(cube_cpu_device_t *device, cube_cpu_exec_t *exec, cube_cpu_launch_t *launch,
                      uint8_t path) {
   cube_cpu_pool_t *pool = &device->pool;
-  uint64_t total = (uint64_t)launch->cube_count.x * launch->cube_count.y * launch->cube_count.z;
+  // A clustered kernel's items are its clusters (the dispatch checked that
+  // they tile the grid).
+  uint64_t total = (uint64_t)launch->cube_count.x * launch->cube_count.y * launch->cube_count.z /
+                   launch->kernel->cluster_size;
   if (total == 1 || pool->worker_count == 0) {
     // Single cubes run right here: no pool wake-up for small launches.
     run_range(exec, launch, path, 0, total);
@@ -904,7 +1075,10 @@ static void run_differential(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
 void cube_cpu_launch_run(cube_cpu_device_t *device, cube_cpu_exec_t *exec,
                          cube_cpu_launch_t *launch) {
   cube_bkernel_t *kernel = launch->kernel;
-  uint8_t path = kernel->use_split ? PATH_SPLIT : kernel->no_barrier ? PATH_PLAIN : PATH_FIBERS;
+  uint8_t path = kernel->cluster_size > 1 ? PATH_FIBERS
+                 : kernel->use_split      ? PATH_SPLIT
+                 : kernel->no_barrier     ? PATH_PLAIN
+                                          : PATH_FIBERS;
   if (device->differential && path != PATH_FIBERS) {
     run_differential(device, exec, launch, path);
   } else {

@@ -18,6 +18,8 @@
 #define CUBE_CPU_INLINE_BUFFERS 16
 #define CUBE_CPU_INLINE_INFO 96
 #define CUBE_CPU_MAX_UNITS 1024
+// The most cubes of a cluster (CUDA's portable limit; cube/dialect.h checks it).
+#define CUBE_CPU_MAX_CLUSTER 8
 #define CUBE_CPU_TRAP_MESSAGE 256
 // A trap whose message starts with this ran out of memory (a fiber stack, the
 // shared arena): LAUNCH_OUT_OF_MEMORY rather than LAUNCH_UNKNOWN. The
@@ -69,6 +71,10 @@ struct cube_bkernel_t {
   // use it).
   bool fixed_dim;
   cube_dim3_t dim;
+  // The cluster shape (name__cube_cluster; 1x1x1 without one) and its cubes:
+  // a launch of a clustered kernel runs each cluster's cubes together.
+  cube_dim3_t cluster;
+  uint32_t cluster_size;
   bool from_disk;
   // The most units a cube may have (cube_cpu_kernel_limits). This field and
   // the path and stack sizes are set before the kernel is shared, then only
@@ -149,9 +155,21 @@ struct cube_cpu_exec_t {
   uint64_t arena_size;
   size_t fiber_stack_size;
   cube_cpu_context_t native;
-  cube_cpu_context_t *fibers;  // CUBE_CPU_MAX_UNITS, stacks mapped on first use
-  uint8_t *unit_state;         // CUBE_CPU_MAX_UNITS
-  cube_cpu_cube_t *cube;       // the cube running now
+  // Per fiber (|unit_capacity|: CUBE_CPU_MAX_UNITS, more for a cluster's
+  // units): its context (stack mapped on first use), state, whether it has
+  // started, and its cluster barrier token.
+  cube_cpu_context_t *fibers;
+  uint8_t *unit_state;
+  uint8_t *unit_started;
+  uint32_t *unit_token;
+  uint32_t unit_capacity;
+  // Shared memory of a cluster's cubes after the first (|arena| is cube 0's),
+  // allocated on first use.
+  unsigned char *peer_arena[CUBE_CPU_MAX_CLUSTER];
+  cube_cpu_cube_t *cube;  // the cubes running now
+  // CUBE_CPU_FIBER_SHUFFLE: the state of the fibers' pseudo-random order (0:
+  // round robin).
+  uint64_t shuffle;
   bool native_ready;
   // Split kernels' per-unit storage, grown to the largest need seen.
   unsigned char *scratch;
@@ -249,6 +267,7 @@ struct cube_cpu_device_t {
   // CUBE_CPU_DIFFERENTIAL=1: every launch of a kernel with a split or plain
   // path runs on fibers too, and the two must leave identical bytes.
   bool differential;
+  uint32_t fiber_shuffle;     // CUBE_CPU_FIBER_SHUFFLE: 0, or the seed of the fiber order
   bool path_log;              // CUBE_CPU_PATH_LOG
   atomic_bool cc_reported;    // the compiler that cannot run was reported (once per client)
   atomic_bool cc_needs_libc;  // the compiler refused -nolibc (gcc < 9): link as it likes

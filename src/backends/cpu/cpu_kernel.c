@@ -279,13 +279,13 @@ cube_status_t cube_cpu_kernel_bundle_targets(cube_backend_device_t *device, char
 // gets them all.
 typedef struct dialect_part_t {
   const char *flag;
-  const char *words[6];
+  const char *words[7];
 } dialect_part_t;
 static const dialect_part_t kDialectParts[] = {
     {"-DCUBE__OMIT_LINES", {"LINE", "TO_", NULL}},
     {"-DCUBE__OMIT_FRAGMENTS", {"FRAG", "_MAJOR", NULL}},
     {"-DCUBE__OMIT_ASYNC_COPIES", {"ASYNC", NULL}},
-    {"-DCUBE__OMIT_TMA", {"TMA", "MBAR", "TENSOR_MAP", "FENCE", "SHARED_ALIGNED", NULL}},
+    {"-DCUBE__OMIT_TMA", {"TMA", "MBAR", "TENSOR_MAP", "FENCE", "SHARED_ALIGNED", "CLUSTER"}},
     {"-DCUBE__OMIT_WGMMA", {"WG", "SHARED_OFFSET", NULL}},
 };
 
@@ -353,8 +353,9 @@ static cube_status_t build_flags(const cube_cpu_device_t *cpu,
         used += (size_t)snprintf(out_flags + used, 1024 - used, "%s ", kDialectParts[i].flag);
     }
   }
-  // No barrier in the source: the unit loop needs no fiber check.
-  if (strstr(request->source, "SYNC_CUBE") == NULL)
+  // No barrier in the source: the unit loop needs no fiber check. A cluster
+  // barrier or a peer's mbarrier needs the fibers too.
+  if (strstr(request->source, "SYNC_CUBE") == NULL && strstr(request->source, "CLUSTER") == NULL)
     used += (size_t)snprintf(out_flags + used, 1024 - used, "-DCUBE__NO_BARRIER ");
   // The cube dim is part of the kernel (as on CUDA): compiled in, unit loops
   // have constant trip counts and UNIT_POS is an affine index.
@@ -766,6 +767,11 @@ static cube_status_t load_kernel(const cube_cpu_device_t *cpu, const void *bytes
     char mark[300];
     snprintf(mark, sizeof(mark), "%s__cube_no_barrier", name);
     kernel->no_barrier = cube_dynlib_symbol(&library, mark) != NULL;
+    snprintf(mark, sizeof(mark), "%s__cube_cluster", name);
+    const uint32_t *cluster = cube_dynlib_symbol(&library, mark);
+    kernel->cluster = cluster != NULL ? (cube_dim3_t){cluster[0], cluster[1], cluster[2]}
+                                      : (cube_dim3_t){1, 1, 1};
+    kernel->cluster_size = kernel->cluster.x * kernel->cluster.y * kernel->cluster.z;
     snprintf(mark, sizeof(mark), "%s__cube_sig", name);
     kernel->signature = cube_dynlib_symbol(&library, mark);
     snprintf(mark, sizeof(mark), "%s__cube_sig_names", name);

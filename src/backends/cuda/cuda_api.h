@@ -167,6 +167,32 @@ typedef struct CUDA_MEMCPY3D {
   size_t Depth;
 } CUDA_MEMCPY3D;
 
+// cuLaunchKernelEx's configuration (CUDA 12+), with the one attribute cubec
+// sets: the cluster shape.
+#define CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION 4
+#define CUDA_ERROR_INVALID_CLUSTER_SIZE 912
+typedef int CUlaunchAttributeID;
+typedef union CUlaunchAttributeValue {
+  char pad[64];
+  unsigned long long align;  // the union holds pointers in cuda.h
+  struct {
+    unsigned int x, y, z;
+  } clusterDim;
+} CUlaunchAttributeValue;
+typedef struct CUlaunchAttribute {
+  CUlaunchAttributeID id;
+  char pad[8 - sizeof(CUlaunchAttributeID)];
+  CUlaunchAttributeValue value;
+} CUlaunchAttribute;
+typedef struct CUlaunchConfig {
+  unsigned int gridDimX, gridDimY, gridDimZ;
+  unsigned int blockDimX, blockDimY, blockDimZ;
+  unsigned int sharedMemBytes;
+  CUstream hStream;
+  CUlaunchAttribute *attrs;
+  unsigned int numAttrs;
+} CUlaunchConfig;
+
 // X(field, required, symbol, fallback symbol or NULL, return type, parameters)
 #define CUBE_CUDA_DRIVER_SYMBOLS(X)                                                                \
   X(cuGetErrorName, 1, "cuGetErrorName", NULL, CUresult, (CUresult, const char **))                \
@@ -230,6 +256,8 @@ typedef struct CUDA_MEMCPY3D {
   X(cuLaunchKernel, 1, "cuLaunchKernel", NULL, CUresult,                                           \
     (CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,             \
      unsigned int, unsigned int, CUstream, void **, void **))                                      \
+  X(cuLaunchKernelEx, 0, "cuLaunchKernelEx", NULL, CUresult,                                       \
+    (const CUlaunchConfig *, CUfunction, void **, void **))                                        \
   X(cuStreamBeginCapture, 1, "cuStreamBeginCapture_v2", NULL, CUresult,                            \
     (CUstream, CUstreamCaptureMode))                                                               \
   X(cuStreamEndCapture, 1, "cuStreamEndCapture", NULL, CUresult, (CUstream, CUgraph *))            \

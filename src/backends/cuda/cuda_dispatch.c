@@ -1,4 +1,5 @@
-// cubec CUDA backend — dispatch: one resolved launch through cuLaunchKernel.
+// cubec CUDA backend — dispatch: one resolved launch through cuLaunchKernel
+// (cuLaunchKernelEx for a kernel with a cluster shape).
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,50 @@
 // cube__static_info_t of the kernel entry ABI (64 words, 512 bytes).
 #define CUBE_CUDA_STATIC_INFO_WORDS 64
 #define CUBE_CUDA_DEFAULT_DYNAMIC_SHARED (48u * 1024u)
+
+// A clustered kernel (-DCUBE_CLUSTER_X/_Y/_Z): the grid must be a multiple
+// of its cluster shape, launched through cuLaunchKernelEx with the cluster
+// attribute.
+static cube_status_t cube_cuda_launch_cluster(cube_cuda_device_t *device, cube_bstream_t *stream,
+                                              const cube_dispatch_t *dispatch, CUfunction function,
+                                              void **params) {
+  const cube_dim3_t grid = dispatch->cube_count, block = dispatch->cube_dim;
+  const uint32_t *c = dispatch->kernel->cluster;
+  if (grid.x % c[0] != 0 || grid.y % c[1] != 0 || grid.z % c[2] != 0)
+    return cube_status_make(CUBE_STATUS_VALIDATION,
+                            "cuda: launch of a kernel with cluster %ux%ux%u over cube count "
+                            "%ux%ux%u: the count is not a multiple of the cluster",
+                            c[0], c[1], c[2], grid.x, grid.y, grid.z);
+  if (!device->cu->cuLaunchKernelEx)
+    return cube_status_make(CUBE_STATUS_LAUNCH_UNKNOWN,
+                            "cuda: a kernel with cluster %ux%ux%u needs cuLaunchKernelEx, which "
+                            "this driver does not export (CUDA 12 or later)",
+                            c[0], c[1], c[2]);
+  CUlaunchAttribute attribute;
+  memset(&attribute, 0, sizeof attribute);
+  attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attribute.value.clusterDim.x = c[0];
+  attribute.value.clusterDim.y = c[1];
+  attribute.value.clusterDim.z = c[2];
+  CUlaunchConfig config = {grid.x,
+                           grid.y,
+                           grid.z,
+                           block.x,
+                           block.y,
+                           block.z,
+                           dispatch->dynamic_shared_memory,
+                           cube_cuda_stream(stream),
+                           &attribute,
+                           1};
+  CUresult result = device->cu->cuLaunchKernelEx(&config, function, params, NULL);
+  if (result != CUDA_SUCCESS)
+    return cube_cuda_error(device, result, CUBE_CUDA_OP_LAUNCH,
+                           "cuLaunchKernelEx(grid=%ux%ux%u, block=%ux%ux%u, cluster=%ux%ux%u, "
+                           "shared=%u)",
+                           grid.x, grid.y, grid.z, block.x, block.y, block.z, c[0], c[1], c[2],
+                           dispatch->dynamic_shared_memory);
+  return CUBE_OK;
+}
 
 cube_status_t cube_cuda_dispatch(cube_backend_device_t *base, cube_bstream_t *stream,
                                  const cube_dispatch_t *dispatch) {
@@ -122,6 +167,8 @@ cube_status_t cube_cuda_dispatch(cube_backend_device_t *base, cube_bstream_t *st
   f.params[count] = f.info;
   f.params[count + 1] = &f.dynamic;
 
+  if (kernel->clustered)
+    return cube_cuda_launch_cluster(device, stream, dispatch, function, f.params);
   CUresult result = device->cu->cuLaunchKernel(function, grid.x, grid.y, grid.z, block.x, block.y,
                                                block.z, dispatch->dynamic_shared_memory,
                                                cube_cuda_stream(stream), f.params, NULL);

@@ -64,6 +64,7 @@ struct cube_bkernel_t {
   cube_kernel_language_t language;
   // Dynamic shared memory the function is opted in for (48 KiB by default).
   atomic_uint dynamic_shared_limit;
+  bool clustered;  // cluster[0] * cluster[1] * cluster[2] > 1
   CUmodule module;
   char *io;  // NUL-terminated; "" for raw CUDA C++
   // The exported signature (name__cube_sig) and its names list, copied to
@@ -72,6 +73,10 @@ struct cube_bkernel_t {
   char *signature_names;
   uint32_t static_shared_memory;
   uint32_t max_units_per_cube;
+  // The cluster shape the kernel exports (name__cube_cluster; 1x1x1
+  // without one): launched through cuLaunchKernelEx when it has more than
+  // one cube (|clustered|, on line 0, says so without reading this line).
+  uint32_t cluster[3];
 };
 
 struct cube_bgraph_t {

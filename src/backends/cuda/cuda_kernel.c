@@ -344,6 +344,26 @@ static cube_status_t cube_cuda_read_io(cube_cuda_device_t *device, cube_bkernel_
     snprintf(global, sizeof global, "%s__cube_sig_names", name);
     status = cube_cuda_read_global(device, kernel, global, &kernel->signature_names, &size);
   }
+  kernel->cluster[0] = kernel->cluster[1] = kernel->cluster[2] = 1;
+  char *cluster = NULL;
+  if (!status) {
+    snprintf(global, sizeof global, "%s__cube_cluster", name);
+    status = cube_cuda_read_global(device, kernel, global, &cluster, &size);
+  }
+  if (!status && cluster) {
+    uint32_t c[3];
+    if (size == sizeof c) memcpy(c, cluster, sizeof c);
+    if (size != sizeof c || !c[0] || !c[1] || !c[2] || (uint64_t)c[0] * c[1] * c[2] > 8) {
+      status = cube_status_make(CUBE_STATUS_COMPILE_REFUSED,
+                                "cuda: kernel '%s' exports a malformed cluster shape in \"%s\" "
+                                "(%zu bytes; 1 to 8 cubes)",
+                                name, global, size);
+    } else {
+      memcpy(kernel->cluster, c, sizeof c);
+      kernel->clustered = c[0] * c[1] * c[2] > 1;
+    }
+  }
+  free(cluster);
   return status;
 }
 
@@ -365,6 +385,7 @@ static cube_status_t cube_cuda_load(cube_cuda_device_t *device,
   if (kernel) memset(kernel, 0, sizeof *kernel);
   if (!kernel) return cube_status_make(CUBE_STATUS_HOST_OUT_OF_MEMORY, "cuda: out of host memory");
   kernel->language = request->language;
+  kernel->cluster[0] = kernel->cluster[1] = kernel->cluster[2] = 1;
   atomic_init(&kernel->dynamic_shared_limit, 48u * 1024u);
   cube_status_t status = CUBE_OK;
   CUresult result = device->cu->cuModuleLoadData(&kernel->module, image);

@@ -302,7 +302,13 @@ static int32_t strip_all(const split_t *sp, int32_t node) {
 // loop runs units one after another and cannot interleave them.
 static bool is_arrival_call(const split_t *sp, int32_t node) {
   const cube_ast_node_t *n = &sp->ast->nodes[node];
-  return n->kind == CUBE_AST_CALL && n->name != NULL && strcmp(n->name, "cube__mbar_arrive") == 0;
+  // The cluster's barrier and a peer's mbarrier too: cubes of a cluster
+  // run as fibers of one group.
+  return n->kind == CUBE_AST_CALL && n->name != NULL &&
+         (strcmp(n->name, "cube__mbar_arrive") == 0 ||
+          strncmp(n->name, "cube__mbar_arrive_cluster", 25) == 0 ||
+          strncmp(n->name, "cube__cluster_", 14) == 0 ||
+          strcmp(n->name, "cube__tma_load_multicast") == 0);
 }
 
 static bool is_barrier_call(const split_t *sp, int32_t node) {
@@ -2550,7 +2556,9 @@ void cube_cpu_split(const char *source, const char *name, const char *options,
     if (!sp.failed && !sp.any_split) fail(&sp, CUBE_CPU_SPLIT_NOTHING);
     if (!sp.failed && sp.has_goto) fail(&sp, "goto, labels or asm in a kernel with barriers");
     if (!sp.failed && sp.has_arrival)
-      fail(&sp, "MBAR_ARRIVE: units wait on each other's arrivals (only fibers interleave them)");
+      fail(&sp,
+           "MBAR_ARRIVE or a cluster operation: units wait on each other's arrivals (only "
+           "fibers interleave them)");
   }
   if (!sp.failed) build(&sp);
   if (!sp.failed) check_units(&sp);
