@@ -378,6 +378,11 @@ static void bench_dialect_gemm_wg(cube_client_t *client, const cube_cuda_driver_
 // row). One cube per SM. Every timed kernel is spot-checked against the
 // host first; a wrong one is not timed, the others still are, and the run
 // fails at the end.
+// A persistent grid other than one cube per SM (0: one per SM): clusters of
+// two run as many at once as the GPCs hold pairs of free SMs, which may be
+// fewer than half the SMs.
+static uint32_t ws_cubes_override;
+
 static double ws_run(cube_client_t *client, const cube_cuda_driver_t *cu,
                      const gemm_ws_shape_t *shape, cube_handle_t ha, cube_handle_t hb,
                      cube_handle_t hc, const float *fa, const float *fb, uint16_t *c_host,
@@ -387,7 +392,8 @@ static double ws_run(cube_client_t *client, const cube_cuda_driver_t *cu,
   cube_kernel_t *kernel = NULL;
   CHECK(gemm_ws_kernel_create(shape, p->plane_size_max, true, &kernel));
   gemm_ws_args_t w;
-  CHECK(gemm_ws_args_initialize(shape, ha, hb, hc, m, n, k, p->core_count, &w));
+  CHECK(gemm_ws_args_initialize(shape, ha, hb, hc, m, n, k,
+                                ws_cubes_override ? ws_cubes_override : p->core_count, &w));
   cube_status_t status =
       cube_launch(client, CUBE_STREAM_CURRENT, kernel, w.count, &w.args, CUBE_LAUNCH_EXECUTE);
   if (!cube_status_is_ok(status)) {
@@ -495,6 +501,14 @@ static void bench_dialect_gemm_ws(cube_client_t *client, const cube_cuda_driver_
         best_index[kind] = s;
       }
     }
+    // Clusters of two over fewer cubes: if a second wave of clusters is what
+    // costs them, a grid the GPU holds at once runs faster than 132 cubes.
+    static const uint32_t kClusterCubes[] = {128, 120, 112, 96};
+    for (size_t i = 0; !quick && i < sizeof kClusterCubes / sizeof kClusterCubes[0]; ++i) {
+      ws_cubes_override = kClusterCubes[i];
+      (void)ws_run(client, cu, &kNew[3], ha, hb, hc, fa, fb, c_host, m, n, k, 1e-5);
+    }
+    ws_cubes_override = 0;
     for (size_t kind = 0; kind < 2; ++kind) {
       const gemm_ws_shape_t *w = &kNew[best_index[kind]];
       printf(

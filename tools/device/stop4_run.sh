@@ -7,7 +7,7 @@
 #        MPI 2/4/8 ranks x3)
 #   bash tools/device/stop4_run.sh final       every test with a CUDA group, then
 #        bench_graph x3, bench_cuda --launch x3, tools/device/kernels_stop5.sh's TMA
-#        steps while time is left
+#        steps while time is left, bench_cuda --ws-cluster (clusters over fewer cubes)
 # (Earlier calls this stop: tools/device/kernels_stop4.sh alone; a trial merge.)
 set -uo pipefail
 phase="${1:-final}"
@@ -67,6 +67,12 @@ if [ "$phase" = final ]; then
       grep -E "TMA" "$dest/tma.run$i.log" | tail -4
     fi
   done
+  if left 520; then
+    step "bench_cuda --ws-cluster (8192^3; torch.matmul 766 TFLOP/s in the gemm-coll call)"
+    timeout $((590 - (SECONDS - started))) ./build-gpu/bench/bench_cuda --ws-cluster \
+      >"$dest/ws_cluster.log" 2>&1
+    grep -E "gemm_ws" "$dest/ws_cluster.log" | tail -20
+  fi
   step done
   exit 0
 fi
