@@ -8,6 +8,7 @@
 #   bash tools/device/stop4_run.sh final       every test with a CUDA group, then
 #        bench_graph x3, bench_cuda --launch x3, tools/device/kernels_stop5.sh's TMA
 #        steps while time is left, bench_cuda --ws-cluster (clusters over fewer cubes)
+#   bash tools/device/stop4_run.sh confirm     the TMA headline x3, GEMM vs torch x2, launch x2
 # (Earlier calls this stop: tools/device/kernels_stop4.sh alone; a trial merge.)
 set -uo pipefail
 phase="${1:-final}"
@@ -73,6 +74,35 @@ if [ "$phase" = final ]; then
       >"$dest/ws_cluster.log" 2>&1
     grep -E "gemm_ws" "$dest/ws_cluster.log" | tail -20
   fi
+  step done
+  exit 0
+fi
+if [ "$phase" = confirm ]; then
+  # After the final call: the TMA headline row (now the one-tile-per-cube
+  # form) x3, the GEMM against torch.matmul in one process x2, launch x2.
+  step build
+  cmake --build build-gpu -j"$(nproc)" --target bench_cuda >"$dest/build.log" 2>&1 ||
+    grep -E 'error|Error' "$dest/build.log" | head -30
+  for i in 1 2 3; do
+    step "bench_cuda --tma $i"
+    timeout 40 ./build-gpu/bench/bench_cuda --tma >"$dest/tma.run$i.log" 2>&1
+    grep -E "TMA" "$dest/tma.run$i.log" | tail -3
+  done
+  for i in 1 2; do
+    if left 420; then
+      step "reduce_gemm_torch.py --ws-cluster $i"
+      PYTHONUNBUFFERED=1 timeout 150 python3 bench/reduce_gemm_torch.py \
+        --bench build-gpu/bench/bench_cuda --ws-cluster >"$dest/gemm_torch.run$i.log" 2>&1
+      grep -E "torch.matmul|one cube|ping-pong vs|clusters of 2 vs" "$dest/gemm_torch.run$i.log" | head -8
+    fi
+  done
+  for i in 4 5; do
+    if left 560; then
+      step "bench_cuda --launch $i"
+      timeout 30 ./build-gpu/bench/bench_cuda --launch --quick >"$dest/launch.run$i.log" 2>&1
+      grep -E "launch|breakdown" "$dest/launch.run$i.log" | head -8
+    fi
+  done
   step done
   exit 0
 fi
