@@ -908,10 +908,10 @@ static CUBE_ALWAYS_INLINE bool launch_straight(cube_server_t *server, cube_strea
   // The launch's own data in as few lines as it takes: the dispatch, then
   // each binding's address, the info block's static words and each
   // binding's slot (a pointer in a cell), one after the other.
-  struct {
+  _Alignas(64) struct {
     cube_dispatch_t dispatch;
     uint64_t cells[2 * CUBE_MAX_BUFFERS + CUBE_INFO_STATIC_WORDS];
-  } _Alignas(64) f;
+  } f;
   uint64_t *const addresses = f.cells, *const words = f.cells + n;
   uint64_t *const slots = words + plan->static_words;
   // Each binding, as cube_server_resolve and the plan's check take it: its

@@ -123,11 +123,11 @@ cube_status_t cube_cuda_dispatch(cube_backend_device_t *base, cube_bstream_t *st
   // static info block by value, then (dialect) the dynamic info pointer.
   // One frame, 64-byte aligned: the 8-word entry's block is one line, the
   // dynamic pointer and the first parameters the next.
-  struct {
+  _Alignas(64) struct {
     uint64_t info[CUBE_CUDA_STATIC_INFO_WORDS];
     CUdeviceptr dynamic;
     void *params[CUBE_CUDA_MAX_BUFFERS + 2];
-  } _Alignas(64) f;
+  } f;
   for (uint32_t i = 0; i < count; ++i) f.params[i] = (void *)(uintptr_t)&dispatch->buffers[i];
   if (dispatch->tensor_map_mask) {
     uint32_t k = 0;
