@@ -9,6 +9,7 @@
 #        bench_graph x3, bench_cuda --launch x3, tools/device/kernels_stop5.sh's TMA
 #        steps while time is left, bench_cuda --ws-cluster (clusters over fewer cubes)
 #   bash tools/device/stop4_run.sh confirm     the TMA headline x3, GEMM vs torch x2, launch x2
+#   bash tools/device/stop4_run.sh maps        the two-map launch row x3, launch x3
 # (Earlier calls this stop: tools/device/kernels_stop4.sh alone; a trial merge.)
 set -uo pipefail
 phase="${1:-final}"
@@ -81,6 +82,7 @@ if [ "$phase" = confirm ]; then
   # After the final call: the TMA headline row (now the one-tile-per-cube
   # form) x3, the GEMM against torch.matmul in one process x2, launch x2.
   step build
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCUBE_BUILD_FUZZ=OFF >/dev/null 2>&1
   cmake --build build-gpu -j"$(nproc)" --target bench_cuda >"$dest/build.log" 2>&1 ||
     grep -E 'error|Error' "$dest/build.log" | head -30
   for i in 1 2 3; do
@@ -102,6 +104,26 @@ if [ "$phase" = confirm ]; then
       timeout 30 ./build-gpu/bench/bench_cuda --launch --quick >"$dest/launch.run$i.log" 2>&1
       grep -E "launch|breakdown" "$dest/launch.run$i.log" | head -8
     fi
+  done
+  step done
+  exit 0
+fi
+if [ "$phase" = maps ]; then
+  # launch.c back at -O2 and its general path not cold: the two-map launch
+  # row (bench_cuda --tma) x3 and the launch rows x3.
+  step build
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCUBE_BUILD_FUZZ=OFF >/dev/null 2>&1
+  cmake --build build-gpu -j"$(nproc)" --target bench_cuda >"$dest/build.log" 2>&1 ||
+    grep -E 'error|Error' "$dest/build.log" | head -30
+  for i in 1 2 3; do
+    step "bench_cuda --tma $i"
+    timeout 40 ./build-gpu/bench/bench_cuda --tma >"$dest/tma.run$i.log" 2>&1
+    grep -E "ratio|two maps|two pointers" "$dest/tma.run$i.log" | tail -4
+  done
+  for i in 1 2 3; do
+    step "bench_cuda --launch $i"
+    timeout 30 ./build-gpu/bench/bench_cuda --launch --quick >"$dest/launch.run$i.log" 2>&1
+    grep -E "launch|breakdown" "$dest/launch.run$i.log" | head -8
   done
   step done
   exit 0
