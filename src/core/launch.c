@@ -990,9 +990,10 @@ general:
 // out of the straight path's lines; not cold either: launches with tensor
 // maps or ranked buffers run here at full speed (cold, a two-map launch
 // cost +0.32-0.34 us over two pointers on the H200, against -0.002 before).
-CUBE_NOINLINE static cube_status_t launch_general(
-    cube_client_t *client, cube_stream_t stream, cube_kernel_t *kernel, cube_cube_count_t count,
-    const cube_kernel_args_t *args, cube_launch_mode_t mode) {
+CUBE_NOINLINE static cube_status_t launch_general(cube_client_t *client, cube_stream_t stream,
+                                                  cube_kernel_t *kernel, cube_cube_count_t count,
+                                                  const cube_kernel_args_t *args,
+                                                  cube_launch_mode_t mode) {
   cube_server_t *nvtx_server = cube_server_of(client);
   bool nvtx = nvtx_server && nvtx_server->nvtx;
   if (__builtin_expect(nvtx, 0)) cube_nvtx_push(kernel ? kernel->name : "cube_launch");
