@@ -857,28 +857,20 @@ static CUBE_ALWAYS_INLINE bool launch_straight(cube_server_t *server, cube_strea
   if (n > CUBE_MAX_BUFFERS || m > CUBE_LAUNCH_SHAPE_SCALARS || (n && !args->buffers) ||
       (m && !args->scalars))
     return false;
-  // The shape (core/launch_plan.h), as validate_args builds it for a list
-  // it accepts, in registers.
-  uint64_t buffers0 = 0, buffers1 = 0, scalars0 = 0, scalars1 = 0;
+  // The shape (core/launch_plan.h), as the general path keys it for a list
+  // it accepts.
+  cube_launch_shape_t shape;
+  cube_launch_shape_start(&shape, n, m);
   for (size_t i = 0; i < n; ++i) {
     const cube_kernel_buffer_t *b = &args->buffers[i];
     if (b->io > CUBE_IO_DEAD || b->rank || b->tensor_map) return false;
-    if (i < 8) {
-      buffers0 |= (uint64_t)b->io << (8 * i);
-    } else {
-      buffers1 |= (uint64_t)b->io << (8 * (i - 8));
-    }
+    cube_launch_shape_buffer(&shape, i, b);
   }
   for (size_t i = 0; i < m; ++i) {
-    const uint64_t type = (unsigned)args->scalars[i].type;
-    if (type >= CUBE_SCALAR_TYPE_COUNT) return false;
-    if (i < 16) {
-      scalars0 |= type << (4 * i);
-    } else {
-      scalars1 |= type << (4 * (i - 16));
-    }
+    const cube_scalar_type_t type = args->scalars[i].type;
+    if ((unsigned)type >= CUBE_SCALAR_TYPE_COUNT) return false;
+    cube_launch_shape_scalar(&shape, i, type);
   }
-  const uint64_t counts = (uint64_t)n | (uint64_t)m << 8;
   bool launched = false;  // else the general path's, nothing changed
   pthread_mutex_lock(&server->lock);
   uint32_t index = 0;
@@ -897,13 +889,7 @@ static CUBE_ALWAYS_INLINE bool launch_straight(cube_server_t *server, cube_strea
                                         ? &server->compiled[at]
                                         : launch_own_entry(server, kernel);
   if (!compiled) goto general;
-  const cube_launch_plan_t *plan = NULL;
-  for (uint32_t i = 0; compiled->plans && i < CUBE_LAUNCH_PLANS && !plan; ++i) {
-    const cube_launch_shape_t *k = &compiled->plans->plans[i].shape;
-    if (((k->counts ^ counts) | (k->buffers[0] ^ buffers0) | (k->buffers[1] ^ buffers1) |
-         (k->scalars[0] ^ scalars0) | (k->scalars[1] ^ scalars1)) == 0)
-      plan = &compiled->plans->plans[i];
-  }
+  const cube_launch_plan_t *plan = cube_launch_plan_find(compiled, &shape);
   if (!plan || !plan->straight || !plan->fits) goto general;
   // The launch's own data in as few lines as it takes: the dispatch, then
   // each binding's address, the info block's static words and each
