@@ -10,6 +10,7 @@
 #        steps while time is left, bench_cuda --ws-cluster (clusters over fewer cubes)
 #   bash tools/device/stop4_run.sh confirm     the TMA headline x3, GEMM vs torch x2, launch x2
 #   bash tools/device/stop4_run.sh maps        the two-map launch row x3, launch x3
+#   bash tools/device/stop4_run.sh recheck     CUDA and conformance tests, launch x2
 # (Earlier calls this stop: tools/device/kernels_stop4.sh alone; a trial merge.)
 set -uo pipefail
 phase="${1:-final}"
@@ -124,6 +125,27 @@ if [ "$phase" = maps ]; then
     step "bench_cuda --launch $i"
     timeout 30 ./build-gpu/bench/bench_cuda --launch --quick >"$dest/launch.run$i.log" 2>&1
     grep -E "launch|breakdown" "$dest/launch.run$i.log" | head -8
+  done
+  step done
+  exit 0
+fi
+if [ "$phase" = recheck ]; then
+  # The last core change (the straight path on launch_plan.h's helpers):
+  # the CUDA and conformance tests, then the launch rows x2.
+  step build
+  (cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCUBE_BUILD_FUZZ=OFF >/dev/null &&
+    cmake --build build-gpu -j"$(nproc)" -- -k) >"$dest/build.log" 2>&1 ||
+    grep -E 'error|Error' "$dest/build.log" | head -30
+  step "ctest (cuda, conformance)"
+  timeout 300 ctest --test-dir build-gpu -j16 --output-on-failure --timeout 280 \
+    -L "cuda|conformance" >"$dest/ctest.log" 2>&1
+  grep -E "tests passed|\*\*\*|Failed|Timeout" "$dest/ctest.log" | head -20
+  for i in 1 2; do
+    if left 540; then
+      step "bench_cuda --launch $i"
+      timeout 30 ./build-gpu/bench/bench_cuda --launch --quick >"$dest/launch.run$i.log" 2>&1
+      grep -E "launch|breakdown" "$dest/launch.run$i.log" | head -8
+    fi
   done
   step done
   exit 0
